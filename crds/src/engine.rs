@@ -1,0 +1,88 @@
+//! Tuning of the per-core engines: batching, state bound, checkpoints, emission.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{CrdsError, parse_quantity_bytes};
+
+/// How each engine batches, bounds its state and emits results. Every field
+/// has a default that suits most jobs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EngineSpec {
+    /// A batch is processed when it holds this many records...
+    #[serde(default = "default_batch_max_records")]
+    #[schemars(range(min = 1, max = 1_000_000))]
+    pub batch_max_records: i32,
+    /// ...or when its first record has waited this long, whichever comes first.
+    #[serde(default = "default_batch_linger_millis")]
+    #[schemars(range(min = 0, max = 60_000))]
+    pub batch_linger_millis: i32,
+    /// Upper bound on the state (groups, windows, row buffers) of one engine.
+    /// Exceeding it fails the job with a clear condition instead of an OOM kill.
+    #[serde(default = "default_state_memory_limit")]
+    pub state_memory_limit: String,
+    /// How often state is checkpointed and source offsets are committed.
+    #[serde(default = "default_checkpoint_interval_millis")]
+    #[schemars(range(min = 50, max = 3_600_000))]
+    pub checkpoint_interval_millis: i32,
+    /// How `EMIT CHANGES` results are emitted.
+    #[serde(default)]
+    pub emit_changes: EmitChangesMode,
+    /// What happens to records that arrive after their window closed.
+    #[serde(default)]
+    pub late_records: LateRecordPolicy,
+}
+
+/// Granularity of `EMIT CHANGES` output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum EmitChangesMode {
+    /// One update per changed group per batch (the latest value): far less output.
+    #[default]
+    Coalesced,
+    /// One update for every input record, as ksqlDB does.
+    PerRecord,
+}
+
+/// Fate of records whose window was already closed by the watermark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LateRecordPolicy {
+    /// Dropped and counted in `sluice_late_records_total`.
+    #[default]
+    Drop,
+    /// Sent to the dead-letter output with reason `late`.
+    DeadLetter,
+}
+
+fn default_batch_max_records() -> i32 {
+    4096
+}
+fn default_batch_linger_millis() -> i32 {
+    2
+}
+fn default_state_memory_limit() -> String {
+    "256Mi".to_owned()
+}
+fn default_checkpoint_interval_millis() -> i32 {
+    1000
+}
+
+impl Default for EngineSpec {
+    fn default() -> Self {
+        Self {
+            batch_max_records: default_batch_max_records(),
+            batch_linger_millis: default_batch_linger_millis(),
+            state_memory_limit: default_state_memory_limit(),
+            checkpoint_interval_millis: default_checkpoint_interval_millis(),
+            emit_changes: EmitChangesMode::default(),
+            late_records: LateRecordPolicy::default(),
+        }
+    }
+}
+
+impl EngineSpec {
+    /// The state bound in bytes.
+    pub fn state_memory_limit_bytes(&self) -> Result<u64, CrdsError> {
+        parse_quantity_bytes("spec.engine.stateMemoryLimit", &self.state_memory_limit)
+    }
+}

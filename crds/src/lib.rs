@@ -1,0 +1,46 @@
+//! The contract between the Sluice operator and its workers.
+//!
+//! * [`StreamJob`] — the custom resource users apply (`sluice.dev/v1alpha1`).
+//! * [`WorkerConfig`] — the document the operator writes into a ConfigMap and
+//!   every worker reads at start; `sluice-worker run -f` builds the same
+//!   document from a StreamJob manifest, so local and cluster runs share one path.
+//! * [`assign`] — the single, pure partition → worker → core ownership function.
+//!   The operator reports its result in `status.assignment`; each worker
+//!   computes its own slice with the same call, so the two can never disagree.
+//!
+//! `crdgen` writes `crds/streamjob.yaml` from these types; a test fails when the
+//! committed file differs.
+
+mod assignment;
+mod condition;
+mod crd;
+mod engine;
+mod error;
+mod quantity;
+mod sink;
+mod source;
+mod status;
+mod stream_job;
+mod worker_config;
+
+pub use assignment::{Assignment, CoreAssignment, PartitionSet, SourcePartitions, WorkerAssignment, assign};
+pub use condition::{ConditionStatus, set_condition};
+pub use crd::{CRD_FILE, crd_yaml};
+pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy};
+pub use error::CrdsError;
+pub use quantity::parse_quantity_bytes;
+pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
+pub use source::{
+    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, SchemaSpec,
+    SecretRef, SourceFormat, SourceSpec, StartFrom,
+};
+pub use status::{StreamJobStatus, condition_types, reasons};
+pub use stream_job::{StreamJob, StreamJobSpec};
+pub use worker_config::{JobIdentity, WorkerConfig, WorkerSettings};
+
+/// API group of every Sluice resource.
+pub const GROUP: &str = "sluice.dev";
+/// Label put on every object the operator creates for a job; its value is the job name.
+pub const JOB_LABEL: &str = "sluice.dev/job";
+/// Field manager used for server-side apply.
+pub const FIELD_MANAGER: &str = "sluice-operator";

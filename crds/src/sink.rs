@@ -1,0 +1,68 @@
+//! Where results (and records that could not be processed) go.
+
+use std::collections::BTreeMap;
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::SecretRef;
+
+/// The job's output. Exactly one of `kafka`, `file` or `stdout` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("[has(self.kafka), has(self.file), has(self.stdout)].filter(x, x).size() == 1").message("exactly one of kafka, file or stdout must be set"))]
+pub struct SinkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaTarget>,
+    /// JSON lines appended to a local file (`sluice-worker run` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileTarget>,
+    /// JSON lines on standard output (`sluice-worker run` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<bool>,
+    #[serde(default)]
+    pub format: SinkFormat,
+}
+
+/// Records that could not be processed (malformed, missing required fields,
+/// wrong types, late when so configured), with the original bytes, where they
+/// came from and why. Exactly one of `kafka` or `file` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("[has(self.kafka), has(self.file)].filter(x, x).size() == 1").message("exactly one of kafka or file must be set"))]
+pub struct DeadLetterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaTarget>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileTarget>,
+}
+
+/// A Kafka topic to produce to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaTarget {
+    #[schemars(length(min = 1))]
+    pub bootstrap_servers: String,
+    #[schemars(length(min = 1, max = 249))]
+    pub topic: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileTarget {
+    #[schemars(length(min = 1))]
+    pub path: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkFormat {
+    /// One JSON object per result; the Kafka key is the GROUP BY key, if any.
+    #[default]
+    Json,
+}

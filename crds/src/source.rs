@@ -1,0 +1,190 @@
+//! Where a job's records come from and what they look like.
+
+use std::collections::BTreeMap;
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One input of the job. `name` is the table name the SQL `FROM` clause uses.
+/// Exactly one of `kafka`, `file` or `datagen` is set.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("[has(self.kafka), has(self.file), has(self.datagen)].filter(x, x).size() == 1").message("exactly one of kafka, file or datagen must be set"),
+    validation = Rule::new("!has(self.partitionKey) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
+    validation = Rule::new("!has(self.eventTime) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns")
+)]
+pub struct SourceSpec {
+    /// Table name used in the SQL FROM clause.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
+    pub name: String,
+    /// Read from a Kafka topic (the production source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaSource>,
+    /// Read JSON lines from a local file (`sluice-worker run` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileSource>,
+    /// Generate the records of a built-in scenario (no broker needed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datagen: Option<DatagenSource>,
+    /// Encoding of each record's value.
+    #[serde(default)]
+    pub format: SourceFormat,
+    /// Columns and their types. Fields not declared here are ignored.
+    pub schema: SchemaSpec,
+    /// Event-time column and watermark. Time windows need it; queries that use
+    /// a time window on a source without one are rejected at validation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<EventTimeSpec>,
+    /// Columns the topic is keyed (partitioned) by. Stateful queries run one
+    /// engine per partition, so their GROUP BY / PARTITION BY columns must
+    /// include these columns for results to be complete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(max = 63)))]
+    pub partition_key: Vec<String>,
+}
+
+/// A Kafka topic to consume.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KafkaSource {
+    /// Comma-separated `host:port` list.
+    #[schemars(length(min = 1))]
+    pub bootstrap_servers: String,
+    #[schemars(length(min = 1, max = 249))]
+    pub topic: String,
+    /// Where to start when the job's consumer group has no committed offset.
+    #[serde(default)]
+    pub start_from: StartFrom,
+    /// Extra librdkafka client properties (never credentials: use `secretRef`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub properties: BTreeMap<String, String>,
+    /// A Secret whose keys are librdkafka properties (e.g. `sasl.username`,
+    /// `sasl.password`); mounted into the workers, never copied into config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// Reference to a Secret in the job's namespace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum StartFrom {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// A local JSON-lines file, one record per line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileSource {
+    #[schemars(length(min = 1))]
+    pub path: String,
+}
+
+/// Records of one of the seed benchmark scenarios, generated in process.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DatagenSource {
+    pub scenario: DatagenScenario,
+    /// Total records to generate; 0 means unbounded.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub records: i64,
+    /// Generation rate across all partitions; 0 means as fast as possible.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub rate_per_second: i64,
+    /// Simulated partitions; records are spread by the source's partitionKey.
+    #[serde(default = "default_datagen_partitions")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub partitions: i32,
+}
+
+fn default_datagen_partitions() -> i32 {
+    4
+}
+
+/// The record shapes of the seed scenarios.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum DatagenScenario {
+    /// `order_id`, `customer_id`, `order_date`, `total_amount` (scenario 0).
+    Orders,
+    /// `symbol`, `price`, `timestamp` (scenario 1).
+    MarketData,
+    /// `trader_id`, `symbol`, `price`, `quantity`, `trade_time` (scenarios 2, 3a, 3b).
+    Trades,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceFormat {
+    /// One JSON object per record.
+    #[default]
+    Json,
+}
+
+/// The declared columns of a source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SchemaSpec {
+    #[schemars(length(min = 1, max = 100))]
+    #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("column names must be unique"))]
+    pub columns: Vec<ColumnSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ColumnSpec {
+    /// Field name in the JSON object and column name in SQL.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    #[serde(rename = "type")]
+    pub type_: ColumnType,
+    /// A record missing this field (or holding null) goes to the dead-letter
+    /// output instead of being processed with a NULL.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+}
+
+/// SQL column types. `timestamp` accepts epoch milliseconds or RFC 3339 strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    Bigint,
+    Double,
+    String,
+    Boolean,
+    Timestamp,
+}
+
+/// Event time and how far behind the newest event the watermark trails.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EventTimeSpec {
+    /// A `timestamp` or `bigint` (epoch milliseconds) column.
+    #[schemars(length(min = 1, max = 63))]
+    pub column: String,
+    /// Records up to this much older than the newest seen are still on time.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 604_800_000))]
+    pub watermark_delay_millis: i64,
+}
+
+impl SourceSpec {
+    /// The Kafka topic, or a stable pseudo-topic name for local sources.
+    pub fn topic(&self) -> &str {
+        match (&self.kafka, &self.file) {
+            (Some(k), _) => &k.topic,
+            (None, Some(f)) => &f.path,
+            (None, None) => &self.name,
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! What the operator reports about a job.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Assignment;
+
+/// Observed state of a StreamJob. `Ready` is only True when every worker of
+/// the current generation reports that it is assigned and consuming.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamJobStatus {
+    /// `Ready`, `Progressing` and `Degraded`, with CamelCase reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Total partitions across all sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+    /// Worker pods that are ready (assigned and consuming).
+    #[serde(default)]
+    pub ready_workers: i32,
+    /// Label selector of the worker pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Which worker and core own which partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<Assignment>,
+    /// Increases each time the assignment changes; workers of an older epoch
+    /// are stopped before workers of a newer one start (see docs/operations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_epoch: Option<i64>,
+}
+
+/// Condition types used in `status.conditions`.
+pub mod condition_types {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const DEGRADED: &str = "Degraded";
+}
+
+/// Stable CamelCase reasons for conditions and events.
+pub mod reasons {
+    pub const INVALID_SQL: &str = "InvalidSql";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const TOPIC_NOT_FOUND: &str = "TopicNotFound";
+    pub const BROKER_UNREACHABLE: &str = "BrokerUnreachable";
+    pub const STARTING: &str = "WorkersStarting";
+    pub const RUNNING: &str = "Running";
+    pub const RESCALING: &str = "Rescaling";
+    pub const SUSPENDED: &str = "Suspended";
+    pub const IDLE_CORES: &str = "IdleCores";
+    pub const WORKERS_NOT_READY: &str = "WorkersNotReady";
+    pub const RECONCILED: &str = "Reconciled";
+    pub const AS_EXPECTED: &str = "AsExpected";
+}

@@ -1,0 +1,144 @@
+//! The worker's configuration document.
+//!
+//! The operator renders one into the job's ConfigMap; `sluice-worker serve`
+//! reads it (layered: defaults → file → `SLUICE_`-prefixed environment), and
+//! `sluice-worker run -f job.yaml` builds the same document from a StreamJob
+//! manifest. Credentials never appear here: sources name a Secret, which the
+//! operator mounts under `worker.secretsDir`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{SourcePartitions, StreamJobSpec};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Which StreamJob this worker belongs to.
+    pub job: JobIdentity,
+    /// The job's spec as applied.
+    pub spec: StreamJobSpec,
+    /// Partition count of every source, as looked up by the operator. The
+    /// worker derives its own partitions from this with [`crate::assign`].
+    pub partitions: Vec<SourcePartitions>,
+    /// The assignment generation this config belongs to (see docs/operations.md).
+    #[serde(default)]
+    pub assignment_epoch: i64,
+    /// Process-level settings of the worker.
+    #[serde(default)]
+    pub worker: WorkerSettings,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobIdentity {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+}
+
+/// Settings of the worker process, independent of the query.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkerSettings {
+    /// This worker's index among the job's workers. When unset it is taken
+    /// from the pod name (`<job>-<ordinal>`, the StatefulSet convention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinal: Option<i32>,
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
+    #[serde(default = "default_http_address")]
+    pub http_address: String,
+    /// Port of that endpoint; 0 picks a free port (local runs and tests).
+    #[serde(default = "default_http_port")]
+    pub http_port: u16,
+    /// Where referenced Secrets are mounted, one directory per Secret, one
+    /// file per key.
+    #[serde(default = "default_secrets_dir")]
+    pub secrets_dir: String,
+    /// Kafka consumer group for offset commits; default `sluice.<namespace>.<job>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
+    /// Compacted topic holding engine state checkpoints; default `<consumerGroup>.state`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_topic: Option<String>,
+    /// Pin each engine thread to one CPU core.
+    #[serde(default = "yes")]
+    pub pin_cores: bool,
+    /// OTLP/HTTP endpoint for traces (e.g. `http://otel-collector:4318`); off when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub otlp_endpoint: Option<String>,
+    /// `text` or `json` log lines.
+    #[serde(default = "default_log_format")]
+    pub log_format: String,
+    /// Time allowed to drain, flush and commit after SIGTERM.
+    #[serde(default = "default_shutdown_grace_millis")]
+    pub shutdown_grace_millis: u32,
+}
+
+fn default_namespace() -> String {
+    "default".to_owned()
+}
+fn default_http_address() -> String {
+    "0.0.0.0".to_owned()
+}
+fn default_http_port() -> u16 {
+    9400
+}
+fn default_secrets_dir() -> String {
+    "/etc/sluice/secrets".to_owned()
+}
+fn default_log_format() -> String {
+    "text".to_owned()
+}
+fn default_shutdown_grace_millis() -> u32 {
+    20_000
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            ordinal: None,
+            http_address: default_http_address(),
+            http_port: default_http_port(),
+            secrets_dir: default_secrets_dir(),
+            consumer_group: None,
+            state_topic: None,
+            pin_cores: true,
+            otlp_endpoint: None,
+            log_format: default_log_format(),
+            shutdown_grace_millis: default_shutdown_grace_millis(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The consumer group offsets are committed to.
+    pub fn consumer_group(&self) -> String {
+        self.worker.consumer_group.clone().unwrap_or_else(|| format!("sluice.{}.{}", self.job.namespace, self.job.name))
+    }
+
+    /// The compacted topic holding state checkpoints.
+    pub fn state_topic(&self) -> String {
+        self.worker.state_topic.clone().unwrap_or_else(|| format!("{}.state", self.consumer_group()))
+    }
+
+    /// Total partitions over all sources.
+    pub fn total_partitions(&self) -> i32 {
+        self.partitions.iter().map(|p| p.partitions).sum()
+    }
+
+    /// Reads a config document (YAML or JSON).
+    pub fn from_yaml(text: &str) -> Result<Self, crate::CrdsError> {
+        serde_saphyr::from_str(text)
+            .map_err(|e| crate::CrdsError::Parse { what: "worker config".into(), message: e.to_string() })
+    }
+
+    /// Writes the document as YAML, as the operator puts it in the ConfigMap.
+    pub fn to_yaml(&self) -> Result<String, crate::CrdsError> {
+        serde_saphyr::to_string(self)
+            .map_err(|e| crate::CrdsError::Serialize { what: "worker config", message: e.to_string() })
+    }
+}

@@ -1,0 +1,1 @@
+//! The Sluice operator. Reconciliation of StreamJobs lands with its issue.

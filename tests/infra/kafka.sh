@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# A real Apache Kafka broker (KRaft, single node, loopback) from Maven Central jars.
+#
+#   kafka.sh install   fetch the broker jars (cached)
+#   kafka.sh start     format storage once, start the broker, wait until it serves
+#   kafka.sh stop      stop it (by recorded PID)
+#   kafka.sh bootstrap print the bootstrap address
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+KAFKA_JARS="$SLUICE_CACHE_DIR/kafka-$KAFKA_VERSION/libs"
+KAFKA_DIR="$SLUICE_RUN_DIR/kafka"
+
+install() {
+  [ -f "$KAFKA_JARS/.complete" ] && return 0
+  command -v mvn >/dev/null || die "mvn is required to fetch the Kafka jars"
+  command -v java >/dev/null || die "java is required to run Kafka"
+  local pomdir="$SLUICE_CACHE_DIR/kafka-$KAFKA_VERSION/pom"
+  mkdir -p "$pomdir" "$KAFKA_JARS"
+  cat >"$pomdir/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.sluice</groupId>
+  <artifactId>kafka-harness</artifactId>
+  <version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <!-- Without an SLF4J binding the broker logs nothing. -->
+    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId><version>2.25.4</version></dependency>
+  </dependencies>
+</project>
+POM
+  log "fetching Kafka $KAFKA_VERSION jars from Maven Central"
+  (cd "$pomdir" && mvn -q -B dependency:copy-dependencies -DoutputDirectory="$KAFKA_JARS" -DincludeScope=runtime)
+  touch "$KAFKA_JARS/.complete"
+}
+
+write_config() {
+  mkdir -p "$KAFKA_DIR/data"
+  cat >"$KAFKA_DIR/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+log.retention.hours=2
+PROPS
+  cat >"$KAFKA_DIR/log4j2.properties" <<'L4J'
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.config.name = org.apache.kafka.common.config.AbstractConfig
+logger.config.level = warn
+logger.kafka.name = kafka
+logger.kafka.level = warn
+logger.kafkaserver.name = kafka.server.KafkaRaftServer
+logger.kafkaserver.level = info
+logger.akafka.name = org.apache.kafka
+logger.akafka.level = warn
+L4J
+}
+
+started() { grep -q "Kafka Server started" "$KAFKA_DIR/kafka.log" 2>/dev/null; }
+
+start() {
+  install
+  if is_running kafka; then log "kafka already running"; return 0; fi
+  write_config
+  local cp="$KAFKA_JARS/*"
+  if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
+    java -cp "$cp" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" kafka.tools.StorageTool format \
+      -t "$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+      -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1 || { cat "$KAFKA_DIR/format.log"; die "kafka storage format failed"; }
+  fi
+  : >"$KAFKA_DIR/kafka.log"
+  start_bg kafka "$KAFKA_DIR/kafka.log" java -Xmx512m -Xms512m -XX:+UseG1GC \
+    -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" -cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties"
+  wait_until "Kafka broker on 127.0.0.1:$KAFKA_PORT" 90 started || { tail -50 "$KAFKA_DIR/kafka.log"; exit 1; }
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop_bg kafka ;;
+  bootstrap) echo "127.0.0.1:$KAFKA_PORT" ;;
+  *) echo "usage: $0 install|start|stop|bootstrap" >&2; exit 2 ;;
+esac

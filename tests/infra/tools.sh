@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Tools the packaging tests and benchmarks need, installed from the package
+# registries and cached:
+#
+#   tools.sh helm         Helm (go install from the Go module proxy)
+#   tools.sh prometheus   Prometheus (Debian package)
+#   tools.sh rdkafka-perf librdkafka's rdkafka_performance, built from the
+#                         source bundled in the rdkafka-sys crate (the
+#                         physical-limit reference for benchmarks)
+#   tools.sh path NAME    print the binary's path
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+HELM_BIN="$SLUICE_BIN_DIR/helm-$HELM_VERSION/helm"
+PROMETHEUS_BIN=/usr/bin/prometheus
+RDKAFKA_SYS_VERSION="$(sed -n 's/^name = "rdkafka-sys"/&/p;/^name = "rdkafka-sys"/{n;s/^version = "\(.*\)"/\1/p}' "$REPO_ROOT/Cargo.lock" 2>/dev/null | tail -1)"
+RDKAFKA_PERF_BIN="$SLUICE_BIN_DIR/rdkafka_performance-${RDKAFKA_SYS_VERSION:-unknown}"
+
+helm_install() {
+  [ -x "$HELM_BIN" ] && return 0
+  command -v go >/dev/null || die "go is required to build helm"
+  log "building helm $HELM_VERSION (go install, ~3 min from an empty Go cache)"
+  mkdir -p "$(dirname "$HELM_BIN")"
+  GOBIN="$(dirname "$HELM_BIN")" CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+prometheus_install() {
+  [ -x "$PROMETHEUS_BIN" ] && return 0
+  apt_install prometheus
+}
+
+rdkafka_perf_install() {
+  [ -x "$RDKAFKA_PERF_BIN" ] && return 0
+  [ -n "$RDKAFKA_SYS_VERSION" ] || die "cannot find rdkafka-sys in Cargo.lock"
+  (cd "$REPO_ROOT" && cargo fetch --locked >/dev/null 2>&1 || cargo fetch >/dev/null)
+  local src
+  src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"rdkafka-sys-$RDKAFKA_SYS_VERSION"/librdkafka 2>/dev/null | head -1)"
+  [ -d "$src" ] || die "librdkafka source of rdkafka-sys $RDKAFKA_SYS_VERSION not found after cargo fetch"
+  local build="$SLUICE_CACHE_DIR/librdkafka-build-$RDKAFKA_SYS_VERSION"
+  log "building rdkafka_performance from $src"
+  rm -rf "$build"; cp -a "$src/." "$build"
+  (
+    cd "$build"
+    # The same flags rdkafka-sys's build.rs uses when these features are off
+    # (the bundled mklove has no modules for the others).
+    ./configure --disable-gssapi --disable-curl --disable-ssl --disable-zstd --disable-lz4-ext >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
+    make -j"$(nproc)" -C src >make.log 2>&1 || { tail -30 make.log; exit 1; }
+    make -C examples rdkafka_performance >>make.log 2>&1 || { tail -30 make.log; exit 1; }
+  )
+  cp "$build/examples/rdkafka_performance" "$RDKAFKA_PERF_BIN"
+  rm -rf "$build"
+}
+
+case "${1:-}" in
+  helm) helm_install ;;
+  prometheus) prometheus_install ;;
+  rdkafka-perf) rdkafka_perf_install ;;
+  path)
+    case "${2:-}" in
+      helm) echo "$HELM_BIN" ;;
+      prometheus) echo "$PROMETHEUS_BIN" ;;
+      rdkafka-perf) echo "$RDKAFKA_PERF_BIN" ;;
+      *) die "unknown tool ${2:-}" ;;
+    esac ;;
+  *) echo "usage: $0 helm|prometheus|rdkafka-perf|path NAME" >&2; exit 2 ;;
+esac

