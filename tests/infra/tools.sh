@@ -42,12 +42,14 @@ rdkafka_perf_install() {
     cd "$build"
     # The same flags rdkafka-sys's build.rs uses when these features are off
     # (the bundled mklove has no modules for the others).
-    ./configure --disable-gssapi --disable-curl --disable-ssl --disable-zstd --disable-lz4-ext >configure.log 2>&1 || { tail -30 configure.log; exit 1; }
-    make -j"$(nproc)" -C src >make.log 2>&1 || { tail -30 make.log; exit 1; }
-    make -C examples rdkafka_performance >>make.log 2>&1 || { tail -30 make.log; exit 1; }
+    # Logs go outside the tree: mklove treats any ./configure.* file as a module.
+    local logf="$build.log"
+    ./configure --disable-gssapi --disable-curl --disable-ssl --disable-zstd --disable-lz4-ext >"$logf" 2>&1 || { tail -30 "$logf"; exit 1; }
+    make -j"$(nproc)" -C src >>"$logf" 2>&1 || { tail -30 "$logf"; exit 1; }
+    make -C examples rdkafka_performance >>"$logf" 2>&1 || { tail -30 "$logf"; exit 1; }
   )
   cp "$build/examples/rdkafka_performance" "$RDKAFKA_PERF_BIN"
-  rm -rf "$build"
+  rm -rf "$build" "$build.log"
 }
 
 case "${1:-}" in
