@@ -21,6 +21,7 @@ mod sink;
 mod source;
 mod status;
 mod stream_job;
+mod validate;
 mod worker_config;
 
 pub use assignment::{Assignment, CoreAssignment, PartitionSet, SourcePartitions, WorkerAssignment, assign};

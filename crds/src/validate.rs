@@ -1,0 +1,115 @@
+//! The CRD's validation rules, for documents that never pass through an API
+//! server (`sluice-worker run -f job.yaml`). The API server enforces the same
+//! rules from the generated schema; a test runs the repository's invalid
+//! fixtures through both.
+
+use std::collections::HashSet;
+
+use crate::{CrdsError, StreamJobSpec};
+
+impl StreamJobSpec {
+    /// Checks what the CRD's schema and CEL rules check, naming the field.
+    pub fn validate(&self) -> Result<(), CrdsError> {
+        let mut problems = Vec::new();
+        if self.sql.trim().is_empty() {
+            problems.push("spec.sql: must not be empty".to_owned());
+        }
+        if self.workers < 1 {
+            problems.push(format!("spec.workers: must be at least 1, got {}", self.workers));
+        }
+        if self.cores_per_worker < 1 {
+            problems.push(format!("spec.coresPerWorker: must be at least 1, got {}", self.cores_per_worker));
+        }
+        if self.sources.is_empty() {
+            problems.push("spec.sources: at least one source is required".to_owned());
+        }
+        let mut names = HashSet::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            let at = format!("spec.sources[{i}]");
+            if !names.insert(s.name.to_ascii_lowercase()) {
+                problems.push(format!("spec.sources: source names must be unique (`{}` repeats)", s.name));
+            }
+            let kinds = [s.kafka.is_some(), s.file.is_some(), s.datagen.is_some()].iter().filter(|x| **x).count();
+            if kinds != 1 {
+                problems.push(format!("{at}: exactly one of kafka, file or datagen must be set"));
+            }
+            if s.schema.columns.is_empty() {
+                problems.push(format!("{at}.schema.columns: at least one column is required"));
+            }
+            let columns: HashSet<&str> = s.schema.columns.iter().map(|c| c.name.as_str()).collect();
+            if columns.len() != s.schema.columns.len() {
+                problems.push(format!("{at}.schema.columns: column names must be unique"));
+            }
+            for k in &s.partition_key {
+                if !columns.contains(k.as_str()) {
+                    problems.push(format!(
+                        "{at}.partitionKey: every partitionKey column must be declared in schema.columns (`{k}` is not)"
+                    ));
+                }
+            }
+            if let Some(et) = &s.event_time
+                && !columns.contains(et.column.as_str())
+            {
+                problems.push(format!(
+                    "{at}.eventTime.column: eventTime.column must be declared in schema.columns (`{}` is not)",
+                    et.column
+                ));
+            }
+            if let Some(d) = &s.datagen
+                && d.partitions < 1
+            {
+                problems.push(format!("{at}.datagen.partitions: must be at least 1"));
+            }
+        }
+        let sinks = [self.sink.kafka.is_some(), self.sink.file.is_some(), self.sink.stdout.is_some()]
+            .iter()
+            .filter(|x| **x)
+            .count();
+        if sinks != 1 {
+            problems.push("spec.sink: exactly one of kafka, file or stdout must be set".to_owned());
+        }
+        if let Some(d) = &self.dead_letter
+            && [d.kafka.is_some(), d.file.is_some()].iter().filter(|x| **x).count() != 1
+        {
+            problems.push("spec.deadLetter: exactly one of kafka or file must be set".to_owned());
+        }
+        if let Err(e) = self.engine.state_memory_limit_bytes() {
+            problems.push(e.to_string());
+        }
+        if problems.is_empty() { Ok(()) } else { Err(CrdsError::invalid("StreamJob", problems.join("; "))) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::StreamJob;
+
+    /// The fixtures the API server rejects (tests/fixtures/invalid) are
+    /// rejected here too, naming the same fields.
+    #[test]
+    fn invalid_fixtures_are_rejected_naming_the_fields() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/invalid");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let job: StreamJob = serde_saphyr::from_str(&text).unwrap();
+            let err = job.spec.validate().unwrap_err().to_string();
+            for expected in text.lines().filter_map(|l| l.strip_prefix("# expect:")) {
+                assert!(err.contains(expected.trim()), "{}: {err} lacks {expected}", path.display());
+            }
+            checked += 1;
+        }
+        assert!(checked >= 2);
+    }
+
+    #[test]
+    fn examples_are_valid() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let job: StreamJob = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            job.spec.validate().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Loading a [`WorkerConfig`].
+//!
+//! * `serve`: built-in defaults → the mounted config file → `SLUICE_*`
+//!   environment variables. A variable names a field path with `__` between
+//!   levels and SCREAMING_SNAKE_CASE for camelCase: `SLUICE_WORKER__HTTP_PORT=9500`
+//!   sets `worker.httpPort`. Values are read as JSON when they parse (numbers,
+//!   booleans), else as strings. Unknown fields are rejected, naming the path.
+//! * `run -f job.yaml`: the StreamJob manifest a user would `kubectl apply`,
+//!   turned into the same document (one worker, local partitions).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use sluice_crds::{JobIdentity, SourcePartitions, SourceSpec, StreamJob, WorkerConfig, WorkerSettings};
+
+use crate::Error;
+
+/// Reads the config file and applies environment overrides.
+pub fn load_layered(path: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<WorkerConfig, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read config {path}"), e))?;
+    let mut doc: Value =
+        serde_saphyr::from_str(&text).map_err(|e| Error::Config(format!("{path}: not valid YAML/JSON: {e}")))?;
+    for (name, value) in env {
+        let Some(rest) = name.strip_prefix("SLUICE_") else { continue };
+        if rest.is_empty() || !rest.contains(|c: char| c.is_ascii_alphabetic()) {
+            continue;
+        }
+        let path: Vec<String> = rest.split("__").map(camel_case).collect();
+        set_path(&mut doc, &path, parse_value(&value)).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+    }
+    serde_json::from_value(doc).map_err(|e| Error::Config(format!("{path} (with SLUICE_* overrides): {e}")))
+}
+
+/// `HTTP_PORT` → `httpPort`.
+fn camel_case(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut upper = false;
+    for c in s.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+fn parse_value(v: &str) -> Value {
+    serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_owned()))
+}
+
+fn set_path(doc: &mut Value, path: &[String], value: Value) -> Result<(), String> {
+    let Some((last, parents)) = path.split_last() else { return Ok(()) };
+    let mut node = doc;
+    for p in parents {
+        if !node.is_object() {
+            return Err(format!("`{p}` is not an object"));
+        }
+        node = node
+            .as_object_mut()
+            .map(|m| m.entry(p.clone()).or_insert_with(|| Value::Object(Map::new())))
+            .ok_or_else(|| format!("`{p}` is not an object"))?;
+    }
+    node.as_object_mut().ok_or_else(|| format!("cannot set `{last}`"))?.insert(last.clone(), value);
+    Ok(())
+}
+
+/// The worker's ordinal: from the config, else the pod name's suffix
+/// (`<job>-<n>`, the StatefulSet convention), else 0 for local runs.
+pub fn ordinal(config: &WorkerConfig, pod_name: Option<&str>) -> Result<i32, Error> {
+    if let Some(o) = config.worker.ordinal {
+        return Ok(o);
+    }
+    match pod_name {
+        Some(name) => name
+            .rsplit_once('-')
+            .and_then(|(_, n)| n.parse().ok())
+            .ok_or_else(|| Error::Config(format!("cannot tell this worker's ordinal from pod name {name:?}"))),
+        None => Ok(0),
+    }
+}
+
+/// Builds the config of a local run from a StreamJob manifest: one worker
+/// with `cores` engine threads, partitions looked up in Kafka for Kafka
+/// sources (simulated for datagen, one for files).
+pub fn from_manifest(text: &str, cores: Option<i32>, settings: WorkerSettings) -> Result<WorkerConfig, Error> {
+    let job: StreamJob =
+        serde_saphyr::from_str(text).map_err(|e| Error::Config(format!("not a valid StreamJob manifest: {e}")))?;
+    job.spec.validate().map_err(|e| Error::Config(e.to_string()))?;
+    let mut spec = job.spec;
+    let available = std::thread::available_parallelism().map(|n| i32::try_from(n.get()).unwrap_or(1)).unwrap_or(1);
+    let cores = cores.unwrap_or_else(|| (spec.workers * spec.cores_per_worker).min(available)).max(1);
+    spec.workers = 1;
+    spec.cores_per_worker = cores;
+    let mut partitions = Vec::with_capacity(spec.sources.len());
+    for s in &spec.sources {
+        partitions.push(SourcePartitions { source: s.name.clone(), partitions: source_partitions(s, &settings)? });
+    }
+    let name = job.metadata.name.unwrap_or_else(|| "local".to_owned());
+    let namespace = job.metadata.namespace.unwrap_or_else(|| "local".to_owned());
+    Ok(WorkerConfig {
+        job: JobIdentity { name, namespace },
+        spec,
+        partitions,
+        assignment_epoch: 0,
+        worker: WorkerSettings { ordinal: Some(0), ..settings },
+    })
+}
+
+/// How many partitions a source has.
+pub fn source_partitions(s: &SourceSpec, settings: &WorkerSettings) -> Result<i32, Error> {
+    match (&s.kafka, &s.file, &s.datagen) {
+        (Some(k), _, _) => {
+            let config = crate::kafka::client_config(
+                &k.bootstrap_servers,
+                &k.properties,
+                k.secret_ref.as_ref(),
+                &settings.secrets_dir,
+            )?;
+            crate::kafka::partition_count(&config, &k.topic, Duration::from_secs(15))
+        }
+        (None, Some(_), _) => Ok(1),
+        (None, None, Some(d)) => Ok(d.partitions),
+        _ => Err(Error::Config(format!("source {} has no kafka, file or datagen", s.name))),
+    }
+}
+
+/// Environment variables, for [`load_layered`].
+pub fn process_env() -> BTreeMap<String, String> {
+    std::env::vars().filter(|(k, _)| k.starts_with("SLUICE_")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+job: { name: demo, namespace: prod }
+partitions: [ { source: t, partitions: 4 } ]
+spec:
+  sql: SELECT a FROM t
+  sources:
+    - name: t
+      kafka: { bootstrapServers: "k:9092", topic: t }
+      schema: { columns: [ { name: a, type: bigint } ] }
+  sink: { kafka: { bootstrapServers: "k:9092", topic: out } }
+  workers: 2
+"#;
+
+    #[test]
+    fn environment_overrides_the_file_and_typos_are_rejected() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("worker.yaml");
+        std::fs::write(&path, CONFIG).unwrap();
+        let path = path.to_str().unwrap();
+        let env = [
+            ("SLUICE_WORKER__HTTP_PORT".to_owned(), "9555".to_owned()),
+            ("SLUICE_SPEC__ENGINE__BATCH_LINGER_MILLIS".to_owned(), "7".to_owned()),
+            ("SLUICE_WORKER__LOG_FORMAT".to_owned(), "json".to_owned()),
+            ("SLUICE_HARNESS".to_owned(), "1".to_owned()),
+        ];
+        let c = load_layered(path, env.into_iter().filter(|(k, _)| k.contains("__"))).unwrap();
+        assert_eq!(c.worker.http_port, 9555);
+        assert_eq!(c.worker.log_format, "json");
+        assert_eq!(c.spec.engine.batch_linger_millis, 7);
+        assert_eq!(c.spec.engine.batch_max_records, 4096, "defaults fill the rest");
+        let err =
+            load_layered(path, [("SLUICE_WORKER__HTTP_PROT".to_owned(), "1".to_owned())]).unwrap_err().to_string();
+        assert!(err.contains("httpProt"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ordinal_comes_from_the_pod_name() {
+        let c: WorkerConfig = serde_saphyr::from_str(CONFIG).unwrap();
+        assert_eq!(ordinal(&c, Some("demo-job-3")).unwrap(), 3);
+        assert!(ordinal(&c, Some("demo")).is_err());
+        assert_eq!(ordinal(&c, None).unwrap(), 0);
+    }
+
+    #[test]
+    fn manifests_become_one_local_worker() {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples/quickstart.yaml"))
+                .unwrap();
+        let c = from_manifest(&text, Some(2), WorkerSettings::default()).unwrap();
+        assert_eq!((c.spec.workers, c.spec.cores_per_worker), (1, 2));
+        assert_eq!(c.partitions, vec![SourcePartitions { source: "trades".into(), partitions: 4 }]);
+        assert_eq!(c.worker.ordinal, Some(0));
+        let err = from_manifest(
+            "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata: {name: x}\nspec: {sql: 1, bogus: 2}",
+            None,
+            WorkerSettings::default(),
+        );
+        assert!(err.unwrap_err().to_string().contains("bogus"));
+    }
+}

@@ -1,0 +1,5 @@
+//! Record bytes → columns.
+
+mod json;
+
+pub use json::{DecodeError, JsonDecoder};

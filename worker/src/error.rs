@@ -1,0 +1,56 @@
+//! The worker crate's one error type.
+//!
+//! Errors are classified where they are created: the user's fault
+//! (`Sql`, `Config`, `StateLimit`) is reported and not retried; external
+//! failures (`Kafka`, `Io`) are retried with backoff by the caller; `Internal`
+//! is a bug, reported as one instead of a panic.
+
+use thiserror::Error as ThisError;
+
+use crate::sql::SqlError;
+
+#[derive(Debug, ThisError)]
+pub enum Error {
+    /// The query is not valid for its sources (with line:column).
+    #[error("{0}")]
+    Sql(#[from] SqlError),
+    /// A configuration or manifest problem, naming the field.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An engine's state outgrew `spec.engine.stateMemoryLimit`.
+    #[error(
+        "state of partition {partition} is {used} bytes, over the limit of {limit} bytes \
+         (spec.engine.stateMemoryLimit); raise the limit or shorten windows"
+    )]
+    StateLimit { partition: i32, used: usize, limit: usize },
+    /// A state checkpoint could not be written or read back.
+    #[error("state checkpoint: {0}")]
+    Checkpoint(String),
+    /// Kafka client failure.
+    #[error("kafka: {context}: {message}")]
+    Kafka { context: String, message: String },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A broken internal invariant: a bug in Sluice.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Self::Io { context: context.into(), source }
+    }
+
+    pub fn kafka(context: impl Into<String>, err: impl std::fmt::Display) -> Self {
+        Self::Kafka { context: context.into(), message: err.to_string() }
+    }
+
+    /// Whether retrying could help (the broker may come back).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Kafka { .. } | Self::Io { .. })
+    }
+}

@@ -1,0 +1,141 @@
+//! Kafka client plumbing shared by sources, sinks and checkpoints: client
+//! configuration (with credentials read from mounted Secrets, never from the
+//! job spec), topic administration, and driving admin futures.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+use sluice_crds::SecretRef;
+
+use crate::Error;
+
+/// Client configuration: bootstrap servers, the user's extra properties, and
+/// every key of the referenced Secret (mounted as files under `secrets_dir`).
+pub fn client_config(
+    bootstrap: &str,
+    properties: &BTreeMap<String, String>,
+    secret: Option<&SecretRef>,
+    secrets_dir: &str,
+) -> Result<ClientConfig, Error> {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap);
+    c.set("client.id", "sluice");
+    for (k, v) in properties {
+        c.set(k, v);
+    }
+    if let Some(secret) = secret {
+        let dir = Path::new(secrets_dir).join(&secret.name);
+        let entries = std::fs::read_dir(&dir).map_err(|e| {
+            Error::Config(format!(
+                "secretRef {}: cannot read {} ({e}); the operator mounts each referenced Secret there",
+                secret.name,
+                dir.display()
+            ))
+        })?;
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Kubernetes Secret volumes contain ..data symlink bookkeeping.
+            if name.starts_with("..") || !entry.path().is_file() {
+                continue;
+            }
+            let value =
+                std::fs::read_to_string(entry.path()).map_err(|e| Error::io(format!("read secret key {name}"), e))?;
+            c.set(name, value.trim_end_matches(['\n', '\r']));
+        }
+    }
+    Ok(c)
+}
+
+/// Sets `key` unless the user's properties already did.
+pub fn set_default(config: &mut ClientConfig, key: &str, value: &str) {
+    if config.get(key).is_none() {
+        config.set(key, value);
+    }
+}
+
+/// Runs a future on the current thread. rdkafka's admin futures are completed
+/// by librdkafka's own threads, so parking until woken is all that is needed.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park_timeout(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Partition count of `topic`, looked up in the cluster's metadata.
+pub fn partition_count(config: &ClientConfig, topic: &str, timeout: Duration) -> Result<i32, Error> {
+    let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create metadata client", e))?;
+    let md = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| Error::kafka(format!("metadata of topic {topic}"), e))?;
+    let t = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| Error::kafka(format!("topic {topic}"), "not in metadata"))?;
+    if let Some(err) = t.error() {
+        return Err(Error::Kafka {
+            context: format!("topic {topic}"),
+            message: format!("{:?}", RDKafkaErrorCode::from(err)),
+        });
+    }
+    i32::try_from(t.partitions().len()).map_err(|_| Error::Internal("partition count".into()))
+}
+
+/// Makes sure `topic` exists with at least `partitions` partitions (creating
+/// or growing it), with the given topic configs.
+pub fn ensure_topic(
+    config: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> Result<(), Error> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| Error::kafka("create admin client", e))?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(-1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    let results = block_on(admin.create_topics([&new], &options))
+        .map_err(|e| Error::kafka(format!("create topic {topic}"), e))?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, code)) => return Err(Error::kafka(format!("create topic {t}"), code)),
+        }
+    }
+    let existing = partition_count(config, topic, Duration::from_secs(10))?;
+    if existing < partitions {
+        let grow = NewPartitions::new(topic, usize::try_from(partitions).unwrap_or(0));
+        let results = block_on(admin.create_partitions([&grow], &options))
+            .map_err(|e| Error::kafka(format!("grow topic {topic}"), e))?;
+        for r in results {
+            if let Err((t, code)) = r
+                && code != RDKafkaErrorCode::InvalidPartitions
+            {
+                return Err(Error::kafka(format!("grow topic {t}"), code));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! `sluice-worker`: runs a Sluice job.
+//!
+//! * `serve --config FILE` — what a worker pod runs (config from the
+//!   operator's ConfigMap, ordinal from the pod name).
+//! * `run -f JOB.yaml [--bounded]` — the whole job in this process, on the
+//!   local cores: the same manifest a user would `kubectl apply`.
+//! * `validate -f JOB.yaml` — check the manifest and its SQL, print the plan.
+//! * `datagen` — produce a seed scenario's records to a Kafka topic.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use sluice_crds::{DatagenScenario, WorkerConfig, WorkerSettings};
+use sluice_worker::config;
+use sluice_worker::metrics::Metrics;
+use sluice_worker::runtime::{Health, RunOptions, run_job};
+
+#[derive(Parser, Debug)]
+#[command(name = "sluice-worker", version, about = "Streaming SQL over Kafka: one pinned engine per core")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run this pod's share of a job (config from the mounted ConfigMap).
+    Serve {
+        #[arg(long, default_value = "/etc/sluice/worker.yaml")]
+        config: String,
+        /// Stop at the end offsets seen at start instead of running forever.
+        #[arg(long)]
+        bounded: bool,
+    },
+    /// Run a StreamJob manifest locally, on this machine's cores.
+    Run {
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// Process what the sources hold now, close every window, exit.
+        #[arg(long)]
+        bounded: bool,
+        /// Engine threads (default: workers × coresPerWorker, at most the local cores).
+        #[arg(long)]
+        cores: Option<i32>,
+        /// Port for /metrics, /healthz, /readyz (0 = any free port).
+        #[arg(long, default_value_t = 0)]
+        http_port: u16,
+        /// Directory holding referenced Secrets (one directory per Secret, one file per key).
+        #[arg(long, default_value = "./secrets")]
+        secrets_dir: String,
+        /// Consumer group for Kafka sources (default sluice.<namespace>.<name>).
+        #[arg(long)]
+        group: Option<String>,
+        /// Do not pin engine threads to cores.
+        #[arg(long)]
+        no_pin: bool,
+    },
+    /// Check a StreamJob manifest and its SQL without running it.
+    Validate {
+        #[arg(short = 'f', long = "file")]
+        file: String,
+    },
+    /// Produce records of a seed scenario to a Kafka topic (tests, benchmarks).
+    Datagen {
+        #[arg(long, value_parser = parse_scenario)]
+        scenario: DatagenScenario,
+        #[arg(long)]
+        records: u64,
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        /// Columns whose values form the record key (the topic's partitioning).
+        #[arg(long, value_delimiter = ',')]
+        key: Vec<String>,
+        /// Records per second (0 = as fast as possible).
+        #[arg(long, default_value_t = 0)]
+        rate: u64,
+        /// Start at this record index.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Record timestamps: `now` (default) or `event` (the record's own event time).
+        #[arg(long, default_value = "now")]
+        timestamps: String,
+    },
+}
+
+fn parse_scenario(s: &str) -> Result<DatagenScenario, String> {
+    match s.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+        "orders" => Ok(DatagenScenario::Orders),
+        "marketdata" => Ok(DatagenScenario::MarketData),
+        "trades" => Ok(DatagenScenario::Trades),
+        _ => Err(format!("unknown scenario {s} (orders, market-data, trades)")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config, bounded } => serve(&config, bounded),
+        Command::Run { file, bounded, cores, http_port, secrets_dir, group, no_pin } => {
+            let settings = WorkerSettings {
+                http_address: "127.0.0.1".into(),
+                http_port,
+                secrets_dir,
+                consumer_group: group,
+                pin_cores: !no_pin,
+                ..WorkerSettings::default()
+            };
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => return fail(&format!("cannot read {file}: {e}")),
+            };
+            let _telemetry = init_telemetry(false, None);
+            match config::from_manifest(&text, cores, settings) {
+                Ok(c) => execute(c, bounded, true),
+                Err(e) => fail(&format!("{file}: {e}")),
+            }
+        }
+        Command::Validate { file } => validate(&file),
+        Command::Datagen { scenario, records, bootstrap, topic, key, rate, start, timestamps } => {
+            let _telemetry = init_telemetry(false, None);
+            match sluice_worker::produce::produce(
+                scenario,
+                start,
+                records,
+                &bootstrap,
+                &topic,
+                &key,
+                rate,
+                timestamps == "event",
+            ) {
+                Ok(summary) => {
+                    eprintln!("{summary}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e.to_string()),
+            }
+        }
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("sluice-worker: error: {message}");
+    ExitCode::FAILURE
+}
+
+fn init_telemetry(json: bool, otlp: Option<&str>) -> Option<sluice_worker::telemetry::Telemetry> {
+    match sluice_worker::telemetry::init(json, otlp, 0.01) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("sluice-worker: telemetry disabled: {e}");
+            None
+        }
+    }
+}
+
+fn serve(path: &str, bounded: bool) -> ExitCode {
+    let config = match config::load_layered(path, config::process_env()) {
+        Ok(c) => c,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let _telemetry = init_telemetry(config.worker.log_format == "json", config.worker.otlp_endpoint.as_deref());
+    execute(config, bounded, false)
+}
+
+fn validate(file: &str) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(&format!("cannot read {file}: {e}")),
+    };
+    let job: sluice_crds::StreamJob = match serde_saphyr::from_str(&text) {
+        Ok(j) => j,
+        Err(e) => return fail(&format!("{file}: not a valid StreamJob: {e}")),
+    };
+    if let Err(e) = job.spec.validate() {
+        return fail(&format!("{file}: {e}"));
+    }
+    match sluice_worker::sql::plan_query(&job.spec.sql, &job.spec.sources) {
+        Ok(plan) => {
+            let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
+            let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
+            println!(
+                "{file}: ok\n  source: {}\n  kind: {}\n  emit: {:?}\n  output: {}\n  key: {}\n  partitioning: {:?}",
+                plan.source.name,
+                match &plan.operator {
+                    sluice_worker::sql::OperatorPlan::Stateless => "stateless",
+                    sluice_worker::sql::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
+                    sluice_worker::sql::OperatorPlan::Aggregate(_) => "aggregation",
+                    sluice_worker::sql::OperatorPlan::Rows(_) => "ROWS window",
+                },
+                plan.emit,
+                outputs.join(", "),
+                if keys.is_empty() { "(none)".to_owned() } else { keys.join(", ") },
+                plan.partitioning
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&format!("{file}: {e}")),
+    }
+}
+
+/// Runs a job with its HTTP endpoint and signal handling; `local` prints
+/// the summary and exits when the job ends, `serve` keeps reporting a
+/// failure (not ready) until terminated rather than crash-looping.
+fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
+    let pod_name = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    let ordinal = match config::ordinal(&config, if local { None } else { pod_name.as_deref() }) {
+        Ok(o) => o,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let metrics = match Metrics::new(&config.job.name, ordinal) {
+        Ok(m) => Arc::new(m),
+        Err(e) => return fail(&e.to_string()),
+    };
+    let health = Arc::new(Health::default());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .thread_name("sluice-http")
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("cannot start the HTTP runtime: {e}")),
+    };
+    let addr = format!("{}:{}", config.worker.http_address, config.worker.http_port);
+    let listener = match runtime.block_on(tokio::net::TcpListener::bind(&addr)) {
+        Ok(l) => l,
+        Err(e) => return fail(&format!("cannot listen on {addr}: {e}")),
+    };
+    let bound: Option<SocketAddr> = listener.local_addr().ok();
+    if let Some(a) = bound {
+        tracing::info!(address = %a, "serving /metrics /healthz /readyz");
+        if local {
+            eprintln!("sluice-worker: metrics at http://{a}/metrics");
+        }
+    }
+    let app = sluice_worker::http::router(Arc::clone(&metrics), Arc::clone(&health));
+    runtime.spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+    // SIGTERM / SIGINT: stop polling, finish the batch, flush, commit.
+    let signal_health = Arc::clone(&health);
+    runtime.spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested: draining");
+        signal_health.shutdown.store(true, Ordering::Release);
+    });
+    let grace = Duration::from_millis(u64::from(config.worker.shutdown_grace_millis));
+    let job_health = Arc::clone(&health);
+    let job_metrics = Arc::clone(&metrics);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let job = std::thread::Builder::new().name("sluice-job".into()).spawn(move || {
+        let _ = done_tx.send(run_job(config, RunOptions { bounded, ordinal }, &job_metrics, &job_health));
+    });
+    if let Err(e) = job {
+        return fail(&format!("cannot start the job: {e}"));
+    }
+    // Wait for the job; after a signal, at most the grace period.
+    let mut deadline: Option<std::time::Instant> = None;
+    let result = loop {
+        match done.recv_timeout(Duration::from_millis(50)) {
+            Ok(r) => break r,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(sluice_worker::Error::Internal("job thread panicked".into()));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if health.stopping() {
+            let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + grace);
+            if std::time::Instant::now() > d {
+                tracing::error!(?grace, "did not drain within the grace period; exiting");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    match result {
+        Ok(summary) => {
+            if local || bounded {
+                eprintln!("sluice-worker: done: {summary}");
+            } else {
+                tracing::info!(%summary, "stopped");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) if local || bounded || health.stopping() => fail(&e.to_string()),
+        Err(e) => {
+            // Keep serving /readyz (not ready, with the reason) until the
+            // operator or a person acts: restarting cannot fix this.
+            tracing::error!(error = %e, "job stopped; reporting not ready until terminated");
+            runtime.block_on(wait_for_signal());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,103 @@
+//! Filling a Kafka topic with a seed scenario's records (for tests and the
+//! end-to-end benchmark). Records are keyed by the given columns, so a topic
+//! filled this way is partitioned like a real keyed topic.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use sluice_crds::DatagenScenario;
+
+use crate::Error;
+use crate::source::{scenario_key, write_record};
+
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceSummary {
+    pub records: u64,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for ProduceSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        #[allow(clippy::cast_precision_loss)]
+        let rate = self.records as f64 / secs;
+        write!(f, "produced {} records in {:.3}s ({:.0} records/s)", self.records, secs, rate)
+    }
+}
+
+/// Event time (epoch ms) of record `i`, for `--timestamps event`.
+fn event_time(scenario: DatagenScenario, i: u64) -> i64 {
+    let i = i64::try_from(i).unwrap_or(i64::MAX);
+    match scenario {
+        DatagenScenario::Orders => crate::runtime::now_ms(),
+        DatagenScenario::MarketData => 1_700_000_000_000 + i * 1000,
+        DatagenScenario::Trades => 1_700_000_000_000 + i * 900,
+    }
+}
+
+/// Produces records `start..start + records` of `scenario` to `topic`.
+#[allow(clippy::too_many_arguments)]
+pub fn produce(
+    scenario: DatagenScenario,
+    start: u64,
+    records: u64,
+    bootstrap: &str,
+    topic: &str,
+    key_columns: &[String],
+    rate: u64,
+    event_timestamps: bool,
+) -> Result<ProduceSummary, Error> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("batch.size", "1000000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("acks", "all")
+        .create()
+        .map_err(|e| Error::kafka("create producer", e))?;
+    let started = Instant::now();
+    let (mut value, mut key, mut part) = (Vec::with_capacity(256), Vec::with_capacity(64), Vec::with_capacity(32));
+    for n in 0..records {
+        let i = start + n;
+        if rate > 0 {
+            #[allow(clippy::cast_precision_loss)]
+            let due = Duration::from_secs_f64(n as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                producer.poll(wait);
+            }
+        }
+        write_record(scenario, i, &mut value);
+        key.clear();
+        for (k, c) in key_columns.iter().enumerate() {
+            if k > 0 {
+                key.push(b'|');
+            }
+            if scenario_key(scenario, c, i, &mut part) {
+                key.extend_from_slice(&part);
+            }
+        }
+        let ts = if event_timestamps { event_time(scenario, i) } else { crate::runtime::now_ms() };
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(&value).timestamp(ts);
+        if !key_columns.is_empty() {
+            record = record.key(&key);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(Error::kafka(format!("produce to {topic}"), e)),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Timeout::After(Duration::from_secs(120))).map_err(|e| Error::kafka(format!("flush {topic}"), e))?;
+    Ok(ProduceSummary { records, elapsed: started.elapsed() })
+}

@@ -1,0 +1,182 @@
+//! Starting a worker's share of a job and waiting for it.
+//!
+//! This worker's partitions come from [`sluice_crds::assign`] — the function
+//! the operator uses for `status.assignment` — applied to its ordinal. Each
+//! core with partitions gets a thread pinned to one CPU. A core that hits a
+//! transient failure (broker unreachable) restarts itself from its last
+//! checkpoint with backoff, without taking the process down; anything else
+//! (bad SQL, state limit, incompatible checkpoint) stops the job with a
+//! reason /readyz and the logs report.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use sluice_crds::{WorkerConfig, assign};
+
+use super::core_loop::{CoreSetup, CoreSummary, run_core};
+use super::health::{CoreStatus, Health};
+use crate::Error;
+use crate::metrics::Metrics;
+use crate::sql::plan_query;
+
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Process to the end offsets captured at start, close all windows, exit.
+    pub bounded: bool,
+    pub ordinal: i32,
+}
+
+/// The one-line account of a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JobSummary {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub dead_lettered: u64,
+    pub late: u64,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for JobSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = self.elapsed.as_secs_f64();
+        #[allow(clippy::cast_precision_loss)]
+        let rate = if secs > 0.0 { self.records_in as f64 / secs } else { 0.0 };
+        write!(
+            f,
+            "records in: {}, out: {}, dead-lettered: {}, late: {}, elapsed: {:.3}s, {:.0} records/s",
+            self.records_in, self.records_out, self.dead_lettered, self.late, secs, rate
+        )
+    }
+}
+
+/// Runs this worker's cores until the sources are exhausted (bounded) or
+/// shutdown is requested; returns what was done.
+pub fn run_job(
+    config: WorkerConfig,
+    options: RunOptions,
+    metrics: &Metrics,
+    health: &Arc<Health>,
+) -> Result<JobSummary, Error> {
+    let started = Instant::now();
+    let plan = Arc::new(plan_query(&config.spec.sql, &config.spec.sources)?);
+    let source = config
+        .spec
+        .source(&plan.source.name)
+        .cloned()
+        .ok_or_else(|| Error::Config(format!("source {} not declared", plan.source.name)))?;
+    let total_partitions = config
+        .partitions
+        .iter()
+        .find(|p| p.source.eq_ignore_ascii_case(&source.name))
+        .map(|p| p.partitions)
+        .ok_or_else(|| Error::Config(format!("no partition count for source {}", source.name)))?;
+    plan.check_partitioning(total_partitions)?;
+    let assignment = assign(&config.partitions, config.spec.workers, config.spec.cores_per_worker);
+    let mine = assignment.worker(options.ordinal).ok_or_else(|| {
+        Error::Config(format!(
+            "this worker's ordinal is {} but the job has {} worker(s)",
+            options.ordinal, config.spec.workers
+        ))
+    })?;
+    let per_core: Vec<Vec<i32>> = mine
+        .cores
+        .iter()
+        .map(|c| {
+            c.partitions
+                .iter()
+                .filter(|s| s.source.eq_ignore_ascii_case(&source.name))
+                .flat_map(|s| s.partitions.iter().copied())
+                .collect()
+        })
+        .collect();
+    health.set_cores(per_core.len());
+    let cpus = if config.worker.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+    let config = Arc::new(config);
+    let mut threads = Vec::new();
+    for (core, partitions) in per_core.into_iter().enumerate() {
+        if partitions.is_empty() {
+            // An idle core is trivially "assigned and consuming".
+            health.set(core, CoreStatus::Running);
+            tracing::warn!(core, "no partitions for this core: it stays idle (more cores than partitions)");
+            continue;
+        }
+        let setup = CoreSetup {
+            core,
+            pin_to: (!cpus.is_empty()).then(|| cpus[core % cpus.len()]),
+            plan: Arc::clone(&plan),
+            config: Arc::clone(&config),
+            source: source.clone(),
+            metrics: metrics.core(core, &partitions),
+            partitions,
+            total_partitions,
+            bounded: options.bounded,
+            health: Arc::clone(health),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("sluice-core-{core}"))
+            .spawn(move || supervise(&setup))
+            .map_err(|e| Error::io("spawn core thread", e))?;
+        threads.push(thread);
+    }
+    let mut summary = CoreSummary::default();
+    let mut first_error = None;
+    for t in threads {
+        match t.join() {
+            Ok(Ok(s)) => summary.add(&s),
+            Ok(Err(e)) => {
+                // Stop the other cores too: the job cannot go on without this one.
+                health.shutdown.store(true, Ordering::Release);
+                first_error.get_or_insert(e);
+            }
+            Err(_) => {
+                health.shutdown.store(true, Ordering::Release);
+                first_error.get_or_insert(Error::Internal("a core thread panicked".into()));
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        health.fail(e.to_string());
+        metrics.failed.set(1);
+        return Err(e);
+    }
+    Ok(JobSummary {
+        records_in: summary.records_in,
+        records_out: summary.records_out,
+        dead_lettered: summary.dead_lettered,
+        late: summary.late,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Runs a core; after a transient failure, starts it again from its last
+/// checkpoint with exponential backoff (Kafka sources only: local sources
+/// would replay from the start).
+fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
+    let restartable = setup.source.kafka.is_some();
+    let mut backoff = Duration::from_secs(1);
+    let mut attempts = 0;
+    loop {
+        match run_core(setup) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if restartable && e.is_transient() && !setup.health.stopping() && (!setup.bounded || attempts < 5) =>
+            {
+                attempts += 1;
+                setup.health.set(setup.core, CoreStatus::Starting);
+                tracing::warn!(core = setup.core, error = %e, retry_in = ?backoff, "core failed; restarting from its last checkpoint");
+                let until = Instant::now() + backoff;
+                while Instant::now() < until && !setup.health.stopping() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+            Err(e) => {
+                setup.health.set(setup.core, CoreStatus::Failed);
+                tracing::error!(core = setup.core, error = %e, "core stopped");
+                return Err(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Running a job: one pinned thread per core, each driving its own
+//! partitions end to end (consume → decode → engine → encode → produce →
+//! checkpoint), plus process-wide health and shutdown signalling.
+
+mod core_loop;
+mod health;
+mod job;
+mod partition;
+mod state_store;
+
+pub use health::{CoreStatus, Health};
+pub use job::{JobSummary, RunOptions, run_job};
+
+/// Wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

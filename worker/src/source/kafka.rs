@@ -1,0 +1,248 @@
+//! A Kafka consumer owned by one core, `assign()`ed to exactly that core's
+//! partitions: no group rebalancing (ownership comes from the deterministic
+//! assignment), no router thread. It is polled directly by its core with
+//! `BaseConsumer::poll` — the rust-rdkafka path that avoids a per-message
+//! async wake-up.
+//!
+//! Offsets are committed to the job's consumer group by the checkpoint,
+//! with the checkpoint's metadata, only after every output derived from them
+//! is acknowledged.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use sluice_crds::StartFrom;
+
+use super::{PollEnd, Record, Source};
+use crate::Error;
+
+/// Consumer lag per slot, from librdkafka's periodic statistics.
+pub struct LagContext {
+    topic: String,
+    partitions: Vec<i32>,
+    lag: Vec<AtomicI64>,
+}
+
+impl ClientContext for LagContext {
+    fn stats(&self, stats: Statistics) {
+        if let Some(t) = stats.topics.get(&self.topic) {
+            for (slot, p) in self.partitions.iter().enumerate() {
+                if let Some(part) = t.partitions.get(p)
+                    && part.consumer_lag >= 0
+                {
+                    self.lag[slot].store(part.consumer_lag, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for LagContext {}
+
+/// Where a partition resumes: the committed offset and checkpoint metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommittedPosition {
+    pub offset: Option<i64>,
+    pub metadata: String,
+}
+
+pub struct KafkaSource {
+    consumer: BaseConsumer<LagContext>,
+    topic: String,
+    partitions: Vec<i32>,
+    slot_of: Vec<Option<usize>>,
+    /// Bounded runs: the high watermark captured at start, per slot.
+    end_offsets: Option<Vec<i64>>,
+    done: Vec<bool>,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource").field("topic", &self.topic).field("partitions", &self.partitions).finish()
+    }
+}
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl KafkaSource {
+    /// Creates the consumer, reads the committed positions of `partitions`
+    /// in `group`, and assigns them (from the committed offset, or per
+    /// `start_from`). For a bounded run the current end offsets are captured.
+    pub fn new(
+        mut config: ClientConfig,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+        start_from: StartFrom,
+        bounded: bool,
+    ) -> Result<(Self, Vec<CommittedPosition>), Error> {
+        config
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set(
+                "auto.offset.reset",
+                match start_from {
+                    StartFrom::Earliest => "earliest",
+                    StartFrom::Latest => "latest",
+                },
+            );
+        for (k, v) in
+            [("statistics.interval.ms", "5000"), ("fetch.wait.max.ms", "100"), ("queued.min.messages", "200000")]
+        {
+            crate::kafka::set_default(&mut config, k, v);
+        }
+        let context = LagContext {
+            topic: topic.to_owned(),
+            partitions: partitions.to_vec(),
+            lag: partitions.iter().map(|_| AtomicI64::new(-1)).collect(),
+        };
+        let consumer: BaseConsumer<LagContext> =
+            config.create_with_context(context).map_err(|e| Error::kafka(format!("create consumer for {topic}"), e))?;
+        let mut tpl = TopicPartitionList::new();
+        for &p in partitions {
+            tpl.add_partition(topic, p);
+        }
+        let committed = consumer
+            .committed_offsets(tpl, METADATA_TIMEOUT)
+            .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
+        let mut positions = Vec::with_capacity(partitions.len());
+        let mut assignment = TopicPartitionList::new();
+        for &p in partitions {
+            let elem = committed.find_partition(topic, p);
+            let (offset, metadata) = match &elem {
+                Some(e) => match e.offset() {
+                    Offset::Offset(o) if o >= 0 => (Some(o), e.metadata().to_owned()),
+                    _ => (None, String::new()),
+                },
+                None => (None, String::new()),
+            };
+            let start = match (offset, start_from) {
+                (Some(o), _) => Offset::Offset(o),
+                (None, StartFrom::Earliest) => Offset::Beginning,
+                (None, StartFrom::Latest) => Offset::End,
+            };
+            assignment.add_partition_offset(topic, p, start).map_err(|e| Error::kafka("assignment", e))?;
+            positions.push(CommittedPosition { offset, metadata });
+        }
+        let mut done = vec![false; partitions.len()];
+        let end_offsets = if bounded {
+            let mut ends = Vec::with_capacity(partitions.len());
+            for (slot, &p) in partitions.iter().enumerate() {
+                let (low, high) = consumer
+                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                    .map_err(|e| Error::kafka(format!("end offset of {topic}/{p}"), e))?;
+                let start = match (positions[slot].offset, start_from) {
+                    (Some(o), _) => o,
+                    (None, StartFrom::Earliest) => low,
+                    (None, StartFrom::Latest) => high,
+                };
+                done[slot] = start >= high;
+                ends.push(high);
+            }
+            Some(ends)
+        } else {
+            None
+        };
+        consumer.assign(&assignment).map_err(|e| Error::kafka(format!("assign {topic} {partitions:?}"), e))?;
+        let max = partitions.iter().copied().max().unwrap_or(0);
+        let mut slot_of = vec![None; usize::try_from(max).unwrap_or(0) + 1];
+        for (slot, &p) in partitions.iter().enumerate() {
+            slot_of[usize::try_from(p).unwrap_or(0)] = Some(slot);
+        }
+        let source =
+            Self { consumer, topic: topic.to_owned(), partitions: partitions.to_vec(), slot_of, end_offsets, done };
+        Ok((source, positions))
+    }
+
+    fn exhausted(&self) -> bool {
+        self.end_offsets.is_some() && self.done.iter().all(|d| *d)
+    }
+}
+
+impl Source for KafkaSource {
+    fn poll(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        f: &mut dyn FnMut(Record<'_>),
+    ) -> Result<(usize, PollEnd), Error> {
+        if self.exhausted() {
+            return Ok((0, PollEnd::Exhausted));
+        }
+        let mut n = 0;
+        let mut wait = timeout;
+        while n < max {
+            let Some(result) = self.consumer.poll(wait) else { break };
+            wait = Duration::ZERO;
+            let message = match result {
+                Ok(m) => m,
+                Err(KafkaError::PartitionEOF(_)) => continue,
+                Err(e) => {
+                    // librdkafka retries connections itself; surface only what is fatal.
+                    if matches!(&e, KafkaError::MessageConsumption(code) if is_fatal(*code)) {
+                        return Err(Error::kafka(format!("consume {}", self.topic), e));
+                    }
+                    tracing::warn!(topic = %self.topic, error = %e, "consumer error (will retry)");
+                    continue;
+                }
+            };
+            let Some(slot) =
+                usize::try_from(message.partition()).ok().and_then(|p| self.slot_of.get(p).copied().flatten())
+            else {
+                continue;
+            };
+            let offset = message.offset();
+            if let Some(ends) = &self.end_offsets {
+                if offset >= ends[slot] {
+                    self.done[slot] = true;
+                    continue;
+                }
+                if offset + 1 >= ends[slot] {
+                    self.done[slot] = true;
+                }
+            }
+            let timestamp_ms = message.timestamp().to_millis().unwrap_or_else(crate::runtime::now_ms);
+            f(Record { slot, offset, timestamp_ms, payload: message.payload().unwrap_or_default() });
+            n += 1;
+            if self.exhausted() {
+                break;
+            }
+        }
+        Ok((n, if self.exhausted() { PollEnd::Exhausted } else { PollEnd::Open }))
+    }
+
+    fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
+        if positions.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (slot, offset, metadata) in positions {
+            let p = self.partitions[*slot];
+            tpl.add_partition_offset(&self.topic, p, Offset::Offset(*offset))
+                .map_err(|e| Error::kafka("commit list", e))?;
+            if let Some(mut e) = tpl.find_partition(&self.topic, p) {
+                e.set_metadata(metadata.clone());
+            }
+        }
+        self.consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topic), e))
+    }
+
+    fn lag(&self, slot: usize) -> Option<i64> {
+        let v = self.consumer.context().lag.get(slot)?.load(Ordering::Relaxed);
+        (v >= 0).then_some(v)
+    }
+}
+
+fn is_fatal(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(code, C::Fatal | C::TopicAuthorizationFailed | C::GroupAuthorizationFailed | C::SaslAuthenticationFailed)
+}

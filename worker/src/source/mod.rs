@@ -1,0 +1,54 @@
+//! Where a core's records come from. Each core owns one source instance for
+//! exactly its partitions: a Kafka consumer `assign()`ed to them, a local
+//! file, or the built-in generator. No source is shared between cores.
+
+mod datagen;
+mod file;
+mod kafka;
+
+pub use datagen::{Datagen, partition_of, scenario_key, write_record};
+pub use file::FileSource;
+pub use kafka::{CommittedPosition, KafkaSource};
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// One record, borrowed from the source until the callback returns.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// Index of the partition in the core's partition list (not the Kafka id).
+    pub slot: usize,
+    pub offset: i64,
+    /// Record timestamp (Kafka CreateTime / LogAppendTime, or generation time).
+    pub timestamp_ms: i64,
+    pub payload: &'a [u8],
+}
+
+/// What a poll ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollEnd {
+    /// More records may come.
+    Open,
+    /// A bounded source has delivered everything it will.
+    Exhausted,
+}
+
+pub trait Source: Send {
+    /// Delivers up to `max` records to `f`, waiting at most `timeout` for the first.
+    fn poll(&mut self, max: usize, timeout: Duration, f: &mut dyn FnMut(Record<'_>))
+    -> Result<(usize, PollEnd), Error>;
+
+    /// Records the next offset to read of each slot (and checkpoint metadata)
+    /// as committed. Sources without commits ignore this.
+    fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
+        let _ = positions;
+        Ok(())
+    }
+
+    /// Consumer lag per slot, when known.
+    fn lag(&self, slot: usize) -> Option<i64> {
+        let _ = slot;
+        None
+    }
+}

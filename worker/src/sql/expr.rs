@@ -1,0 +1,233 @@
+//! Compiled expressions: typed, resolved to column indices, constant-folded.
+//! Evaluation over batches lives in `engine::eval`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{DataType, Scalar};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArithOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+}
+
+impl ArithOp {
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Self::Add => "+",
+            Self::Sub => "-",
+            Self::Mul => "*",
+            Self::Div => "/",
+            Self::Mod => "%",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmpOp {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TrimSide {
+    Both,
+    Leading,
+    Trailing,
+}
+
+/// Parts of a timestamp `EXTRACT` can return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimePart {
+    Year,
+    Quarter,
+    Month,
+    Week,
+    Day,
+    DayOfWeek,
+    DayOfYear,
+    Hour,
+    Minute,
+    Second,
+    Millisecond,
+    Epoch,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ScalarFunc {
+    Upper,
+    Lower,
+    Length,
+    Trim(TrimSide),
+    /// SUBSTRING(s, start [, length]), 1-based, in characters.
+    Substring,
+    Abs,
+    /// ROUND(x [, digits])
+    Round,
+    Floor,
+    Ceil,
+    Extract(TimePart),
+}
+
+/// A `LIKE` pattern compiled once: `%` any run, `_` any one character.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LikePattern {
+    Exact(String),
+    Prefix(String),
+    Suffix(String),
+    Contains(String),
+    /// General case: the pattern split into literal pieces and wildcards.
+    General(Vec<LikeToken>),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum LikeToken {
+    Literal(String),
+    AnyOne,
+    AnyRun,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum PhysExpr {
+    Column {
+        index: usize,
+        data_type: DataType,
+    },
+    Literal {
+        value: Scalar,
+        data_type: DataType,
+    },
+    Cast {
+        expr: Box<PhysExpr>,
+        to: DataType,
+    },
+    /// Operands have the same type, which is also the result type (except
+    /// `Div`, whose operands are cast to double).
+    Arith {
+        op: ArithOp,
+        left: Box<PhysExpr>,
+        right: Box<PhysExpr>,
+        data_type: DataType,
+    },
+    /// Operands have the same type.
+    Compare {
+        op: CmpOp,
+        left: Box<PhysExpr>,
+        right: Box<PhysExpr>,
+    },
+    And(Box<PhysExpr>, Box<PhysExpr>),
+    Or(Box<PhysExpr>, Box<PhysExpr>),
+    Not(Box<PhysExpr>),
+    Negate(Box<PhysExpr>),
+    IsNull {
+        expr: Box<PhysExpr>,
+        negated: bool,
+    },
+    Case {
+        whens: Vec<(PhysExpr, PhysExpr)>,
+        otherwise: Box<PhysExpr>,
+        data_type: DataType,
+    },
+    Like {
+        expr: Box<PhysExpr>,
+        pattern: LikePattern,
+        negated: bool,
+        case_insensitive: bool,
+    },
+    InList {
+        expr: Box<PhysExpr>,
+        list: Vec<Scalar>,
+        negated: bool,
+    },
+    Coalesce {
+        args: Vec<PhysExpr>,
+        data_type: DataType,
+    },
+    /// String concatenation; NULL arguments are skipped (as CONCAT does).
+    Concat(Vec<PhysExpr>),
+    /// `a || b`: NULL if either side is.
+    ConcatOp(Box<PhysExpr>, Box<PhysExpr>),
+    Func {
+        func: ScalarFunc,
+        args: Vec<PhysExpr>,
+        data_type: DataType,
+    },
+}
+
+impl PhysExpr {
+    pub fn data_type(&self) -> DataType {
+        match self {
+            Self::Column { data_type, .. }
+            | Self::Literal { data_type, .. }
+            | Self::Arith { data_type, .. }
+            | Self::Case { data_type, .. }
+            | Self::Coalesce { data_type, .. }
+            | Self::Func { data_type, .. } => *data_type,
+            Self::Cast { to, .. } => *to,
+            Self::Compare { .. }
+            | Self::And(..)
+            | Self::Or(..)
+            | Self::Not(_)
+            | Self::IsNull { .. }
+            | Self::Like { .. }
+            | Self::InList { .. } => DataType::Boolean,
+            Self::Negate(e) => e.data_type(),
+            Self::Concat(_) | Self::ConcatOp(..) => DataType::String,
+        }
+    }
+
+    pub fn literal(value: Scalar) -> Self {
+        let data_type = value.data_type();
+        Self::Literal { value, data_type }
+    }
+
+    pub fn as_column(&self) -> Option<usize> {
+        match self {
+            Self::Column { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+
+    pub fn is_literal(&self) -> bool {
+        matches!(self, Self::Literal { .. })
+    }
+
+    /// Every column index this expression reads.
+    pub fn columns(&self, out: &mut Vec<usize>) {
+        match self {
+            Self::Column { index, .. } => out.push(*index),
+            Self::Literal { .. } => {}
+            Self::Cast { expr, .. }
+            | Self::Not(expr)
+            | Self::Negate(expr)
+            | Self::IsNull { expr, .. }
+            | Self::Like { expr, .. }
+            | Self::InList { expr, .. } => expr.columns(out),
+            Self::Arith { left, right, .. }
+            | Self::Compare { left, right, .. }
+            | Self::And(left, right)
+            | Self::Or(left, right)
+            | Self::ConcatOp(left, right) => {
+                left.columns(out);
+                right.columns(out);
+            }
+            Self::Case { whens, otherwise, .. } => {
+                for (w, t) in whens {
+                    w.columns(out);
+                    t.columns(out);
+                }
+                otherwise.columns(out);
+            }
+            Self::Coalesce { args, .. } | Self::Concat(args) | Self::Func { args, .. } => {
+                args.iter().for_each(|a| a.columns(out));
+            }
+        }
+    }
+}
