@@ -21,6 +21,16 @@ step "installing harness tools in the background (log: $SLUICE_RUN_DIR/install.l
 bash tests/infra/install.sh >"$SLUICE_RUN_DIR/install.log" 2>&1 &
 install_pid=$!
 
+# Golden expectations must be exactly what the independent DuckDB oracle
+# computes (nobody may hand-edit them to match the engine).
+step "golden expectations match the DuckDB oracle"
+venv="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/venv-golden"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import duckdb, yaml' 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r worker/tests/golden/requirements.txt
+fi
+"$venv/bin/python" worker/tests/golden/oracle.py --check
+
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

@@ -6,7 +6,7 @@
 //! column that followed the previous key is tried first), values are parsed
 //! into the column's type, strings are appended to the column's shared
 //! buffer. Nothing is allocated per record. Fields the query does not use are
-//! skipped without being materialised (but required ones must be present).
+//! type-checked but not materialised; undeclared fields are skipped.
 //!
 //! A record that is not a JSON object, lacks a required field, or holds a
 //! value of the wrong type is rejected with a reason naming the field; the
@@ -243,11 +243,10 @@ impl ValueSeed<'_> {
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        match (&self.column, self.data_type) {
-            // Not read by the query: skip it, but a required field must not be null.
-            (None, _) if !self.required => d.deserialize_ignored_any(IgnoredAny).map(|_| ()),
-            _ => d.deserialize_any(self),
-        }
+        // Columns the query does not read are still type-checked (the
+        // visitor stores nothing when `column` is None): a declared column
+        // holding the wrong type makes the record a dead letter either way.
+        d.deserialize_any(self)
     }
 }
 

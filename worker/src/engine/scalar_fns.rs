@@ -128,10 +128,12 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
                             if *d >= 0 {
                                 *x
                             } else {
-                                let p = 10i64.saturating_pow(u32::try_from(-d).unwrap_or(18).min(18));
-                                let r = x.rem_euclid(p);
-                                let down = x - r;
-                                if r * 2 >= p { down.saturating_add(p) } else { down }
+                                // Half away from zero, on the magnitude.
+                                let p = 10i128.pow(u32::try_from(-d).unwrap_or(18).min(18));
+                                let a = i128::from(*x).abs();
+                                let rounded = (a + p / 2) / p * p;
+                                let signed = if *x < 0 { -rounded } else { rounded };
+                                i64::try_from(signed).unwrap_or(if *x < 0 { i64::MIN } else { i64::MAX })
                             }
                         })
                         .collect(),
@@ -399,5 +401,13 @@ mod tests {
         assert_eq!(round_to(2.345, 2), 2.35);
         assert_eq!(round_to(-2.5, 0), -3.0);
         assert_eq!(round_to(1234.5, -2), 1200.0);
+    }
+
+    #[test]
+    fn round_bigint_to_tens_is_symmetric() {
+        let c = Column::ints(DataType::Bigint, vec![15, -15, -5, 14, -14]);
+        let d = Column::ints(DataType::Bigint, vec![-1; 5]);
+        let out = numeric(&ScalarFunc::Round, &c, Some(&d), DataType::Bigint).unwrap();
+        assert_eq!(out.data, ColumnData::Int(vec![20, -20, -10, 10, -10]));
     }
 }

@@ -65,7 +65,8 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
         Expr::IsNull(e) => PhysExpr::IsNull { expr: Box::new(compile(e, scope)?), negated: false },
         Expr::IsNotNull(e) => PhysExpr::IsNull { expr: Box::new(compile(e, scope)?), negated: true },
         Expr::IsTrue(e) | Expr::IsNotTrue(e) | Expr::IsFalse(e) | Expr::IsNotFalse(e) => {
-            let value = matches!(expr, Expr::IsTrue(_) | Expr::IsNotFalse(_));
+            // IS [NOT] TRUE tests against TRUE, IS [NOT] FALSE against FALSE.
+            let value = matches!(expr, Expr::IsTrue(_) | Expr::IsNotTrue(_));
             let negated = matches!(expr, Expr::IsNotTrue(_) | Expr::IsNotFalse(_));
             let b = expect_bool(compile(e, scope)?, e, "IS TRUE / IS FALSE")?;
             // x IS TRUE = COALESCE(x = TRUE, FALSE); negation applies after.
@@ -80,16 +81,29 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
         }
         Expr::InList { expr: inner, list, negated } => {
             let e = compile(inner, scope)?;
-            let mut values = Vec::with_capacity(list.len());
+            let mut items = Vec::with_capacity(list.len());
+            // Compared in the common type of the operand and every item, as `=` would.
+            let mut common = e.data_type();
             for item in list {
                 let v = compile(item, scope)?;
-                let v = coerce_literal_to(v, e.data_type(), item)?;
-                match v {
-                    PhysExpr::Literal { value, .. } => values.push(value),
-                    _ => return Err(SqlError::at_node(item, "IN lists must hold constants")),
+                if !v.is_literal() {
+                    return Err(SqlError::at_node(item, "IN lists must hold constants"));
+                }
+                common = match (common, v.data_type()) {
+                    (DataType::Timestamp, DataType::String) => DataType::Timestamp,
+                    (c, t) => c.common(t).ok_or_else(|| {
+                        SqlError::at_node(item, format!("cannot compare {} with {t} in IN", e.data_type()))
+                    })?,
+                };
+                items.push((v, item));
+            }
+            let mut values = Vec::with_capacity(items.len());
+            for (v, item) in items {
+                if let PhysExpr::Literal { value, .. } = coerce_literal_to(v, common, item)? {
+                    values.push(value);
                 }
             }
-            PhysExpr::InList { expr: Box::new(e), list: values, negated: *negated }
+            PhysExpr::InList { expr: Box::new(cast(e, common)), list: values, negated: *negated }
         }
         Expr::Between { expr: inner, negated, low, high } => {
             let e = compile(inner, scope)?;

@@ -38,24 +38,35 @@ struct Planner<'q> {
 impl<'q> Planner<'q> {
     fn new(parsed: &'q ParsedQuery, sources: &[SourceSpec]) -> Result<Self, SqlError> {
         let q = &parsed.query;
+        let at = |keyword: &str, message: String| match parsed.clause(keyword) {
+            Some(span) => SqlError::at_span(span, message),
+            None => SqlError::unpositioned(message),
+        };
         if q.with.is_some() {
-            return Err(SqlError::unpositioned("WITH (common table expressions) is not supported"));
+            return Err(at("WITH", "WITH (common table expressions) is not supported".into()));
         }
         if let Some(o) = &q.order_by {
-            return Err(SqlError::unpositioned(format!(
-                "ORDER BY is not supported on a stream ({o}): results are emitted as they are computed"
-            )));
+            return Err(at(
+                "ORDER",
+                format!("ORDER BY is not supported on a stream ({o}): results are emitted as they are computed"),
+            ));
         }
         if q.limit_clause.is_some() || q.fetch.is_some() {
-            return Err(SqlError::unpositioned("LIMIT / FETCH are not supported on a stream"));
+            let keyword =
+                ["LIMIT", "OFFSET", "FETCH"].into_iter().find(|k| parsed.clause(k).is_some()).unwrap_or("LIMIT");
+            return Err(at(keyword, "LIMIT / OFFSET / FETCH are not supported on a stream".into()));
         }
         if !q.locks.is_empty() || q.for_clause.is_some() || q.settings.is_some() || q.format_clause.is_some() {
-            return Err(SqlError::unpositioned("unsupported clause after SELECT"));
+            return Err(SqlError::at_node(q.as_ref(), "unsupported clause after SELECT (FOR, SETTINGS, FORMAT)"));
         }
         let select = match q.body.as_ref() {
             SetExpr::Select(s) => s.as_ref(),
             SetExpr::SetOperation { op, .. } => {
-                return Err(SqlError::unpositioned(format!("{op} is not supported: one SELECT per job")));
+                let keyword = ["UNION", "EXCEPT", "INTERSECT"]
+                    .into_iter()
+                    .find(|k| parsed.clause(k).is_some())
+                    .unwrap_or("UNION");
+                return Err(at(keyword, format!("{op} is not supported: one SELECT per job")));
             }
             _ => return Err(SqlError::unpositioned("expected a SELECT ... FROM ... query")),
         };
@@ -77,7 +88,22 @@ impl<'q> Planner<'q> {
             return unsupported("QUALIFY and named windows");
         }
         let (table, alias) = match select.from.as_slice() {
-            [] => return Err(SqlError::at_span(select.select_token.0.span, "a stream query needs FROM <source>")),
+            [] => {
+                // `SELECT a, b *\nFROM t` parses FROM as a column name: say so.
+                let stray_from = select.projection.iter().find_map(|item| match item {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        find_keyword_ident(e, "FROM")
+                    }
+                    _ => None,
+                });
+                return Err(match stray_from {
+                    Some(span) => SqlError::at_span(
+                        span,
+                        "syntax error: FROM is read as a column name here; is an expression missing before it?",
+                    ),
+                    None => SqlError::at_span(select.select_token.0.span, "a stream query needs FROM <source>"),
+                });
+            }
             [t] if t.joins.is_empty() => match &t.relation {
                 TableFactor::Table { name, alias, args: None, .. } => (name, alias),
                 other => {
@@ -141,9 +167,20 @@ impl<'q> Planner<'q> {
         let group_by = match &self.select.group_by {
             GroupByExpr::Expressions(exprs, modifiers) if modifiers.is_empty() => exprs.as_slice(),
             GroupByExpr::Expressions(..) => {
-                return Err(SqlError::unpositioned("GROUP BY ROLLUP / CUBE / GROUPING SETS are not supported"));
+                return Err(match self.parsed.clause("ROLLUP") {
+                    Some(span) => SqlError::at_span(span, "GROUP BY ROLLUP / CUBE / GROUPING SETS are not supported"),
+                    None => SqlError::at_node(
+                        &self.select.group_by,
+                        "GROUP BY ROLLUP / CUBE / GROUPING SETS are not supported",
+                    ),
+                });
             }
-            GroupByExpr::All(_) => return Err(SqlError::unpositioned("GROUP BY ALL is not supported")),
+            GroupByExpr::All(_) => {
+                return Err(SqlError::at_span(
+                    self.select.select_token.0.span,
+                    "GROUP BY ALL is not supported: list the grouping expressions",
+                ));
+            }
         };
         let mut calls = CallKinds::default();
         for item in &self.select.projection {
@@ -528,6 +565,18 @@ struct WindowSpanned(sqlparser::tokenizer::Span);
 impl sqlparser::ast::Spanned for WindowSpanned {
     fn span(&self) -> sqlparser::tokenizer::Span {
         self.0
+    }
+}
+
+/// The span of an unquoted identifier spelled `keyword` inside `e`.
+fn find_keyword_ident(e: &Expr, keyword: &str) -> Option<sqlparser::tokenizer::Span> {
+    match e {
+        Expr::Identifier(id) if id.quote_style.is_none() && id.value.eq_ignore_ascii_case(keyword) => Some(id.span),
+        Expr::BinaryOp { left, right, .. } => {
+            find_keyword_ident(left, keyword).or_else(|| find_keyword_ident(right, keyword))
+        }
+        Expr::UnaryOp { expr, .. } | Expr::Nested(expr) => find_keyword_ident(expr, keyword),
+        _ => None,
     }
 }
 

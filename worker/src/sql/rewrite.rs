@@ -26,6 +26,19 @@ pub struct ParsedQuery {
     pub query: Box<Query>,
     pub window: Option<WindowClause>,
     pub emit: Option<EmitClause>,
+    /// Where top-level clauses the AST keeps no position for begin
+    /// (ORDER, LIMIT, WITH, UNION...), for error messages.
+    pub clauses: Vec<(&'static str, Span)>,
+}
+
+/// Keywords whose clause positions [`ParsedQuery::clauses`] records.
+const POSITIONED: [&str; 9] = ["ORDER", "LIMIT", "OFFSET", "FETCH", "WITH", "UNION", "EXCEPT", "INTERSECT", "ROLLUP"];
+
+impl ParsedQuery {
+    /// Position of the first top-level `keyword`, if present.
+    pub fn clause(&self, keyword: &str) -> Option<Span> {
+        self.clauses.iter().find(|(k, _)| *k == keyword).map(|(_, s)| *s)
+    }
 }
 
 /// A time window declared with a `WINDOW` clause.
@@ -62,6 +75,7 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError::at(e.location, format!("syntax error: {}", e.message)))?;
+    let clauses = top_level_clauses(&tokens);
     let mut rewriter = Rewriter { tokens, window: None, emit: None };
     rewriter.rewrite()?;
     let Rewriter { tokens, window, emit } = rewriter;
@@ -74,12 +88,31 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         return Err(SqlError::unpositioned("expected exactly one SELECT statement"));
     };
     match first {
-        Statement::Query(query) => Ok(ParsedQuery { query, window, emit }),
+        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses }),
         other => Err(SqlError::unpositioned(format!(
             "only SELECT queries can run as stream jobs, found: {}",
             other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
         ))),
     }
+}
+
+fn top_level_clauses(tokens: &[TokenWithSpan]) -> Vec<(&'static str, Span)> {
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    for t in tokens {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth == 0
+            && let Some(k) = POSITIONED.iter().find(|k| word_is(t, k))
+            && !out.iter().any(|(seen, _)| seen == k)
+        {
+            out.push((*k, t.span));
+        }
+    }
+    out
 }
 
 struct Rewriter {

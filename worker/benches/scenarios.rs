@@ -1,0 +1,251 @@
+//! The five seed scenarios on one core: pre-encoded JSON payloads → decode →
+//! engine → encoded JSON results, against the decode-only rate of the same
+//! bytes measured in the same run.
+//!
+//! `cargo bench -p sluice-worker --bench scenarios` (release profile; set
+//! `SLUICE_BENCH_RECORDS` to change the record count, default 2,000,000).
+//! Decode-only and full runs alternate, three rounds each, and the median is
+//! reported, so both see the same machine conditions.
+
+// A benchmark binary: a broken scenario should stop it loudly.
+#![allow(clippy::panic, clippy::cast_precision_loss, clippy::print_stdout)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_crds::{ColumnSpec, ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_worker::decode::JsonDecoder;
+use sluice_worker::encode::{EncodedRows, JsonEncoder};
+use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
+use sluice_worker::source::write_record;
+use sluice_worker::sql::{Plan, plan_query};
+
+/// The seeds' engine on a 2-core machine of this kind (records/s, 100 K records).
+const SEED: [(&str, f64); 6] = [
+    ("S0 pure SELECT", 291_465.0),
+    ("S1 ROWS WINDOW", 24_710.0),
+    ("S2 GROUP BY", 172_710.0),
+    ("S3a TUMBLING + GROUP BY", 130_428.0),
+    ("S3b EMIT CHANGES (per record)", 5_048.0),
+    ("S3b EMIT CHANGES (coalesced)", 5_048.0),
+];
+
+struct Scenario {
+    name: &'static str,
+    data: DatagenScenario,
+    sql: &'static str,
+    emit: EmitChangesMode,
+}
+
+const S2: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+     SUM(quantity) AS total_quantity, SUM(price * quantity) AS total_value FROM market_data GROUP BY trader_id, symbol";
+const S3A: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+     SUM(quantity) AS total_quantity, SUM(price * quantity) AS total_value FROM market_data GROUP BY trader_id, symbol \
+     WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE)";
+const S3B: &str = "SELECT trader_id, symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+     SUM(quantity) AS total_quantity, SUM(price * quantity) AS total_value FROM market_data GROUP BY trader_id, symbol \
+     WINDOW TUMBLING (trade_time, INTERVAL '1' MINUTE) EMIT CHANGES";
+
+fn scenarios() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: SEED[0].0,
+            data: DatagenScenario::Orders,
+            sql: "SELECT order_id, customer_id, order_date, total_amount FROM orders WHERE total_amount > 100",
+            emit: EmitChangesMode::Coalesced,
+        },
+        Scenario {
+            name: SEED[1].0,
+            data: DatagenScenario::MarketData,
+            sql: "SELECT symbol, price, \
+                  AVG(price) OVER (ROWS WINDOW BUFFER 100 ROWS PARTITION BY symbol ORDER BY timestamp) AS moving_avg, \
+                  MIN(price) OVER (ROWS WINDOW BUFFER 100 ROWS PARTITION BY symbol ORDER BY timestamp) AS min_price, \
+                  MAX(price) OVER (ROWS WINDOW BUFFER 100 ROWS PARTITION BY symbol ORDER BY timestamp) AS max_price \
+                  FROM market_data",
+            emit: EmitChangesMode::Coalesced,
+        },
+        Scenario { name: SEED[2].0, data: DatagenScenario::Trades, sql: S2, emit: EmitChangesMode::Coalesced },
+        Scenario { name: SEED[3].0, data: DatagenScenario::Trades, sql: S3A, emit: EmitChangesMode::Coalesced },
+        Scenario { name: SEED[4].0, data: DatagenScenario::Trades, sql: S3B, emit: EmitChangesMode::PerRecord },
+        Scenario { name: SEED[5].0, data: DatagenScenario::Trades, sql: S3B, emit: EmitChangesMode::Coalesced },
+    ]
+}
+
+fn source(data: DatagenScenario) -> SourceSpec {
+    let col = |name: &str, t| ColumnSpec { name: name.into(), type_: t, required: true };
+    let (name, columns, event_time) = match data {
+        DatagenScenario::Orders => (
+            "orders",
+            vec![
+                col("order_id", ColumnType::Bigint),
+                col("customer_id", ColumnType::Bigint),
+                col("order_date", ColumnType::String),
+                col("total_amount", ColumnType::Double),
+            ],
+            None,
+        ),
+        DatagenScenario::MarketData => (
+            "market_data",
+            vec![
+                col("symbol", ColumnType::String),
+                col("price", ColumnType::Double),
+                col("timestamp", ColumnType::Timestamp),
+            ],
+            Some("timestamp"),
+        ),
+        DatagenScenario::Trades => (
+            "market_data",
+            vec![
+                col("trader_id", ColumnType::String),
+                col("symbol", ColumnType::String),
+                col("price", ColumnType::Double),
+                col("quantity", ColumnType::Bigint),
+                col("trade_time", ColumnType::Timestamp),
+            ],
+            Some("trade_time"),
+        ),
+    };
+    SourceSpec {
+        name: name.into(),
+        kafka: None,
+        file: None,
+        datagen: None,
+        format: Default::default(),
+        schema: SchemaSpec { columns },
+        event_time: event_time.map(|c| EventTimeSpec { column: c.into(), watermark_delay_millis: 1000 }),
+        partition_key: Vec::new(),
+    }
+}
+
+/// Payloads back to back, with end offsets.
+struct Payloads {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Payloads {
+    fn generate(data: DatagenScenario, n: u64) -> Self {
+        let mut p = Payloads { bytes: Vec::with_capacity(n as usize * 110), ends: Vec::with_capacity(n as usize) };
+        let mut buf = Vec::new();
+        for i in 0..n {
+            write_record(data, i, &mut buf);
+            p.bytes.extend_from_slice(&buf);
+            p.ends.push(p.bytes.len());
+        }
+        p
+    }
+
+    fn each_batch(&self, batch: usize, mut f: impl FnMut(&[u8], &[usize], usize)) {
+        let mut start = 0;
+        for chunk in self.ends.chunks(batch) {
+            f(&self.bytes, chunk, start);
+            start = *chunk.last().unwrap_or(&start);
+        }
+    }
+}
+
+struct Sink<'a> {
+    encoder: &'a JsonEncoder,
+    out: EncodedRows,
+    rows: u64,
+    bytes: u64,
+}
+
+impl Output for Sink<'_> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+        self.encoder.encode(rows, &mut self.out);
+        self.rows += self.out.len() as u64;
+        self.bytes += self.out.values.len() as u64;
+        black_box(&self.out.values);
+        self.out.clear();
+        Ok(())
+    }
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_worker::Error> {
+        Ok(())
+    }
+}
+
+const BATCH: usize = 4096;
+
+fn decode_only(plan: &Plan, payloads: &Payloads) -> Duration {
+    let mut decoder = JsonDecoder::new(plan);
+    let mut batch = decoder.new_batch(BATCH);
+    let started = Instant::now();
+    payloads.each_batch(BATCH, |bytes, ends, mut start| {
+        for &end in ends {
+            let _ = decoder.decode(&bytes[start..end], &mut batch);
+            start = end;
+        }
+        black_box(&batch);
+        batch.clear();
+    });
+    started.elapsed()
+}
+
+fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Duration, u64) {
+    let mut decoder = JsonDecoder::new(plan);
+    let mut batch = decoder.new_batch(BATCH);
+    let mut engine = Engine::new(Arc::clone(plan), EngineOptions { emit_changes: emit, ..EngineOptions::default() });
+    let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
+    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &keys);
+    let mut sink = Sink { encoder: &encoder, out: EncodedRows::default(), rows: 0, bytes: 0 };
+    let started = Instant::now();
+    payloads.each_batch(BATCH, |bytes, ends, mut start| {
+        for &end in ends {
+            let _ = decoder.decode(&bytes[start..end], &mut batch);
+            start = end;
+        }
+        if let Err(e) = engine.process(&mut batch, &mut sink) {
+            eprintln!("engine error: {e}");
+        }
+        batch.clear();
+    });
+    if let Err(e) = engine.finish(&mut sink) {
+        eprintln!("engine error: {e}");
+    }
+    (started.elapsed(), sink.rows)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` would too, with a filter.
+    let records: u64 = std::env::var("SLUICE_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(2_000_000);
+    let only: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    println!("Sluice engine, one core, {records} records per scenario, batches of {BATCH}, median of 3 rounds\n");
+    println!(
+        "| scenario | records/s | ns/record | decode-only records/s | vs decode-only | vs seeds' engine | output rows |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (s, (_, seed)) in scenarios().iter().zip(SEED) {
+        if only.as_deref().is_some_and(|o| !s.name.to_lowercase().contains(&o.to_lowercase())) {
+            continue;
+        }
+        let plan = Arc::new(plan_query(s.sql, &[source(s.data)]).unwrap_or_else(|e| panic!("{}: {e}", s.name)));
+        let payloads = Payloads::generate(s.data, records);
+        let (mut d, mut f, mut rows) = (Vec::new(), Vec::new(), 0);
+        for _ in 0..3 {
+            d.push(decode_only(&plan, &payloads));
+            let (t, r) = full(&plan, s.emit, &payloads);
+            f.push(t);
+            rows = r;
+        }
+        let (d, f) = (median(d), median(f));
+        let rate = |t: Duration| records as f64 / t.as_secs_f64();
+        println!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0}% | {:.1}× | {} |",
+            s.name,
+            rate(f),
+            f.as_nanos() as f64 / records as f64,
+            rate(d),
+            100.0 * rate(f) / rate(d),
+            rate(f) / seed,
+            rows
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! Golden SQL cases: `tests/golden/cases/*.yaml` hold a query, its source
+//! schema and input records; `tests/golden/expected/*.json` hold the results
+//! computed independently of Sluice by `tests/golden/oracle.py` (DuckDB runs
+//! an equivalent "oracle" query over the same input).
+//!
+//! Every case runs at several batch sizes — results must not depend on where
+//! batches split — and once more with each engine snapshotted and restored
+//! between batches, which must not change anything either.
+
+// Test support code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value as Json;
+use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec};
+use sluice_worker::decode::JsonDecoder;
+use sluice_worker::encode::{EncodedRows, JsonEncoder};
+use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
+use sluice_worker::sql::plan_query;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    description: String,
+    sql: String,
+    #[serde(default)]
+    oracle: Option<String>,
+    #[serde(default)]
+    oracle_late: Option<String>,
+    #[serde(default)]
+    compare: Compare,
+    #[serde(default)]
+    key: Vec<String>,
+    source: Source,
+    #[serde(default)]
+    engine: EngineSettings,
+    #[serde(default)]
+    input: String,
+    #[serde(default)]
+    expect_error: Option<ExpectError>,
+}
+
+#[derive(Debug, Default, Deserialize, PartialEq, Eq, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+enum Compare {
+    /// The output rows, as a multiset.
+    #[default]
+    Rows,
+    /// The last row emitted for each `key` (coalesced EMIT CHANGES, whose
+    /// intermediate rows depend on batching by design).
+    FinalPerKey,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Source {
+    name: String,
+    columns: Vec<ColumnSpec>,
+    #[serde(default)]
+    event_time: Option<EventTimeSpec>,
+    #[serde(default)]
+    partition_key: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EngineSettings {
+    #[serde(default)]
+    emit_changes: EmitChangesMode,
+    #[serde(default)]
+    late_records: LateRecordPolicy,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectError {
+    message: String,
+    #[serde(default)]
+    line: Option<u64>,
+    #[serde(default)]
+    column: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Expected {
+    rows: Vec<Json>,
+    dead_letter: usize,
+    late: usize,
+}
+
+/// What one run of a case produced.
+#[derive(Debug, Default)]
+struct Outcome {
+    rows: Vec<Json>,
+    dead_letter: usize,
+    late: usize,
+}
+
+struct Collect<'a> {
+    encoder: &'a JsonEncoder,
+    encoded: EncodedRows,
+    late: usize,
+}
+
+impl Output for Collect<'_> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+        self.encoder.encode(rows, &mut self.encoded);
+        Ok(())
+    }
+    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_worker::Error> {
+        self.late += rows.len();
+        Ok(())
+    }
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn source_spec(s: &Source) -> SourceSpec {
+    SourceSpec {
+        name: s.name.clone(),
+        kafka: None,
+        file: None,
+        datagen: None,
+        format: Default::default(),
+        schema: SchemaSpec { columns: s.columns.clone() },
+        event_time: s.event_time.clone(),
+        partition_key: s.partition_key.clone(),
+    }
+}
+
+/// Input lines `<partition> <payload>`, grouped by partition in order.
+fn partitions(input: &str) -> Vec<Vec<&str>> {
+    let mut parts: Vec<Vec<&str>> = Vec::new();
+    for line in input.lines().filter(|l| !l.trim().is_empty()) {
+        let (p, payload) = line.split_once(' ').unwrap_or((line, ""));
+        let p: usize = p.parse().unwrap_or_else(|_| panic!("input line must start with a partition number: {line}"));
+        if parts.len() <= p {
+            parts.resize_with(p + 1, Vec::new);
+        }
+        parts[p].push(payload);
+    }
+    parts
+}
+
+fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
+    let source = source_spec(&case.source);
+    let plan = Arc::new(plan_query(&case.sql, &[source]).unwrap_or_else(|e| panic!("plan: {e}")));
+    let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
+    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &keys);
+    let options = EngineOptions {
+        emit_changes: case.engine.emit_changes,
+        late_records: case.engine.late_records,
+        ..EngineOptions::default()
+    };
+    let mut outcome = Outcome::default();
+    for (p, lines) in partitions(&case.input).into_iter().enumerate() {
+        let mut engine = Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
+        let mut decoder = JsonDecoder::new(&plan);
+        let mut batch = decoder.new_batch(batch_size);
+        let mut out = Collect { encoder: &encoder, encoded: EncodedRows::default(), late: 0 };
+        for chunk in lines.chunks(batch_size) {
+            for line in chunk {
+                if decoder.decode(line.as_bytes(), &mut batch).is_err() {
+                    outcome.dead_letter += 1;
+                }
+            }
+            engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
+            batch.clear();
+            if snapshot_between_batches {
+                let state = engine.snapshot().expect("snapshot");
+                engine = Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
+                engine.restore(&state).expect("restore");
+            }
+        }
+        engine.finish(&mut out).expect("finish");
+        outcome.late += out.late;
+        for i in 0..out.encoded.len() {
+            outcome.rows.push(serde_json::from_slice(out.encoded.value(i)).expect("valid JSON output"));
+        }
+    }
+    if case.compare == Compare::FinalPerKey {
+        let mut last: BTreeMap<String, Json> = BTreeMap::new();
+        for row in outcome.rows {
+            let k: Vec<String> = case.key.iter().map(|k| row.get(k).map(Json::to_string).unwrap_or_default()).collect();
+            last.insert(k.join("|"), row);
+        }
+        outcome.rows = last.into_values().collect();
+    }
+    outcome
+}
+
+/// Sort key: the row with floats rounded, so tiny differences sort alike.
+fn sort_key(v: &Json) -> String {
+    match v {
+        Json::Number(n) if n.is_f64() => format!("{:.6e}", n.as_f64().unwrap_or(0.0)),
+        Json::Object(m) => {
+            let mut parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", sort_key(v))).collect();
+            parts.sort();
+            parts.join(",")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn approx_equal(a: &Json, b: &Json) -> bool {
+    match (a, b) {
+        (Json::Number(x), Json::Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap_or(f64::NAN), y.as_f64().unwrap_or(f64::NAN));
+            x == y || (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0)
+        }
+        (Json::Object(x), Json::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| approx_equal(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+fn same_rows(actual: &[Json], expected: &[Json]) -> Result<(), String> {
+    let mut a: Vec<&Json> = actual.iter().collect();
+    let mut e: Vec<&Json> = expected.iter().collect();
+    a.sort_by_key(|v| sort_key(v));
+    e.sort_by_key(|v| sort_key(v));
+    if a.len() != e.len() {
+        return Err(format!("{} rows, expected {}", a.len(), e.len()));
+    }
+    for (x, y) in a.iter().zip(&e) {
+        if !approx_equal(x, y) {
+            return Err(format!("row {x} differs from expected {y}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn golden_cases() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(golden_dir().join("cases"))
+        .expect("tests/golden/cases")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "expected a full set of golden cases, found {}", files.len());
+    let mut failures = Vec::new();
+    for file in &files {
+        let name = file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_owned();
+        let text = std::fs::read_to_string(file).expect("read case");
+        let case: Case = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(!case.description.is_empty(), "{name}: description");
+        if let Some(err) = &case.expect_error {
+            match plan_query(&case.sql, &[source_spec(&case.source)]) {
+                Ok(_) => failures.push(format!("{name}: planned, but expected error {:?}", err.message)),
+                Err(e) => {
+                    let position_ok = err.line.is_none_or(|l| l == e.line) && err.column.is_none_or(|c| c == e.column);
+                    if !e.message.contains(&err.message) || !position_ok {
+                        failures.push(format!("{name}: got error `{e}`, expected {err:?}"));
+                    }
+                }
+            }
+            continue;
+        }
+        assert!(case.oracle.is_some(), "{name}: a case with input needs an oracle query");
+        let _ = &case.oracle_late;
+        let expected_file = golden_dir().join("expected").join(format!("{name}.json"));
+        let expected: Expected = match std::fs::read_to_string(&expected_file) {
+            Ok(t) => serde_json::from_str(&t).unwrap_or_else(|e| panic!("{name}: {e}")),
+            Err(_) => {
+                failures.push(format!("{name}: no expected output; run tests/golden/oracle.py"));
+                continue;
+            }
+        };
+        for (batch_size, snapshot) in [(1, false), (3, false), (1000, false), (3, true)] {
+            let got = run(&case, batch_size, snapshot);
+            let label = format!("{name} (batch {batch_size}{})", if snapshot { ", snapshot/restore" } else { "" });
+            if let Err(e) = same_rows(&got.rows, &expected.rows) {
+                failures.push(format!("{label}: {e}"));
+            }
+            if got.dead_letter != expected.dead_letter {
+                failures.push(format!("{label}: {} dead-lettered, expected {}", got.dead_letter, expected.dead_letter));
+            }
+            if got.late != expected.late {
+                failures.push(format!("{label}: {} late, expected {}", got.late, expected.late));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} golden failure(s):\n{}", failures.len(), failures.join("\n"));
+}

@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Expected results for Sluice's golden SQL cases, computed without Sluice.
+
+Why this exists: a golden test is only worth something when its expected
+output does not come from the code under test. This script reads every case
+in ``cases/*.yaml``, validates and decodes the case's input records itself
+(following docs/sql.md, "Types and JSON" -- it deliberately shares no code
+and no logic with the Rust decoder), loads the valid rows into DuckDB, and
+runs the case's ``oracle`` query -- an ordinary SQL query, written by hand,
+that states what the Sluice query must produce -- to write
+``expected/<case>.json``. The Rust runner (``worker/tests/golden.rs``) then
+checks the engine against those files.
+
+What an oracle query sees: a table ``input`` with the source's declared
+columns (bigint -> BIGINT, double -> DOUBLE, string -> VARCHAR, boolean ->
+BOOLEAN, timestamp -> BIGINT epoch milliseconds), plus
+
+* ``_partition`` (INTEGER): the Kafka partition the record came from;
+* ``_seq`` (BIGINT): 0-based arrival index among the valid records of that
+  partition;
+* ``_watermark`` (BIGINT, only when the source declares eventTime): the
+  partition's watermark just before the record arrived, i.e. the largest
+  event time of the preceding valid records of the partition minus
+  ``watermarkDelayMillis`` (the smallest BIGINT when there is none);
+
+and a macro ``ts_text(ms)`` that renders epoch milliseconds the way Sluice
+writes timestamps (``2024-01-15T09:30:00.000Z``), and ``wrap_bigint(h)``
+that wraps a HUGEINT into bigint range as Sluice's bigint arithmetic does on
+overflow. An optional
+``oracle_late`` query returns one integer: how many records are late.
+
+Usage (deps: duckdb and pyyaml, see requirements.txt):
+
+    python3 -m venv ~/.cache/sluice/venv-golden
+    ~/.cache/sluice/venv-golden/bin/pip install -r worker/tests/golden/requirements.txt
+    ~/.cache/sluice/venv-golden/bin/python worker/tests/golden/oracle.py           # write all expected files
+    ~/.cache/sluice/venv-golden/bin/python worker/tests/golden/oracle.py NAME ...  # only these cases
+    ~/.cache/sluice/venv-golden/bin/python worker/tests/golden/oracle.py --check   # CI: fail if any file is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import re
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "cases"
+EXPECTED = HERE / "expected"
+
+I64_MIN = -(2**63)
+I64_MAX = 2**63 - 1
+
+SQL_TYPES = {
+    "bigint": "BIGINT",
+    "double": "DOUBLE",
+    "string": "VARCHAR",
+    "boolean": "BOOLEAN",
+    "timestamp": "BIGINT",
+}
+
+# ts_text: Sluice's timestamp text (UTC, millisecond precision, literal T and Z).
+# wrap_bigint: a HUGEINT wrapped into bigint range (two's complement), as
+# Sluice's bigint arithmetic wraps on overflow where DuckDB raises an error.
+MACROS = [
+    """CREATE MACRO ts_text(ms) AS
+         strftime(make_timestamp(CAST(ms AS BIGINT) * 1000), '%Y-%m-%dT%H:%M:%S.%g') || 'Z'""",
+    """CREATE MACRO wrap_bigint(h) AS CAST(
+         ((CAST(h AS HUGEINT) + 9223372036854775808) % 18446744073709551616 + 18446744073709551616)
+         % 18446744073709551616 - 9223372036854775808 AS BIGINT)""",
+]
+
+
+class Invalid(Exception):
+    """A record that goes to the dead-letter output."""
+
+
+# ---------------------------------------------------------------------------
+# Decoding (docs/sql.md, "Types and JSON")
+# ---------------------------------------------------------------------------
+
+
+def _reject_duplicates(pairs):
+    obj = {}
+    for k, v in pairs:
+        if k in obj:
+            raise Invalid(f"field {k!r} repeated")
+        obj[k] = v
+    return obj
+
+
+def _reject_constant(name):
+    # Python's json accepts NaN / Infinity / -Infinity; JSON does not.
+    raise Invalid(f"{name} is not JSON")
+
+
+def _integral(v) -> int:
+    """An int, or a float with an integral value, as an int in i64 range."""
+    if isinstance(v, bool):
+        raise Invalid("boolean where a number is expected")
+    if isinstance(v, int):
+        n = v
+    elif isinstance(v, float):
+        if not math.isfinite(v) or v != math.floor(v):
+            raise Invalid(f"{v!r} is not an integer")
+        n = int(v)
+    else:
+        raise Invalid(f"{v!r} is not a number")
+    if not I64_MIN <= n <= I64_MAX:
+        raise Invalid(f"{v!r} is out of range")
+    return n
+
+
+_TS_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})"
+    r"(?:[Tt ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?"
+    r"(Z|z|[+-]\d{2}:\d{2})?$"
+)
+
+
+def parse_timestamp_text(s: str) -> int:
+    """RFC 3339 or `YYYY-MM-DD[ HH:MM[:SS[.fff]]][Z|+-HH:MM]` -> epoch ms (UTC when no offset)."""
+    m = _TS_RE.match(s)
+    if not m:
+        raise Invalid(f"{s!r} is not a timestamp")
+    year, month, day, hh, mm, ss, frac, zone = m.groups()
+    try:
+        t = dt.datetime(
+            int(year), int(month), int(day), int(hh or 0), int(mm or 0), int(ss or 0), tzinfo=dt.timezone.utc
+        )
+    except ValueError as e:
+        raise Invalid(f"{s!r}: {e}") from None
+    ms = int((t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)).total_seconds()) * 1000
+    if frac:
+        ms += int((frac + "00")[:3])  # milliseconds; finer digits are cut
+    if zone and zone not in ("Z", "z"):
+        sign = 1 if zone[0] == "+" else -1
+        zh, zm = int(zone[1:3]), int(zone[4:6])
+        if zh > 23 or zm > 59:
+            raise Invalid(f"{s!r}: bad offset")
+        ms -= sign * (zh * 3600 + zm * 60) * 1000
+    return ms
+
+
+def convert(value, col_type: str):
+    """A JSON value -> the Python value of a column of `col_type` (None for NULL)."""
+    if value is None:
+        return None
+    if col_type == "bigint":
+        return _integral(value)
+    if col_type == "double":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Invalid(f"{value!r} is not a number")
+        f = float(value)
+        if not math.isfinite(f):
+            raise Invalid(f"{value!r} is out of range")
+        return f
+    if col_type == "string":
+        if not isinstance(value, str):
+            raise Invalid(f"{value!r} is not a string")
+        return value
+    if col_type == "boolean":
+        if not isinstance(value, bool):
+            raise Invalid(f"{value!r} is not a boolean")
+        return value
+    if col_type == "timestamp":
+        if isinstance(value, str):
+            return parse_timestamp_text(value)
+        return _integral(value)
+    raise SystemExit(f"unknown column type {col_type!r}")
+
+
+def decode(payload: str, columns, required) -> list:
+    """One record -> a row of column values, or Invalid."""
+    try:
+        obj = json.loads(payload, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    except ValueError as e:
+        raise Invalid(f"malformed JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise Invalid("not a JSON object")
+    row = []
+    for col, req in zip(columns, required):
+        v = convert(obj.get(col["name"]), col["type"])
+        if v is None and req:
+            raise Invalid(f"required column {col['name']!r} is missing or null")
+        row.append(v)
+    return row
+
+
+# ---------------------------------------------------------------------------
+# Running a case
+# ---------------------------------------------------------------------------
+
+
+def partitions(text: str):
+    """`<partition> <payload>` lines -> [(partition, payload)] in input order."""
+    out = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        p, _, payload = line.partition(" ")
+        out.append((int(p), payload))
+    return out
+
+
+def json_value(v):
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, Decimal):
+        return json_value(float(v))
+    raise SystemExit(f"oracle returned a {type(v).__name__} ({v!r}): cast it to a number or a string (ts_text)")
+
+
+def compute(case: dict) -> dict:
+    source = case["source"]
+    columns = source["columns"]
+    for c in columns:
+        if c["type"] not in SQL_TYPES:
+            raise SystemExit(f"unknown column type {c['type']!r}")
+    event_time = source.get("eventTime")
+    required = [bool(c.get("required", False)) for c in columns]
+    et_index = None
+    delay = 0
+    if event_time:
+        names = [c["name"].lower() for c in columns]
+        et_index = names.index(event_time["column"].lower())
+        required[et_index] = True  # the event-time column is always required
+        delay = max(0, int(event_time.get("watermarkDelayMillis", 0)))
+
+    rows = []
+    dead_letter = 0
+    seq: dict[int, int] = {}
+    max_event: dict[int, int] = {}
+    for partition, payload in partitions(case.get("input", "")):
+        try:
+            values = decode(payload, columns, required)
+        except Invalid:
+            dead_letter += 1
+            continue
+        s = seq.get(partition, 0)
+        seq[partition] = s + 1
+        extra = [partition, s]
+        if et_index is not None:
+            before = max_event.get(partition)
+            extra.append(I64_MIN if before is None else before - delay)
+            ts = values[et_index]
+            max_event[partition] = ts if before is None else max(before, ts)
+        rows.append(values + extra)
+
+    con = duckdb.connect(":memory:")
+    con.execute("SET threads = 1")  # deterministic floating-point sums
+    con.execute("SET TimeZone = 'UTC'")
+    for macro in MACROS:
+        con.execute(macro)
+    defs = [f'"{c["name"]}" {SQL_TYPES[c["type"]]}' for c in columns]
+    defs += ["_partition INTEGER", "_seq BIGINT"]
+    if et_index is not None:
+        defs.append("_watermark BIGINT")
+    con.execute(f"CREATE TABLE input ({', '.join(defs)})")
+    if rows:
+        placeholders = ", ".join("?" for _ in defs)
+        con.executemany(f"INSERT INTO input VALUES ({placeholders})", rows)
+
+    cur = con.execute(case["oracle"])
+    names = [d[0] for d in cur.description]
+    out_rows = [{n: json_value(v) for n, v in zip(names, r)} for r in cur.fetchall()]
+    out_rows.sort(key=lambda r: json.dumps(r, sort_keys=True))
+    late = 0
+    if case.get("oracle_late"):
+        result = con.execute(case["oracle_late"]).fetchall()
+        if len(result) != 1 or len(result[0]) != 1:
+            raise SystemExit("oracle_late must return one row with one integer")
+        late = int(result[0][0] or 0)
+    con.close()
+    return {"rows": out_rows, "dead_letter": dead_letter, "late": late}
+
+
+def render(expected: dict) -> str:
+    return json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+
+
+def same(a, b) -> bool:
+    """Equal, with floats compared to 1e-12 (relative), so --check does not
+    depend on the last bit of a DuckDB version's floating-point sums."""
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+            return False
+        return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b), 1.0)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="recompute and fail if any expected file differs")
+    ap.add_argument("cases", nargs="*", help="case names (default: all)")
+    args = ap.parse_args()
+
+    files = sorted(CASES.glob("*.yaml"))
+    if args.cases:
+        wanted = set(args.cases)
+        files = [f for f in files if f.stem in wanted]
+        missing = wanted - {f.stem for f in files}
+        if missing:
+            print(f"no such case: {', '.join(sorted(missing))}", file=sys.stderr)
+            return 2
+    EXPECTED.mkdir(exist_ok=True)
+    problems = []
+    with_oracle = set()
+    for f in files:
+        name = f.stem
+        case = yaml.safe_load(f.read_text(encoding="utf-8"))
+        out = EXPECTED / f"{name}.json"
+        if not case.get("oracle"):
+            if not case.get("expect_error"):
+                problems.append(f"{name}: neither oracle nor expect_error")
+            continue
+        with_oracle.add(name)
+        try:
+            expected = compute(case)
+        except (duckdb.Error, KeyError, ValueError) as e:
+            problems.append(f"{name}: {type(e).__name__}: {e}")
+            continue
+        if args.check:
+            if not out.exists():
+                problems.append(f"{name}: {out.relative_to(HERE)} is missing")
+            elif not same(json.loads(out.read_text(encoding="utf-8")), expected):
+                problems.append(f"{name}: {out.relative_to(HERE)} differs from the oracle's result")
+        else:
+            text = render(expected)
+            if not out.exists() or out.read_text(encoding="utf-8") != text:
+                out.write_text(text, encoding="utf-8")
+                print(f"wrote {out.relative_to(HERE)}")
+    if not args.cases:
+        for stale in sorted(EXPECTED.glob("*.json")):
+            if stale.stem not in with_oracle:
+                problems.append(f"{stale.stem}: {stale.relative_to(HERE)} has no case with an oracle")
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s)" + ("; run oracle.py to regenerate" if args.check else ""), file=sys.stderr)
+        return 1
+    if args.check:
+        print(f"{len(with_oracle)} expected files are up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

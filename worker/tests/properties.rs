@@ -1,0 +1,165 @@
+//! Properties of the engine over random inputs and random batch splits:
+//!
+//! * windowed results (with out-of-order and late records) do not depend on
+//!   where batches split, nor on snapshot/restore between batches;
+//! * coalesced EMIT CHANGES ends in the same final state per key as
+//!   per-record EMIT CHANGES.
+
+// Test support code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use sluice_crds::{ColumnSpec, ColumnType, EmitChangesMode, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_worker::decode::JsonDecoder;
+use sluice_worker::encode::{EncodedRows, JsonEncoder};
+use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
+use sluice_worker::sql::plan_query;
+
+fn source() -> SourceSpec {
+    let col = |name: &str, t| ColumnSpec { name: name.into(), type_: t, required: false };
+    SourceSpec {
+        name: "trades".into(),
+        kafka: None,
+        file: None,
+        datagen: None,
+        format: Default::default(),
+        schema: SchemaSpec {
+            columns: vec![
+                col("trader", ColumnType::String),
+                col("price", ColumnType::Double),
+                col("qty", ColumnType::Bigint),
+                col("ts", ColumnType::Timestamp),
+            ],
+        },
+        event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 2_000 }),
+        partition_key: vec!["trader".into()],
+    }
+}
+
+struct Collect<'a> {
+    encoder: &'a JsonEncoder,
+    out: EncodedRows,
+    late: usize,
+}
+
+impl Output for Collect<'_> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+        self.encoder.encode(rows, &mut self.out);
+        Ok(())
+    }
+    fn late(&mut self, _: &Batch, rows: &[u32]) -> Result<(), sluice_worker::Error> {
+        self.late += rows.len();
+        Ok(())
+    }
+}
+
+/// Runs `records` through one engine, cutting batches at `cuts`, optionally
+/// snapshotting and restoring after every batch. Returns the output rows in
+/// emission order and the number of late records.
+fn run(sql: &str, emit: EmitChangesMode, records: &[String], cuts: &[usize], snapshot: bool) -> (Vec<String>, usize) {
+    let plan = Arc::new(plan_query(sql, &[source()]).unwrap());
+    let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &[]);
+    let options = EngineOptions { emit_changes: emit, ..EngineOptions::default() };
+    let mut engine = Engine::new(Arc::clone(&plan), options.clone());
+    let mut decoder = JsonDecoder::new(&plan);
+    let mut batch = decoder.new_batch(64);
+    let mut out = Collect { encoder: &encoder, out: EncodedRows::default(), late: 0 };
+    let mut start = 0;
+    let mut bounds: Vec<usize> = cuts.iter().copied().filter(|c| *c > 0 && *c < records.len()).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    bounds.push(records.len());
+    for end in bounds {
+        for r in &records[start..end] {
+            decoder.decode(r.as_bytes(), &mut batch).unwrap();
+        }
+        engine.process(&mut batch, &mut out).unwrap();
+        batch.clear();
+        if snapshot {
+            let state = engine.snapshot().unwrap();
+            engine = Engine::new(Arc::clone(&plan), options.clone());
+            engine.restore(&state).unwrap();
+        }
+        start = end;
+    }
+    engine.finish(&mut out).unwrap();
+    let rows = (0..out.out.len()).map(|i| String::from_utf8(out.out.value(i).to_vec()).unwrap()).collect();
+    (rows, out.late)
+}
+
+/// Random trades: a few traders, event times moving forward with jitter
+/// (some records far enough behind to be late).
+fn trades() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec((0u8..4, 1u32..500, 0u32..100, -5_000i64..1_000), 1..300).prop_map(|v| {
+        let mut t = 0i64;
+        v.into_iter()
+            .map(|(trader, price, qty, step)| {
+                t = (t + step.max(-3_000)).max(0);
+                let ts = if step < -4_000 { t - 20_000 } else { t };
+                format!(r#"{{"trader":"T{trader}","price":{price}.5,"qty":{qty},"ts":{}}}"#, ts.max(0))
+            })
+            .collect()
+    })
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// The last row emitted per key (the group columns are the first fields).
+fn final_per_key(rows: &[String], key_fields: &[&str]) -> BTreeMap<String, String> {
+    rows.iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_str(r).unwrap();
+            let key: Vec<String> = key_fields.iter().map(|k| v[k].to_string()).collect();
+            (key.join("|"), r.clone())
+        })
+        .collect()
+}
+
+const TUMBLING: &str = "SELECT trader, window_start, COUNT(*) AS n, SUM(qty) AS qty, MIN(price) AS lo, MAX(price) AS hi \
+     FROM trades GROUP BY trader WINDOW TUMBLING (ts, INTERVAL '5' SECOND)";
+const HOPPING: &str = "SELECT trader, window_start, COUNT(*) AS n, AVG(price) AS avg_price \
+     FROM trades GROUP BY trader WINDOW HOPPING (ts, INTERVAL '6' SECOND, INTERVAL '2' SECOND)";
+const SESSION: &str = "SELECT trader, window_start, window_end, COUNT(*) AS n, SUM(qty) AS qty \
+     FROM trades GROUP BY trader WINDOW SESSION (ts, INTERVAL '3' SECOND)";
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn windows_do_not_depend_on_batch_boundaries(records in trades(), cuts in prop::collection::vec(0usize..300, 0..20)) {
+        for sql in [TUMBLING, HOPPING, SESSION] {
+            let (whole, late_whole) = run(sql, EmitChangesMode::Coalesced, &records, &[], false);
+            let (split, late_split) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, false);
+            let (restored, late_restored) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, true);
+            prop_assert_eq!(sorted(whole.clone()), sorted(split), "{}", sql);
+            prop_assert_eq!(sorted(whole), sorted(restored), "{} with snapshot/restore", sql);
+            prop_assert_eq!(late_whole, late_split);
+            prop_assert_eq!(late_whole, late_restored);
+        }
+    }
+
+    #[test]
+    fn coalesced_changes_end_where_per_record_changes_end(records in trades(), cuts in prop::collection::vec(0usize..300, 0..20)) {
+        let queries = [
+            ("SELECT trader, COUNT(*) AS n, SUM(qty) AS qty, AVG(price) AS p FROM trades GROUP BY trader", vec!["trader"]),
+            (
+                "SELECT trader, window_start, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY trader \
+                 WINDOW TUMBLING (ts, INTERVAL '5' SECOND) EMIT CHANGES",
+                vec!["trader", "window_start"],
+            ),
+        ];
+        for (sql, key) in queries {
+            let (per_record, _) = run(sql, EmitChangesMode::PerRecord, &records, &cuts, false);
+            let (coalesced, _) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, false);
+            prop_assert!(coalesced.len() <= per_record.len());
+            prop_assert_eq!(final_per_key(&per_record, &key), final_per_key(&coalesced, &key), "{}", sql);
+        }
+    }
+}
