@@ -34,8 +34,10 @@ fi
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-step "building tests"
+step "building binaries and tests"
+cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
+export SLUICE_WORKER_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sluice-worker"
 
 step "waiting for harness tools"
 if ! wait "$install_pid"; then

@@ -7,7 +7,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
@@ -22,6 +22,14 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
     pub timestamp_ms: Option<i64>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    /// The value of header `name`, as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
 }
 
 fn config() -> ClientConfig {
@@ -113,7 +121,7 @@ pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
     }
     consumer.assign(&tpl).expect("assign");
     let deadline = Instant::now() + timeout;
-    let mut out = Vec::with_capacity(expected);
+    let mut out = Vec::with_capacity(expected.min(100_000));
     while out.len() < expected && Instant::now() < deadline {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("consume");
@@ -123,6 +131,12 @@ pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
                 timestamp_ms: m.timestamp().to_millis(),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
     }
@@ -131,6 +145,11 @@ pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
 
 /// Committed offsets of `group` on `topic`, per partition.
 pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64> {
+    committed_positions(group, topic, partitions).into_iter().map(|(p, (o, _))| (p, o)).collect()
+}
+
+/// Committed offsets and their commit metadata, per partition.
+pub fn committed_positions(group: &str, topic: &str, partitions: i32) -> HashMap<i32, (i64, String)> {
     let consumer: BaseConsumer = config().set("group.id", group).create().expect("consumer");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
@@ -141,7 +160,7 @@ pub fn committed_offsets(group: &str, topic: &str, partitions: i32) -> HashMap<i
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some((e.partition(), o)),
+            Offset::Offset(o) => Some((e.partition(), (o, e.metadata().to_owned()))),
             _ => None,
         })
         .collect()

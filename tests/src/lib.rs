@@ -8,6 +8,7 @@
 
 pub mod kafka;
 pub mod kube;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

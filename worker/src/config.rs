@@ -16,6 +16,9 @@ use sluice_crds::{JobIdentity, SourcePartitions, SourceSpec, StreamJob, WorkerCo
 
 use crate::Error;
 
+/// Top-level keys of the worker config document.
+const SECTIONS: [&str; 5] = ["job", "spec", "partitions", "assignmentEpoch", "worker"];
+
 /// Reads the config file and applies environment overrides.
 pub fn load_layered(path: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<WorkerConfig, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read config {path}"), e))?;
@@ -23,10 +26,12 @@ pub fn load_layered(path: &str, env: impl IntoIterator<Item = (String, String)>)
         serde_saphyr::from_str(&text).map_err(|e| Error::Config(format!("{path}: not valid YAML/JSON: {e}")))?;
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("SLUICE_") else { continue };
-        if rest.is_empty() || !rest.contains(|c: char| c.is_ascii_alphabetic()) {
+        let path: Vec<String> = rest.split("__").map(camel_case).collect();
+        // Only variables naming a section of the document are overrides;
+        // others (SLUICE_LOG, ...) belong to someone else.
+        if !path.first().is_some_and(|p| SECTIONS.contains(&p.as_str())) {
             continue;
         }
-        let path: Vec<String> = rest.split("__").map(camel_case).collect();
         set_path(&mut doc, &path, parse_value(&value)).map_err(|e| Error::Config(format!("{name}: {e}")))?;
     }
     serde_json::from_value(doc).map_err(|e| Error::Config(format!("{path} (with SLUICE_* overrides): {e}")))
@@ -164,7 +169,7 @@ spec:
             ("SLUICE_WORKER__LOG_FORMAT".to_owned(), "json".to_owned()),
             ("SLUICE_HARNESS".to_owned(), "1".to_owned()),
         ];
-        let c = load_layered(path, env.into_iter().filter(|(k, _)| k.contains("__"))).unwrap();
+        let c = load_layered(path, env).unwrap();
         assert_eq!(c.worker.http_port, 9555);
         assert_eq!(c.worker.log_format, "json");
         assert_eq!(c.spec.engine.batch_linger_millis, 7);

@@ -141,6 +141,7 @@ pub struct Metrics {
     batches: IntCounterVec,
     batch_seconds: HistogramVec,
     consumer_lag: IntGaugeVec,
+    position: IntGaugeVec,
     watermark_lag: GaugeVec,
     late: IntCounterVec,
     dead_letter: IntCounterVec,
@@ -230,6 +231,11 @@ impl Metrics {
                 vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0]
             ),
             consumer_lag: gauge!("sluice_consumer_lag", "Records in the partition not yet consumed", partition_labels),
+            position: gauge!(
+                "sluice_consumer_position",
+                "Next offset this core reads from the partition",
+                partition_labels
+            ),
             watermark_lag,
             late: counter!("sluice_late_records_total", "Records that arrived after their window closed", labels3()),
             dead_letter: counter!(
@@ -297,6 +303,7 @@ impl Metrics {
                     let pl = [l[0], l[1], l[2], p.as_str()];
                     PartitionMetrics {
                         consumer_lag: self.consumer_lag.with_label_values(&pl),
+                        position: self.position.with_label_values(&pl),
                         watermark_lag: self.watermark_lag.with_label_values(&pl),
                     }
                 })
@@ -347,6 +354,7 @@ pub struct CoreMetrics {
 #[derive(Debug, Clone)]
 pub struct PartitionMetrics {
     pub consumer_lag: IntGauge,
+    pub position: IntGauge,
     pub watermark_lag: Gauge,
 }
 

@@ -304,6 +304,9 @@ impl<'a> Core<'a> {
             if let Some(lag) = self.source.lag(slot) {
                 pm.consumer_lag.set(lag);
             }
+            if let Some(next) = p.next_offset {
+                pm.position.set(next);
+            }
             if let Some(w) = p.engine.watermark() {
                 #[allow(clippy::cast_precision_loss)]
                 pm.watermark_lag.set((now - w) as f64 / 1000.0);

@@ -1,0 +1,401 @@
+//! The worker against the real broker: results over several partitions and
+//! cores, exclusive partition ownership, at-least-once delivery across a
+//! `kill -9`, dead letters, and draining on SIGTERM.
+//!
+//! Expected results are computed here, in plain Rust over the records the
+//! test produces — never taken from Sluice's own output.
+
+// Test code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use sluice_crds::{JobIdentity, SourcePartitions, StreamJob, WorkerConfig, WorkerSettings, assign};
+use sluice_e2e::kafka::{self, Record};
+use sluice_e2e::worker::{Worker, metric_values, write_temp};
+use sluice_e2e::{harness, unique_name};
+
+/// A trade of the test's own data set; record `i` is a pure function of `i`.
+#[derive(Debug, Clone, Copy)]
+struct Trade {
+    trader: u64,
+    symbol: u64,
+    price: f64,
+    qty: i64,
+    ts: i64,
+}
+
+fn trade(i: u64) -> Trade {
+    Trade {
+        trader: i % 8,
+        symbol: i % 5,
+        price: 10.0 + (i % 13) as f64 * 0.5,
+        qty: 1 + (i % 7) as i64,
+        ts: 1_700_000_000_000 + i as i64 * 100,
+    }
+}
+
+fn trade_json(t: &Trade) -> String {
+    format!(
+        r#"{{"trader":"T{}","symbol":"S{}","price":{},"qty":{},"ts":{}}}"#,
+        t.trader, t.symbol, t.price, t.qty, t.ts
+    )
+}
+
+/// Produces trades `range` to `topic`, keyed by trader, partition trader mod `partitions`.
+fn produce_trades(topic: &str, range: std::ops::Range<u64>, partitions: u64) {
+    let values: Vec<(String, String, i32)> = range
+        .map(|i| {
+            let t = trade(i);
+            (format!("T{}", t.trader), trade_json(&t), i32::try_from(t.trader % partitions).unwrap())
+        })
+        .collect();
+    let records: Vec<_> = values.iter().map(|(k, v, p)| (Some(k.as_bytes()), v.as_bytes(), Some(*p))).collect();
+    kafka::produce(topic, &records);
+}
+
+fn manifest(name: &str, sql: &str, topic: &str, out: &str, extra: &str) -> String {
+    let bootstrap = &harness().bootstrap;
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    {sql}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      schema:
+        columns:
+          - {{ name: trader, type: string, required: true }}
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: price, type: double, required: true }}
+          - {{ name: qty, type: bigint, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 1000 }}
+      partitionKey: [trader]
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  engine:
+    checkpointIntervalMillis: 200
+{extra}"#
+    )
+}
+
+/// The worker config a pod of this job would get (what the operator writes).
+fn worker_config(manifest: &str, partitions: i32, workers: i32, cores: i32, ordinal: i32, group: &str) -> WorkerConfig {
+    let job: StreamJob = serde_saphyr::from_str(manifest).unwrap();
+    let mut spec = job.spec;
+    spec.workers = workers;
+    spec.cores_per_worker = cores;
+    WorkerConfig {
+        job: JobIdentity { name: job.metadata.name.unwrap(), namespace: "test".into() },
+        spec,
+        partitions: vec![SourcePartitions { source: "trades".into(), partitions }],
+        assignment_epoch: 1,
+        worker: WorkerSettings {
+            ordinal: Some(ordinal),
+            http_address: "127.0.0.1".into(),
+            consumer_group: Some(group.to_owned()),
+            ..WorkerSettings::default()
+        },
+    }
+}
+
+fn config_file(c: &WorkerConfig) -> std::path::PathBuf {
+    write_temp("worker.yaml", &c.to_yaml().unwrap())
+}
+
+/// The last record per key (the worker keys results by the GROUP BY key).
+fn final_per_key(records: &[Record]) -> BTreeMap<String, serde_json::Value> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        let key = String::from_utf8(r.key.clone().unwrap_or_default()).unwrap();
+        out.insert(key, serde_json::from_slice(&r.value).unwrap());
+    }
+    out
+}
+
+/// Count, quantity and value per (trader, symbol), computed independently.
+fn expected_totals(range: std::ops::Range<u64>) -> BTreeMap<(String, String), (i64, i64, f64)> {
+    let mut m: BTreeMap<(String, String), (i64, i64, f64)> = BTreeMap::new();
+    for i in range {
+        let t = trade(i);
+        let e = m.entry((format!("T{}", t.trader), format!("S{}", t.symbol))).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+        e.2 += t.price * t.qty as f64;
+    }
+    m
+}
+
+fn assert_totals(got: &BTreeMap<String, serde_json::Value>, expected: &BTreeMap<(String, String), (i64, i64, f64)>) {
+    let got: BTreeMap<(String, String), (i64, i64, f64)> = got
+        .values()
+        .map(|v| {
+            (
+                (v["trader"].as_str().unwrap().to_owned(), v["symbol"].as_str().unwrap().to_owned()),
+                (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap(), v["value"].as_f64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), expected.len(), "groups");
+    for (k, (n, q, value)) in expected {
+        let (gn, gq, gv) = got.get(k).unwrap_or_else(|| panic!("no result for {k:?}"));
+        assert_eq!((gn, gq), (n, q), "count and quantity of {k:?}");
+        assert!((gv - value).abs() < 1e-6 * value.abs().max(1.0), "value of {k:?}: {gv} vs {value}");
+    }
+}
+
+const GROUP_BY: &str = "SELECT trader, symbol, COUNT(*) AS n, SUM(qty) AS qty, SUM(price * qty) AS value FROM trades GROUP BY trader, symbol";
+
+/// Polls the sink until `done(records)` or the timeout.
+fn wait_for_output(topic: &str, timeout: Duration, done: impl Fn(&[Record]) -> bool) -> Vec<Record> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let records = kafka::consume(topic, usize::MAX, Duration::from_secs(2));
+        if done(&records) || Instant::now() > deadline {
+            return records;
+        }
+    }
+}
+
+#[test]
+fn group_by_over_four_partitions_and_two_cores_matches_independent_totals() {
+    let (topic, out) = (unique_name("trades"), unique_name("totals"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 2);
+    produce_trades(&topic, 0..20_000, 4);
+    let m = write_temp("job.yaml", &manifest(&unique_name("gb"), GROUP_BY, &topic, &out, ""));
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    let status = w.wait(Duration::from_secs(120));
+    assert!(status.success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("records in: 20000"), "{}", w.log());
+    let results = kafka::consume(&out, usize::MAX, Duration::from_secs(5));
+    assert_totals(&final_per_key(&results), &expected_totals(0..20_000));
+}
+
+#[test]
+fn tumbling_windows_over_partitions_match_independent_results() {
+    let (topic, out) = (unique_name("trades"), unique_name("minutes"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 1);
+    produce_trades(&topic, 0..6_000, 4);
+    let sql = "SELECT trader, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n, SUM(qty) AS qty FROM trades \
+               GROUP BY trader WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)";
+    let m = write_temp("job.yaml", &manifest(&unique_name("tw"), sql, &topic, &out, ""));
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
+    let mut expected: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for i in 0..6_000 {
+        let t = trade(i);
+        let e = expected.entry((format!("T{}", t.trader), t.ts - t.ts.rem_euclid(60_000))).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+    }
+    let results = kafka::consume(&out, usize::MAX, Duration::from_secs(5));
+    assert_eq!(results.len(), expected.len(), "one final row per trader and minute");
+    for r in &results {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        let want = expected[&(v["trader"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap())];
+        assert_eq!((v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()), want, "{v}");
+    }
+}
+
+#[test]
+fn every_partition_is_read_by_exactly_one_core_of_one_worker() {
+    let (topic, out) = (unique_name("trades"), unique_name("totals"));
+    kafka::create_topic(&topic, 8);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("own"), GROUP_BY, &topic, &out, "");
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|ordinal| {
+            let cfg = config_file(&worker_config(&m, 8, 2, 2, ordinal, &group));
+            Worker::serve(&cfg, &[])
+        })
+        .collect();
+    for w in &mut workers {
+        w.wait_ready(Duration::from_secs(60));
+    }
+    produce_trades(&topic, 0..8_000, 8);
+    // Wait until both workers together have read everything.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let scraped: Vec<String> = loop {
+        let scraped: Vec<String> =
+            workers.iter().map(|w| w.get("/metrics").map(|(_, b)| b).unwrap_or_default()).collect();
+        let read: f64 = scraped.iter().flat_map(|t| metric_values(t, "sluice_records_in_total")).map(|(_, v)| v).sum();
+        if read >= 8_000.0 || Instant::now() > deadline {
+            assert_eq!(read, 8_000.0, "every record read exactly once across workers and cores");
+            break scraped;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Which (worker, core) reports each partition, against the shared assignment function.
+    let mut owners: BTreeMap<i32, Vec<(i32, i32)>> = BTreeMap::new();
+    for (ordinal, text) in scraped.iter().enumerate() {
+        for (labels, value) in metric_values(text, "sluice_consumer_position") {
+            let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.parse::<i32>().unwrap()).unwrap();
+            assert_eq!(value, 1_000.0, "partition {} fully read", get("partition"));
+            owners.entry(get("partition")).or_default().push((i32::try_from(ordinal).unwrap(), get("core")));
+        }
+    }
+    let assignment = assign(&[SourcePartitions { source: "trades".into(), partitions: 8 }], 2, 2);
+    for p in 0..8 {
+        let o = owners.get(&p).cloned().unwrap_or_default();
+        assert_eq!(o.len(), 1, "partition {p} read by {o:?}");
+        let expected: Vec<(i32, i32)> = assignment
+            .workers
+            .iter()
+            .flat_map(|w| w.cores.iter().map(move |c| (w.worker, c)))
+            .filter(|(_, c)| c.partitions[0].partitions.contains(&p))
+            .map(|(w, c)| (w, c.core))
+            .collect();
+        assert_eq!(o, expected, "partition {p} owner matches assign()");
+    }
+    let owned: BTreeSet<i32> = owners.keys().copied().collect();
+    assert_eq!(owned, (0..8).collect(), "every partition has an owner");
+    for w in &workers {
+        w.signal("TERM");
+    }
+    for w in &mut workers {
+        assert!(w.wait(Duration::from_secs(30)).success(), "{}", w.log());
+    }
+}
+
+#[test]
+fn kill_dash_nine_then_restart_loses_nothing_and_counts_nothing_twice() {
+    let (topic, out) = (unique_name("trades"), unique_name("totals"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("k9"), GROUP_BY, &topic, &out, "");
+    let cfg = config_file(&worker_config(&m, 4, 1, 2, 0, &group));
+    let mut first = Worker::serve(&cfg, &[]);
+    first.wait_ready(Duration::from_secs(60));
+    // Records keep arriving while the worker is killed.
+    let producer = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..20u64 {
+                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    // Kill it mid-run, once it has checkpointed at least once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kafka::committed_positions(&group, &topic, 4).values().all(|(o, _)| *o == 0) {
+        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", first.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+    first.signal("KILL");
+    let _ = first.wait(Duration::from_secs(10));
+    // The killed worker had checkpointed: offsets with a pointer to saved state.
+    let committed = kafka::committed_positions(&group, &topic, 4);
+    for (p, (offset, metadata)) in committed.iter().filter(|(_, (o, _))| *o > 0) {
+        assert!(
+            metadata.starts_with("sluice:v1:"),
+            "partition {p}: offset {offset} committed without state: {metadata:?}"
+        );
+    }
+    let mut second = Worker::serve(&cfg, &[]);
+    producer.join().unwrap();
+    second.wait_ready(Duration::from_secs(60));
+    let expected = expected_totals(0..20_000);
+    let total: i64 = expected.values().map(|e| e.0).sum();
+    let results = wait_for_output(&out, Duration::from_secs(90), |r| {
+        final_per_key(r).values().map(|v| v["n"].as_i64().unwrap_or(0)).sum::<i64>() == total
+    });
+    // State was restored from the last checkpoint and the input replayed
+    // from its offsets: final totals are exact, not merely at least.
+    assert_totals(&final_per_key(&results), &expected);
+    assert!(
+        second.log().contains("restored state"),
+        "the restarted worker restored checkpointed state:\n{}",
+        second.log()
+    );
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn malformed_records_go_to_the_dead_letter_topic_with_reason_and_good_ones_flow() {
+    let (topic, out, dlq) = (unique_name("trades"), unique_name("out"), unique_name("dlq"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    let good: Vec<String> = (0..10).map(|i| trade_json(&trade(i))).collect();
+    let bad: Vec<(&str, &str)> = vec![
+        ("this is not json", "malformed JSON"),
+        (r#"{"trader":"T1","symbol":"S1","price":"cheap","qty":1,"ts":1}"#, "field `price`: expected double"),
+        (r#"{"trader":"T1","symbol":"S1","price":1.0,"ts":1}"#, "missing required field `qty`"),
+    ];
+    let mut records: Vec<kafka::Outgoing<'_>> = Vec::new();
+    for (i, g) in good.iter().enumerate() {
+        records.push((None, g.as_bytes(), Some(i32::try_from(i % 2).unwrap())));
+        if let Some((b, _)) = bad.get(i) {
+            records.push((None, b.as_bytes(), Some(i32::try_from(i % 2).unwrap())));
+        }
+    }
+    kafka::produce(&topic, &records);
+    let bootstrap = &harness().bootstrap;
+    let extra = format!("  deadLetter:\n    kafka: {{ bootstrapServers: \"{bootstrap}\", topic: {dlq} }}\n");
+    let m = write_temp(
+        "job.yaml",
+        &manifest(&unique_name("dl"), "SELECT trader, qty FROM trades WHERE qty > 0", &topic, &out, &extra),
+    );
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
+    assert!(w.log().contains("dead-lettered: 3"), "{}", w.log());
+    assert_eq!(kafka::consume(&out, 10, Duration::from_secs(20)).len(), 10, "all good records processed");
+    let letters = kafka::consume(&dlq, 3, Duration::from_secs(20));
+    assert_eq!(letters.len(), 3);
+    for (payload, reason) in &bad {
+        let l = letters
+            .iter()
+            .find(|l| l.value == payload.as_bytes())
+            .unwrap_or_else(|| panic!("{payload} not dead-lettered"));
+        let got = l.header("sluice.error.reason").unwrap_or_default();
+        assert!(got.contains(reason), "reason {got:?} should mention {reason:?}");
+        assert_eq!(l.header("sluice.source.topic").as_deref(), Some(topic.as_str()));
+        assert!(l.header("sluice.source.partition").is_some() && l.header("sluice.source.offset").is_some());
+    }
+}
+
+#[test]
+fn sigterm_drains_and_commits_and_a_restart_resumes_from_the_committed_offsets() {
+    let (topic, out) = (unique_name("trades"), unique_name("out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("st"), "SELECT trader, qty, ts FROM trades", &topic, &out, "");
+    let cfg = config_file(&worker_config(&m, 2, 1, 2, 0, &group));
+    let mut first = Worker::serve(&cfg, &[]);
+    first.wait_ready(Duration::from_secs(60));
+    produce_trades(&topic, 0..3_000, 2);
+    let seen = wait_for_output(&out, Duration::from_secs(60), |r| r.len() >= 3_000);
+    assert_eq!(seen.len(), 3_000);
+    first.signal("TERM");
+    let status = first.wait(Duration::from_secs(30));
+    assert!(status.success(), "drained and exited cleanly: {status}\n{}", first.log());
+    let committed = kafka::committed_offsets(&group, &topic, 2);
+    assert_eq!(committed.values().sum::<i64>(), 3_000, "offsets committed on shutdown: {committed:?}");
+    produce_trades(&topic, 3_000..5_000, 2);
+    let mut second = Worker::serve(&cfg, &[]);
+    second.wait_ready(Duration::from_secs(60));
+    let after = wait_for_output(&out, Duration::from_secs(60), |r| r.len() >= 5_000);
+    std::thread::sleep(Duration::from_secs(1));
+    let after = if after.len() == 5_000 { kafka::consume(&out, usize::MAX, Duration::from_secs(3)) } else { after };
+    assert_eq!(
+        after.len(),
+        5_000,
+        "the restart resumed where the first run committed: nothing replayed, nothing skipped"
+    );
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success());
+}
