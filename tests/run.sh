@@ -38,6 +38,7 @@ step "building binaries and tests"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked --no-run
 export SLUICE_WORKER_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sluice-worker"
+export SLUICE_OPERATOR_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/sluice-operator"
 
 step "waiting for harness tools"
 if ! wait "$install_pid"; then

@@ -41,12 +41,15 @@ pub mod condition_types {
     pub const READY: &str = "Ready";
     pub const PROGRESSING: &str = "Progressing";
     pub const DEGRADED: &str = "Degraded";
+    /// True when some engine threads own no partition (partitions < workers × cores).
+    pub const CORES_IDLE: &str = "CoresIdle";
 }
 
 /// Stable CamelCase reasons for conditions and events.
 pub mod reasons {
     pub const INVALID_SQL: &str = "InvalidSql";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PARTITION_KEY_MISMATCH: &str = "PartitionKeyMismatch";
     pub const TOPIC_NOT_FOUND: &str = "TopicNotFound";
     pub const BROKER_UNREACHABLE: &str = "BrokerUnreachable";
     pub const STARTING: &str = "WorkersStarting";
@@ -54,6 +57,8 @@ pub mod reasons {
     pub const RESCALING: &str = "Rescaling";
     pub const SUSPENDED: &str = "Suspended";
     pub const IDLE_CORES: &str = "IdleCores";
+    pub const ALL_CORES_BUSY: &str = "AllCoresBusy";
+    pub const DRAINING: &str = "Draining";
     pub const WORKERS_NOT_READY: &str = "WorkersNotReady";
     pub const RECONCILED: &str = "Reconciled";
     pub const AS_EXPECTED: &str = "AsExpected";

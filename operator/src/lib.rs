@@ -1,1 +1,23 @@
-//! The Sluice operator. Reconciliation of StreamJobs lands with its issue.
+//! The Sluice operator: reconciles each StreamJob into a ConfigMap (the
+//! worker config), a headless Service, a PodDisruptionBudget and a
+//! StatefulSet of workers, after validating its SQL with the worker's own
+//! planner, and reports honest status.
+//!
+//! Control path: [`reconcile`] → [`validate`] → [`partitions`] →
+//! [`desired`] → [`rescale`] → [`render`] (server-side apply) → [`status`].
+
+pub mod controller;
+pub mod desired;
+mod error;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod names;
+pub mod partitions;
+pub mod reconcile;
+pub mod render;
+pub mod rescale;
+pub mod status;
+pub mod validate;
+
+pub use error::Error;

@@ -161,7 +161,10 @@ start_controller_manager() {
     --kubeconfig="$KUBECONFIG_FILE" --bind-address=127.0.0.1 --leader-elect=false \
     --service-account-private-key-file="$PKI_DIR/sa.key" --root-ca-file="$PKI_DIR/ca.crt" \
     --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key" \
-    --use-service-account-credentials=false
+    --use-service-account-credentials=false \
+    --controllers='*,-podgc,-nodelifecycle'
+  # Tests play the kubelet and bind pods to a node object-less "fake node";
+  # pod GC and node lifecycle would evict those pods, so they are off.
   # It creates the `default` ServiceAccount; without it Pod creation fails.
   wait_until "default ServiceAccount" 60 kubectl --kubeconfig "$KUBECONFIG_FILE" -n default get serviceaccount default
 }

@@ -8,6 +8,8 @@
 
 pub mod kafka;
 pub mod kube;
+pub mod kubelet;
+pub mod operator;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

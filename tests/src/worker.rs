@@ -73,6 +73,16 @@ impl Worker {
         Self::spawn(cmd, port)
     }
 
+    /// Runs any prepared command (the fake kubelet's containers).
+    pub fn from_command(cmd: Command, http_port: u16) -> Self {
+        Self::spawn(cmd, http_port)
+    }
+
+    /// Whether the process has exited (and how), without waiting.
+    pub fn try_exit(&mut self) -> Option<bool> {
+        self.child.try_wait().ok().flatten().map(|s| s.success())
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -1,0 +1,142 @@
+//! `sluice-operator`: reconciles StreamJobs into running Sluice workers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client};
+use sluice_operator::controller;
+use sluice_operator::desired::OperatorSettings;
+use sluice_operator::leader::LeaderElector;
+use sluice_operator::metrics::Metrics;
+use sluice_operator::reconcile::Context;
+
+#[derive(Parser, Debug)]
+#[command(name = "sluice-operator", version, about = "Reconciles Sluice StreamJobs into workers")]
+struct Args {
+    /// Namespaces to watch (repeat, or comma-separate); all when empty.
+    #[arg(long = "namespace", env = "SLUICE_WATCH_NAMESPACES", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Worker image for jobs that do not set spec.image.
+    #[arg(long, env = "SLUICE_WORKER_IMAGE", default_value = "ghcr.io/sluice-dev/sluice:0.1.0")]
+    worker_image: String,
+    #[arg(long, default_value = "0.0.0.0")]
+    http_address: String,
+    /// Port of /metrics, /healthz, /readyz.
+    #[arg(long, default_value_t = 8080)]
+    http_port: u16,
+    /// Elect a leader with a Lease so several replicas can run.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_election: bool,
+    #[arg(long, default_value = "sluice-operator")]
+    lease_name: String,
+    /// Namespace of the Lease (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// Seconds allowed to read topic metadata from Kafka.
+    #[arg(long, default_value_t = 10)]
+    kafka_timeout_seconds: u64,
+    /// Log format of the workers: json or text.
+    #[arg(long, default_value = "json")]
+    worker_log_format: String,
+    /// OTLP/HTTP endpoint the workers export traces to.
+    #[arg(long, env = "SLUICE_WORKER_OTLP_ENDPOINT")]
+    worker_otlp_endpoint: Option<String>,
+    /// Log format of the operator: json or text.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,rdkafka=warn"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        fmt.json().init()
+    } else {
+        fmt.init()
+    }
+
+    let client = Client::try_default().await?;
+    let metrics = Metrics::new()?;
+    let listener = tokio::net::TcpListener::bind((args.http_address.as_str(), args.http_port)).await?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics /healthz /readyz");
+    let app = sluice_operator::http::router(metrics.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("sluice-operator-{}", std::process::id()));
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: "sluice-operator".into(), instance: Some(identity.clone()) },
+        ),
+        client: client.clone(),
+        settings: OperatorSettings {
+            worker_image: args.worker_image.clone(),
+            worker_log_format: args.worker_log_format.clone(),
+            otlp_endpoint: args.worker_otlp_endpoint.clone(),
+        },
+        metrics: metrics.clone(),
+        kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds),
+    });
+    tracing::info!(namespaces = ?args.namespaces, leader_election = args.leader_election, %identity, "starting");
+    if !args.leader_election {
+        metrics.leader.set(1);
+        controller::run(ctx, args.namespaces).await;
+        return Ok(());
+    }
+    let elector = LeaderElector::new(
+        Api::<Lease>::namespaced(client, &args.lease_namespace),
+        &args.lease_name,
+        &identity,
+        Duration::from_secs(15),
+    );
+    let mut shutdown = Box::pin(tokio::signal::ctrl_c());
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        // Campaign until this replica holds the lease.
+        loop {
+            match elector.try_lead().await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "leader election"),
+            }
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = term.recv() => return Ok(()),
+                () = tokio::time::sleep(elector.renew_every()) => {}
+            }
+        }
+        tracing::info!(%identity, "became leader");
+        metrics.leader.set(1);
+        let renew = async {
+            loop {
+                tokio::time::sleep(elector.renew_every()).await;
+                match elector.try_lead().await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(e) => tracing::warn!(error = %e, "renewing the lease"),
+                }
+            }
+        };
+        tokio::select! {
+            () = controller::run(Arc::clone(&ctx), args.namespaces.clone()) => {
+                elector.release().await;
+                return Ok(());
+            }
+            () = renew => {
+                metrics.leader.set(0);
+                tracing::warn!("lost the leader lease; standing by");
+            }
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! Reconciling one StreamJob: validate → look up partitions → decide the
+//! step (apply / drain) → write children with server-side apply → report
+//! status and events. Every write is idempotent, so a restart mid-reconcile
+//! converges to the same state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::json;
+use sluice_crds::{FIELD_MANAGER, StreamJob, reasons};
+
+use crate::desired::{Desired, OperatorSettings, desired};
+use crate::metrics::Metrics;
+use crate::rescale::{Step, next_step};
+use crate::status::{Observed, Outcome, compute, ready_condition};
+use crate::{Error, names, partitions, render, validate};
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub settings: OperatorSettings,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub kafka_timeout: Duration,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("settings", &self.settings).finish()
+    }
+}
+
+/// How long deletion waits for workers to drain before giving up on them.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub async fn reconcile(job: Arc<StreamJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<StreamJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let started = Instant::now();
+    let result = finalizer(&api, names::FINALIZER, job, |event| async {
+        match event {
+            FinalizerEvent::Apply(job) => apply(&job, &ctx).await,
+            FinalizerEvent::Cleanup(job) => cleanup(&job, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        other => Error::Finalizer(other.to_string()),
+    });
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(_) => "error",
+    };
+    ctx.metrics.reconciles.with_label_values(&[outcome]).inc();
+    ctx.metrics.reconcile_seconds.with_label_values(&[outcome]).observe(started.elapsed().as_secs_f64());
+    result
+}
+
+// The signature is kube's `Controller::run` contract.
+#[allow(clippy::needless_pass_by_value)]
+pub fn error_policy(job: Arc<StreamJob>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_errors.with_label_values(&[error.reason()]).inc();
+    tracing::warn!(job = %job.name_any(), error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Observed, Error> {
+    let name = job.name_any();
+    let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let statefulset = sts.get_opt(&names::statefulset(&name)).await?;
+    let live_pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items.len();
+    Ok(Observed { statefulset, live_pods })
+}
+
+async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let name = job.name_any();
+    let mut observed = observe(ctx, job, &namespace).await?;
+    let previous_epoch = job.status.as_ref().and_then(|s| s.assignment_epoch).unwrap_or(0);
+    let outcome = match validate::validate(&job.spec) {
+        Err(invalid) => Outcome::Invalid(invalid),
+        Ok(plan) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
+            Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
+            Err(unavailable) => Outcome::Unavailable(unavailable),
+            Ok(parts) => {
+                let source_partitions =
+                    parts.iter().find(|p| p.source.eq_ignore_ascii_case(&plan.source.name)).map_or(1, |p| p.partitions);
+                match validate::check_partitioning(&plan, source_partitions) {
+                    Err(invalid) => Outcome::Invalid(invalid),
+                    Ok(()) => {
+                        let running_hash = observed
+                            .statefulset
+                            .as_ref()
+                            .and_then(|s| s.metadata.annotations.as_ref()?.get(names::ASSIGNMENT_HASH).cloned());
+                        let desired_hash =
+                            crate::desired::assignment_hash(&parts, job.spec.workers, job.spec.cores_per_worker);
+                        let epoch = if running_hash.as_deref() == Some(desired_hash.as_str()) {
+                            previous_epoch.max(1)
+                        } else {
+                            previous_epoch + 1
+                        };
+                        let desired = desired(job, parts, epoch, &ctx.settings)?;
+                        let running_replicas =
+                            observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
+                        match next_step(
+                            running_hash.as_deref(),
+                            running_replicas,
+                            observed.live_pods,
+                            &desired.assignment_hash,
+                        ) {
+                            Step::Apply => {
+                                apply_children(ctx, job, &namespace, &desired).await?;
+                                observed = observe(ctx, job, &namespace).await?;
+                                Outcome::Applied(Box::new(desired))
+                            }
+                            Step::Drain => {
+                                let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
+                                sts.patch(
+                                    &names::statefulset(&name),
+                                    &PatchParams::default(),
+                                    &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
+                                )
+                                .await?;
+                                publish(ctx, job, EventType::Normal, reasons::RESCALING, format!(
+                                    "partition ownership changes ({} → {} worker(s), {} core(s) each): stopping the current workers first",
+                                    running_replicas, job.spec.workers, job.spec.cores_per_worker
+                                ))
+                                .await;
+                                Outcome::Draining { live_pods: observed.live_pods }
+                            }
+                            Step::WaitForDrain => Outcome::Draining { live_pods: observed.live_pods },
+                        }
+                    }
+                }
+            }
+        },
+    };
+    report(ctx, job, &namespace, &outcome, &observed).await?;
+    Ok(match &outcome {
+        Outcome::Invalid(_) => Action::await_change(),
+        Outcome::Unavailable(_) => Action::requeue(Duration::from_secs(10)),
+        Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
+        Outcome::Applied(d) if observed.ready_workers() == d.replicas => Action::requeue(Duration::from_secs(60)),
+        Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),
+    })
+}
+
+/// Writes the children with server-side apply (this operator owns their fields).
+async fn apply_children(ctx: &Context, job: &StreamJob, namespace: &str, desired: &Desired) -> Result<(), Error> {
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let client = &ctx.client;
+    let cm = render::config_map(job, desired);
+    Api::<ConfigMap>::namespaced(client.clone(), namespace).patch(&cm.name_any(), &pp, &Patch::Apply(&cm)).await?;
+    let svc = render::headless_service(job);
+    Api::<Service>::namespaced(client.clone(), namespace).patch(&svc.name_any(), &pp, &Patch::Apply(&svc)).await?;
+    let pdb = render::pod_disruption_budget(job);
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+        .patch(&pdb.name_any(), &pp, &Patch::Apply(&pdb))
+        .await?;
+    let sts = render::statefulset(job, desired);
+    Api::<StatefulSet>::namespaced(client.clone(), namespace).patch(&sts.name_any(), &pp, &Patch::Apply(&sts)).await?;
+    Ok(())
+}
+
+/// Writes status, and an event when the Ready condition changes.
+async fn report(
+    ctx: &Context,
+    job: &StreamJob,
+    namespace: &str,
+    outcome: &Outcome,
+    observed: &Observed,
+) -> Result<(), Error> {
+    let before = ready_condition(job.status.as_ref());
+    let status = compute(job, outcome, observed, &Time(k8s_openapi::jiff::Timestamp::now()));
+    let after = ready_condition(Some(&status));
+    if job.status.as_ref() != Some(&status) {
+        let api: Api<StreamJob> = Api::namespaced(ctx.client.clone(), namespace);
+        api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await?;
+    }
+    if before != after
+        && let Some((state, reason, message)) = after
+    {
+        let kind = match outcome {
+            Outcome::Invalid(_) | Outcome::Unavailable(_) => EventType::Warning,
+            _ => EventType::Normal,
+        };
+        let changed_reason = before.as_ref().map(|b| b.1.as_str()) != Some(reason.as_str());
+        if changed_reason || kind == EventType::Warning || state == "True" {
+            publish(ctx, job, kind, &reason, message).await;
+        }
+    }
+    Ok(())
+}
+
+async fn publish(ctx: &Context, job: &StreamJob, type_: EventType, reason: &str, note: String) {
+    let event =
+        Event { type_, reason: reason.to_owned(), note: Some(note), action: "Reconcile".into(), secondary: None };
+    if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(job = %job.name_any(), error = %e, "could not publish event");
+    }
+}
+
+/// Deletion: stop the workers so they drain, checkpoint and commit before
+/// garbage collection removes everything (bounded by [`DRAIN_TIMEOUT`]).
+async fn cleanup(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let name = job.name_any();
+    let observed = observe(ctx, job, &namespace).await?;
+    if observed.live_pods == 0 {
+        return Ok(Action::await_change());
+    }
+    let waited = job
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs())
+        .unwrap_or(0);
+    if waited > i64::try_from(DRAIN_TIMEOUT.as_secs()).unwrap_or(i64::MAX) {
+        tracing::warn!(job = %name, pods = observed.live_pods, "workers did not stop in time; deleting anyway");
+        return Ok(Action::await_change());
+    }
+    if observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0) > 0 {
+        Api::<StatefulSet>::namespaced(ctx.client.clone(), &namespace)
+            .patch(
+                &names::statefulset(&name),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
+            )
+            .await?;
+    }
+    Err(Error::Draining(format!("waiting for {} worker(s) of {name} to drain", observed.live_pods)))
+}

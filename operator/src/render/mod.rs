@@ -1,0 +1,54 @@
+//! The children of a StreamJob, rendered by pure functions from the job and
+//! its [`crate::desired::Desired`] state. Each carries the job's labels and
+//! a controller owner reference, so deleting the job deletes them.
+
+mod configmap;
+mod pdb;
+mod service;
+mod statefulset;
+
+pub use configmap::config_map;
+pub use pdb::pod_disruption_budget;
+pub use service::headless_service;
+pub use statefulset::statefulset;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Resource;
+use sluice_crds::StreamJob;
+
+use crate::names;
+
+/// Metadata of a child named `name`: namespace, labels, owner reference.
+fn child_meta(job: &StreamJob, name: String) -> ObjectMeta {
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    ObjectMeta {
+        name: Some(name),
+        namespace: job.metadata.namespace.clone(),
+        labels: Some(names::labels(&job_name)),
+        owner_references: job.controller_owner_ref(&()).map(|o| vec![o]),
+        ..ObjectMeta::default()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use sluice_crds::{SourcePartitions, StreamJob};
+
+    use crate::desired::{Desired, OperatorSettings, desired};
+
+    pub fn job(file: &str) -> StreamJob {
+        let text =
+            std::fs::read_to_string(format!("{}/../manifests/examples/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let mut j: StreamJob = serde_saphyr::from_str(&text).unwrap();
+        j.metadata.namespace = Some("prod".into());
+        j.metadata.uid = Some("1234-uid".into());
+        j
+    }
+
+    pub fn desired_for(j: &StreamJob, partitions: i32) -> Desired {
+        let source = j.spec.sources[0].name.clone();
+        let settings =
+            OperatorSettings { worker_image: "ghcr.io/sluice/sluice:test".into(), ..OperatorSettings::default() };
+        desired(j, vec![SourcePartitions { source, partitions }], 1, &settings).unwrap()
+    }
+}

@@ -1,0 +1,370 @@
+//! The operator against the real kube-apiserver, etcd and
+//! kube-controller-manager, with the harness's kubelet running the workers it
+//! asks for against the real broker: the whole control path, end to end.
+
+// Test code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sluice_crds::{SourcePartitions, WorkerConfig, assign};
+use sluice_e2e::kafka::{self, Record};
+use sluice_e2e::kube::{kubectl, kubectl_ok, new_namespace};
+use sluice_e2e::kubelet::{ProcessRecord, kubelet};
+use sluice_e2e::operator::start_operator;
+use sluice_e2e::worker::{metric_values, write_temp};
+use sluice_e2e::{harness, unique_name};
+
+/// Topics of one job: source, sink and dead letters.
+struct Topics {
+    trades: String,
+    out: String,
+    dlq: String,
+}
+
+fn topics(partitions: i32) -> Topics {
+    let t = Topics { trades: unique_name("trades"), out: unique_name("totals"), dlq: unique_name("dlq") };
+    kafka::create_topic(&t.trades, partitions);
+    kafka::create_topic(&t.out, 2);
+    kafka::create_topic(&t.dlq, 1);
+    t
+}
+
+/// `manifests/examples/<file>`, pointed at the harness broker and these topics.
+fn example(file: &str, t: &Topics, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = std::fs::read_to_string(harness().repo.join("manifests/examples").join(file)).unwrap();
+    let text = text
+        .replace("kafka:9092", &harness().bootstrap)
+        .replace("topic: trades-dlq", &format!("topic: {}", t.dlq))
+        .replace("topic: trades", &format!("topic: {}", t.trades))
+        .replace("topic: trader-totals", &format!("topic: {}", t.out));
+    write_temp(file, &edit(text))
+}
+
+fn get(kind: &str, name: &str, ns: &str) -> Option<Value> {
+    let r = kubectl(["get", kind, name, "-n", ns, "-o", "json"]);
+    r.success.then(|| serde_json::from_str(&r.stdout).unwrap())
+}
+
+fn condition(job: &Value, type_: &str) -> Option<(String, String, String)> {
+    job["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).map(|c| {
+        (
+            c["status"].as_str().unwrap_or_default().to_owned(),
+            c["reason"].as_str().unwrap_or_default().to_owned(),
+            c["message"].as_str().unwrap_or_default().to_owned(),
+        )
+    })
+}
+
+fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn wait_ready(name: &str, ns: &str, workers: i64) -> Value {
+    wait_until(&format!("{name} Ready with {workers} worker(s)"), Duration::from_secs(180), || {
+        let job = get("sj", name, ns)?;
+        let ready = condition(&job, "Ready")?;
+        (ready.0 == "True" && job["status"]["readyWorkers"].as_i64() == Some(workers)).then_some(job)
+    })
+}
+
+/// The seed trades schema of the examples: trader_id, symbol, price, quantity, trade_time.
+fn produce_trades(topic: &str, range: std::ops::Range<u64>, partitions: u64) {
+    let values: Vec<(String, String, i32)> = range
+        .map(|i| {
+            let trader = i % 20;
+            let v = format!(
+                r#"{{"trader_id":"TRADER{trader}","symbol":"SYM{}","price":{}.0,"quantity":{},"trade_time":{}}}"#,
+                i % 10,
+                100 + i % 50,
+                100 + i % 1000,
+                1_700_000_000_000 + i * 900
+            );
+            (format!("TRADER{trader}"), v, i32::try_from(trader % partitions).unwrap())
+        })
+        .collect();
+    let records: Vec<_> = values.iter().map(|(k, v, p)| (Some(k.as_bytes()), v.as_bytes(), Some(*p))).collect();
+    kafka::produce(topic, &records);
+}
+
+/// trade_count per (trader_id, symbol) for records `range`, computed here.
+fn expected_counts(range: std::ops::Range<u64>) -> BTreeMap<(String, String), i64> {
+    let mut m = BTreeMap::new();
+    for i in range {
+        *m.entry((format!("TRADER{}", i % 20), format!("SYM{}", i % 10))).or_insert(0) += 1;
+    }
+    m
+}
+
+fn final_counts(records: &[Record]) -> BTreeMap<(String, String), i64> {
+    let mut last: BTreeMap<Vec<u8>, Value> = BTreeMap::new();
+    for r in records {
+        last.insert(r.key.clone().unwrap_or_default(), serde_json::from_slice(&r.value).unwrap());
+    }
+    last.values()
+        .map(|v| {
+            (
+                (v["trader_id"].as_str().unwrap().to_owned(), v["symbol"].as_str().unwrap().to_owned()),
+                v["trade_count"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn wait_for_counts(topic: &str, expected: &BTreeMap<(String, String), i64>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = final_counts(&kafka::consume(topic, usize::MAX, Duration::from_secs(2)));
+        if &got == expected {
+            return;
+        }
+        assert!(Instant::now() < deadline, "results never matched: {} groups, expected {}", got.len(), expected.len());
+    }
+}
+
+#[test]
+fn applying_an_example_creates_owned_children_and_the_job_runs_to_ready() {
+    let ns = new_namespace("op-apply");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(4);
+    let file = example("s2-group-by.yaml", &t, |s| s);
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+
+    // Children, rendered from the spec, owned by the job.
+    let sts = wait_until("StatefulSet", Duration::from_secs(60), || get("statefulset", name, &ns));
+    for (kind, child) in
+        [("configmap", "s2-group-by-config"), ("service", "s2-group-by-workers"), ("pdb", "s2-group-by-workers")]
+    {
+        let obj = wait_until(kind, Duration::from_secs(30), || get(kind, child, &ns));
+        let owner = &obj["metadata"]["ownerReferences"][0];
+        assert_eq!((owner["kind"].as_str(), owner["controller"].as_bool()), (Some("StreamJob"), Some(true)), "{kind}");
+    }
+    assert_eq!(sts["metadata"]["ownerReferences"][0]["name"], name);
+    assert_eq!(sts["spec"]["replicas"], 2);
+    let container = &sts["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["args"], serde_json::json!(["serve", "--config", "/etc/sluice/config/worker.yaml"]));
+    assert_eq!(get("service", "s2-group-by-workers", &ns).unwrap()["spec"]["clusterIP"], "None");
+    let cm = get("configmap", "s2-group-by-config", &ns).unwrap();
+    let config = WorkerConfig::from_yaml(cm["data"]["worker.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config.partitions, vec![SourcePartitions { source: "market_data".into(), partitions: 4 }]);
+
+    // Running: status and printer columns tell the truth.
+    let job = wait_ready(name, &ns, 2);
+    assert_eq!(job["status"]["partitions"], 4);
+    assert_eq!(job["status"]["observedGeneration"], job["metadata"]["generation"]);
+    let expected = serde_json::to_value(assign(&config.partitions, 2, 2)).unwrap();
+    assert_eq!(job["status"]["assignment"], expected, "status.assignment is assign()");
+    let table = kubectl_ok(["get", "sj", name, "-n", &ns]);
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(&row[..6], [name, "True", "Running", "2", "2", "4"], "{table}");
+
+    // And it computes: results of the data produced now reach the sink.
+    produce_trades(&t.trades, 0..4_000, 4);
+    wait_for_counts(&t.out, &expected_counts(0..4_000), Duration::from_secs(90));
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
+    let ns = new_namespace("op-sql");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let bad = example("s2-group-by.yaml", &t, |s| {
+        s.replace("SUM(quantity) AS total_quantity", "SUM(quantty) AS total_quantity")
+    });
+    kubectl_ok(["apply", "-n", &ns, "-f", bad.to_str().unwrap()]);
+    let name = "s2-group-by";
+    let (status, reason, message) = wait_until("InvalidSql", Duration::from_secs(60), || {
+        condition(&get("sj", name, &ns)?, "Ready").filter(|c| c.1 == "InvalidSql")
+    });
+    assert_eq!(status, "False");
+    assert!(message.contains("line 4, column") && message.contains("did you mean `quantity`"), "{message}");
+    assert_eq!(reason, "InvalidSql");
+    let events = wait_until("Warning event", Duration::from_secs(30), || {
+        let e = kubectl_ok(["get", "events", "-n", &ns, "-o", "json"]);
+        let v: Value = serde_json::from_str(&e).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "InvalidSql" && e["type"] == "Warning")
+            .then_some(v)
+    });
+    assert!(!events["items"].as_array().unwrap().is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(get("statefulset", name, &ns).is_none(), "nothing launched for invalid SQL");
+
+    let fixed = example("s2-group-by.yaml", &t, |s| s);
+    kubectl_ok(["apply", "-n", &ns, "-f", fixed.to_str().unwrap()]);
+    wait_ready(name, &ns, 2);
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Partitions a worker process owned: from the config it was started with
+/// and its ordinal, by the shared assignment function.
+fn owned(record: &ProcessRecord) -> BTreeSet<i32> {
+    let config = WorkerConfig::from_yaml(&record.config).unwrap();
+    let ordinal: i32 = record.pod.rsplit('-').next().unwrap().parse().unwrap();
+    let a = assign(&config.partitions, config.spec.workers, config.spec.cores_per_worker);
+    a.worker(ordinal)
+        .map(|w| w.cores.iter().flat_map(|c| c.partitions[0].partitions.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
+    let ns = new_namespace("op-scale");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(6);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    wait_ready(name, &ns, 1);
+    let producer = {
+        let topic = t.trades.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..30u64 {
+                produce_trades(&topic, chunk * 500..(chunk + 1) * 500, 6);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    let mut pauses = Vec::new();
+    for workers in [3i64, 2] {
+        let before = Instant::now();
+        kubectl_ok(["scale", "sj", name, "-n", &ns, &format!("--replicas={workers}")]);
+        let job = wait_ready(name, &ns, workers);
+        assert_eq!(job["status"]["assignment"]["workers"].as_array().unwrap().len(), usize::try_from(workers).unwrap());
+        pauses.push((workers, before.elapsed()));
+    }
+    producer.join().unwrap();
+    wait_for_counts(&t.out, &expected_counts(0..15_000), Duration::from_secs(120));
+
+    // No two processes that were alive at the same time owned a partition in common.
+    let history = kubelet().history(&ns);
+    let now = Instant::now();
+    for (i, a) in history.iter().enumerate() {
+        for b in &history[i + 1..] {
+            let overlap = a.started < b.stopped.unwrap_or(now) && b.started < a.stopped.unwrap_or(now);
+            if overlap {
+                let shared: Vec<i32> = owned(a).intersection(&owned(b)).copied().collect();
+                assert!(
+                    shared.is_empty(),
+                    "{} (pid {}) and {} (pid {}) both owned {shared:?}",
+                    a.pod,
+                    a.pid,
+                    b.pod,
+                    b.pid
+                );
+            }
+        }
+    }
+    assert!(
+        history.iter().filter(|r| r.stopped.is_some()).all(|r| r.exit_ok == Some(true)),
+        "old workers drained cleanly"
+    );
+    // The pause each rescale caused, from the last old worker's exit to the last new worker's readiness.
+    for (workers, took) in pauses {
+        println!("rescale to {workers} worker(s): Ready again after {took:?}");
+    }
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn suspend_stops_the_workers_and_resume_continues_from_committed_offsets() {
+    let ns = new_namespace("op-suspend");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    wait_ready(name, &ns, 1);
+    produce_trades(&t.trades, 0..2_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..2_000), Duration::from_secs(60));
+    kubectl_ok(["patch", "sj", name, "-n", &ns, "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#]);
+    wait_until("Suspended with no pods", Duration::from_secs(60), || {
+        let job = get("sj", name, &ns)?;
+        let pods = kubectl_ok(["get", "pods", "-n", &ns, "-o", "name"]);
+        (condition(&job, "Ready")?.1 == "Suspended" && pods.trim().is_empty()).then_some(())
+    });
+    produce_trades(&t.trades, 2_000..3_000, 2);
+    kubectl_ok(["patch", "sj", name, "-n", &ns, "--type=merge", "-p", r#"{"spec":{"suspend":false}}"#]);
+    wait_ready(name, &ns, 1);
+    wait_for_counts(&t.out, &expected_counts(0..3_000), Duration::from_secs(60));
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn deleting_the_job_drains_and_garbage_collects_its_children() {
+    let ns = new_namespace("op-delete");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s0-pure-select.yaml", &t, |s| {
+        s.replace("workers: 2", "workers: 1").replace("topic: orders", &format!("topic: {}", t.trades))
+    });
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s0-pure-select";
+    wait_ready(name, &ns, 1);
+    kubectl_ok(["delete", "sj", name, "-n", &ns, "--wait=false"]);
+    wait_until("job and children gone", Duration::from_secs(90), || {
+        let gone = ["sj", "statefulset", "configmap", "service", "pdb"].iter().all(|kind| {
+            let n = match *kind {
+                "configmap" => format!("{name}-config"),
+                "service" | "pdb" => format!("{name}-workers"),
+                _ => name.to_owned(),
+            };
+            get(kind, &n, &ns).is_none()
+        });
+        gone.then_some(())
+    });
+    let history = kubelet().history(&ns);
+    assert!(history.iter().all(|r| r.exit_ok == Some(true)), "workers drained before deletion: {history:?}");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+#[test]
+fn a_killed_leader_is_replaced_and_the_standby_converges() {
+    let ns = new_namespace("op-leader");
+    let _kubelet = kubelet().manage(&ns);
+    let mut a = start_operator(&ns, "op-a");
+    wait_until("a leads", Duration::from_secs(60), || {
+        let m = a.get("/metrics")?.1;
+        metric_values(&m, "sluice_operator_leader").first().filter(|(_, v)| *v == 1.0).map(|_| ())
+    });
+    let mut b = start_operator(&ns, "op-b");
+    wait_until("b up", Duration::from_secs(60), || b.get("/healthz").map(|_| ()));
+    let leader = |w: &sluice_e2e::worker::Worker| {
+        w.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v))
+    };
+    assert_eq!((leader(&a), leader(&b)), (Some(1.0), Some(0.0)), "exactly one leader");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    // Kill the leader in the middle of its work; the standby takes the lease
+    // when it expires and converges to the same state.
+    std::thread::sleep(Duration::from_millis(300));
+    a.signal("KILL");
+    let _ = a.wait(Duration::from_secs(10));
+    let job = wait_ready("s2-group-by", &ns, 1);
+    assert_eq!(leader(&b), Some(1.0), "the standby leads now");
+    assert_eq!(job["status"]["partitions"], 2);
+    b.signal("TERM");
+    assert!(b.wait(Duration::from_secs(30)).success(), "{}", b.log());
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
