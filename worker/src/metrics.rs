@@ -162,7 +162,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 fn labels3() -> [&'static str; 3] {
-    ["job", "worker", "core"]
+    ["streamjob", "worker", "core"]
 }
 
 impl Metrics {
@@ -191,7 +191,7 @@ impl Metrics {
                 h
             }};
         }
-        let partition_labels = ["job", "worker", "core", "partition"];
+        let partition_labels = ["streamjob", "worker", "core", "partition"];
         let watermark_lag = GaugeVec::new(
             Opts::new("sluice_watermark_lag_seconds", "Wall clock minus the partition's event-time watermark"),
             &partition_labels,
@@ -214,8 +214,9 @@ impl Metrics {
         let failed = IntGauge::new("sluice_worker_failed", "1 when the job stopped on an error that needs a fix")
             .map_err(err)?;
         registry.register(Box::new(failed.clone())).map_err(err)?;
-        let info = IntGaugeVec::new(Opts::new("sluice_worker_info", "Worker version"), &["job", "worker", "version"])
-            .map_err(err)?;
+        let info =
+            IntGaugeVec::new(Opts::new("sluice_worker_info", "Worker version"), &["streamjob", "worker", "version"])
+                .map_err(err)?;
         registry.register(Box::new(info.clone())).map_err(err)?;
         let worker_label = worker.to_string();
         info.with_label_values(&[job, &worker_label, env!("CARGO_PKG_VERSION")]).set(1);
@@ -241,7 +242,7 @@ impl Metrics {
             dead_letter: counter!(
                 "sluice_dead_letter_records_total",
                 "Records sent to the dead-letter output",
-                ["job", "worker", "core", "reason"]
+                ["streamjob", "worker", "core", "reason"]
             ),
             state_entries: gauge!("sluice_state_entries", "Groups, windows or partition keys held in state", labels3()),
             state_bytes: gauge!("sluice_state_bytes", "Approximate memory held by engine state", labels3()),
@@ -372,10 +373,10 @@ mod tests {
         c.partitions[0].consumer_lag.set(5);
         let text = m.render();
         for needle in [
-            r#"sluice_records_in_total{core="0",job="demo",worker="1"} 10"#,
-            r#"sluice_end_to_end_latency_seconds_bucket{core="0",job="demo",worker="1",le="0.005"} 1"#,
-            r#"sluice_end_to_end_latency_seconds_count{core="0",job="demo",worker="1"} 2"#,
-            r#"sluice_consumer_lag{core="0",job="demo",partition="3",worker="1"} 5"#,
+            r#"sluice_records_in_total{core="0",streamjob="demo",worker="1"} 10"#,
+            r#"sluice_end_to_end_latency_seconds_bucket{core="0",streamjob="demo",worker="1",le="0.005"} 1"#,
+            r#"sluice_end_to_end_latency_seconds_count{core="0",streamjob="demo",worker="1"} 2"#,
+            r#"sluice_consumer_lag{core="0",partition="3",streamjob="demo",worker="1"} 5"#,
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }
