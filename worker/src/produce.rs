@@ -52,14 +52,23 @@ pub fn produce(
     rate: u64,
     event_timestamps: bool,
 ) -> Result<ProduceSummary, Error> {
+    // Paced (latency) runs batch no longer than Sluice's own sink does, so the
+    // load generator's batching is not counted as Sluice's latency.
+    let linger = if rate > 0 { "1" } else { "5" };
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "5")
+        .set("linger.ms", linger)
         .set("batch.size", "1000000")
         .set("queue.buffering.max.messages", "1000000")
         .set("acks", "all")
         .create()
         .map_err(|e| Error::kafka("create producer", e))?;
+    // Connect and learn the partition leaders before the clock starts: the
+    // first records of a paced run must not wait for the client's start-up.
+    producer
+        .client()
+        .fetch_metadata(Some(topic), Timeout::After(Duration::from_secs(30)))
+        .map_err(|e| Error::kafka(format!("metadata of {topic}"), e))?;
     let started = Instant::now();
     let (mut value, mut key, mut part) = (Vec::with_capacity(256), Vec::with_capacity(64), Vec::with_capacity(32));
     for n in 0..records {

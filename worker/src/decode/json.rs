@@ -193,7 +193,7 @@ struct KeySeed<'a> {
 impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
     type Value = Option<usize>;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
-        d.deserialize_str(self)
+        d.deserialize_bytes(self)
     }
 }
 
@@ -204,6 +204,16 @@ impl Visitor<'_> for KeySeed<'_> {
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<usize>, E> {
         Ok(self.dec.lookup(v.as_bytes(), self.previous))
+    }
+    /// Keys arrive as raw bytes (escapes resolved, UTF-8 not yet checked):
+    /// a key equal to a column name is valid UTF-8 by construction, so only
+    /// unknown keys need the check.
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Option<usize>, E> {
+        match self.dec.lookup(v, self.previous) {
+            Some(col) => Ok(Some(col)),
+            None if std::str::from_utf8(v).is_ok() => Ok(None),
+            None => Err(E::custom("field name is not valid UTF-8")),
+        }
     }
 }
 
@@ -376,11 +386,13 @@ mod tests {
             &mut b,
         )
         .unwrap();
-        d.decode(br#"{"flag":false,"ts":1700000000000,"price":1.5,"id":2.0}"#, &mut b).unwrap();
+        // Escaped keys are resolved before matching.
+        d.decode(br#"{"flag":false,"ts":1700000000000,"\u0070rice":1.5,"id":2.0}"#, &mut b).unwrap();
         assert_eq!(b.len, 2);
         assert_eq!(b.columns[1].scalar(0), Scalar::String("a\"b".into()));
         assert_eq!(b.columns[1].scalar(1), Scalar::Null);
         assert_eq!(b.columns[2].scalar(0), Scalar::Double(2.0));
+        assert_eq!(b.columns[2].scalar(1), Scalar::Double(1.5));
         assert_eq!(b.columns[3].scalar(0), Scalar::Timestamp(1_705_276_800_000));
         assert_eq!(b.columns[0].scalar(1), Scalar::Bigint(2));
     }
@@ -391,8 +403,10 @@ mod tests {
         let mut d = JsonDecoder::new(&p);
         let mut b = d.new_batch(4);
         d.decode(br#"{"id":1,"name":"ok","price":1}"#, &mut b).unwrap();
-        let cases: [(&[u8], &str); 7] = [
+        let cases: [(&[u8], &str); 9] = [
             (br#"{"name":"x","price":1}"#, "missing required field `id`"),
+            (b"{\"id\":1,\"\xff\":1}", "field name is not valid UTF-8"),
+            (b"{\"id\":1,\"name\":\"\xff\"}", "malformed JSON"),
             (br#"{"id":null}"#, "required field `id` is null"),
             (br#"{"id":1,"price":"abc"}"#, "field `price`: expected double, got string \"abc\""),
             (br#"{"id":1.5}"#, "field `id`: expected bigint, got number 1.5"),

@@ -161,8 +161,16 @@ fn write_object(prefixes: &[Vec<u8>], views: &[View<'_>], row: usize, out: &mut 
 }
 
 /// JSON has no NaN or infinities: they are written as null.
+///
+/// Whole numbers below 10^15 (prices, quantities, sums of them) are written
+/// with `itoa` and `.0`, byte for byte what `ryu` writes, at a fraction of
+/// its cost; everything else goes through `ryu`.
 pub fn write_float(x: f64, out: &mut Vec<u8>) {
-    if x.is_finite() {
+    #[allow(clippy::cast_possible_truncation, clippy::float_cmp)]
+    if x != 0.0 && x.abs() < 1e15 && x.trunc() == x {
+        out.extend_from_slice(itoa::Buffer::new().format(x as i64).as_bytes());
+        out.extend_from_slice(b".0");
+    } else if x.is_finite() {
         out.extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
     } else {
         out.extend_from_slice(b"null");
@@ -236,6 +244,18 @@ mod tests {
     use super::*;
     use crate::engine::Selection;
     use std::borrow::Cow;
+
+    #[test]
+    fn whole_floats_are_written_exactly_as_ryu_writes_them() {
+        let mut values = vec![0.0, -0.0, 1.0, -1.0, 150.0, 0.5, 1e15, -1e15, 1e15 - 1.0, 9.5e14, 1e16, 123_456.0, -7.0];
+        values.extend((0..2000).map(|i| f64::from(i) * 37.0 - 20_000.0));
+        values.extend((0..200).map(|i| 2f64.powi(i)));
+        for x in values {
+            let mut out = Vec::new();
+            write_float(x, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), ryu::Buffer::new().format_finite(x), "{x}");
+        }
+    }
 
     #[test]
     fn encodes_rows_with_escapes_nulls_and_constants() {

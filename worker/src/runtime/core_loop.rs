@@ -69,6 +69,8 @@ struct Core<'a> {
     encoder: JsonEncoder,
     encoded: EncodedRows,
     timestamps: Vec<i64>,
+    /// Sink delivery failures already counted in the metrics.
+    failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
     commits: bool,
     summary: CoreSummary,
@@ -192,6 +194,7 @@ impl<'a> Core<'a> {
             encoder: JsonEncoder::new(&names, &keys),
             encoded: EncodedRows::default(),
             timestamps: Vec::new(),
+            failures_seen: 0,
             summary: CoreSummary::default(),
         })
     }
@@ -205,6 +208,9 @@ impl<'a> Core<'a> {
         let mut last_checkpoint = Instant::now();
         let mut exhausted = false;
         while !exhausted && !self.setup.health.stopping() {
+            // One root span per batch: exported (and sampled) when OTLP is on.
+            let span = tracing::info_span!("batch", core = self.setup.core, records = tracing::field::Empty);
+            let _entered = span.enter();
             // Collect one batch.
             let mut collected = 0;
             let mut first_at: Option<Instant> = None;
@@ -238,6 +244,7 @@ impl<'a> Core<'a> {
                     break;
                 }
             }
+            span.record("records", collected);
             self.process_batch()?;
             if self.commits && last_checkpoint.elapsed() >= checkpoint_every {
                 self.checkpoint()?;
@@ -278,7 +285,11 @@ impl<'a> Core<'a> {
         let out_records = self.encoded.len() as u64;
         let out_bytes = self.encoded.values.len() as u64;
         self.send_encoded()?;
-        self.sink.poll()?;
+        let polled = self.sink.poll();
+        let failed = self.sink.failed_deliveries();
+        m.produce_errors.inc_by(failed - self.failures_seen.min(failed));
+        self.failures_seen = failed;
+        polled?;
         self.dead_letter.poll()?;
         // Metrics: once per batch.
         if totals.records > 0 {

@@ -24,4 +24,8 @@ pub trait Sink: Send {
     fn poll(&mut self) -> Result<(), Error>;
     /// Waits until everything queued is acknowledged.
     fn flush(&mut self) -> Result<(), Error>;
+    /// Records the sink failed to deliver so far (a cumulative count).
+    fn failed_deliveries(&self) -> u64 {
+        0
+    }
 }
