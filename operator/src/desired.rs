@@ -14,6 +14,8 @@ pub struct OperatorSettings {
     /// Worker image when the job does not name one.
     pub worker_image: String,
     pub worker_log_format: String,
+    /// `SLUICE_LOG` filter of the workers (e.g. `info,rdkafka=debug`).
+    pub worker_log_filter: Option<String>,
     pub otlp_endpoint: Option<String>,
 }
 
@@ -21,6 +23,8 @@ pub struct OperatorSettings {
 #[derive(Debug, Clone)]
 pub struct Desired {
     pub config: WorkerConfig,
+    /// `SLUICE_LOG` of the worker pods, when set.
+    pub log_filter: Option<String>,
     pub config_yaml: String,
     /// Changes whenever the worker config does (rolls the pods).
     pub config_hash: String,
@@ -80,6 +84,7 @@ pub fn desired(
     let config_yaml = config.to_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
     let config_hash = hex8(&Sha256::digest(config_yaml.as_bytes()));
     Ok(Desired {
+        log_filter: settings.worker_log_filter.clone(),
         assignment_hash: assignment_hash(&config.partitions, spec.workers, spec.cores_per_worker),
         assignment: assign(&config.partitions, spec.workers, spec.cores_per_worker),
         total_partitions: config.total_partitions(),

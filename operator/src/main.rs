@@ -41,6 +41,9 @@ struct Args {
     /// Log format of the workers: json or text.
     #[arg(long, default_value = "json")]
     worker_log_format: String,
+    /// Log filter of the workers (their SLUICE_LOG), e.g. `info,rdkafka=debug`.
+    #[arg(long, env = "SLUICE_WORKER_LOG_FILTER")]
+    worker_log_filter: Option<String>,
     /// OTLP/HTTP endpoint the workers export traces to.
     #[arg(long, env = "SLUICE_WORKER_OTLP_ENDPOINT")]
     worker_otlp_endpoint: Option<String>,
@@ -83,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         settings: OperatorSettings {
             worker_image: args.worker_image.clone(),
             worker_log_format: args.worker_log_format.clone(),
+            worker_log_filter: args.worker_log_filter.clone(),
             otlp_endpoint: args.worker_otlp_endpoint.clone(),
         },
         metrics: metrics.clone(),

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use sluice_crds::{FIELD_MANAGER, StreamJob, reasons};
@@ -52,11 +52,14 @@ pub async fn reconcile(job: Arc<StreamJob>, ctx: Arc<Context>) -> Result<Action,
             FinalizerEvent::Cleanup(job) => cleanup(&job, &ctx).await,
         }
     })
-    .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        other => Error::Finalizer(other.to_string()),
-    });
+    .await;
+    let result = match result {
+        Ok(action) => Ok(action),
+        Err(FinalizerError::ApplyFailed(e) | FinalizerError::CleanupFailed(e)) => Err(e),
+        // Removing our finalizer from a job that is already gone: done.
+        Err(FinalizerError::RemoveFinalizer(kube::Error::Api(e))) if e.code == 404 => Ok(Action::await_change()),
+        Err(other) => Err(Error::Finalizer(other.to_string())),
+    };
     let outcome = match &result {
         Ok(_) => "ok",
         Err(_) => "error",

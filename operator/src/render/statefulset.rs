@@ -90,17 +90,25 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
         image_pull_policy: Some("IfNotPresent".into()),
         command: Some(vec!["sluice-worker".into()]),
         args: Some(vec!["serve".into(), "--config".into(), format!("{}/{}", names::CONFIG_DIR, names::CONFIG_FILE)]),
-        env: Some(vec![EnvVar {
-            name: "POD_NAME".into(),
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: "metadata.name".into(),
-                    ..ObjectFieldSelector::default()
+        env: Some(
+            std::iter::once(EnvVar {
+                name: "POD_NAME".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "metadata.name".into(),
+                        ..ObjectFieldSelector::default()
+                    }),
+                    ..EnvVarSource::default()
                 }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }]),
+                ..EnvVar::default()
+            })
+            .chain(desired.log_filter.clone().map(|f| EnvVar {
+                name: "SLUICE_LOG".into(),
+                value: Some(f),
+                ..EnvVar::default()
+            }))
+            .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some("http".into()),
             container_port: names::WORKER_HTTP_PORT,
