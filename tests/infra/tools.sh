@@ -15,12 +15,29 @@ PROMETHEUS_BIN=/usr/bin/prometheus
 RDKAFKA_SYS_VERSION="$(sed -n 's/^name = "rdkafka-sys"/&/p;/^name = "rdkafka-sys"/{n;s/^version = "\(.*\)"/\1/p}' "$REPO_ROOT/Cargo.lock" 2>/dev/null | tail -1)"
 RDKAFKA_PERF_BIN="$SLUICE_BIN_DIR/rdkafka_performance-${RDKAFKA_SYS_VERSION:-unknown}"
 
+# A plain `go install` leaves Helm's version and its default Kubernetes
+# version (used by `helm template`/`helm lint` without a cluster) at their
+# source defaults, v1.20 — which charts requiring a newer kubeVersion reject.
+# Stamp both the way Helm's Makefile does for released binaries.
 helm_install() {
-  [ -x "$HELM_BIN" ] && return 0
+  if [ -x "$HELM_BIN" ] && [ "$("$HELM_BIN" version --template '{{.Version}}' 2>/dev/null)" = "$HELM_VERSION" ]; then
+    return 0
+  fi
   command -v go >/dev/null || die "go is required to build helm"
   log "building helm $HELM_VERSION (go install, ~3 min from an empty Go cache)"
+  local gomod client_go minor tmp pkg=helm.sh/helm/v3
+  gomod="$(go mod download -json "$pkg@$HELM_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')"
+  client_go="$(awk '$1 == "k8s.io/client-go" {print $2; exit}' "$gomod")"
+  minor="${client_go#v0.}"; minor="${minor%%.*}"
+  [ -n "$minor" ] || die "cannot find k8s.io/client-go in $gomod"
+  local ldflags="-s -w -X $pkg/internal/version.version=$HELM_VERSION"
+  ldflags+=" -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$minor"
+  ldflags+=" -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor"
   mkdir -p "$(dirname "$HELM_BIN")"
-  GOBIN="$(dirname "$HELM_BIN")" CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  tmp="$(mktemp -d "$(dirname "$HELM_BIN")/build.XXXXXX")"
+  GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
+  mv "$tmp/helm" "$HELM_BIN"
+  rmdir "$tmp"
 }
 
 prometheus_install() {
