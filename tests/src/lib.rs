@@ -10,6 +10,7 @@ pub mod kafka;
 pub mod kube;
 pub mod kubelet;
 pub mod operator;
+pub mod prometheus;
 pub mod worker;
 
 use std::path::{Path, PathBuf};
@@ -46,6 +47,14 @@ pub fn harness() -> &'static Harness {
             repo,
         }
     })
+}
+
+/// Wall-clock time in epoch milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 /// A name no other test (or earlier run) uses: Kubernetes- and Kafka-safe.

@@ -1,0 +1,76 @@
+//! A real Prometheus (the Debian package) scraping processes on loopback.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::worker::{Worker, free_port, http_get, write_temp};
+
+/// A running Prometheus.
+#[derive(Debug)]
+pub struct Prometheus {
+    process: Worker,
+    pub port: u16,
+}
+
+/// One scrape target: its `host:port` and extra labels.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub job: String,
+    pub port: u16,
+    pub labels: Vec<(String, String)>,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `targets` every second.
+    pub fn start(targets: &[Target]) -> Self {
+        let bin = std::env::var("SLUICE_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
+        let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");
+        for t in targets {
+            config.push_str(&format!(
+                "  - job_name: {}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n        labels: {{{}}}\n",
+                t.job,
+                t.port,
+                t.labels.iter().map(|(k, v)| format!("{k}: '{v}'")).collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let file = write_temp("prometheus.yml", &config);
+        let data: PathBuf = file.with_extension("data");
+        let port = free_port();
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--config.file={}", file.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"));
+        let process = Worker::from_command(cmd, port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while http_get(port, "/-/ready").map(|(s, _)| s) != Some(200) {
+            assert!(Instant::now() < deadline, "Prometheus did not start:\n{}", process.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self { process, port }
+    }
+
+    /// Runs an instant PromQL query; returns the result vector.
+    pub fn query(&self, promql: &str) -> Result<Vec<Value>, String> {
+        let q: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, body) =
+            http_get(self.port, &format!("/api/v1/query?query={q}")).ok_or_else(|| "no answer".to_owned())?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if status != 200 || v["status"] != "success" {
+            return Err(format!("HTTP {status}: {}", v["error"]));
+        }
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
