@@ -56,7 +56,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
-log.retention.hours=2
+# Records keep their event-time timestamps (the seed data is from 2023), so
+# time-based retention would delete them at once: bound retention by size.
+log.retention.ms=-1
+log.retention.bytes=1073741824
 PROPS
   cat >"$KAFKA_DIR/log4j2.properties" <<'L4J'
 status = warn

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Helpers for bench/e2e.sh that read Kafka from outside Sluice.
+
+    tools.py topic BOOTSTRAP NAME PARTITIONS [key=value ...]   create a topic
+    tools.py check BOOTSTRAP TOPIC --field F --expect N [--key-fields a,b]
+        read every result, keep the last one per record key, and check that
+        the sum of F over keys is N (how many input records the results
+        account for) -- correctness of counts, never speed
+    tools.py latency BOOTSTRAP INPUT OUTPUT --id FIELD
+        join each result to its input record on FIELD and report the
+        broker-side latency: output LogAppendTime - input CreateTime
+    tools.py delete BOOTSTRAP PREFIX       delete the topics whose names start with PREFIX
+    tools.py quantiles METRICS_FILE NAME
+        p50/p99 from a Prometheus histogram in a /metrics dump
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def read_all(bootstrap: str, topic: str):
+    """Every record of every partition of `topic`, from the beginning to the end seen now."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sluice-bench-reader", "enable.auto.commit": False})
+    md = c.list_topics(topic, timeout=10)
+    parts = sorted(md.topics[topic].partitions)
+    ends = {}
+    for p in parts:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        ends[p] = hi
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
+    remaining = {p for p in parts if ends[p] > 0}
+    idle = 0
+    while remaining:
+        batch = c.consume(num_messages=10000, timeout=1.0)
+        idle = 0 if batch else idle + 1
+        if idle >= 30:
+            raise SystemExit(f"{topic}: no progress for 30 s with partitions {sorted(remaining)} unfinished")
+        for m in batch:
+            if m.error():
+                continue
+            yield m
+            if m.offset() + 1 >= ends[m.partition()]:
+                remaining.discard(m.partition())
+    c.close()
+
+
+def cmd_topic(a):
+    admin = AdminClient({"bootstrap.servers": a.bootstrap})
+    config = dict(kv.split("=", 1) for kv in a.config)
+    fut = admin.create_topics([NewTopic(a.name, num_partitions=a.partitions, replication_factor=1, config=config)])
+    for f in fut.values():
+        f.result()
+
+
+def cmd_delete(a):
+    admin = AdminClient({"bootstrap.servers": a.bootstrap})
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(a.prefix)]
+    for f in admin.delete_topics(names).values() if names else []:
+        f.result()
+    print(f"deleted {len(names)} topic(s) starting with {a.prefix}")
+
+
+def cmd_check(a):
+    last = {}
+    rows = 0
+    for m in read_all(a.bootstrap, a.topic):
+        rows += 1
+        last[m.key()] = json.loads(m.value())
+    total = sum(v[a.field] for v in last.values())
+    ok = total == a.expect
+    print(f"{a.topic}: {rows} results, {len(last)} keys, sum({a.field}) = {total}, expected {a.expect}: {'ok' if ok else 'WRONG'}")
+    sys.exit(0 if ok else 1)
+
+
+def cmd_latency(a):
+    created = {}
+    for m in read_all(a.bootstrap, a.input):
+        created[json.loads(m.value())[a.id]] = m.timestamp()[1]
+    lat = []
+    for m in read_all(a.bootstrap, a.output):
+        kind, appended = m.timestamp()
+        start = created.get(json.loads(m.value())[a.id])
+        if start is not None:
+            lat.append(appended - start)
+    lat.sort()
+    if not lat:
+        print("no results")
+        sys.exit(1)
+    q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
+    print(json.dumps({"records": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1]}))
+
+
+def cmd_quantiles(a):
+    buckets = {}
+    with open(a.file) as f:
+        for line in f:
+            if not line.startswith(a.name + "_bucket{"):
+                continue
+            labels, value = line.rsplit(" ", 1)
+            le = labels.split('le="')[1].split('"')[0]
+            bound = float("inf") if le == "+Inf" else float(le)
+            buckets[bound] = buckets.get(bound, 0) + float(value)
+    if not buckets:
+        print(json.dumps({"p50_ms": None, "p99_ms": None}))
+        return
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds[-1] == float("inf") else max(buckets.values())
+
+    def quantile(q):
+        rank = q * total
+        for b in bounds:
+            if buckets[b] >= rank:
+                return b * 1000
+        return None
+
+    print(json.dumps({"count": total, "p50_ms": quantile(0.5), "p99_ms": quantile(0.99)}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("topic")
+    t.add_argument("bootstrap")
+    t.add_argument("name")
+    t.add_argument("partitions", type=int)
+    t.add_argument("config", nargs="*")
+    c = sub.add_parser("check")
+    c.add_argument("bootstrap")
+    c.add_argument("topic")
+    c.add_argument("--field", required=True)
+    c.add_argument("--expect", type=int, required=True)
+    l = sub.add_parser("latency")
+    l.add_argument("bootstrap")
+    l.add_argument("input")
+    l.add_argument("output")
+    l.add_argument("--id", required=True)
+    d = sub.add_parser("delete")
+    d.add_argument("bootstrap")
+    d.add_argument("prefix")
+    q = sub.add_parser("quantiles")
+    q.add_argument("file")
+    q.add_argument("name")
+    a = p.parse_args()
+    {"topic": cmd_topic, "delete": cmd_delete, "check": cmd_check, "latency": cmd_latency, "quantiles": cmd_quantiles}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
