@@ -3,7 +3,8 @@
 #   1. installs the harness tools from the package registries (cached),
 #   2. starts a real Kafka broker and a real Kubernetes control plane on 127.0.0.1,
 #   3. runs the gates: cargo fmt --check, cargo clippy -D warnings,
-#   4. runs every test of the workspace against them,
+#   4. runs every test of the workspace against them, then the end-to-end
+#      benchmark at 100 K records (counts checked, speed not asserted),
 #   5. stops everything it started.
 # `.ci/run` calls exactly this.
 set -euo pipefail
@@ -15,6 +16,9 @@ step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
+
+# What the steps below need before the background install is done.
+bash -c 'source tests/infra/lib.sh && apt_install python3-venv time'
 
 # Tool installs (mostly Go builds, network-bound at first) overlap the Rust build.
 step "installing harness tools in the background (log: $SLUICE_RUN_DIR/install.log)"
@@ -55,5 +59,10 @@ source "$SLUICE_RUN_DIR/env"
 
 step "cargo test --workspace (against the harness)"
 cargo test --workspace --locked -- --test-threads="${SLUICE_TEST_THREADS:-4}"
+
+# The end-to-end benchmark at 100 K records: proves the script works and
+# checks result counts from the sink topic; asserts no speed.
+step "benchmark smoke run (bench/e2e.sh --smoke)"
+bash bench/e2e.sh --smoke
 
 step "all tests passed"

@@ -34,8 +34,10 @@ impl Metrics {
         for r in crate::error::REASONS {
             reconcile_errors.with_label_values(&[r]);
         }
+        // Every series exists from the start, so dashboards and alerts see 0, not nothing.
         for o in ["ok", "error"] {
             reconciles.with_label_values(&[o]);
+            reconcile_seconds.with_label_values(&[o]);
         }
         let leader =
             IntGauge::new("sluice_operator_leader", "1 while this replica holds the leader lease").map_err(e)?;
