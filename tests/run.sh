@@ -17,13 +17,17 @@ step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-# What the steps below need before the background install is done.
-bash -c 'source tests/infra/lib.sh && apt_install python3-venv time'
+# What the steps below need before the background install is done: the
+# C toolchain and headers the Rust build links (librdkafka, OpenSSL, zlib),
+# Python for the golden oracle, GNU time for the benchmark.
+bash -c 'source tests/infra/lib.sh && apt_install build-essential pkg-config libssl-dev zlib1g-dev python3 python3-venv time'
 
 # Tool installs (mostly Go builds, network-bound at first) overlap the Rust build.
 step "installing harness tools in the background (log: $SLUICE_RUN_DIR/install.log)"
 bash tests/infra/install.sh >"$SLUICE_RUN_DIR/install.log" 2>&1 &
 install_pid=$!
+# If a step fails before the harness is up, stop the install we started.
+trap 'kill "$install_pid" 2>/dev/null || true' EXIT
 
 # Golden expectations must be exactly what the independent DuckDB oracle
 # computes (nobody may hand-edit them to match the engine).

@@ -12,8 +12,8 @@ KAFKA_DIR="$SLUICE_RUN_DIR/kafka"
 
 install() {
   [ -f "$KAFKA_JARS/.complete" ] && return 0
-  command -v mvn >/dev/null || die "mvn is required to fetch the Kafka jars"
-  command -v java >/dev/null || die "java is required to run Kafka"
+  command -v mvn >/dev/null || apt_install maven
+  command -v java >/dev/null || apt_install openjdk-17-jre-headless
   local pomdir="$SLUICE_CACHE_DIR/kafka-$KAFKA_VERSION/pom"
   mkdir -p "$pomdir" "$KAFKA_JARS"
   cat >"$pomdir/pom.xml" <<POM

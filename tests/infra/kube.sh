@@ -16,6 +16,13 @@ KCM_BIN="$SLUICE_BIN_DIR/kube-controller-manager-$K8S_VERSION"
 PKI_DIR="$SLUICE_RUN_DIR/kube/pki"
 KUBECONFIG_FILE="$SLUICE_RUN_DIR/kube/kubeconfig"
 
+# Version stamps: without them the binaries report v0.0.0-master and Helm's
+# kubeVersion checks fail.
+version_ldflags() {
+  local minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
+  echo "-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+}
+
 build_control_plane() {
   [ -x "$APISERVER_BIN" ] && [ -x "$KCM_BIN" ] && return 0
   command -v go >/dev/null || die "go is required to build kube-apiserver"
@@ -54,8 +61,7 @@ import (
 TOOLS
     go mod tidy
   fi
-  local minor="${K8S_VERSION#1.}"; minor="${minor%%.*}"
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/client-go/pkg/version.gitVersion=v$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  local ldflags; ldflags="$(version_ldflags)"
   # Never change CGO_ENABLED/-trimpath between builds: it discards the cache.
   if [ ! -x "$APISERVER_BIN" ]; then
     log "building kube-apiserver v$K8S_VERSION (several minutes from an empty Go cache)"
@@ -70,10 +76,23 @@ TOOLS
   )
 }
 
+# kubectl from the same wrapper module (-mod=mod records what it needs
+# beyond the two servers in go.sum).
+build_kubectl() {
+  [ -x "$KUBECTL_DIR/kubectl" ] && return 0
+  build_control_plane
+  log "building kubectl v$K8S_VERSION (the machine has none)"
+  mkdir -p "$KUBECTL_DIR"
+  (cd "$KUBE_BUILD_DIR" &&
+    CGO_ENABLED=0 go build -mod=mod -trimpath -ldflags "$(version_ldflags)" -o "$KUBECTL_DIR/kubectl.tmp" \
+      k8s.io/kubernetes/cmd/kubectl)
+  mv "$KUBECTL_DIR/kubectl.tmp" "$KUBECTL_DIR/kubectl"
+}
+
 install() {
   apt_install etcd-server openssl
   build_control_plane
-  command -v kubectl >/dev/null || die "kubectl missing (expected the machine's kubectl)"
+  command -v kubectl >/dev/null || build_kubectl
 }
 
 make_pki() {
@@ -192,5 +211,6 @@ case "${1:-}" in
   start) start; shift; [ $# -gt 0 ] && crds "$@"; start_controller_manager ;;
   stop) stop ;;
   kubeconfig) echo "$KUBECONFIG_FILE" ;;
-  *) echo "usage: $0 install|start [CRD files...]|stop|kubeconfig" >&2; exit 2 ;;
+  build-kubectl) build_kubectl; echo "$KUBECTL_DIR/kubectl" ;;
+  *) echo "usage: $0 install|start [CRD files...]|stop|kubeconfig|build-kubectl" >&2; exit 2 ;;
 esac

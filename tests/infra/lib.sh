@@ -18,14 +18,20 @@ mkdir -p "$SLUICE_CACHE_DIR" "$SLUICE_RUN_DIR" "$SLUICE_BIN_DIR"
 # Pinned versions (see ../../shared/INFRA.md for why these).
 KAFKA_VERSION="4.3.1"
 K8S_VERSION="1.33.13"
+# kubectl: the machine's, or one built from the same Kubernetes release by
+# `kube.sh install` when the machine has none.
+KUBECTL_DIR="$SLUICE_CACHE_DIR/kubectl-$K8S_VERSION"
+if ! command -v kubectl >/dev/null 2>&1 && [ -x "$KUBECTL_DIR/kubectl" ]; then
+  export PATH="$KUBECTL_DIR:$PATH"
+fi
 HELM_VERSION="v3.22.0"
 
 # Ports (non-default so a developer's own services do not clash).
-KAFKA_PORT="${SLUICE_KAFKA_PORT:-39092}"
-KAFKA_CONTROLLER_PORT="${SLUICE_KAFKA_CONTROLLER_PORT:-39093}"
-ETCD_CLIENT_PORT="${SLUICE_ETCD_PORT:-32379}"
-ETCD_PEER_PORT="${SLUICE_ETCD_PEER_PORT:-32380}"
-APISERVER_PORT="${SLUICE_APISERVER_PORT:-36443}"
+KAFKA_PORT="${SLUICE_KAFKA_PORT:-19092}"
+KAFKA_CONTROLLER_PORT="${SLUICE_KAFKA_CONTROLLER_PORT:-19093}"
+ETCD_CLIENT_PORT="${SLUICE_ETCD_PORT:-12379}"
+ETCD_PEER_PORT="${SLUICE_ETCD_PEER_PORT:-12380}"
+APISERVER_PORT="${SLUICE_APISERVER_PORT:-16443}"
 
 log() { printf '[harness %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -15,5 +15,6 @@ export SLUICE_HELM=$("$INFRA_DIR/tools.sh" path helm)
 export SLUICE_PROMETHEUS=$("$INFRA_DIR/tools.sh" path prometheus)
 export SLUICE_RDKAFKA_PERF=$("$INFRA_DIR/tools.sh" path rdkafka-perf)
 export SLUICE_RUN_DIR=$SLUICE_RUN_DIR
+export PATH=$(dirname "$(command -v kubectl)"):\$PATH
 ENV
 log "harness up; environment in $SLUICE_RUN_DIR/env"
