@@ -11,7 +11,7 @@ use crate::SecretRef;
 /// The job's output. Exactly one of `kafka`, `file` or `stdout` is set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("[has(self.kafka), has(self.file), has(self.stdout)].filter(x, x).size() == 1").message("exactly one of kafka, file or stdout must be set"))]
+#[x_kube(validation = Rule::new("[has(self.kafka), has(self.file), has(self.stdout) && self.stdout].filter(x, x).size() == 1").message("exactly one of kafka, file or stdout: true must be set"))]
 pub struct SinkSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka: Option<KafkaTarget>,

@@ -47,7 +47,7 @@ pub struct StreamJobSpec {
     pub sql: String,
     /// Inputs, referenced by name in the query's FROM clause.
     #[schemars(length(min = 1, max = 16))]
-    #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t.name == s.name))").message("source names must be unique"))]
+    #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t.name.lowerAscii() == s.name.lowerAscii()))").message("source names must be unique (ignoring case: SQL names are case-insensitive)"))]
     pub sources: Vec<SourceSpec>,
     /// Where results go.
     pub sink: SinkSpec,

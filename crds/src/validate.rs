@@ -27,7 +27,8 @@ impl StreamJobSpec {
         for (i, s) in self.sources.iter().enumerate() {
             let at = format!("spec.sources[{i}]");
             if !names.insert(s.name.to_ascii_lowercase()) {
-                problems.push(format!("spec.sources: source names must be unique (`{}` repeats)", s.name));
+                problems
+                    .push(format!("spec.sources: source names must be unique, ignoring case (`{}` repeats)", s.name));
             }
             let kinds = [s.kafka.is_some(), s.file.is_some(), s.datagen.is_some()].iter().filter(|x| **x).count();
             if kinds != 1 {
@@ -61,12 +62,12 @@ impl StreamJobSpec {
                 problems.push(format!("{at}.datagen.partitions: must be at least 1"));
             }
         }
-        let sinks = [self.sink.kafka.is_some(), self.sink.file.is_some(), self.sink.stdout.is_some()]
+        let sinks = [self.sink.kafka.is_some(), self.sink.file.is_some(), self.sink.stdout == Some(true)]
             .iter()
             .filter(|x| **x)
             .count();
         if sinks != 1 {
-            problems.push("spec.sink: exactly one of kafka, file or stdout must be set".to_owned());
+            problems.push("spec.sink: exactly one of kafka, file or stdout: true must be set".to_owned());
         }
         if let Some(d) = &self.dead_letter
             && [d.kafka.is_some(), d.file.is_some()].iter().filter(|x| **x).count() != 1
