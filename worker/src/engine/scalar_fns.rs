@@ -79,7 +79,8 @@ pub(super) fn eval_function(
                         let from = starts[i];
                         let end = lens.map(|l| from.saturating_add(l[i].max(0)));
                         let skip = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
-                        let take = end.map(|e| usize::try_from((e - from.max(1)).max(0)).unwrap_or(usize::MAX));
+                        let take =
+                            end.map(|e| usize::try_from(e.saturating_sub(from.max(1)).max(0)).unwrap_or(usize::MAX));
                         let chars = s.get(i).chars().skip(skip);
                         match take {
                             Some(t) => buf.extend(chars.take(t)),
@@ -129,7 +130,7 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
                                 *x
                             } else {
                                 // Half away from zero, on the magnitude.
-                                let p = 10i128.pow(u32::try_from(-d).unwrap_or(18).min(18));
+                                let p = 10i128.pow(u32::try_from(d.unsigned_abs()).unwrap_or(18).min(18));
                                 let a = i128::from(*x).abs();
                                 let rounded = (a + p / 2) / p * p;
                                 let signed = if *x < 0 { -rounded } else { rounded };

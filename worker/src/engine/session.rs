@@ -32,7 +32,14 @@ pub struct SessionOperator {
     key_sessions: Vec<Vec<u32>>,
     sessions: Sessions,
     accs: Vec<Accumulator>,
+    /// Sessions with changes to emit at the end of the batch (coalesced
+    /// EMIT CHANGES), and a flag per slot so each is listed once.
     touched: Vec<u32>,
+    is_touched: Vec<bool>,
+    /// Scratch: the batch's selected rows, and the sessions one record
+    /// overlaps (reused, so no allocation per record).
+    rows: Vec<usize>,
+    overlapping: Vec<u32>,
     key: Vec<u8>,
 }
 
@@ -125,6 +132,9 @@ impl SessionOperator {
             key_sessions: Vec::new(),
             sessions: Sessions::default(),
             touched: Vec::new(),
+            is_touched: Vec::new(),
+            rows: Vec::new(),
+            overlapping: Vec::new(),
             key: Vec::with_capacity(64),
         }
     }
@@ -146,9 +156,37 @@ impl SessionOperator {
             .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&Column> = group_cols.iter().map(AsRef::as_ref).collect();
         let encoder = KeyEncoder::new(&refs);
-        let mut rows = Vec::new();
+        let mut rows = std::mem::take(&mut self.rows);
+        let mut overlapping = std::mem::take(&mut self.overlapping);
+        rows.clear();
         input.selection.for_each(|r| rows.push(r));
-        for r in rows {
+        let result = self.process_rows(&rows, &mut overlapping, input, &encoder, &args, out, late);
+        self.rows = rows;
+        self.overlapping = overlapping;
+        result?;
+        for slot in std::mem::take(&mut self.touched) {
+            self.is_touched[slot as usize] = false;
+            // A touched session may have been merged away later in the batch.
+            if self.sessions.slots[slot as usize].1 != i64::MIN {
+                self.emit_session(slot, out)?;
+            }
+        }
+        self.sessions.recycle(&mut self.accs);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn process_rows(
+        &mut self,
+        rows: &[usize],
+        overlapping: &mut Vec<u32>,
+        input: &BatchInput<'_>,
+        encoder: &KeyEncoder<'_>,
+        args: &[Option<std::borrow::Cow<'_, Column>>],
+        out: &mut Batch,
+        late: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        for &r in rows {
             let ts = input.event_times[r];
             let wm = input.watermark_before[r];
             self.key.clear();
@@ -159,14 +197,11 @@ impl SessionOperator {
             }
             let (mut start, mut end) = (ts, ts.saturating_add(self.gap_ms));
             // Open, not yet closable sessions that overlap [ts, ts + gap).
-            let overlapping: Vec<u32> = self.key_sessions[key_id as usize]
-                .iter()
-                .copied()
-                .filter(|&s| {
-                    let (s_start, s_end, _) = self.sessions.slots[s as usize];
-                    s_end > wm && s_start < end && ts < s_end
-                })
-                .collect();
+            overlapping.clear();
+            overlapping.extend(self.key_sessions[key_id as usize].iter().copied().filter(|&s| {
+                let (s_start, s_end, _) = self.sessions.slots[s as usize];
+                s_end > wm && s_start < end && ts < s_end
+            }));
             if overlapping.is_empty() && end <= wm {
                 late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 if self.key_sessions[key_id as usize].is_empty() {
@@ -195,7 +230,7 @@ impl SessionOperator {
                 self.key_sessions[key_id as usize].push(slot);
             }
             let slots = self.sessions.slots.len();
-            for (acc, arg) in self.accs.iter_mut().zip(&args) {
+            for (acc, arg) in self.accs.iter_mut().zip(args) {
                 acc.ensure(slots);
                 let row = u32::try_from(r).unwrap_or(u32::MAX);
                 acc.update(&[row], &[slot], arg.as_deref())?;
@@ -203,18 +238,16 @@ impl SessionOperator {
             if input.emit_changes {
                 if input.per_record {
                     self.emit_session(slot, out)?;
-                } else if !self.touched.contains(&slot) {
-                    self.touched.push(slot);
+                } else {
+                    if self.is_touched.len() <= slot as usize {
+                        self.is_touched.resize(slot as usize + 1, false);
+                    }
+                    if !std::mem::replace(&mut self.is_touched[slot as usize], true) {
+                        self.touched.push(slot);
+                    }
                 }
             }
         }
-        for slot in std::mem::take(&mut self.touched) {
-            // A touched session may have been merged away later in the batch.
-            if self.sessions.slots[slot as usize].1 != i64::MIN {
-                self.emit_session(slot, out)?;
-            }
-        }
-        self.sessions.recycle(&mut self.accs);
         Ok(())
     }
 

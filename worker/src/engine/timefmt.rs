@@ -6,6 +6,13 @@ use crate::sql::TimePart;
 
 const MS_PER_DAY: i64 = 86_400_000;
 
+/// The largest timestamp magnitude a record may carry: ±100,000,000 days
+/// from the epoch (ECMAScript's `Date` range, about ±273,790 years). Event
+/// times outside it are dead-lettered at decode, so window arithmetic
+/// (start, end, hops; window sizes are bounded to 10^15 ms) cannot
+/// overflow.
+pub const MAX_TIMESTAMP_MS: i64 = 100_000_000 * MS_PER_DAY;
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
 pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };

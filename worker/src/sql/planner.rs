@@ -971,7 +971,9 @@ impl RowsScope<'_> {
                     WindowFrameBound::CurrentRow => Some(0),
                     WindowFrameBound::Preceding(None) => None,
                     WindowFrameBound::Preceding(Some(n)) => {
-                        let mut probe_used = Vec::new();
+                        // A bound that names a column is rejected below; resolving it
+                        // still marks the column, so the probe needs the schema's width.
+                        let mut probe_used = vec![false; self.source.schema.fields.len()];
                         let mut probe = InputScope {
                             source: self.source,
                             qualifiers: self.qualifiers,
