@@ -16,7 +16,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use crate::engine::timefmt::parse_timestamp_ms;
+use crate::engine::timefmt::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 use crate::engine::{Batch, Column, ColumnData};
 use crate::sql::{DataType, Plan};
 
@@ -33,13 +33,13 @@ impl fmt::Display for DecodeError {
 /// Column lookup tables for one source schema, shared by every record.
 #[derive(Debug, Clone)]
 pub struct JsonDecoder {
-    names: Vec<Box<[u8]>>,
-    types: Vec<DataType>,
-    required: Vec<bool>,
-    used: Vec<bool>,
+    pub(super) names: Vec<Box<[u8]>>,
+    pub(super) types: Vec<DataType>,
+    pub(super) required: Vec<bool>,
+    pub(super) used: Vec<bool>,
     /// Column predicted for the key after a given column (or at the start).
     next_after: Vec<u16>,
-    seen: Vec<bool>,
+    pub(super) seen: Vec<bool>,
 }
 
 const NONE: u16 = u16::MAX;
@@ -71,9 +71,28 @@ impl JsonDecoder {
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
+    ///
+    /// Flat objects of scalars take the fast path (`flat_json.rs`); any
+    /// record it does not handle is rolled back and decoded by the serde
+    /// visitor, which gives the same result for what both accept.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
-        self.seen.iter_mut().for_each(|s| *s = false);
+        self.seen.fill(false);
+        if super::flat_json::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
+            batch.len = rows + 1;
+            return Ok(());
+        }
+        self.rollback(batch, rows);
+        self.decode_with_serde(payload, batch)
+    }
+
+    /// The serde visitor alone, without the fast path: what `decode` falls
+    /// back to, and the reference the fast path is tested and benchmarked
+    /// against.
+    #[doc(hidden)]
+    pub fn decode_with_serde(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let rows = batch.len;
+        self.seen.fill(false);
         let mut de = serde_json::Deserializer::from_slice(payload);
         let result = RecordSeed { dec: self, batch }
             .deserialize(&mut de)
@@ -86,12 +105,17 @@ impl JsonDecoder {
                 Ok(())
             }
             Err(e) => {
-                for (c, used) in batch.columns.iter_mut().zip(&self.used) {
-                    if *used {
-                        c.truncate(rows);
-                    }
-                }
+                self.rollback(batch, rows);
                 Err(e)
+            }
+        }
+    }
+
+    /// Drops whatever a failed decode appended after row `rows`.
+    fn rollback(&self, batch: &mut Batch, rows: usize) {
+        for (c, used) in batch.columns.iter_mut().zip(&self.used) {
+            if *used {
+                c.truncate(rows);
             }
         }
     }
@@ -115,15 +139,22 @@ impl JsonDecoder {
     }
 
     #[inline]
-    fn lookup(&mut self, key: &[u8], previous: usize) -> Option<usize> {
+    pub(super) fn lookup(&mut self, key: &[u8], previous: usize) -> Option<usize> {
         let guess = self.next_after[previous];
-        if guess != NONE && *self.names[guess as usize] == *key {
+        if guess != NONE && same_key(&self.names[guess as usize], key) {
             return Some(guess as usize);
         }
-        let found = self.names.iter().position(|n| **n == *key)?;
+        let found = self.names.iter().position(|n| same_key(n, key))?;
         self.next_after[previous] = u16::try_from(found).unwrap_or(NONE);
         Some(found)
     }
+}
+
+/// Field names are short: comparing them inline beats a call to `memcmp`
+/// (measured: the call was 6 % of decoding).
+#[inline]
+fn same_key(name: &[u8], key: &[u8]) -> bool {
+    name.len() == key.len() && name.iter().zip(key).all(|(a, b)| a == b)
 }
 
 /// serde_json errors carry "at line 1 column 17"; keep the message short.
@@ -236,6 +267,9 @@ impl ValueSeed<'_> {
     }
 
     fn push_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        if self.data_type == DataType::Timestamp && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&v) {
+            return Err(self.mismatch(format_args!("{v}, outside ±{MAX_TIMESTAMP_MS} ms from the epoch")));
+        }
         if let Some(c) = self.column {
             c.push_i64(v).map_err(E::custom)?;
         }
@@ -425,5 +459,24 @@ mod tests {
         d.decode(br#"{"id":3}"#, &mut b).unwrap();
         assert_eq!(b.columns[0].scalar(1), Scalar::Bigint(3));
         assert_eq!(b.columns[2].scalar(1), Scalar::Null);
+    }
+
+    #[test]
+    fn timestamps_beyond_273_000_years_are_dead_letters() {
+        let p = plan("SELECT id, ts FROM t");
+        let mut d = JsonDecoder::new(&p);
+        let mut b = d.new_batch(4);
+        d.decode(br#"{"id":1,"ts":8640000000000000}"#, &mut b).unwrap();
+        d.decode(br#"{"id":2,"ts":-8640000000000000}"#, &mut b).unwrap();
+        for input in [
+            &br#"{"id":3,"ts":8640000000000001}"#[..],
+            br#"{"id":3,"ts":-9223372036854775808}"#,
+            br#"{"id":3,"ts":18446744073709551615}"#,
+            br#"{"id":3,"ts":9e15}"#,
+        ] {
+            let e = d.decode(input, &mut b).unwrap_err();
+            assert!(e.0.contains("field `ts`: expected timestamp, got"), "{e}");
+        }
+        assert_eq!(b.len, 2);
     }
 }

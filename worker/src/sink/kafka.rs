@@ -75,10 +75,15 @@ const MAX_EVENTS_PER_POLL: usize = 10_000;
 impl Producing {
     fn new(mut config: ClientConfig, topic: &str, latency: Option<Arc<LatencyHistogram>>) -> Result<Self, Error> {
         // Low-latency defaults; any of them can be overridden in the sink's properties.
+        // librdkafka keeps ~300 bytes of bookkeeping per queued message on top
+        // of its payload, so the message count, not the kilobytes, bounds
+        // memory: 32 K messages is ~30 ms of output at 1 M records/s per core
+        // (measured: S0 on 2 cores peaked at 89 MB RSS with 100 K, 63 MB with
+        // 32 K, at the same throughput).
         for (k, v) in [
             ("linger.ms", "1"),
             ("batch.size", "1000000"),
-            ("queue.buffering.max.messages", "100000"),
+            ("queue.buffering.max.messages", "32768"),
             ("queue.buffering.max.kbytes", "8192"),
             ("acks", "all"),
         ] {

@@ -2,10 +2,12 @@
 //! exactly its partitions: a Kafka consumer `assign()`ed to them, a local
 //! file, or the built-in generator. No source is shared between cores.
 
+mod batch_queue;
 mod datagen;
 mod file;
 mod kafka;
 
+pub use batch_queue::{BatchConsumer, Fetched};
 pub use datagen::{Datagen, partition_of, scenario_key, write_record};
 pub use file::FileSource;
 pub use kafka::{CommittedPosition, KafkaSource};

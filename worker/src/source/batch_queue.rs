@@ -1,0 +1,166 @@
+//! Fetched messages a batch at a time: librdkafka's
+//! `rd_kafka_consume_batch_queue`, which rust-rdkafka does not expose.
+//!
+//! Why: `BaseConsumer::poll` returns one message per call, and each call
+//! polls librdkafka's event API (queue lock, clock reads for
+//! `max.poll.interval.ms` bookkeeping), wraps the event in an `Arc`, and
+//! checks its type. Profiled under `bench/e2e.sh`, that path was ~35 % of a
+//! core's time — more than the engine. The batch call takes up to `max`
+//! messages in one pass over the queue; `worker/benches/consume.rs` measures
+//! both against the same topic (`docs/benchmarks.md`).
+//!
+//! How: before the consumer is assigned, each of the core's partitions has
+//! its fetch queue forwarded to one queue of this core's own, so fetched
+//! messages land there instead of the consumer's main queue (librdkafka
+//! keeps an application's forward across `assign`). The main queue then
+//! carries only events — statistics, errors, commit results — and the
+//! caller keeps serving it with `BaseConsumer::poll(0)`.
+//!
+//! This is the crate's one `unsafe` module: four librdkafka calls, each
+//! with its contract stated where it is made.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use rdkafka::bindings as rd;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::types::RDKafkaErrorCode;
+
+use crate::Error;
+
+/// One message of a batch, borrowed until the batch's callback returns.
+#[derive(Debug, Clone, Copy)]
+pub struct Fetched<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    /// CreateTime or LogAppendTime, when the message carries one.
+    pub timestamp_ms: Option<i64>,
+    pub payload: &'a [u8],
+}
+
+/// A consumer whose assigned partitions are read through one batch queue.
+///
+/// It owns the consumer so the queue, which points into the consumer's
+/// librdkafka handle, is always destroyed first (`Drop` below runs before
+/// the fields are dropped).
+pub struct BatchConsumer<C: ConsumerContext + 'static> {
+    queue: NonNull<rd::rd_kafka_queue_t>,
+    consumer: BaseConsumer<C>,
+    /// Message pointers of the batch in flight; reused batch after batch.
+    slots: Vec<*mut rd::rd_kafka_message_t>,
+}
+
+// SAFETY: the queue handle is owned by this value alone and used only
+// through `&mut self`; librdkafka queues may be used from any thread.
+unsafe impl<C: ConsumerContext + 'static> Send for BatchConsumer<C> {}
+
+impl<C: ConsumerContext + 'static> std::fmt::Debug for BatchConsumer<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchConsumer").field("capacity", &self.slots.capacity()).finish()
+    }
+}
+
+impl<C: ConsumerContext + 'static> BatchConsumer<C> {
+    /// Routes the fetched messages of `partitions` of `topic` to a queue of
+    /// their own. Call before `assign()`, and assign once: the forward is
+    /// what makes librdkafka leave those partitions' fetch queues alone when
+    /// it starts fetching them, and an unassign drops it for good.
+    pub fn new(consumer: BaseConsumer<C>, topic: &str, partitions: &[i32]) -> Result<Self, Error> {
+        let rk = consumer.client().native_ptr();
+        let name = CString::new(topic).map_err(|_| Error::Config(format!("topic name {topic:?} contains NUL")))?;
+        // SAFETY: `rk` is the live handle of `consumer`, which this value
+        // keeps alive for as long as the queue exists.
+        let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(rk) })
+            .ok_or_else(|| Error::kafka("batch queue", "librdkafka could not create a queue"))?;
+        let this = Self { queue, consumer, slots: Vec::new() };
+        for &p in partitions {
+            // SAFETY: `name` is NUL-terminated and outlives the call; the
+            // partition queue returned is a new reference that we release
+            // right after forwarding it (the forward holds its own).
+            unsafe {
+                let partition_queue = rd::rd_kafka_queue_get_partition(rk, name.as_ptr(), p);
+                if partition_queue.is_null() {
+                    return Err(Error::kafka(format!("partition queue of {topic}/{p}"), "no such partition"));
+                }
+                rd::rd_kafka_queue_forward(partition_queue, this.queue.as_ptr());
+                rd::rd_kafka_queue_destroy(partition_queue);
+            }
+        }
+        Ok(this)
+    }
+
+    pub fn consumer(&self) -> &BaseConsumer<C> {
+        &self.consumer
+    }
+
+    /// Hands up to `max` fetched messages to `f`, waiting at most `timeout`
+    /// for the first; returns how many. A fetch error in the batch (an error
+    /// "message": librdkafka retries the transient ones itself) is returned
+    /// after every real message of the batch was delivered, with their count.
+    pub fn consume(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        f: &mut dyn FnMut(Fetched<'_>),
+    ) -> Result<usize, (usize, RDKafkaErrorCode)> {
+        if max == 0 {
+            return Ok(0);
+        }
+        self.slots.clear();
+        self.slots.reserve(max);
+        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `slots` has room for `max` pointers; librdkafka writes at
+        // most that many and returns how many it wrote (or -1).
+        let n =
+            unsafe { rd::rd_kafka_consume_batch_queue(self.queue.as_ptr(), timeout_ms, self.slots.as_mut_ptr(), max) };
+        let n = usize::try_from(n).unwrap_or(0).min(max);
+        // SAFETY: the first `n` slots were just initialised by librdkafka.
+        unsafe { self.slots.set_len(n) };
+        let mut delivered = 0;
+        let mut error = None;
+        for &m in &self.slots {
+            // SAFETY: each pointer is a live message owned by us until it is
+            // destroyed below; its payload lives as long as the message, and
+            // `f` cannot keep the borrow past its call.
+            let msg = unsafe { &*m };
+            if msg.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+                error.get_or_insert(RDKafkaErrorCode::from(msg.err));
+                continue;
+            }
+            let payload = if msg.payload.is_null() || msg.len == 0 {
+                &[][..]
+            } else {
+                // SAFETY: librdkafka guarantees `len` readable bytes at `payload`.
+                unsafe { std::slice::from_raw_parts(msg.payload.cast::<u8>(), msg.len) }
+            };
+            let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+            // SAFETY: `m` is a live message; `kind` is a valid out-pointer.
+            let ts = unsafe { rd::rd_kafka_message_timestamp(m, &mut kind) };
+            let timestamp_ms =
+                (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0).then_some(ts);
+            f(Fetched { partition: msg.partition, offset: msg.offset, timestamp_ms, payload });
+            delivered += 1;
+        }
+        for &m in &self.slots {
+            // SAFETY: every message returned by the batch call is destroyed
+            // exactly once, after its last use above.
+            unsafe { rd::rd_kafka_message_destroy(m) };
+        }
+        self.slots.clear();
+        match error {
+            None => Ok(delivered),
+            Some(code) => Err((delivered, code)),
+        }
+    }
+}
+
+impl<C: ConsumerContext + 'static> Drop for BatchConsumer<C> {
+    fn drop(&mut self) {
+        // SAFETY: the queue was created by `rd_kafka_queue_new` on the
+        // consumer's handle, which is still alive (fields drop after this).
+        unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+    }
+}
