@@ -272,7 +272,7 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
         }
-        if health.stopping() {
+        if health.signalled() {
             let d = *deadline.get_or_insert_with(|| std::time::Instant::now() + grace);
             if std::time::Instant::now() > d {
                 tracing::error!(?grace, "did not drain within the grace period; exiting");
@@ -289,7 +289,7 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) if local || bounded || health.stopping() => fail(&e.to_string()),
+        Err(e) if local || bounded || health.signalled() => fail(&e.to_string()),
         Err(e) => {
             // Keep serving /readyz (not ready, with the reason) until the
             // operator or a person acts: restarting cannot fix this.

@@ -352,7 +352,7 @@ impl<'a> Core<'a> {
         if let Some(store) = &mut self.state {
             let mut snapshots = Vec::new();
             for p in self.parts.iter().filter(|p| p.dirty) {
-                snapshots.push((p.partition, p.engine.snapshot()?));
+                snapshots.push((p.partition, p.engine.snapshot()?, StateStore::next_slot(&p.metadata)));
             }
             if !snapshots.is_empty() {
                 for (partition, metadata) in store.save(&snapshots)? {

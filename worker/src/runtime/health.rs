@@ -23,6 +23,10 @@ pub struct Health {
     failure: Mutex<Option<String>>,
     /// Set on SIGTERM/SIGINT: cores finish their batch, checkpoint and stop.
     pub shutdown: AtomicBool,
+    /// Set when a core failed for good: the other cores stop too (the job
+    /// cannot go on without that core's partitions), but the process keeps
+    /// serving /readyz with the reason instead of exiting into a crash loop.
+    aborted: AtomicBool,
 }
 
 impl Health {
@@ -46,15 +50,27 @@ impl Health {
         }
     }
 
+    /// A core failed for good: record why and stop every core.
+    pub fn abort(&self, reason: String) {
+        self.fail(reason);
+        self.aborted.store(true, Ordering::Release);
+    }
+
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
     }
 
+    /// Cores stop polling: a signal asked for it, or the job failed.
     pub fn stopping(&self) -> bool {
+        self.signalled() || self.aborted.load(Ordering::Acquire)
+    }
+
+    /// SIGTERM/SIGINT arrived.
+    pub fn signalled(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Ready = not failed, and every core assigned and consuming.
+    /// Ready = no core failed, and every core assigned and consuming.
     pub fn readiness(&self) -> Result<(), String> {
         if let Some(f) = self.failure() {
             return Err(format!("failed: {f}"));
@@ -68,5 +84,27 @@ impl Health {
             return Err(format!("{starting} of {} cores still starting", cores.len()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_when_every_core_runs_and_none_failed() {
+        let h = Health::default();
+        assert!(h.readiness().is_err(), "no cores yet");
+        h.set_cores(2);
+        h.set(0, CoreStatus::Running);
+        assert!(h.readiness().unwrap_err().contains("1 of 2 cores still starting"));
+        h.set(1, CoreStatus::Running);
+        assert_eq!(h.readiness(), Ok(()));
+        h.set(1, CoreStatus::Failed);
+        h.abort("core 1: state limit exceeded".into());
+        let e = h.readiness().unwrap_err();
+        assert!(e.contains("state limit exceeded"), "{e}");
+        assert!(h.stopping(), "the other cores stop");
+        assert!(!h.signalled(), "a failure is not a signal: serve keeps reporting it");
     }
 }

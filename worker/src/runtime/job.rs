@@ -10,7 +10,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{WorkerConfig, assign};
@@ -126,18 +125,17 @@ pub fn run_job(
         match t.join() {
             Ok(Ok(s)) => summary.add(&s),
             Ok(Err(e)) => {
-                // Stop the other cores too: the job cannot go on without this one.
-                health.shutdown.store(true, Ordering::Release);
+                health.abort(e.to_string());
                 first_error.get_or_insert(e);
             }
             Err(_) => {
-                health.shutdown.store(true, Ordering::Release);
-                first_error.get_or_insert(Error::Internal("a core thread panicked".into()));
+                let e = Error::Internal("a core thread panicked".into());
+                health.abort(e.to_string());
+                first_error.get_or_insert(e);
             }
         }
     }
     if let Some(e) = first_error {
-        health.fail(e.to_string());
         metrics.failed.set(1);
         return Err(e);
     }
@@ -175,6 +173,9 @@ fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
             Err(e) => {
                 setup.health.set(setup.core, CoreStatus::Failed);
                 tracing::error!(core = setup.core, error = %e, "core stopped");
+                // Stop the other cores now, not when the join reaches this
+                // thread: the job cannot go on without this core's partitions.
+                setup.health.abort(format!("core {}: {e}", setup.core));
                 return Err(e);
             }
         }

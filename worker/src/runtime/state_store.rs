@@ -1,11 +1,19 @@
 //! Engine state checkpoints in a compacted Kafka topic.
 //!
 //! The state of source partition `p` is written to partition `p` of the
-//! state topic — by the one core that owns `p`, so a snapshot's chunks are
-//! contiguous — as chunks of at most 512 KiB keyed `<topic>/<p>/<chunk>`.
-//! The offset commit of `p` then carries `sluice:v1:<first offset>+<chunks>`
-//! as metadata, so offsets and the state they belong to are committed
-//! atomically together. Compaction keeps the newest snapshot of every key.
+//! state topic — by the one core that owns `p`, with an idempotent producer,
+//! so a snapshot's chunks sit at consecutive offsets — as chunks of at most
+//! 512 KiB keyed `<topic>/<p>/<slot>/<chunk>`. The offset commit of `p` then
+//! carries `sluice:v2:<slot>:<first offset>+<chunks>` as metadata, so offsets
+//! and the state they belong to are committed atomically together.
+//!
+//! Two key slots alternate, and a save always writes the slot the committed
+//! checkpoint does *not* use. Compaction only removes a record once a newer
+//! one has the same key, so the snapshot the committed offsets point to can
+//! never be compacted away — even when a save succeeded and the commit after
+//! it did not (a crash in between). Loading checks that every chunk is at
+//! the exact offset and key the metadata names, and fails loudly otherwise:
+//! restoring any other snapshot would replay input into the wrong state.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,7 +27,9 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use crate::Error;
 
 const CHUNK: usize = 512 * 1024;
-const PREFIX: &str = "sluice:v1:";
+const PREFIX: &str = "sluice:v2:";
+/// Metadata of any Sluice checkpoint format, this one or another.
+const ANY_PREFIX: &str = "sluice:";
 
 /// Records the offsets at which chunks were written.
 struct ChunkOffsets {
@@ -80,21 +90,30 @@ impl StateStore {
         Ok(Self { producer, reader_config, topic: topic.to_owned(), source_topic: source_topic.to_owned() })
     }
 
-    fn key(&self, partition: i32, chunk: usize) -> String {
-        format!("{}/{partition}/{chunk}", self.source_topic)
+    fn key(&self, partition: i32, slot: u8, chunk: usize) -> String {
+        format!("{}/{partition}/{slot}/{chunk}", self.source_topic)
     }
 
-    /// Writes snapshots (source partition, bytes) and returns each one's
-    /// commit metadata once every chunk is acknowledged.
-    pub fn save(&mut self, snapshots: &[(i32, Vec<u8>)]) -> Result<Vec<(i32, String)>, Error> {
+    /// The slot a new snapshot goes to: the one `committed` (a partition's
+    /// committed metadata) does not point to.
+    pub fn next_slot(committed: &str) -> u8 {
+        match parse(committed) {
+            Ok(Some(c)) => 1 - c.slot,
+            _ => 0,
+        }
+    }
+
+    /// Writes snapshots (source partition, bytes, slot from [`Self::next_slot`])
+    /// and returns each one's commit metadata once every chunk is acknowledged.
+    pub fn save(&mut self, snapshots: &[(i32, Vec<u8>, u8)]) -> Result<Vec<(i32, String)>, Error> {
         if let Ok(mut w) = self.producer.context().written.lock() {
             w.clear();
         }
         let mut expected = Vec::with_capacity(snapshots.len());
-        for (partition, bytes) in snapshots {
+        for (partition, bytes, slot) in snapshots {
             let chunks: Vec<&[u8]> = if bytes.is_empty() { vec![&[][..]] } else { bytes.chunks(CHUNK).collect() };
             for (i, chunk) in chunks.iter().enumerate() {
-                let key = self.key(*partition, i);
+                let key = self.key(*partition, *slot, i);
                 let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new(i))
                     .partition(*partition)
                     .key(key.as_bytes())
@@ -110,7 +129,7 @@ impl StateStore {
                     }
                 }
             }
-            expected.push((*partition, chunks.len()));
+            expected.push((*partition, *slot, chunks.len()));
         }
         self.producer.flush(Timeout::After(Duration::from_secs(60))).map_err(|e| Error::kafka("flush state", e))?;
         if let Some(e) = self.producer.context().failed.lock().ok().and_then(|mut f| f.take()) {
@@ -119,7 +138,7 @@ impl StateStore {
         let written = self.producer.context().written.lock().map(|w| w.clone()).unwrap_or_default();
         expected
             .into_iter()
-            .map(|(partition, chunks)| {
+            .map(|(partition, slot, chunks)| {
                 let first = written
                     .iter()
                     .filter(|(p, c, _)| *p == partition && *c == 0)
@@ -128,20 +147,16 @@ impl StateStore {
                     .ok_or_else(|| {
                         Error::Checkpoint(format!("no acknowledgement for state of partition {partition}"))
                     })?;
-                Ok((partition, format!("{PREFIX}{first}+{chunks}")))
+                Ok((partition, Checkpoint { slot, first, chunks }.to_string()))
             })
             .collect()
     }
 
     /// Reads the snapshot a commit's metadata points to, if it points to one.
     pub fn load(&self, partition: i32, metadata: &str) -> Result<Option<Vec<u8>>, Error> {
-        let Some(rest) = metadata.strip_prefix(PREFIX) else {
+        let Some(Checkpoint { slot, first, chunks }) = parse(metadata)? else {
             return Ok(None);
         };
-        let (first, chunks) = rest
-            .split_once('+')
-            .and_then(|(a, b)| Some((a.parse::<i64>().ok()?, b.parse::<usize>().ok()?)))
-            .ok_or_else(|| Error::Checkpoint(format!("unreadable checkpoint metadata {metadata:?}")))?;
         let consumer: BaseConsumer = self.reader_config.create().map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(first))
@@ -159,11 +174,83 @@ impl StateStore {
             }
             let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
             let m = m.map_err(|e| Error::kafka("read state", e))?;
-            if m.key() == Some(self.key(partition, next).as_bytes()) {
-                bytes.extend_from_slice(m.payload().unwrap_or_default());
-                next += 1;
+            let want_offset = first + i64::try_from(next).unwrap_or(i64::MAX);
+            let want_key = self.key(partition, slot, next);
+            if m.offset() != want_offset || m.key() != Some(want_key.as_bytes()) {
+                return Err(Error::Checkpoint(format!(
+                    "the checkpoint of {}/{partition} ({metadata}) expects state chunk {want_key:?} at offset \
+                     {want_offset} of {}, found {:?} at offset {}: the state topic was changed or truncated \
+                     outside Sluice, so the committed offsets no longer match any saved state",
+                    self.source_topic,
+                    self.topic,
+                    m.key().map(String::from_utf8_lossy),
+                    m.offset()
+                )));
             }
+            bytes.extend_from_slice(m.payload().unwrap_or_default());
+            next += 1;
         }
         Ok(Some(bytes))
+    }
+}
+
+/// Where a committed checkpoint's state lives in the state topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Checkpoint {
+    slot: u8,
+    first: i64,
+    chunks: usize,
+}
+
+impl std::fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{PREFIX}{}:{}+{}", self.slot, self.first, self.chunks)
+    }
+}
+
+/// Commit metadata → checkpoint; `None` when the commit carries no state
+/// (a stateless query, or a group committed by something else).
+fn parse(metadata: &str) -> Result<Option<Checkpoint>, Error> {
+    let Some(rest) = metadata.strip_prefix(PREFIX) else {
+        if metadata.starts_with(ANY_PREFIX) {
+            return Err(Error::Checkpoint(format!(
+                "checkpoint metadata {metadata:?} is in a format this worker does not read (expected {PREFIX}…)"
+            )));
+        }
+        return Ok(None);
+    };
+    let parsed = rest.split_once(':').and_then(|(slot, at)| {
+        let (first, chunks) = at.split_once('+')?;
+        let slot = slot.parse::<u8>().ok().filter(|s| *s < 2)?;
+        Some(Checkpoint { slot, first: first.parse().ok()?, chunks: chunks.parse().ok()? })
+    });
+    parsed.map(Some).ok_or_else(|| Error::Checkpoint(format!("unreadable checkpoint metadata {metadata:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_round_trips() {
+        let c = Checkpoint { slot: 1, first: 42, chunks: 3 };
+        assert_eq!(c.to_string(), "sluice:v2:1:42+3");
+        assert_eq!(parse(&c.to_string()).ok().flatten(), Some(c));
+    }
+
+    #[test]
+    fn saves_alternate_slots_so_the_committed_snapshot_is_never_overwritten() {
+        assert_eq!(StateStore::next_slot(""), 0, "first save");
+        assert_eq!(StateStore::next_slot("sluice:v2:0:10+1"), 1);
+        assert_eq!(StateStore::next_slot("sluice:v2:1:20+1"), 0);
+    }
+
+    #[test]
+    fn foreign_or_broken_metadata() {
+        assert_eq!(parse("").ok().flatten(), None);
+        assert_eq!(parse("written by another tool").ok().flatten(), None);
+        assert!(parse("sluice:v1:10+1").is_err(), "an old format is an error, not silently no state");
+        assert!(parse("sluice:v2:2:10+1").is_err(), "slot out of range");
+        assert!(parse("sluice:v2:0:ten+1").is_err());
     }
 }

@@ -1,0 +1,194 @@
+//! `sluice-worker run -f <manifest>` with no broker, as README's first
+//! command runs it: the quickstart's generated trades to stdout, and a
+//! JSON-lines file through a query to a file sink with a file dead-letter
+//! output. Expected results are computed here from the generator's
+//! formulas (docs/sql.md, `datagen`), not taken from the engine.
+
+// Test code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used, clippy::cast_precision_loss)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn run(manifest: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+        .args(["run", "-f", manifest.to_str().unwrap(), "--http-port", "0"])
+        .current_dir(repo())
+        .output()
+        .unwrap()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-local-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The README's first command: the quickstart prints one JSON row per hour
+/// and symbol — exactly the windows the generated trades fall in — and a
+/// one-line summary.
+#[test]
+fn readme_quickstart_prints_every_hourly_window_and_a_summary() {
+    let out = run(&repo().join("manifests/examples/quickstart.yaml"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "quickstart failed:\n{stderr}");
+
+    // record i: symbol SYM{i%10}, price 100 + i%50, quantity 100 + i%1000,
+    // trade_time 1.7e12 + 900·i ms; the query keeps quantity >= 100 (all).
+    let mut expected: BTreeMap<(String, i64), (i64, f64, i64)> = BTreeMap::new();
+    for i in 0..200_000i64 {
+        let hour = (1_700_000_000_000 + i * 900).div_euclid(3_600_000) * 3_600_000;
+        let e = expected.entry((format!("SYM{}", i % 10), hour)).or_default();
+        e.0 += 1;
+        e.1 += (100 + i % 50) as f64;
+        e.2 += 100 + i % 1000;
+    }
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut got: BTreeMap<(String, i64), (i64, f64, i64)> = BTreeMap::new();
+    for line in stdout.lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let start = v["window_start"].as_str().unwrap();
+        let start_ms = jiff_ms(start);
+        let key = (v["symbol"].as_str().unwrap().to_owned(), start_ms);
+        let row = (v["trades"].as_i64().unwrap(), v["avg_price"].as_f64().unwrap(), v["volume"].as_i64().unwrap());
+        assert!(got.insert(key.clone(), row).is_none(), "window {key:?} emitted twice (EMIT FINAL)");
+    }
+    assert_eq!(got.len(), expected.len(), "one row per symbol and hour");
+    for (key, (count, price_sum, volume)) in &expected {
+        let (c, avg, v) = got[key];
+        assert_eq!((c, v), (*count, *volume), "{key:?}");
+        let want = (price_sum / *count as f64 * 100.0).round() / 100.0;
+        assert!((avg - want).abs() < 1e-9, "{key:?}: avg_price {avg}, expected {want}");
+    }
+    let summary = stderr.lines().find(|l| l.contains("done:")).unwrap_or_else(|| panic!("no summary:\n{stderr}"));
+    assert!(
+        summary.contains("records in: 200000") && summary.contains(&format!("out: {}", expected.len())),
+        "{summary}"
+    );
+    assert!(summary.contains("dead-lettered: 0") && summary.contains("records/s"), "{summary}");
+}
+
+/// `2024-01-15T09:00:00.000Z` → epoch ms (whole hours are all this test needs).
+fn jiff_ms(text: &str) -> i64 {
+    let (date, time) = text.split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
+    let h: i64 = time[..2].parse().unwrap();
+    let m: i64 = time[3..5].parse().unwrap();
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, mo, day) = (if d[1] <= 2 { d[0] - 1 } else { d[0] }, d[1], d[2]);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (mo + if mo > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 24 + h) * 60 + m) * 60_000
+}
+
+/// A file source with bad lines, a file sink and a file dead-letter output:
+/// good records are aggregated, every bad one is in the dead-letter file
+/// with its line (offset), reason and original text, and nothing else.
+#[test]
+fn file_source_to_file_sink_with_file_dead_letters() {
+    let dir = temp_dir("files");
+    let input = dir.join("in.jsonl");
+    let lines = [
+        r#"{"customer":"a","amount":5}"#,
+        r#"{"customer":"b","amount":7}"#,
+        r#"not json at all"#,
+        r#"{"customer":"a","amount":"ten"}"#,
+        r#"{"amount":3}"#,
+        r#"{"customer":"a","amount":1}"#,
+        "",
+        r#"{"customer":"b","amount":2.0}"#,
+    ];
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let (output, dead) = (dir.join("out.jsonl"), dir.join("dead.jsonl"));
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata: {{ name: files }}
+spec:
+  sql: SELECT customer, COUNT(*) AS n, SUM(amount) AS total FROM payments GROUP BY customer
+  sources:
+    - name: payments
+      file: {{ path: "{}" }}
+      schema:
+        columns:
+          - {{ name: customer, type: string, required: true }}
+          - {{ name: amount, type: bigint }}
+  sink: {{ file: {{ path: "{}" }} }}
+  deadLetter: {{ file: {{ path: "{}" }} }}
+"#,
+            input.display(),
+            output.display(),
+            dead.display()
+        ),
+    )
+    .unwrap();
+    let out = run(&manifest);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+
+    // GROUP BY without a window emits changes: the last row per customer is its total.
+    let mut last: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for line in std::fs::read_to_string(&output).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        last.insert(
+            v["customer"].as_str().unwrap().to_owned(),
+            (v["n"].as_i64().unwrap(), v["total"].as_i64().unwrap()),
+        );
+    }
+    assert_eq!(last, BTreeMap::from([("a".to_owned(), (2, 6)), ("b".to_owned(), (2, 9))]));
+
+    let dead: Vec<Value> =
+        std::fs::read_to_string(&dead).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let by_offset: BTreeMap<i64, &Value> = dead.iter().map(|d| (d["offset"].as_i64().unwrap(), d)).collect();
+    assert_eq!(by_offset.keys().copied().collect::<Vec<_>>(), [2, 3, 4], "exactly the bad lines: {dead:?}");
+    for (offset, reason) in
+        [(2, "malformed JSON"), (3, "field `amount`: expected bigint"), (4, "missing required field `customer`")]
+    {
+        let d = by_offset[&offset];
+        assert!(d["reason"].as_str().unwrap().contains(reason), "line {offset}: {d}");
+        assert_eq!(d["payload"], lines[usize::try_from(offset).unwrap()], "original bytes kept");
+    }
+    assert!(stderr.contains("dead-lettered: 3"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every example manifest is a valid job: its spec passes the CRD's rules
+/// and its SQL plans against its schemas (what the operator checks before
+/// launching anything).
+#[test]
+fn every_example_manifest_validates() {
+    let dir = repo().join("manifests/examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+            .args(["validate", "-f", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(": ok"),
+            "{}:\n{stdout}\n{}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 6, "the quickstart and the five seed scenarios: {checked} found");
+}
