@@ -29,6 +29,13 @@ impl LeaderElector {
         self.duration / 3
     }
 
+    /// How long a leader may go without renewing before it must stop
+    /// acting: two thirds of the lease, leaving a third of it as margin
+    /// against clock skew and a reconcile finishing its last write.
+    pub fn renew_deadline(&self) -> Duration {
+        self.duration * 2 / 3
+    }
+
     /// Takes or renews the lease; false when another holder's lease is live.
     pub async fn try_lead(&self) -> Result<bool, Error> {
         let now = Timestamp::now();

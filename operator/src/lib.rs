@@ -6,6 +6,7 @@
 //! Control path: [`reconcile`] → [`validate`] → [`partitions`] →
 //! [`desired`] → [`rescale`] → [`render`] (server-side apply) → [`status`].
 
+pub mod backoff;
 pub mod controller;
 pub mod desired;
 mod error;

@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| format!("sluice-operator-{}", std::process::id()));
     let ctx = Arc::new(Context {
+        backoff: sluice_operator::backoff::Backoff::default(),
         recorder: Recorder::new(
             client.clone(),
             Reporter { controller: "sluice-operator".into(), instance: Some(identity.clone()) },
@@ -123,11 +124,19 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!(%identity, "became leader");
         metrics.leader.set(1);
         let renew = async {
+            let mut renewed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(elector.renew_every()).await;
                 match elector.try_lead().await {
-                    Ok(true) => {}
+                    Ok(true) => renewed = tokio::time::Instant::now(),
                     Ok(false) => return,
+                    // Unrenewed, the lease expires and a standby may take
+                    // it: stop reconciling before that can happen, so two
+                    // replicas never act at once (client-go's renew deadline).
+                    Err(e) if renewed.elapsed() >= elector.renew_deadline() => {
+                        tracing::warn!(error = %e, "could not renew the lease in time; stepping down");
+                        return;
+                    }
                     Err(e) => tracing::warn!(error = %e, "renewing the lease"),
                 }
             }

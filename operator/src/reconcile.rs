@@ -18,6 +18,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use sluice_crds::{FIELD_MANAGER, StreamJob, reasons};
 
+use crate::backoff::Backoff;
 use crate::desired::{Desired, OperatorSettings, desired};
 use crate::metrics::Metrics;
 use crate::rescale::{Step, next_step};
@@ -27,6 +28,8 @@ use crate::{Error, names, partitions, render, validate};
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
+    /// Retry delays of jobs that cannot proceed (broker down, API errors).
+    pub backoff: Backoff,
     pub settings: OperatorSettings,
     pub recorder: Recorder,
     pub metrics: Metrics,
@@ -73,8 +76,14 @@ pub async fn reconcile(job: Arc<StreamJob>, ctx: Arc<Context>) -> Result<Action,
 #[allow(clippy::needless_pass_by_value)]
 pub fn error_policy(job: Arc<StreamJob>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_errors.with_label_values(&[error.reason()]).inc();
-    tracing::warn!(job = %job.name_any(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let retry = ctx.backoff.failed(&job_key(&job));
+    tracing::warn!(job = %job.name_any(), error = %error, ?retry, "reconcile failed; retrying");
+    Action::requeue(retry)
+}
+
+/// A job's key for per-job bookkeeping.
+fn job_key(job: &StreamJob) -> String {
+    format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any())
 }
 
 async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Observed, Error> {
@@ -150,9 +159,13 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
         },
     };
     report(ctx, job, &namespace, &outcome, &observed).await?;
+    let key = job_key(job);
+    if !matches!(outcome, Outcome::Unavailable(_)) {
+        ctx.backoff.succeeded(&key);
+    }
     Ok(match &outcome {
         Outcome::Invalid(_) => Action::await_change(),
-        Outcome::Unavailable(_) => Action::requeue(Duration::from_secs(10)),
+        Outcome::Unavailable(_) => Action::requeue(ctx.backoff.failed(&key)),
         Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
         Outcome::Applied(d) if observed.ready_workers() == d.replicas => Action::requeue(Duration::from_secs(60)),
         Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),

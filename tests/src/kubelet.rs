@@ -337,6 +337,12 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                 if let Some((worker, config)) = start(client, &ns, pod).await
                     && let Ok(mut s) = state.lock()
                 {
+                    if !s.namespaces.contains(&ns) {
+                        // The test let go of the namespace while this
+                        // process started: stop it (dropping `worker` kills
+                        // it), or it would outlive the test unseen.
+                        continue;
+                    }
                     let record = s.records.len();
                     s.records.push(ProcessRecord {
                         namespace: ns.clone(),

@@ -6,6 +6,7 @@
 //! must fail, never skip.
 #![allow(clippy::expect_used, clippy::panic)]
 
+pub mod helm;
 pub mod kafka;
 pub mod kube;
 pub mod kubelet;

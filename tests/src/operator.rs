@@ -1,6 +1,6 @@
 //! Running the real `sluice-operator` binary against the harness API server.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::harness;
@@ -20,12 +20,25 @@ pub fn operator_bin() -> PathBuf {
 /// Starts an operator watching `namespace`, electing a leader with a Lease
 /// there. `identity` names the replica.
 pub fn start_operator(namespace: &str, identity: &str) -> Worker {
+    start_operator_with(&harness().kubeconfig, namespace, namespace, "sluice-operator", identity)
+}
+
+/// Starts an operator with the credentials of `kubeconfig`, watching
+/// `namespace`, with its Lease `lease_name` in `lease_namespace`.
+pub fn start_operator_with(
+    kubeconfig: &Path,
+    namespace: &str,
+    lease_namespace: &str,
+    lease_name: &str,
+    identity: &str,
+) -> Worker {
     let port = free_port();
     let mut cmd = Command::new(operator_bin());
-    cmd.env("KUBECONFIG", &harness().kubeconfig)
+    cmd.env("KUBECONFIG", kubeconfig)
         .env("POD_NAME", identity)
         .env("RUST_LOG", "info,kube=warn")
-        .args(["--namespace", namespace, "--lease-namespace", namespace, "--http-address", "127.0.0.1"])
+        .args(["--namespace", namespace, "--lease-namespace", lease_namespace, "--lease-name", lease_name])
+        .args(["--http-address", "127.0.0.1"])
         .args([
             "--http-port",
             &port.to_string(),

@@ -11,12 +11,18 @@ use std::time::Duration;
 use serde_json::Value;
 use sluice_e2e::kube::{kubectl_ok, new_namespace};
 use sluice_e2e::operator::start_operator;
-use sluice_e2e::prometheus::{Prometheus, Target};
+use sluice_e2e::prometheus::Prometheus;
 use sluice_e2e::worker::{Worker, write_temp};
 use sluice_e2e::{harness, kafka, unique_name};
 
-/// Every panel with its title and PromQL expressions, rows included.
-fn panels(dashboard: &Value) -> Vec<(String, Vec<String>)> {
+/// A panel target: its PromQL and the labels its legend shows.
+struct Target {
+    expr: String,
+    legend_labels: Vec<String>,
+}
+
+/// Every panel with its title and targets, rows included.
+fn panels(dashboard: &Value) -> Vec<(String, Vec<Target>)> {
     let mut out = Vec::new();
     let mut stack: Vec<&Value> = dashboard["panels"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
     while let Some(p) = stack.pop() {
@@ -26,13 +32,47 @@ fn panels(dashboard: &Value) -> Vec<(String, Vec<String>)> {
         if p["type"] == "row" {
             continue;
         }
-        let exprs: Vec<String> = p["targets"]
+        let targets = p["targets"]
             .as_array()
-            .map(|t| t.iter().filter_map(|t| t["expr"].as_str().map(str::to_owned)).collect())
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| {
+                        let expr = t["expr"].as_str()?.to_owned();
+                        let legend = t["legendFormat"].as_str().unwrap_or_default();
+                        let legend_labels = legend
+                            .split("{{")
+                            .skip(1)
+                            .filter_map(|s| s.split_once("}}").map(|(l, _)| l.trim().to_owned()))
+                            .collect();
+                        Some(Target { expr, legend_labels })
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
-        out.push((p["title"].as_str().unwrap_or("(untitled)").to_owned(), exprs));
+        out.push((p["title"].as_str().unwrap_or("(untitled)").to_owned(), targets));
     }
     out
+}
+
+/// Why a query result would show an empty or misleading panel, if it would:
+/// no series, only NaN (a quantile over buckets nothing was observed in), or
+/// a series without a label its legend names (an aggregation that lost it).
+fn unusable(result: &[Value], legend_labels: &[String]) -> Option<String> {
+    if result.is_empty() {
+        return Some("returned no data".into());
+    }
+    let value = |r: &Value| r["value"][1].as_str().unwrap_or("NaN").to_owned();
+    if result.iter().all(|r| value(r) == "NaN") {
+        return Some("returned only NaN".into());
+    }
+    for r in result {
+        for l in legend_labels {
+            if r["metric"][l].as_str().is_none_or(str::is_empty) {
+                return Some(format!("returned a series without the label `{l}` its legend shows: {}", r["metric"]));
+            }
+        }
+    }
+    None
 }
 
 /// Grafana's variables and macros, as the dashboard would be rendered.
@@ -89,12 +129,17 @@ spec:
     // The same job, applied to the API server, gives the operator real
     // reconciles to measure (its pods never start: nothing plays the kubelet).
     kubectl_ok(["apply", "-n", &ns, "-f", &file.display().to_string()]);
+    // The target labels prometheus-operator's Pod/ServiceMonitors attach.
     let prometheus = Prometheus::start(&[
-        Target { job: "sluice-worker".into(), port: worker.http_port, labels: vec![("namespace".into(), ns.clone())] },
-        Target {
+        sluice_e2e::prometheus::Target {
+            job: "sluice-worker".into(),
+            port: worker.http_port,
+            labels: vec![("namespace".into(), ns.clone())],
+        },
+        sluice_e2e::prometheus::Target {
             job: "sluice-operator".into(),
             port: operator.http_port,
-            labels: vec![("namespace".into(), ns.clone())],
+            labels: vec![("namespace".into(), ns.clone()), ("pod".into(), "sluice-operator-0".into())],
         },
     ]);
     let now = sluice_e2e::now_ms();
@@ -123,16 +168,19 @@ spec:
         for v in ["namespace", "streamjob"] {
             assert!(variables.contains(&v), "{}: no `{v}` variable", f.display());
         }
-        for (title, exprs) in panels(&dashboard) {
-            if exprs.is_empty() {
+        for (title, targets) in panels(&dashboard) {
+            if targets.is_empty() {
                 failures.push(format!("panel {title:?} has no PromQL target"));
             }
-            for expr in exprs {
-                let q = render(&expr, &ns, &job);
+            for target in targets {
+                let q = render(&target.expr, &ns, &job);
                 checked += 1;
                 match prometheus.query(&q) {
-                    Ok(r) if !r.is_empty() => {}
-                    Ok(_) => failures.push(format!("panel {title:?}: `{q}` returned no data")),
+                    Ok(r) => {
+                        if let Some(why) = unusable(&r, &target.legend_labels) {
+                            failures.push(format!("panel {title:?}: `{q}` {why}"));
+                        }
+                    }
                     Err(e) => failures.push(format!("panel {title:?}: `{q}` failed: {e}")),
                 }
             }

@@ -10,9 +10,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
+use sluice_e2e::helm::{helm, helm_ok};
 use sluice_e2e::kube::{kubectl, kubectl_ok, new_namespace, yaml_files};
 use sluice_e2e::worker::write_temp;
 use sluice_e2e::{harness, unique_name};
@@ -21,39 +21,6 @@ const CHART: &str = "helm/sluice";
 const CRD: &str = "streamjobs.sluice.dev";
 /// What `manifests/install.yaml` is rendered with.
 const INSTALL_NAMESPACE: &str = "sluice-system";
-
-/// The result of one helm invocation.
-#[derive(Debug)]
-struct Helm {
-    success: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `$SLUICE_HELM ARGS` against the harness, from the repository root.
-fn helm(args: &[&str]) -> Helm {
-    let h = harness();
-    let bin = std::env::var("SLUICE_HELM")
-        .unwrap_or_else(|_| panic!("SLUICE_HELM is not set: run `source target/harness/env` (tests/run.sh does)"));
-    let out = Command::new(&bin)
-        .env("KUBECONFIG", &h.kubeconfig)
-        .current_dir(&h.repo)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run helm ({bin}): {e}"));
-    Helm {
-        success: out.status.success(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// Runs helm and panics with its output unless it succeeds.
-fn helm_ok(args: &[&str]) -> String {
-    let r = helm(args);
-    assert!(r.success, "helm {args:?} failed:\n{}\n{}", r.stdout, r.stderr);
-    r.stdout
-}
 
 fn read(path: &str) -> String {
     let p = harness().repo.join(path);
@@ -106,21 +73,22 @@ fn permissions(rules: &Value) -> BTreeMap<(String, String), BTreeSet<String>> {
     out
 }
 
-/// Exactly the API calls `sluice-operator` makes for StreamJobs.
+/// Exactly the API calls `sluice-operator` makes for StreamJobs. That they
+/// are enough is proven by `operator_runs_with_only_the_charts_permissions`
+/// (tests/operator.rs), which runs the operator as the chart's ServiceAccount.
 fn job_permissions() -> BTreeMap<(String, String), BTreeSet<String>> {
-    const CHILDREN: &[&str] = &["get", "list", "watch", "create", "patch", "update", "delete"];
+    const CHILDREN: &[&str] = &["list", "watch", "create", "patch"];
     let table: &[(&str, &str, &[&str])] = &[
-        ("sluice.dev", "streamjobs", &["get", "list", "watch", "patch", "update"]),
-        ("sluice.dev", "streamjobs/status", &["get", "patch", "update"]),
+        ("sluice.dev", "streamjobs", &["list", "watch", "patch"]),
+        ("sluice.dev", "streamjobs/status", &["patch"]),
         ("sluice.dev", "streamjobs/finalizers", &["update"]),
-        ("apps", "statefulsets", CHILDREN),
+        ("apps", "statefulsets", &["get", "list", "watch", "create", "patch"]),
         ("", "configmaps", CHILDREN),
         ("", "services", CHILDREN),
         ("policy", "poddisruptionbudgets", CHILDREN),
-        ("", "pods", &["get", "list", "watch"]),
+        ("", "pods", &["list"]),
         ("", "secrets", &["get"]),
         ("events.k8s.io", "events", &["create", "patch"]),
-        ("", "events", &["create", "patch"]),
     ];
     table
         .iter()

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sluice_crds::{SourcePartitions, WorkerConfig, assign};
+use sluice_e2e::helm::helm_ok;
 use sluice_e2e::kafka::{self, Record};
 use sluice_e2e::kube::{kubectl, kubectl_ok, new_namespace};
 use sluice_e2e::kubelet::{ProcessRecord, kubelet};
-use sluice_e2e::operator::start_operator;
+use sluice_e2e::operator::{start_operator, start_operator_with};
 use sluice_e2e::worker::{metric_values, write_temp};
 use sluice_e2e::{harness, unique_name};
 
@@ -203,9 +204,18 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
             .any(|e| e["reason"] == "InvalidSql" && e["type"] == "Warning")
             .then_some(v)
     });
-    assert!(!events["items"].as_array().unwrap().is_empty());
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(get("statefulset", name, &ns).is_none(), "nothing launched for invalid SQL");
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["regarding"]["name"] == name || e["involvedObject"]["name"] == name)
+    );
+    // The reconcile that reported InvalidSql is the one that would have
+    // launched the workers: nothing may exist now.
+    for (kind, child) in [("statefulset", name.to_owned()), ("configmap", format!("{name}-config"))] {
+        assert!(get(kind, &child, &ns).is_none(), "{kind} {child} launched for invalid SQL");
+    }
 
     let fixed = example("s2-group-by.yaml", &t, |s| s);
     kubectl_ok(["apply", "-n", &ns, "-f", fixed.to_str().unwrap()]);
@@ -256,6 +266,7 @@ fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
 
     // No two processes that were alive at the same time owned a partition in common.
     let history = kubelet().history(&ns);
+    assert!(history.len() >= 6, "1, then 3, then 2 workers ran: {history:?}");
     let now = Instant::now();
     for (i, a) in history.iter().enumerate() {
         for b in &history[i + 1..] {
@@ -302,9 +313,24 @@ fn suspend_stops_the_workers_and_resume_continues_from_committed_offsets() {
         let pods = kubectl_ok(["get", "pods", "-n", &ns, "-o", "name"]);
         (condition(&job, "Ready")?.1 == "Suspended" && pods.trim().is_empty()).then_some(())
     });
+    // Suspended: every record read so far is committed, with its state.
+    let cm = get("configmap", &format!("{name}-config"), &ns).unwrap();
+    let group = WorkerConfig::from_yaml(cm["data"]["worker.yaml"].as_str().unwrap()).unwrap().consumer_group();
+    let committed = kafka::committed_positions(&group, &t.trades, 2);
+    assert_eq!(
+        committed.values().map(|(o, _)| o).sum::<i64>(),
+        2_000,
+        "all input committed at suspension: {committed:?}"
+    );
+    assert!(
+        committed.values().all(|(_, m)| m.starts_with("sluice:v2:")),
+        "offsets point at saved state: {committed:?}"
+    );
     produce_trades(&t.trades, 2_000..3_000, 2);
     kubectl_ok(["patch", "sj", name, "-n", &ns, "--type=merge", "-p", r#"{"spec":{"suspend":false}}"#]);
     wait_ready(name, &ns, 1);
+    // Resumed from those offsets and that state: a replay from the start on
+    // top of the restored state would count the first 2,000 twice.
     wait_for_counts(&t.out, &expected_counts(0..3_000), Duration::from_secs(60));
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
@@ -367,4 +393,98 @@ fn a_killed_leader_is_replaced_and_the_standby_converges() {
     b.signal("TERM");
     assert!(b.wait(Duration::from_secs(30)).success(), "{}", b.log());
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// The chart's RBAC is enough: the operator, running with nothing but the
+/// token of the ServiceAccount the chart installs (namespaced mode), reports
+/// invalid SQL with an event, launches a valid job's children and brings it
+/// to Ready — and is never refused by the API server.
+#[test]
+fn operator_runs_with_only_the_charts_permissions() {
+    let release = unique_name("rbac");
+    let (home, watched) = (unique_name("rbac-home"), new_namespace("rbac-jobs"));
+    let _kubelet = kubelet().manage(&watched);
+    helm_ok(&[
+        "install",
+        &release,
+        "helm/sluice",
+        "--namespace",
+        &home,
+        "--create-namespace",
+        "--set",
+        "crds.install=false",
+        "--set",
+        &format!("watchNamespaces={{{watched}}}"),
+        "--set",
+        "replicaCount=0",
+    ]);
+    let account = format!("{release}-sluice-operator");
+    let token = kubectl_ok(["create", "token", &account, "-n", &home, "--duration=1h"]);
+    let server = kubectl_ok(["config", "view", "--raw", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"]);
+    let ca = kubectl_ok([
+        "config",
+        "view",
+        "--raw",
+        "--minify",
+        "-o",
+        "jsonpath={.clusters[0].cluster.certificate-authority-data}",
+    ]);
+    let ca = if ca.trim().is_empty() {
+        let file = kubectl_ok([
+            "config",
+            "view",
+            "--raw",
+            "--minify",
+            "-o",
+            "jsonpath={.clusters[0].cluster.certificate-authority}",
+        ]);
+        format!("certificate-authority: {}", file.trim())
+    } else {
+        format!("certificate-authority-data: {}", ca.trim())
+    };
+    let kubeconfig = write_temp(
+        "rbac-kubeconfig",
+        &format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: h\n  cluster:\n    server: {}\n    {ca}\n\
+             users:\n- name: sa\n  user:\n    token: {}\ncontexts:\n- name: sa\n  context: {{cluster: h, user: sa}}\n\
+             current-context: sa\n",
+            server.trim(),
+            token.trim()
+        ),
+    );
+    let mut operator = start_operator_with(&kubeconfig, &watched, &home, &account, "op-rbac");
+
+    let t = topics(2);
+    let name = "s2-group-by";
+    let bad = example("s2-group-by.yaml", &t, |s| {
+        s.replace("workers: 2", "workers: 1")
+            .replace("SUM(quantity) AS total_quantity", "SUM(quantty) AS total_quantity")
+    });
+    kubectl_ok(["apply", "-n", &watched, "-f", bad.to_str().unwrap()]);
+    wait_until("InvalidSql", Duration::from_secs(60), || {
+        condition(&get("sj", name, &watched)?, "Ready").filter(|c| c.1 == "InvalidSql")
+    });
+    wait_until("the Warning event", Duration::from_secs(30), || {
+        let v: Value = serde_json::from_str(&kubectl_ok(["get", "events", "-n", &watched, "-o", "json"])).unwrap();
+        v["items"].as_array().unwrap().iter().any(|e| e["reason"] == "InvalidSql").then_some(())
+    });
+    let good = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &watched, "-f", good.to_str().unwrap()]);
+    wait_ready(name, &watched, 1);
+    for (kind, child) in [
+        ("statefulset", name.to_owned()),
+        ("configmap", format!("{name}-config")),
+        ("service", format!("{name}-workers")),
+        ("pdb", format!("{name}-workers")),
+    ] {
+        assert!(get(kind, &child, &watched).is_some(), "{kind} {child} not created with the chart's permissions");
+    }
+    let log = operator.log();
+    assert!(!log.contains("forbidden") && !log.contains("Forbidden"), "the API server refused the operator:\n{log}");
+    operator.signal("TERM");
+    let _ = operator.wait(Duration::from_secs(30));
+    let _ = sluice_e2e::helm::helm(&["uninstall", &release, "--namespace", &home]);
+    for namespace in [&home, &watched] {
+        kubectl_ok(["delete", "namespace", namespace, "--wait=false"]);
+    }
 }

@@ -299,7 +299,7 @@ fn kill_dash_nine_then_restart_loses_nothing_and_counts_nothing_twice() {
     let committed = kafka::committed_positions(&group, &topic, 4);
     for (p, (offset, metadata)) in committed.iter().filter(|(_, (o, _))| *o > 0) {
         assert!(
-            metadata.starts_with("sluice:v1:"),
+            metadata.starts_with("sluice:v2:"),
             "partition {p}: offset {offset} committed without state: {metadata:?}"
         );
     }

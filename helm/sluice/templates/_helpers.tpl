@@ -90,40 +90,40 @@ Rules for StreamJobs and what the operator creates for them: exactly the
 API calls sluice-operator makes (see operator/src).
 */}}
 {{- define "sluice.jobRules" -}}
-# Watches StreamJobs; adds/removes its finalizer (patch, update).
+# Watches StreamJobs; adds and removes its finalizer (a JSON patch).
 - apiGroups: ["sluice.dev"]
   resources: ["streamjobs"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["list", "watch", "patch"]
 - apiGroups: ["sluice.dev"]
   resources: ["streamjobs/status"]
-  verbs: ["get", "patch", "update"]
-# Owner references with blockOwnerDeletion on the children.
+  verbs: ["patch"]
+# Owner references with blockOwnerDeletion on the children (checked where
+# the OwnerReferencesPermissionEnforcement admission plugin is on).
 - apiGroups: ["sluice.dev"]
   resources: ["streamjobs/finalizers"]
   verbs: ["update"]
-# The children of a StreamJob, written with server-side apply.
+# The children of a StreamJob: watched, and written with server-side apply
+# (patch; create when the object is new). The StatefulSet is also read to
+# see which assignment its pods run.
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["list", "watch", "create", "patch"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
-# Worker pods: counted for status and rescaling, never modified.
+  verbs: ["list", "watch", "create", "patch"]
+# Worker pods: counted while draining for a rescale, never modified.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list"]
 # Credentials of the Kafka sources a StreamJob references (spec.sources[].kafka.secretRef).
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
-# Events about StreamJobs.
+# Events about StreamJobs (kube-runtime's Recorder: events.k8s.io/v1).
 - apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create", "patch"]
-- apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
