@@ -8,7 +8,7 @@
         account for) -- correctness of counts, never speed
     tools.py latency BOOTSTRAP INPUT OUTPUT --id FIELD
         join each result to its input record on FIELD and report the
-        broker-side latency: output LogAppendTime - input CreateTime
+        broker-side latency: output LogAppendTime - input record timestamp (LogAppendTime in bench/e2e.sh)
     tools.py delete BOOTSTRAP PREFIX       delete the topics whose names start with PREFIX
     tools.py quantiles METRICS_FILE NAME
         p50/p99 from a Prometheus histogram in a /metrics dump
