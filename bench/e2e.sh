@@ -5,6 +5,7 @@
 #   bash bench/e2e.sh --smoke         # 100,000 records, debug build: proves it works (CI)
 #   bash bench/e2e.sh --records N --partitions P --latency-seconds S
 #   bash bench/e2e.sh --scenarios S0,S2 --latency-rate R   # a subset; latency at R records/s
+#   bash bench/e2e.sh ... --latency-checkpoint-millis MS    # the latency job's checkpoint interval
 #
 # In one run, on the same broker and topics:
 #   1. rdkafka_performance produces N records of 100 bytes and consumes each
@@ -14,7 +15,8 @@
 #      peak RSS; results are checked for correct counts from the sink topic;
 #   3. latency: S0 at half the 2-core throughput measured above, p50/p99/max
 #      from the worker's histogram, cross-checked from the broker's
-#      timestamps (result LogAppendTime − input LogAppendTime);
+#      timestamps (result LogAppendTime − input LogAppendTime), next to
+#      librdkafka's own produce → consume latency at the same rate;
 # and prints one table (also written to bench/out/results.md).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +27,7 @@ LATENCY_SECONDS=20
 PROFILE=release
 ONLY=""
 LATENCY_RATE=""
+CHECKPOINT_MILLIS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) RECORDS=100000; LATENCY_SECONDS=4; PROFILE=dev ;;
@@ -34,6 +37,7 @@ while [ $# -gt 0 ]; do
     --profile) PROFILE=$2; shift ;;
     --scenarios) ONLY=",$2,"; shift ;;
     --latency-rate) LATENCY_RATE=$2; shift ;;
+    --latency-checkpoint-millis) CHECKPOINT_MILLIS=$2; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -95,6 +99,9 @@ manifest() { # example input output
       "manifests/examples/$1"
 }
 
+# rdkafka_performance arguments assigning every partition.
+assigned() { for p in $(seq 0 $((PARTITIONS - 1))); do echo -p "$p"; done; }
+
 declare -A INPUT CONSUME RATE1 RATE2 RSS
 for s in "${SCENARIOS[@]}"; do
   IFS='|' read -r name example scenario key field <<<"$s"
@@ -105,7 +112,7 @@ for s in "${SCENARIOS[@]}"; do
   log "$name: producing $RECORDS $scenario records${key:+ keyed by $key}"
   "$WORKER" datagen --scenario "$scenario" --records "$RECORDS" --bootstrap "$BOOTSTRAP" --topic "$input" \
     ${key:+--key "$key"} --timestamps event 2>&1 | tail -1 >&2
-  CONSUME[$name]=$("$PERF" -C -t "$input" $(for p in $(seq 0 $((PARTITIONS - 1))); do echo -p "$p"; done) \
+  CONSUME[$name]=$("$PERF" -C -t "$input" $(assigned) \
     -b "$BOOTSTRAP" -o beginning -c "$RECORDS" -q 2>&1 | rate_of)
   for cores in 1 2; do
     out="$RUN-$name-out-$cores"
@@ -136,6 +143,22 @@ HALF=${LATENCY_RATE:-$(( ${RATE2[S0]:-0} / 2 ))}
 [ "$HALF" -gt 0 ] || { echo "no S0 rate to take half of: run S0 or pass --latency-rate" >&2; exit 2; }
 COUNT=$(( HALF * LATENCY_SECONDS ))
 log "latency: S0 at $HALF records/s (half of the 2-core rate) for ${LATENCY_SECONDS}s"
+# The floor under any Kafka-to-Kafka job on this box: librdkafka alone,
+# rdkafka_performance producing at the same rate with the sink's settings
+# (linger 1 ms, acks=all) while another instance consumes (-l: send →
+# receive per message; it reports the average and the maximum, no p99).
+topic "$RUN-lat-raw" "$PARTITIONS"
+timeout $(( LATENCY_SECONDS * 3 + 30 )) "$PERF" -C -t "$RUN-lat-raw" $(assigned) -b "$BOOTSTRAP" -o end -l -u \
+  -c "$COUNT" >"$OUT/latency-raw.log" 2>&1 &
+raw_pid=$!
+sleep 2
+"$PERF" -P -t "$RUN-lat-raw" -b "$BOOTSTRAP" -l -r "$HALF" -c "$COUNT" -s 100 -X linger.ms=1 -X acks=all \
+  >/dev/null 2>&1
+wait "$raw_pid" || true
+# The last row of its table: lat_avg and lat_hi (ms) are columns 11 and 13.
+RAW_LAT=$(awk -F'|' '$2 ~ /^ *[0-9]+ *$/ && $3 + 0 > 0 { avg = $11; hi = $13 }
+  END { gsub(/ /, "", avg); gsub(/ /, "", hi); print (avg == "" ? "-" : avg), (hi == "" ? "-" : hi) }' "$OUT/latency-raw.log")
+log "rdkafka_performance alone (avg, max ms): $RAW_LAT"
 lin="$RUN-lat-in"; lout="$RUN-lat-out"
 # Both topics stamp records when the broker appends them, so latency runs
 # from the moment an input record is in Kafka to the moment its result is:
@@ -144,6 +167,9 @@ topic "$lin" "$PARTITIONS" message.timestamp.type=LogAppendTime
 topic "$lout" "$PARTITIONS" message.timestamp.type=LogAppendTime
 topic "$lout-dlq" 1
 manifest s0-pure-select.yaml "$lin" "$lout" >"$OUT/latency.yaml"
+if [ -n "$CHECKPOINT_MILLIS" ]; then
+  printf '  engine:\n    checkpointIntervalMillis: %s\n' "$CHECKPOINT_MILLIS" >>"$OUT/latency.yaml"
+fi
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 "$WORKER" run -f "$OUT/latency.yaml" --cores 2 --http-port "$port" --group "$RUN-lat" 2>"$OUT/latency-worker.log" &
 worker_pid=$!
@@ -182,4 +208,5 @@ field() { echo "$1" | python3 -c "import json,sys; v=json.load(sys.stdin).get('$
   echo "|---|---:|---:|---:|"
   echo "| worker histogram (input append → sink ack; bucket upper bounds) | $(field "$WORKER_LAT" p50_ms) | $(field "$WORKER_LAT" p99_ms) | - |"
   echo "| broker timestamps (result LogAppendTime − input LogAppendTime) | $(field "$BROKER_LAT" p50_ms) | $(field "$BROKER_LAT" p99_ms) | $(field "$BROKER_LAT" max_ms) |"
+  echo "| librdkafka alone, same rate: rdkafka_performance -l (send → receive; average in the p50 column, no p99) | avg ${RAW_LAT% *} | - | ${RAW_LAT#* } |"
 } | tee "$OUT/results.md"
