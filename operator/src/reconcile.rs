@@ -232,6 +232,9 @@ async fn publish(ctx: &Context, job: &StreamJob, type_: EventType, reason: &str,
 async fn cleanup(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_else(|| "default".into());
     let name = job.name_any();
+    // The job is going away: forget its retry count (a failure of this
+    // cleanup counts afresh, and the pass that completes it starts here).
+    ctx.backoff.succeeded(&job_key(job));
     let observed = observe(ctx, job, &namespace).await?;
     if observed.live_pods == 0 {
         return Ok(Action::await_change());
