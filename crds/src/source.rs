@@ -179,6 +179,29 @@ pub struct EventTimeSpec {
 }
 
 impl SourceSpec {
+    /// A source that is only a table: a name and `(name, type, required)`
+    /// columns, without a connector, event time or key — what planning a
+    /// query needs. Tests and benchmarks build their sources with it (adding
+    /// `event_time` or `partition_key` by struct update); on its own it is
+    /// not a valid StreamJob source, which needs exactly one connector.
+    pub fn table(name: &str, columns: &[(&str, ColumnType, bool)]) -> Self {
+        Self {
+            name: name.to_owned(),
+            kafka: None,
+            file: None,
+            datagen: None,
+            format: SourceFormat::default(),
+            schema: SchemaSpec {
+                columns: columns
+                    .iter()
+                    .map(|&(name, type_, required)| ColumnSpec { name: name.to_owned(), type_, required })
+                    .collect(),
+            },
+            event_time: None,
+            partition_key: Vec::new(),
+        }
+    }
+
     /// The Kafka topic, or a stable pseudo-topic name for local sources.
     pub fn topic(&self) -> &str {
         match (&self.kafka, &self.file) {

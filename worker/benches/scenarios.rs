@@ -14,7 +14,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_crds::{ColumnSpec, ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::encode::{EncodedRows, JsonEncoder};
 use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
@@ -73,48 +73,38 @@ fn scenarios() -> Vec<Scenario> {
 }
 
 fn source(data: DatagenScenario) -> SourceSpec {
-    let col = |name: &str, t| ColumnSpec { name: name.into(), type_: t, required: true };
-    let (name, columns, event_time) = match data {
+    use ColumnType::{Bigint, Double, String, Timestamp};
+    let (name, columns, event_time): (_, &[_], _) = match data {
         DatagenScenario::Orders => (
             "orders",
-            vec![
-                col("order_id", ColumnType::Bigint),
-                col("customer_id", ColumnType::Bigint),
-                col("order_date", ColumnType::String),
-                col("total_amount", ColumnType::Double),
+            &[
+                ("order_id", Bigint, true),
+                ("customer_id", Bigint, true),
+                ("order_date", String, true),
+                ("total_amount", Double, true),
             ],
             None,
         ),
         DatagenScenario::MarketData => (
             "market_data",
-            vec![
-                col("symbol", ColumnType::String),
-                col("price", ColumnType::Double),
-                col("timestamp", ColumnType::Timestamp),
-            ],
+            &[("symbol", String, true), ("price", Double, true), ("timestamp", Timestamp, true)],
             Some("timestamp"),
         ),
         DatagenScenario::Trades => (
             "market_data",
-            vec![
-                col("trader_id", ColumnType::String),
-                col("symbol", ColumnType::String),
-                col("price", ColumnType::Double),
-                col("quantity", ColumnType::Bigint),
-                col("trade_time", ColumnType::Timestamp),
+            &[
+                ("trader_id", String, true),
+                ("symbol", String, true),
+                ("price", Double, true),
+                ("quantity", Bigint, true),
+                ("trade_time", Timestamp, true),
             ],
             Some("trade_time"),
         ),
     };
     SourceSpec {
-        name: name.into(),
-        kafka: None,
-        file: None,
-        datagen: None,
-        format: Default::default(),
-        schema: SchemaSpec { columns },
         event_time: event_time.map(|c| EventTimeSpec { column: c.into(), watermark_delay_millis: 1000 }),
-        partition_key: Vec::new(),
+        ..SourceSpec::table(name, columns)
     }
 }
 

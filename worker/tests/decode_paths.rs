@@ -9,34 +9,25 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use sluice_crds::{ColumnSpec, ColumnType, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnType, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::engine::Batch;
 use sluice_worker::sql::{Plan, plan_query};
 
 fn plan() -> Plan {
-    let col = |name: &str, t, required| ColumnSpec { name: name.into(), type_: t, required };
-    let source = SourceSpec {
-        name: "t".into(),
-        kafka: None,
-        file: None,
-        datagen: None,
-        format: Default::default(),
-        schema: SchemaSpec {
-            columns: vec![
-                col("id", ColumnType::Bigint, true),
-                col("price", ColumnType::Double, false),
-                col("name", ColumnType::String, false),
-                col("ts", ColumnType::Timestamp, false),
-                col("flag", ColumnType::Boolean, false),
-                // Declared but not read by the query: type-checked only.
-                col("unread", ColumnType::Bigint, false),
-                col("note", ColumnType::String, false),
-            ],
-        },
-        event_time: None,
-        partition_key: vec![],
-    };
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+            // Declared but not read by the query: type-checked only.
+            ("unread", ColumnType::Bigint, false),
+            ("note", ColumnType::String, false),
+        ],
+    );
     plan_query("SELECT id, price, name, ts, flag, note FROM t", &[source]).unwrap()
 }
 

@@ -123,14 +123,10 @@ fn golden_dir() -> PathBuf {
 
 fn source_spec(s: &Source) -> SourceSpec {
     SourceSpec {
-        name: s.name.clone(),
-        kafka: None,
-        file: None,
-        datagen: None,
-        format: Default::default(),
         schema: SchemaSpec { columns: s.columns.clone() },
         event_time: s.event_time.clone(),
         partition_key: s.partition_key.clone(),
+        ..SourceSpec::table(&s.name, &[])
     }
 }
 

@@ -11,30 +11,24 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
 use sluice_worker::sql::plan_query;
 
 fn source() -> SourceSpec {
-    let col = |name: &str, t| ColumnSpec { name: name.into(), type_: t, required: false };
     SourceSpec {
-        name: "t".into(),
-        kafka: None,
-        file: None,
-        datagen: None,
-        format: Default::default(),
-        schema: SchemaSpec {
-            columns: vec![
-                col("s", ColumnType::String),
-                col("d", ColumnType::Double),
-                col("n", ColumnType::Bigint),
-                col("b", ColumnType::Boolean),
-                col("ts", ColumnType::Timestamp),
-            ],
-        },
         event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 1_000 }),
-        partition_key: vec![],
+        ..SourceSpec::table(
+            "t",
+            &[
+                ("s", ColumnType::String, false),
+                ("d", ColumnType::Double, false),
+                ("n", ColumnType::Bigint, false),
+                ("b", ColumnType::Boolean, false),
+                ("ts", ColumnType::Timestamp, false),
+            ],
+        )
     }
 }
 

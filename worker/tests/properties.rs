@@ -12,30 +12,25 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sluice_crds::{ColumnSpec, ColumnType, EmitChangesMode, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnType, EmitChangesMode, EventTimeSpec, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::encode::{EncodedRows, JsonEncoder};
 use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
 use sluice_worker::sql::plan_query;
 
 fn source() -> SourceSpec {
-    let col = |name: &str, t| ColumnSpec { name: name.into(), type_: t, required: false };
     SourceSpec {
-        name: "trades".into(),
-        kafka: None,
-        file: None,
-        datagen: None,
-        format: Default::default(),
-        schema: SchemaSpec {
-            columns: vec![
-                col("trader", ColumnType::String),
-                col("price", ColumnType::Double),
-                col("qty", ColumnType::Bigint),
-                col("ts", ColumnType::Timestamp),
-            ],
-        },
         event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 2_000 }),
         partition_key: vec!["trader".into()],
+        ..SourceSpec::table(
+            "trades",
+            &[
+                ("trader", ColumnType::String, false),
+                ("price", ColumnType::Double, false),
+                ("qty", ColumnType::Bigint, false),
+                ("ts", ColumnType::Timestamp, false),
+            ],
+        )
     }
 }
 

@@ -385,28 +385,19 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 mod tests {
     use super::*;
     use crate::sql::{Scalar, plan_query};
-    use sluice_crds::{ColumnSpec, ColumnType, SchemaSpec, SourceSpec};
+    use sluice_crds::{ColumnType, SourceSpec};
 
     fn plan(sql: &str) -> Plan {
-        let col = |name: &str, t, required| ColumnSpec { name: name.into(), type_: t, required };
-        let source = SourceSpec {
-            name: "t".into(),
-            kafka: None,
-            file: None,
-            datagen: None,
-            format: Default::default(),
-            schema: SchemaSpec {
-                columns: vec![
-                    col("id", ColumnType::Bigint, true),
-                    col("name", ColumnType::String, false),
-                    col("price", ColumnType::Double, false),
-                    col("ts", ColumnType::Timestamp, false),
-                    col("flag", ColumnType::Boolean, false),
-                ],
-            },
-            event_time: None,
-            partition_key: vec![],
-        };
+        let source = SourceSpec::table(
+            "t",
+            &[
+                ("id", ColumnType::Bigint, true),
+                ("name", ColumnType::String, false),
+                ("price", ColumnType::Double, false),
+                ("ts", ColumnType::Timestamp, false),
+                ("flag", ColumnType::Boolean, false),
+            ],
+        );
         plan_query(sql, &[source]).unwrap()
     }
 
