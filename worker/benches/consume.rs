@@ -25,7 +25,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice_crds::DatagenScenario;
-use sluice_worker::source::{BatchConsumer, write_record};
+use sluice_worker::source::{BatchConsumer, CONSUMER_DEFAULTS, write_record};
 
 const PARTITIONS: i32 = 4;
 const BATCH: usize = 4096;
@@ -35,14 +35,15 @@ fn config(bootstrap: &str) -> ClientConfig {
     c.set("bootstrap.servers", bootstrap)
         .set("group.id", "sluice-bench-consume")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        // The worker's own consumer settings (source/kafka.rs).
-        .set("fetch.wait.max.ms", "100")
-        .set("fetch.queue.backoff.ms", "2");
-    // SLUICE_BENCH_PREFETCH=default: librdkafka's own prefetch bounds (up
-    // to 100,000 messages / 64 MiB per partition) instead of the worker's.
-    if std::env::var("SLUICE_BENCH_PREFETCH").as_deref() != Ok("default") {
-        c.set("queued.min.messages", "5000").set("queued.max.messages.kbytes", "4096");
+        .set("enable.partition.eof", "false");
+    // The worker's own consumer settings. SLUICE_BENCH_PREFETCH=default:
+    // librdkafka's own prefetch bounds (up to 100,000 messages / 64 MiB per
+    // partition) instead of the worker's.
+    let librdkafka_prefetch = std::env::var("SLUICE_BENCH_PREFETCH").as_deref() == Ok("default");
+    for (k, v) in CONSUMER_DEFAULTS {
+        if !(librdkafka_prefetch && k.starts_with("queued.")) {
+            c.set(k, v);
+        }
     }
     c
 }

@@ -23,18 +23,17 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
+use sluice_worker::sink::PRODUCER_DEFAULTS;
 
 const THREADS: usize = 2;
 const PARTITIONS: i32 = 4;
 
 fn config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap)
-        .set("linger.ms", "1")
-        .set("batch.size", "1000000")
-        .set("queue.buffering.max.messages", "32768")
-        .set("queue.buffering.max.kbytes", "8192")
-        .set("acks", "all");
+    c.set("bootstrap.servers", bootstrap);
+    for (k, v) in PRODUCER_DEFAULTS {
+        c.set(k, v);
+    }
     c
 }
 

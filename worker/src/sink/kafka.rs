@@ -72,21 +72,26 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 /// Bounds one non-blocking poll, so a flood of reports cannot starve the loop.
 const MAX_EVENTS_PER_POLL: usize = 10_000;
 
+/// The producer settings a core starts from, tuned for low latency; a
+/// sink's `properties` override any of them (the benchmarks use them as
+/// they are).
+///
+/// librdkafka keeps ~300 bytes of bookkeeping per queued message on top of
+/// its payload, so the message count, not the kilobytes, bounds memory:
+/// 32 K messages is ~30 ms of output at 1 M records/s per core (measured: S0
+/// on 2 cores peaked at 89 MB RSS with 100 K, 63 MB with 32 K, at the same
+/// throughput).
+pub const PRODUCER_DEFAULTS: [(&str, &str); 5] = [
+    ("linger.ms", "1"),
+    ("batch.size", "1000000"),
+    ("queue.buffering.max.messages", "32768"),
+    ("queue.buffering.max.kbytes", "8192"),
+    ("acks", "all"),
+];
+
 impl Producing {
     fn new(mut config: ClientConfig, topic: &str, latency: Option<Arc<LatencyHistogram>>) -> Result<Self, Error> {
-        // Low-latency defaults; any of them can be overridden in the sink's properties.
-        // librdkafka keeps ~300 bytes of bookkeeping per queued message on top
-        // of its payload, so the message count, not the kilobytes, bounds
-        // memory: 32 K messages is ~30 ms of output at 1 M records/s per core
-        // (measured: S0 on 2 cores peaked at 89 MB RSS with 100 K, 63 MB with
-        // 32 K, at the same throughput).
-        for (k, v) in [
-            ("linger.ms", "1"),
-            ("batch.size", "1000000"),
-            ("queue.buffering.max.messages", "32768"),
-            ("queue.buffering.max.kbytes", "8192"),
-            ("acks", "all"),
-        ] {
+        for (k, v) in PRODUCER_DEFAULTS {
             crate::kafka::set_default(&mut config, k, v);
         }
         let context = DeliveryContext {

@@ -10,7 +10,7 @@ mod kafka;
 mod local;
 
 pub use dead_letter::{DeadLetter, DeadLetterSink, LogDeadLetter};
-pub use kafka::{KafkaDeadLetter, KafkaSink};
+pub use kafka::{KafkaDeadLetter, KafkaSink, PRODUCER_DEFAULTS};
 pub use local::{FileDeadLetter, LineSink};
 
 use crate::Error;

@@ -54,6 +54,27 @@ pub struct CommittedPosition {
     pub metadata: String,
 }
 
+/// The consumer settings a core starts from; a source's `properties`
+/// override any of them (the benchmarks use them as they are).
+///
+/// Prefetch enough to keep a core busy, not librdkafka's default of up to
+/// 64 MB per partition (which dominates RSS on a backlog). And once a
+/// partition's prefetch queue is full, librdkafka 2.x stops fetching it for
+/// `fetch.queue.backoff.ms` — 1 s by default, which throttled a fast core to
+/// one queue-full per second (measured: 33 K records/s instead of over
+/// 1 M). A few milliseconds keeps it fed.
+pub const CONSUMER_DEFAULTS: [(&str, &str); 5] = [
+    ("statistics.interval.ms", "5000"),
+    ("fetch.wait.max.ms", "100"),
+    ("fetch.queue.backoff.ms", "2"),
+    // librdkafka keeps ~300 bytes of bookkeeping per queued message: the
+    // count limit, not the kilobytes, bounds memory. 5 000 per partition is
+    // several milliseconds of work for a core (measured: 10 000 → 5 000 took
+    // S1 on 2 cores from 80 MB to 74 MB peak RSS with no loss of throughput).
+    ("queued.min.messages", "5000"),
+    ("queued.max.messages.kbytes", "4096"),
+];
+
 pub struct KafkaSource {
     consumer: BatchConsumer<LagContext>,
     topic: String,
@@ -96,24 +117,7 @@ impl KafkaSource {
                     StartFrom::Latest => "latest",
                 },
             );
-        // Prefetch enough to keep a core busy, not librdkafka's default of up
-        // to 64 MB per partition (which dominates RSS on a backlog). And once
-        // a partition's prefetch queue is full, librdkafka 2.x stops fetching
-        // it for fetch.queue.backoff.ms — 1 s by default, which throttled a
-        // fast core to one queue-full per second (measured: 33 K records/s
-        // instead of over 1 M). A few milliseconds keeps it fed.
-        for (k, v) in [
-            ("statistics.interval.ms", "5000"),
-            ("fetch.wait.max.ms", "100"),
-            ("fetch.queue.backoff.ms", "2"),
-            // librdkafka keeps ~300 bytes of bookkeeping per queued message:
-            // the count limit, not the kilobytes, bounds memory. 5 000 per
-            // partition is several milliseconds of work for a core (measured:
-            // 10 000 → 5 000 took S1 on 2 cores from 80 MB to 74 MB peak RSS
-            // with no loss of throughput).
-            ("queued.min.messages", "5000"),
-            ("queued.max.messages.kbytes", "4096"),
-        ] {
+        for (k, v) in CONSUMER_DEFAULTS {
             crate::kafka::set_default(&mut config, k, v);
         }
         let context = LagContext {
