@@ -88,8 +88,10 @@ start() {
   write_config
   local cp="$KAFKA_JARS/*"
   if [ ! -f "$KAFKA_DIR/data/meta.properties" ]; then
+    # --cluster-id=…, not -t …: a base64 id can start with '-', which the
+    # tool's argument parser would take for an option (a 1-in-32 failure).
     java -cp "$cp" -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" kafka.tools.StorageTool format \
-      -t "$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
+      --cluster-id="$(python3 -c 'import base64,uuid;print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')" \
       -c "$KAFKA_DIR/server.properties" >"$KAFKA_DIR/format.log" 2>&1 || { cat "$KAFKA_DIR/format.log"; die "kafka storage format failed"; }
   fi
   : >"$KAFKA_DIR/kafka.log"
