@@ -9,6 +9,8 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use proptest::prelude::*;
+
+mod support;
 use sluice_crds::{ColumnType, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::engine::Batch;
@@ -158,7 +160,7 @@ fn cells(batch: &Batch) -> Vec<String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3_000, ..ProptestConfig::default() })]
+    #![proptest_config(support::deterministic(3_000))]
 
     #[test]
     fn fast_path_and_visitor_agree(records in prop::collection::vec(record(), 1..12)) {

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use proptest::prelude::*;
+
+mod support;
 use sluice_crds::{ColumnType, EmitChangesMode, EventTimeSpec, SourceSpec};
 use sluice_worker::decode::JsonDecoder;
 use sluice_worker::encode::{EncodedRows, JsonEncoder};
@@ -125,7 +127,7 @@ const SESSION: &str = "SELECT trader, window_start, window_end, COUNT(*) AS n, S
      FROM trades GROUP BY trader WINDOW SESSION (ts, INTERVAL '3' SECOND)";
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(support::deterministic(48))]
 
     #[test]
     fn windows_do_not_depend_on_batch_boundaries(records in trades(), cuts in prop::collection::vec(0usize..300, 0..20)) {
