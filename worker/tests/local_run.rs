@@ -192,3 +192,92 @@ fn every_example_manifest_validates() {
     }
     assert!(checked >= 6, "the quickstart and the five seed scenarios: {checked} found");
 }
+
+/// Runs `manifest` like [`run`], but gives up after `limit`: a run that
+/// does not end is a wedged core, and the test must say so, not hang.
+fn run_within(manifest: &Path, limit: std::time::Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+        .args(["run", "-f", manifest.to_str().unwrap(), "--http-port", "0"])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("the run did not finish within {limit:?} (wedged):\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// One record with a `bigint` event time near `i64::MIN` under a HOPPING
+/// window once overflowed window assignment: a panic in debug builds, a
+/// loop that never ended in release. It is a dead letter naming the field
+/// and the range; the records around it are aggregated as usual.
+#[test]
+fn an_event_time_at_the_edge_of_i64_is_a_dead_letter_not_a_wedge() {
+    let dir = temp_dir("edge-of-time");
+    let input = dir.join("in.jsonl");
+    let lines = [r#"{"k":"a","ts":1000}"#, r#"{"k":"a","ts":-9223372036854770000}"#, r#"{"k":"a","ts":2500}"#];
+    std::fs::write(&input, lines.join("\n")).unwrap();
+    let (output, dead) = (dir.join("out.jsonl"), dir.join("dead.jsonl"));
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata: {{ name: edge }}
+spec:
+  sql: SELECT k, window_start, COUNT(*) AS n FROM e GROUP BY k WINDOW HOPPING (ts, INTERVAL '10' SECOND, INTERVAL '1' SECOND)
+  sources:
+    - name: e
+      file: {{ path: "{}" }}
+      schema:
+        columns:
+          - {{ name: k, type: string }}
+          - {{ name: ts, type: bigint, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+  sink: {{ file: {{ path: "{}" }} }}
+  deadLetter: {{ file: {{ path: "{}" }} }}
+"#,
+            input.display(),
+            output.display(),
+            dead.display()
+        ),
+    )
+    .unwrap();
+    let out = run_within(&manifest, std::time::Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dead: Vec<Value> =
+        std::fs::read_to_string(&dead).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["offset"], 1);
+    let reason = dead[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("field `ts`") && reason.contains("ms from the epoch"), "{reason}");
+    // ts 1000 is in the 10 windows starting -8000..=1000, ts 2500 in those
+    // starting -7000..=2000: windows -7000..=1000 hold both.
+    let mut counts: BTreeMap<i64, i64> = BTreeMap::new();
+    for line in std::fs::read_to_string(&output).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let start = jiff_ms_with_seconds(v["window_start"].as_str().unwrap());
+        assert!(counts.insert(start, v["n"].as_i64().unwrap()).is_none(), "window {start} emitted twice");
+    }
+    let expected: BTreeMap<i64, i64> = (-8..=2).map(|s| (s * 1000, i64::from((-7..=1).contains(&s)) + 1)).collect();
+    assert_eq!(counts, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `1969-12-31T23:59:52.000Z` → epoch ms, for times near the epoch.
+fn jiff_ms_with_seconds(text: &str) -> i64 {
+    let whole_minutes = jiff_ms(text);
+    let (_, time) = text.split_once('T').unwrap();
+    let seconds: f64 = time[6..12].parse().unwrap();
+    whole_minutes + (seconds * 1000.0).round() as i64
+}

@@ -93,7 +93,7 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                 }
                 DataType::Timestamp => {
                     let ms = parse_timestamp_ms(text)?;
-                    push_i64(column, data_type, ms)?;
+                    push_i64(column, dec.time_bounded[col], ms)?;
                 }
                 _ => return None,
             }
@@ -102,7 +102,9 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
         b'-' | b'0'..=b'9' => {
             let (end, integer) = number(p, i)?;
             match data_type {
-                DataType::Bigint | DataType::Timestamp if integer => push_i64(column, data_type, int(&p[i..end])?)?,
+                DataType::Bigint | DataType::Timestamp if integer => {
+                    push_i64(column, dec.time_bounded[col], int(&p[i..end])?)?;
+                }
                 // Correctly rounded, as serde_json (with float_roundtrip)
                 // converts any number for the visitor, `-0` included.
                 DataType::Double => {
@@ -145,10 +147,11 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
     }
 }
 
-/// Pushes an integer into a bigint or timestamp column; event times outside
-/// the supported range are the visitor's to reject.
-fn push_i64(column: Option<&mut crate::engine::Column>, data_type: DataType, x: i64) -> Option<()> {
-    if data_type == DataType::Timestamp && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
+/// Pushes an integer into a bigint or timestamp column; times outside the
+/// supported range (timestamps, and a bigint event time) are the visitor's
+/// to reject.
+fn push_i64(column: Option<&mut crate::engine::Column>, time_bounded: bool, x: i64) -> Option<()> {
+    if time_bounded && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
         return None;
     }
     if let Some(c) = column {

@@ -37,6 +37,11 @@ pub struct JsonDecoder {
     pub(super) types: Vec<DataType>,
     pub(super) required: Vec<bool>,
     pub(super) used: Vec<bool>,
+    /// Integers this column takes must lie within ±[`MAX_TIMESTAMP_MS`]:
+    /// every timestamp column, and the event-time column whatever its type
+    /// (a `bigint` event time near `i64::MIN` would overflow window
+    /// arithmetic; it is a dead letter instead).
+    pub(super) time_bounded: Vec<bool>,
     /// Column predicted for the key after a given column (or at the start).
     next_after: Vec<u16>,
     pub(super) seen: Vec<bool>,
@@ -47,7 +52,13 @@ const NONE: u16 = u16::MAX;
 impl JsonDecoder {
     pub fn new(plan: &Plan) -> Self {
         let fields = &plan.source.schema.fields;
+        let event_time = plan.source.event_time.map(|e| e.column);
         Self {
+            time_bounded: fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| f.data_type == DataType::Timestamp || event_time == Some(i))
+                .collect(),
             names: fields.iter().map(|f| f.name.as_bytes().into()).collect(),
             types: fields.iter().map(|f| f.data_type).collect(),
             required: plan.source.required.clone(),
@@ -206,6 +217,7 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
                 name: &self.dec.names[col],
                 data_type: self.dec.types[col],
                 required: self.dec.required[col],
+                time_bounded: self.dec.time_bounded[col],
                 column: if self.dec.used[col] { Some(&mut self.batch.columns[col]) } else { None },
             };
             map.next_value_seed(field)?;
@@ -254,6 +266,7 @@ struct ValueSeed<'a> {
     name: &'a [u8],
     data_type: DataType,
     required: bool,
+    time_bounded: bool,
     column: Option<&'a mut Column>,
 }
 
@@ -267,7 +280,7 @@ impl ValueSeed<'_> {
     }
 
     fn push_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        if self.data_type == DataType::Timestamp && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&v) {
+        if self.time_bounded && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&v) {
             return Err(self.mismatch(format_args!("{v}, outside ±{MAX_TIMESTAMP_MS} ms from the epoch")));
         }
         if let Some(c) = self.column {

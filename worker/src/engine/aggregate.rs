@@ -130,27 +130,31 @@ impl AggregateOperator {
         };
         match self.plan.window {
             None => input.selection.for_each(|r| assign(r, None, 0)),
+            // Window bounds use checked arithmetic: an event time the decoder
+            // let through is within ±273,000 years, but a window whose start
+            // cannot be represented must make its row late, never overflow
+            // (a debug panic, or a release-mode loop that never ends).
             Some(TimeWindow::Tumbling { size_ms }) => input.selection.for_each(|r| {
                 let ts = input.event_times[r];
-                let start = ts - ts.rem_euclid(size_ms);
-                let end = start.saturating_add(size_ms);
-                if end <= input.watermark_before[r] {
-                    late.push(u32::try_from(r).unwrap_or(u32::MAX));
-                } else {
-                    assign(r, Some(start), end);
+                match ts.checked_sub(ts.rem_euclid(size_ms)) {
+                    Some(start) if start.saturating_add(size_ms) > input.watermark_before[r] => {
+                        assign(r, Some(start), start.saturating_add(size_ms));
+                    }
+                    _ => late.push(u32::try_from(r).unwrap_or(u32::MAX)),
                 }
             }),
             Some(TimeWindow::Hopping { size_ms, advance_ms }) => input.selection.for_each(|r| {
                 let ts = input.event_times[r];
-                let mut start = ts - ts.rem_euclid(advance_ms);
+                let lowest = ts.saturating_sub(size_ms);
                 let mut on_time = false;
-                while start > ts.saturating_sub(size_ms) {
+                let mut next = ts.checked_sub(ts.rem_euclid(advance_ms));
+                while let Some(start) = next.filter(|&s| s > lowest) {
                     let end = start.saturating_add(size_ms);
                     if end > input.watermark_before[r] {
                         on_time = true;
                         assign(r, Some(start), end);
                     }
-                    start -= advance_ms;
+                    next = start.checked_sub(advance_ms);
                 }
                 if !on_time {
                     late.push(u32::try_from(r).unwrap_or(u32::MAX));

@@ -128,6 +128,7 @@ pub fn run_job(
                 health.abort(e.to_string());
                 first_error.get_or_insert(e);
             }
+            // `supervise` catches panics; this is only a panic in the catching.
             Err(_) => {
                 let e = Error::Internal("a core thread panicked".into());
                 health.abort(e.to_string());
@@ -156,7 +157,7 @@ fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
     let mut backoff = Duration::from_secs(1);
     let mut attempts = 0;
     loop {
-        match run_core(setup) {
+        match catch_panic(|| run_core(setup)) {
             Ok(s) => return Ok(s),
             Err(e)
                 if restartable && e.is_transient() && !setup.health.stopping() && (!setup.bounded || attempts < 5) =>
@@ -179,5 +180,36 @@ fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
                 return Err(e);
             }
         }
+    }
+}
+
+/// Runs `f`, turning a panic into an internal error. A panic is a bug, but
+/// left alone it would end the core's thread silently: its partitions
+/// would stall while the other cores (and /readyz) carried on. Caught, it
+/// takes the path of every fatal error: the worker stops, not ready, with
+/// the panic's message as the reason in /readyz and the job's status.
+fn catch_panic<T>(f: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        Err(Error::Internal(format!("panicked: {message}")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_a_fatal_internal_error_with_its_message() {
+        let e = catch_panic::<()>(|| panic!("attempt to subtract with overflow")).unwrap_err();
+        assert!(!e.is_transient(), "a bug is not retried");
+        assert_eq!(e.to_string(), "internal error (please report): panicked: attempt to subtract with overflow");
+        let e = catch_panic::<()>(|| panic!("window {}", 7)).unwrap_err();
+        assert!(e.to_string().ends_with("panicked: window 7"), "{e}");
+        assert_eq!(catch_panic(|| Ok(3)).ok(), Some(3));
     }
 }
