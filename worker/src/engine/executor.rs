@@ -5,7 +5,6 @@
 //! batch ─▶ watermark per row ─▶ WHERE ─▶ operator ─▶ HAVING ─▶ SELECT list ─▶ Output
 //! ```
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -311,11 +310,12 @@ impl Engine {
             return Err(Error::Checkpoint(format!("state format {} is not {SNAPSHOT_VERSION}", snap.version)));
         }
         if snap.plan_fingerprint != plan_fingerprint(&self.plan) {
-            return Err(Error::Checkpoint(
-                "the checkpoint was written by a different query or schema; to start this query from \
-                 fresh state, reset the job's consumer group offsets"
-                    .into(),
-            ));
+            return Err(Error::Checkpoint(format!(
+                "the checkpoint was written by a different query or schema (plan fingerprint {:016x}, this \
+                 plan's is {:016x}); to start this query from fresh state, reset the job's consumer group offsets",
+                snap.plan_fingerprint,
+                plan_fingerprint(&self.plan)
+            )));
         }
         self.max_event_time = snap.max_event_time;
         match (&mut self.operator, snap.operator) {
@@ -329,10 +329,23 @@ impl Engine {
     }
 }
 
-/// A stable hash of the plan: state is only valid for the plan that wrote it.
+/// Names the fingerprint scheme; part of what is hashed. A change to how
+/// plans serialise changes every fingerprint, so it is a deliberate step:
+/// `tests/fingerprint.rs` pins the fingerprints of known plans.
+const FINGERPRINT_SCHEME: &[u8] = b"sluice.plan.v1\0";
+
+/// The plan's identity for state: a checkpoint is only restored into the
+/// plan that wrote it. Stable across builds and versions (SHA-256 of the
+/// plan's postcard encoding, a format with a stable specification), unlike
+/// an in-process hasher that may change with any dependency update and
+/// would make every checkpoint unreadable after an image upgrade.
 pub fn plan_fingerprint(plan: &Plan) -> u64 {
+    use sha2::{Digest, Sha256};
     let bytes = postcard::to_allocvec(plan).unwrap_or_default();
-    foldhash::fast::FixedState::with_seed(7).hash_one(bytes)
+    let digest = Sha256::new().chain_update(FINGERPRINT_SCHEME).chain_update(&bytes).finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// Evaluates the SELECT list and keys over `batch` and hands the selected
