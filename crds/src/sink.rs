@@ -38,9 +38,13 @@ pub struct DeadLetterSpec {
     pub file: Option<FileTarget>,
 }
 
-/// A Kafka topic to produce to.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// A Kafka topic to produce to. Its producer is idempotent and waits for
+/// every in-sync replica (`acks=all`): without that a retried batch can land
+/// after a newer one, and a compacted sink would end on an older value. User
+/// `properties` may tune the producer but not weaken either setting.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.properties) || ((!('acks' in self.properties) || self.properties['acks'] in ['all', '-1']) && (!('enable.idempotence' in self.properties) || self.properties['enable.idempotence'] == 'true'))").message("properties may not weaken delivery: acks must be all (or -1) and enable.idempotence true"))]
 pub struct KafkaTarget {
     #[schemars(length(min = 1))]
     pub bootstrap_servers: String,
@@ -65,4 +69,15 @@ pub enum SinkFormat {
     /// One JSON object per result; the Kafka key is the GROUP BY key, if any.
     #[default]
     Json,
+}
+
+impl KafkaTarget {
+    /// The CEL rule above, for documents that never meet an API server.
+    pub fn delivery_problem(&self) -> Option<String> {
+        let weak_acks = self.properties.get("acks").is_some_and(|a| a != "all" && a != "-1");
+        let weak_idempotence = self.properties.get("enable.idempotence").is_some_and(|v| v != "true");
+        (weak_acks || weak_idempotence).then(|| {
+            "properties may not weaken delivery: acks must be all (or -1) and enable.idempotence true".to_owned()
+        })
+    }
 }

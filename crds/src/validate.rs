@@ -74,6 +74,15 @@ impl StreamJobSpec {
         {
             problems.push("spec.deadLetter: exactly one of kafka or file must be set".to_owned());
         }
+        let targets = [
+            ("spec.sink.kafka", self.sink.kafka.as_ref()),
+            ("spec.deadLetter.kafka", self.dead_letter.as_ref().and_then(|d| d.kafka.as_ref())),
+        ];
+        for (at, target) in targets {
+            if let Some(problem) = target.and_then(crate::KafkaTarget::delivery_problem) {
+                problems.push(format!("{at}: {problem}"));
+            }
+        }
         if let Err(e) = self.engine.state_memory_limit_bytes() {
             problems.push(e.to_string());
         }

@@ -23,7 +23,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use sluice_worker::sink::PRODUCER_DEFAULTS;
+use sluice_worker::sink::producer_config;
 
 const THREADS: usize = 2;
 const PARTITIONS: i32 = 4;
@@ -31,10 +31,7 @@ const PARTITIONS: i32 = 4;
 fn config(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", bootstrap);
-    for (k, v) in PRODUCER_DEFAULTS {
-        c.set(k, v);
-    }
-    c
+    producer_config(c)
 }
 
 /// The `i`th result row of S0 and its key.

@@ -10,7 +10,6 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -245,14 +244,16 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });
-    // SIGTERM / SIGINT: stop polling, finish the batch, flush, commit.
+    // SIGTERM / SIGINT: stop polling, finish the batch, flush, commit. The
+    // drain's waits on the broker end at four fifths of the grace period,
+    // leaving the rest to exit before the kubelet's SIGKILL.
+    let grace = Duration::from_millis(u64::from(config.worker.shutdown_grace_millis));
     let signal_health = Arc::clone(&health);
     runtime.spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutdown requested: draining");
-        signal_health.shutdown.store(true, Ordering::Release);
+        signal_health.request_shutdown(grace.saturating_sub(grace / 5));
     });
-    let grace = Duration::from_millis(u64::from(config.worker.shutdown_grace_millis));
     let job_health = Arc::clone(&health);
     let job_metrics = Arc::clone(&metrics);
     let (done_tx, done) = std::sync::mpsc::channel();

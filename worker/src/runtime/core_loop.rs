@@ -73,6 +73,8 @@ struct Core<'a> {
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
     commits: bool,
+    /// When every owned partition's checkpoint was last committed.
+    last_refresh: Instant,
     summary: CoreSummary,
 }
 
@@ -120,7 +122,13 @@ impl<'a> Core<'a> {
                 (Some(k), _, _) => {
                     let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
                     let state = if stateful {
-                        Some(StateStore::open(&client, &config.state_topic(), &k.topic, setup.total_partitions)?)
+                        Some(StateStore::open(
+                            &client,
+                            &config.state_topic(),
+                            &k.topic,
+                            setup.total_partitions,
+                            setup.health.drain.clone(),
+                        )?)
                     } else {
                         None
                     };
@@ -165,6 +173,7 @@ impl<'a> Core<'a> {
                 client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
                 &k.topic,
                 Arc::clone(&setup.metrics.latency),
+                setup.health.drain.clone(),
             )?),
             (None, Some(f), _) => Box::new(LineSink::file(&f.path)?),
             (None, None, Some(true)) => Box::new(LineSink::stdout()),
@@ -175,6 +184,7 @@ impl<'a> Core<'a> {
                 (Some(k), _) => Box::new(KafkaDeadLetter::new(
                     client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
                     &k.topic,
+                    setup.health.drain.clone(),
                 )?),
                 (None, Some(f)) => Box::new(FileDeadLetter::open(&f.path)?),
                 _ => Box::new(LogDeadLetter),
@@ -186,6 +196,7 @@ impl<'a> Core<'a> {
         Ok(Self {
             setup,
             commits: setup.source.kafka.is_some(),
+            last_refresh: Instant::now(),
             source,
             sink,
             dead_letter,
@@ -240,7 +251,10 @@ impl<'a> Core<'a> {
                     break;
                 }
                 let lingered = first_at.is_some_and(|t| t.elapsed() >= linger);
-                if collected >= batch_max || lingered || (collected == 0 && n == 0) {
+                // A drain does not wait out the linger: the batch so far is
+                // processed and checkpointed now.
+                let stop = self.setup.health.stopping();
+                if collected >= batch_max || lingered || (collected == 0 && n == 0) || stop {
                     break;
                 }
             }
@@ -363,15 +377,20 @@ impl<'a> Core<'a> {
                 }
             }
         }
+        let refresh_every = Duration::from_millis(self.setup.config.worker.offset_refresh_millis);
+        let refresh = self.last_refresh.elapsed() >= refresh_every;
         let positions: Vec<(usize, i64, String)> = self
             .parts
             .iter()
             .enumerate()
-            .filter_map(|(slot, p)| match (p.next_offset, p.committed_offset) {
-                (Some(next), committed) if committed != Some(next) => Some((slot, next, p.metadata.clone())),
-                _ => None,
+            .filter_map(|(slot, p)| {
+                let next = to_commit(p.next_offset, p.committed_offset, refresh)?;
+                Some((slot, next, p.metadata.clone()))
             })
             .collect();
+        if refresh {
+            self.last_refresh = Instant::now();
+        }
         if !positions.is_empty() {
             self.source.commit(&positions)?;
             for (slot, offset, _) in positions {
@@ -381,5 +400,26 @@ impl<'a> Core<'a> {
             self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
         }
         Ok(())
+    }
+}
+
+/// The offset to commit for a partition at a checkpoint: its position when
+/// it moved, and also when it did not but a refresh is due — Kafka expires a
+/// standalone group's offsets some time after their last commit, and an idle
+/// partition would otherwise lose its committed offset and state pointer.
+fn to_commit(next: Option<i64>, committed: Option<i64>, refresh: bool) -> Option<i64> {
+    next.filter(|n| refresh || committed != Some(*n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::to_commit;
+
+    #[test]
+    fn idle_partitions_are_committed_again_when_a_refresh_is_due() {
+        assert_eq!(to_commit(Some(10), Some(5), false), Some(10), "moved");
+        assert_eq!(to_commit(Some(10), Some(10), false), None, "idle, no refresh due");
+        assert_eq!(to_commit(Some(10), Some(10), true), Some(10), "idle, refreshed");
+        assert_eq!(to_commit(None, None, true), None, "nothing consumed and nothing committed");
     }
 }

@@ -3,6 +3,9 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+use crate::sink::DrainDeadline;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -23,6 +26,8 @@ pub struct Health {
     failure: Mutex<Option<String>>,
     /// Set on SIGTERM/SIGINT: cores finish their batch, checkpoint and stop.
     pub shutdown: AtomicBool,
+    /// When a drain after SIGTERM stops waiting on the broker.
+    pub drain: DrainDeadline,
     /// Set when a core failed for good: the other cores stop too (the job
     /// cannot go on without that core's partitions), but the process keeps
     /// serving /readyz with the reason instead of exiting into a crash loop.
@@ -58,6 +63,14 @@ impl Health {
 
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// SIGTERM/SIGINT: stop polling, finish the batch, flush and commit —
+    /// with every wait on the broker ending `within` from now, so the
+    /// process is gone before the grace period ends.
+    pub fn request_shutdown(&self, within: Duration) {
+        self.drain.start(within);
+        self.shutdown.store(true, Ordering::Release);
     }
 
     /// Cores stop polling: a signal asked for it, or the job failed.

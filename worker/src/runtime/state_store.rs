@@ -25,6 +25,7 @@ use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use crate::Error;
+use crate::sink::DrainDeadline;
 
 const CHUNK: usize = 512 * 1024;
 const PREFIX: &str = "sluice:v2:";
@@ -63,7 +64,14 @@ pub struct StateStore {
     reader_config: ClientConfig,
     topic: String,
     source_topic: String,
+    /// How long one attempt to read a snapshot may take before it counts as
+    /// a broker outage (retried by the core's supervisor with backoff).
+    read_timeout: Duration,
+    drain: DrainDeadline,
 }
+
+/// See [`StateStore::read_timeout`].
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for StateStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,13 +81,29 @@ impl std::fmt::Debug for StateStore {
 
 impl StateStore {
     /// Opens (creating if needed) the state topic with at least `partitions` partitions.
-    pub fn open(config: &ClientConfig, topic: &str, source_topic: &str, partitions: i32) -> Result<Self, Error> {
+    pub fn open(
+        config: &ClientConfig,
+        topic: &str,
+        source_topic: &str,
+        partitions: i32,
+        drain: DrainDeadline,
+    ) -> Result<Self, Error> {
         crate::kafka::ensure_topic(
             config,
             topic,
             partitions,
             &[("cleanup.policy", "compact"), ("max.message.bytes", "1048576"), ("min.compaction.lag.ms", "60000")],
         )?;
+        Self::with_clients(config, topic, source_topic, READ_TIMEOUT, drain)
+    }
+
+    fn with_clients(
+        config: &ClientConfig,
+        topic: &str,
+        source_topic: &str,
+        read_timeout: Duration,
+        drain: DrainDeadline,
+    ) -> Result<Self, Error> {
         let mut producer_config = config.clone();
         producer_config.set("acks", "all").set("linger.ms", "0").set("enable.idempotence", "true");
         let producer = producer_config
@@ -87,7 +111,14 @@ impl StateStore {
             .map_err(|e| Error::kafka("create state producer", e))?;
         let mut reader_config = config.clone();
         reader_config.set("group.id", "sluice-state-reader").set("enable.auto.commit", "false");
-        Ok(Self { producer, reader_config, topic: topic.to_owned(), source_topic: source_topic.to_owned() })
+        Ok(Self {
+            producer,
+            reader_config,
+            topic: topic.to_owned(),
+            source_topic: source_topic.to_owned(),
+            read_timeout,
+            drain,
+        })
     }
 
     fn key(&self, partition: i32, slot: u8, chunk: usize) -> String {
@@ -131,9 +162,14 @@ impl StateStore {
             }
             expected.push((*partition, *slot, chunks.len()));
         }
-        self.producer.flush(Timeout::After(Duration::from_secs(60))).map_err(|e| Error::kafka("flush state", e))?;
+        let until = self.drain.bound(Duration::from_secs(60));
+        self.producer
+            .flush(Timeout::After(until.saturating_duration_since(Instant::now())))
+            .map_err(|e| Error::kafka("flush state", e))?;
+        // A failed delivery is the broker's trouble (the core retries from
+        // its last checkpoint), not a broken checkpoint.
         if let Some(e) = self.producer.context().failed.lock().ok().and_then(|mut f| f.take()) {
-            return Err(Error::Checkpoint(format!("state write to {} failed: {e}", self.topic)));
+            return Err(Error::kafka(format!("write state to {}", self.topic), e));
         }
         let written = self.producer.context().written.lock().map(|w| w.clone()).unwrap_or_default();
         expected
@@ -164,13 +200,16 @@ impl StateStore {
         consumer.assign(&tpl).map_err(|e| Error::kafka("assign state reader", e))?;
         let mut bytes = Vec::new();
         let mut next = 0usize;
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + self.read_timeout;
         while next < chunks {
+            // An unreachable or paused broker: transient, so the core retries
+            // the restore with backoff. Only state that is there but does
+            // not match the checkpoint (below) is fatal.
             if Instant::now() > deadline {
-                return Err(Error::Checkpoint(format!(
-                    "timed out reading state of partition {partition} from {} at offset {first}",
-                    self.topic
-                )));
+                return Err(Error::kafka(
+                    format!("read state of partition {partition} from {} at offset {first}", self.topic),
+                    format_args!("no answer within {:?}", self.read_timeout),
+                ));
             }
             let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
             let m = m.map_err(|e| Error::kafka("read state", e))?;
@@ -230,6 +269,23 @@ fn parse(metadata: &str) -> Result<Option<Checkpoint>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A restore from a broker that accepts connections but never answers
+    /// (a paused broker, as under SIGSTOP) is retried by the core's
+    /// supervisor (transient); it once failed with a fatal checkpoint error
+    /// and stopped the job for good.
+    #[test]
+    fn a_restore_from_a_silent_broker_is_transient() {
+        // The kernel completes connections into the backlog; nobody answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", silent.local_addr().unwrap().to_string());
+        let store = StateStore::with_clients(&config, "s", "src", Duration::from_millis(500), DrainDeadline::default())
+            .unwrap();
+        let e = store.load(0, "sluice:v2:0:10+2").unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        assert!(e.to_string().contains("no answer within"), "{e}");
+    }
 
     #[test]
     fn metadata_round_trips() {

@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, ClientContext};
 
-use super::{DeadLetter, DeadLetterSink, Sink};
+use super::{DeadLetter, DeadLetterSink, DrainDeadline, Sink};
 use crate::Error;
 use crate::encode::EncodedRows;
 use crate::metrics::LatencyHistogram;
@@ -65,6 +65,7 @@ struct Producing {
     producer: BaseProducer<DeliveryContext>,
     topic: String,
     reported_failures: u64,
+    drain: DrainDeadline,
 }
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -74,26 +75,46 @@ const MAX_EVENTS_PER_POLL: usize = 10_000;
 
 /// The producer settings a core starts from, tuned for low latency; a
 /// sink's `properties` override any of them (the benchmarks use them as
-/// they are).
+/// they are, through [`producer_config`]).
 ///
 /// librdkafka keeps ~300 bytes of bookkeeping per queued message on top of
 /// its payload, so the message count, not the kilobytes, bounds memory:
 /// 32 K messages is ~30 ms of output at 1 M records/s per core (measured: S0
 /// on 2 cores peaked at 89 MB RSS with 100 K, 63 MB with 32 K, at the same
 /// throughput).
-pub const PRODUCER_DEFAULTS: [(&str, &str); 5] = [
+pub const PRODUCER_DEFAULTS: [(&str, &str); 4] = [
     ("linger.ms", "1"),
     ("batch.size", "1000000"),
     ("queue.buffering.max.messages", "32768"),
     ("queue.buffering.max.kbytes", "8192"),
-    ("acks", "all"),
 ];
 
+/// What no property may change: an idempotent producer waiting for every
+/// in-sync replica. Without idempotence a batch retried after a timeout can
+/// land after a newer one, and a compacted sink then ends on an older value
+/// (validation rejects properties that try; these are set regardless).
+pub const PRODUCER_GUARANTEES: [(&str, &str); 2] = [("enable.idempotence", "true"), ("acks", "all")];
+
+/// A sink producer's configuration: the defaults under the user's
+/// properties, the guarantees over them.
+pub fn producer_config(mut config: ClientConfig) -> ClientConfig {
+    for (k, v) in PRODUCER_DEFAULTS {
+        crate::kafka::set_default(&mut config, k, v);
+    }
+    for (k, v) in PRODUCER_GUARANTEES {
+        config.set(k, v);
+    }
+    config
+}
+
 impl Producing {
-    fn new(mut config: ClientConfig, topic: &str, latency: Option<Arc<LatencyHistogram>>) -> Result<Self, Error> {
-        for (k, v) in PRODUCER_DEFAULTS {
-            crate::kafka::set_default(&mut config, k, v);
-        }
+    fn new(
+        config: ClientConfig,
+        topic: &str,
+        latency: Option<Arc<LatencyHistogram>>,
+        drain: DrainDeadline,
+    ) -> Result<Self, Error> {
+        let config = producer_config(config);
         let context = DeliveryContext {
             latency,
             clock_ms: AtomicI64::new(0),
@@ -112,7 +133,7 @@ impl Producing {
             }
             Err(e) => return Err(Error::kafka(format!("metadata of output topic {topic}"), e)),
         }
-        Ok(Self { producer, topic: topic.to_owned(), reported_failures: 0 })
+        Ok(Self { producer, topic: topic.to_owned(), reported_failures: 0, drain })
     }
 
     /// Queues one record, serving delivery reports while the local queue is full.
@@ -123,6 +144,12 @@ impl Producing {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                     record = r;
+                    if self.drain.passed() {
+                        return Err(Error::kafka(
+                            format!("produce to {}", self.topic),
+                            "the local queue is still full at the drain deadline",
+                        ));
+                    }
                     if !self.drain() {
                         // Nothing acknowledged yet: wait for the broker.
                         self.serve(Duration::from_millis(1));
@@ -190,7 +217,8 @@ impl Producing {
     fn flush(&mut self) -> Result<(), Error> {
         // A zero-timeout flush only tells librdkafka to send lingering batches now.
         let _ = self.producer.flush(Timeout::After(Duration::ZERO));
-        let deadline = std::time::Instant::now() + FLUSH_TIMEOUT;
+        let started = std::time::Instant::now();
+        let deadline = self.drain.bound(FLUSH_TIMEOUT);
         loop {
             self.drain();
             let waiting = self.producer.in_flight_count();
@@ -201,7 +229,7 @@ impl Producing {
                 self.check_failures()?;
                 return Err(Error::kafka(
                     format!("flush {}", self.topic),
-                    format!("{waiting} record(s) still unacknowledged after {}s", FLUSH_TIMEOUT.as_secs()),
+                    format!("{waiting} record(s) still unacknowledged after {:.1}s", started.elapsed().as_secs_f64()),
                 ));
             }
             self.serve(Duration::from_millis(1));
@@ -221,8 +249,13 @@ impl std::fmt::Debug for KafkaSink {
 }
 
 impl KafkaSink {
-    pub fn new(config: ClientConfig, topic: &str, latency: Arc<LatencyHistogram>) -> Result<Self, Error> {
-        Ok(Self { out: Producing::new(config, topic, Some(latency))? })
+    pub fn new(
+        config: ClientConfig,
+        topic: &str,
+        latency: Arc<LatencyHistogram>,
+        drain: DrainDeadline,
+    ) -> Result<Self, Error> {
+        Ok(Self { out: Producing::new(config, topic, Some(latency), drain)? })
     }
 }
 
@@ -270,8 +303,8 @@ impl std::fmt::Debug for KafkaDeadLetter {
 }
 
 impl KafkaDeadLetter {
-    pub fn new(config: ClientConfig, topic: &str) -> Result<Self, Error> {
-        Ok(Self { out: Producing::new(config, topic, None)? })
+    pub fn new(config: ClientConfig, topic: &str, drain: DrainDeadline) -> Result<Self, Error> {
+        Ok(Self { out: Producing::new(config, topic, None, drain)? })
     }
 }
 
@@ -296,5 +329,52 @@ impl DeadLetterSink for KafkaDeadLetter {
 
     fn flush(&mut self) -> Result<(), Error> {
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_tune_the_producer_but_cannot_weaken_delivery() {
+        let mut user = ClientConfig::new();
+        user.set("linger.ms", "5").set("acks", "1").set("enable.idempotence", "false");
+        let c = producer_config(user);
+        assert_eq!(c.get("linger.ms"), Some("5"), "a tuning property wins over the default");
+        assert_eq!(c.get("acks"), Some("all"));
+        assert_eq!(c.get("enable.idempotence"), Some("true"));
+        let c = producer_config(ClientConfig::new());
+        assert_eq!(c.get("enable.idempotence"), Some("true"), "idempotent by default");
+        assert_eq!(c.get("queue.buffering.max.messages"), Some("32768"));
+    }
+
+    /// A flush during a drain gives up at the drain deadline, not after the
+    /// 60 s flush timeout: the worker must checkpoint (or give up on it)
+    /// and exit before the end of the pod's grace period.
+    #[test]
+    fn a_flush_with_the_broker_away_ends_at_the_drain_deadline() {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1").set("message.timeout.ms", "600000");
+        let drain = DrainDeadline::default();
+        let mut p = Producing {
+            producer: producer_config(config)
+                .create_with_context(DeliveryContext {
+                    latency: None,
+                    clock_ms: AtomicI64::new(0),
+                    failed: AtomicU64::new(0),
+                    first_error: Mutex::new(None),
+                })
+                .unwrap(),
+            topic: "t".into(),
+            reported_failures: 0,
+            drain: drain.clone(),
+        };
+        p.send(BaseRecord::with_opaque_to("t", 0).payload(&b"x"[..]).key(&b"k"[..])).unwrap();
+        drain.start(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let e = p.flush().unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5), "flush took {:?}", started.elapsed());
+        assert!(e.to_string().contains("still unacknowledged"), "{e}");
     }
 }
