@@ -73,6 +73,13 @@ pub struct WorkerSettings {
     /// Time allowed to drain, flush and commit after SIGTERM.
     #[serde(default = "default_shutdown_grace_millis")]
     pub shutdown_grace_millis: u32,
+    /// How often every owned partition's checkpoint is committed again, even
+    /// when its offset has not moved. Kafka deletes a standalone group's
+    /// committed offsets `offsets.retention.minutes` (7 days by default)
+    /// after their last commit — and with them the pointer to the
+    /// partition's state — so this must stay well below that retention.
+    #[serde(default = "default_offset_refresh_millis")]
+    pub offset_refresh_millis: u64,
 }
 
 fn default_namespace() -> String {
@@ -93,6 +100,9 @@ fn default_log_format() -> String {
 fn default_shutdown_grace_millis() -> u32 {
     20_000
 }
+fn default_offset_refresh_millis() -> u64 {
+    3_600_000
+}
 fn yes() -> bool {
     true
 }
@@ -110,6 +120,7 @@ impl Default for WorkerSettings {
             otlp_endpoint: None,
             log_format: default_log_format(),
             shutdown_grace_millis: default_shutdown_grace_millis(),
+            offset_refresh_millis: default_offset_refresh_millis(),
         }
     }
 }

@@ -79,6 +79,7 @@ pub fn desired(
                 settings.worker_log_format.clone()
             },
             shutdown_grace_millis: 25_000,
+            ..WorkerSettings::default()
         },
     };
     let config_yaml = config.to_yaml().map_err(|e| Error::Serialize(e.to_string()))?;

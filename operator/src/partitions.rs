@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use sluice_crds::{SourcePartitions, StreamJobSpec, reasons};
+use sluice_crds::{PropertyOrigin, SourcePartitions, StreamJobSpec, operator_applies, reasons, rejected_property};
 
 use crate::Error;
 use crate::validate::Invalid;
@@ -26,13 +26,23 @@ pub async fn lookup(
     for s in &spec.sources {
         let partitions = match (&s.kafka, &s.datagen) {
             (Some(k), _) => {
-                let mut props: BTreeMap<String, String> = k.properties.clone();
+                // Only connection and authentication properties are applied
+                // in this process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`).
+                let mut props: BTreeMap<String, (String, Option<String>)> = k
+                    .properties
+                    .iter()
+                    .filter(|(key, _)| operator_applies(key))
+                    .map(|(key, value)| (key.clone(), (value.clone(), None)))
+                    .collect();
                 if let Some(secret) = &k.secret_ref {
                     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
                     match api.get_opt(&secret.name).await? {
                         Some(sec) => {
                             for (key, value) in sec.data.unwrap_or_default() {
-                                props.insert(key, String::from_utf8_lossy(&value.0).trim_end().to_owned());
+                                if operator_applies(&key) {
+                                    let value = String::from_utf8_lossy(&value.0).trim_end().to_owned();
+                                    props.insert(key, (value, Some(secret.name.clone())));
+                                }
                             }
                         }
                         None => {
@@ -67,22 +77,20 @@ pub async fn lookup(
     Ok(Ok(out))
 }
 
-fn partition_count(
-    bootstrap: &str,
-    props: &BTreeMap<String, String>,
-    topic: &str,
-    timeout: Duration,
-) -> Result<i32, Invalid> {
+/// Client properties by key: value, and the Secret it came from (if any).
+type Properties = BTreeMap<String, (String, Option<String>)>;
+
+fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<i32, Invalid> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap).set("client.id", "sluice-operator");
-    for (k, v) in props {
+    for (k, (v, _)) in props {
         config.set(k, v);
     }
     let unreachable = |e: &dyn std::fmt::Display| Invalid {
         reason: reasons::BROKER_UNREACHABLE,
         message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
     };
-    let consumer: BaseConsumer = config.create().map_err(|e| unreachable(&e))?;
+    let consumer: BaseConsumer = config.create().map_err(|e| rejected(props, &e).unwrap_or_else(|| unreachable(&e)))?;
     let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| match e {
         KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
             not_found(topic, bootstrap)
@@ -105,6 +113,37 @@ fn partition_count(
     i32::try_from(t.partitions().len()).map_err(|e| unreachable(&e))
 }
 
+/// A property the client rejected, as a spec error that names it. The
+/// client's own text quotes the value, which must never reach a status
+/// message or event (it may be a Secret's).
+fn rejected(props: &Properties, e: &KafkaError) -> Option<Invalid> {
+    let KafkaError::ClientConfig(_, desc, key, value) = e else { return None };
+    let origin = match props.get(key).and_then(|(_, secret)| secret.as_deref()) {
+        Some(secret) => PropertyOrigin::Secret(secret),
+        None => PropertyOrigin::Spec,
+    };
+    Some(Invalid { reason: reasons::INVALID_SPEC, message: rejected_property(origin, key, value, desc) })
+}
+
 fn not_found(topic: &str, bootstrap: &str) -> Invalid {
     Invalid { reason: reasons::TOPIC_NOT_FOUND, message: format!("topic {topic} does not exist on {bootstrap}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Secret value the client rejects never appears in the status
+    /// message (which also becomes the Warning event's note).
+    #[test]
+    fn a_rejected_secret_value_stays_out_of_the_status_message() {
+        let props = Properties::from([(
+            "security.protocol".to_owned(),
+            ("p4ssw0rd-not-a-protocol".to_owned(), Some("creds".to_owned())),
+        )]);
+        let e = partition_count("127.0.0.1:1", &props, "t", Duration::from_millis(100)).unwrap_err();
+        assert_eq!(e.reason, reasons::INVALID_SPEC);
+        assert!(!e.message.contains("p4ssw0rd"), "{}", e.message);
+        assert!(e.message.contains("`security.protocol` from Secret `creds`"), "{}", e.message);
+    }
 }

@@ -10,13 +10,18 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use sluice_crds::SecretRef;
+use sluice_crds::{PropertyOrigin, SecretRef, rejected_property};
 
 use crate::Error;
 
 /// Client configuration: bootstrap servers, the user's extra properties, and
 /// every key of the referenced Secret (mounted as files under `secrets_dir`).
+///
+/// The result is checked here, where each property's origin is known: the
+/// Kafka client's own error text quotes the value, and a Secret's value must
+/// never reach a log line, /readyz or the job's status.
 pub fn client_config(
     bootstrap: &str,
     properties: &BTreeMap<String, String>,
@@ -38,6 +43,7 @@ pub fn client_config(
                 dir.display()
             ))
         })?;
+        let mut from_secret = Vec::new();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name().to_string_lossy().into_owned();
             // Kubernetes Secret volumes contain ..data symlink bookkeeping.
@@ -46,10 +52,28 @@ pub fn client_config(
             }
             let value =
                 std::fs::read_to_string(entry.path()).map_err(|e| Error::io(format!("read secret key {name}"), e))?;
-            c.set(name, value.trim_end_matches(['\n', '\r']));
+            c.set(name.clone(), value.trim_end_matches(['\n', '\r']));
+            from_secret.push(name);
         }
+        check(&c, |key| from_secret.iter().any(|k| k == key).then_some(secret.name.as_str()))?;
+    } else {
+        check(&c, |_| None)?;
     }
     Ok(c)
+}
+
+/// Lets the Kafka client parse every property; a rejected one is reported
+/// by key and origin, with its value blanked out of the client's message.
+fn check<'a>(config: &ClientConfig, secret_of: impl Fn(&str) -> Option<&'a str>) -> Result<(), Error> {
+    match config.create_native_config() {
+        Ok(_) => Ok(()),
+        Err(KafkaError::ClientConfig(_, desc, key, value)) => {
+            let origin = secret_of(&key).map_or(PropertyOrigin::Spec, PropertyOrigin::Secret);
+            Err(Error::Config(rejected_property(origin, &key, &value, &desc)))
+        }
+        // A NUL byte in a key or value: the value is not shown either.
+        Err(_) => Err(Error::Config("a Kafka client property holds a NUL byte".into())),
+    }
 }
 
 /// Sets `key` unless the user's properties already did.
@@ -138,4 +162,38 @@ pub fn ensure_topic(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Secret key the client rejects is named, with its origin, and its
+    /// value appears nowhere in the error.
+    #[test]
+    fn a_rejected_secret_property_is_reported_without_its_value() {
+        let dir = std::env::temp_dir().join(format!("sluice-secret-test-{}", std::process::id()));
+        let secret = dir.join("creds");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("security.protocol"), "s3cr3t-Value\n").unwrap();
+        std::fs::write(secret.join("sasl.username"), "alice").unwrap();
+        let e = client_config(
+            "127.0.0.1:9092",
+            &BTreeMap::new(),
+            Some(&SecretRef { name: "creds".into() }),
+            dir.to_str().unwrap(),
+        )
+        .unwrap_err()
+        .to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!e.contains("s3cr3t-Value"), "{e}");
+        assert!(e.contains("`security.protocol` from Secret `creds`"), "{e}");
+    }
+
+    #[test]
+    fn a_rejected_spec_property_is_named() {
+        let props = BTreeMap::from([("no.such.property".to_owned(), "1".to_owned())]);
+        let e = client_config("127.0.0.1:9092", &props, None, "/nonexistent").unwrap_err().to_string();
+        assert!(e.contains("`no.such.property` in properties"), "{e}");
+    }
 }
