@@ -91,10 +91,73 @@ impl LeaderElector {
     }
 }
 
+/// Why a leader stopped leading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepDown {
+    /// Another replica holds the lease.
+    Lost,
+    /// No renewal succeeded within the renew deadline (errors, or a call
+    /// that did not return): the lease may expire and a standby take over.
+    RenewDeadline,
+}
+
+/// Renews the lease every `every` until it is lost or not renewed within
+/// `deadline` of the last success. Every attempt is bounded by the time
+/// left to the deadline: a renewal that hangs (an API server that accepts
+/// the connection and never answers) must not keep this replica acting as
+/// leader after a standby has taken the expired lease.
+pub async fn keep_leading<F, Fut>(every: Duration, deadline: Duration, mut try_lead: F) -> StepDown
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, Error>>,
+{
+    let mut renewed = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let left = deadline.saturating_sub(renewed.elapsed());
+        match tokio::time::timeout(left, try_lead()).await {
+            Ok(Ok(true)) => renewed = tokio::time::Instant::now(),
+            Ok(Ok(false)) => return StepDown::Lost,
+            Err(_) => return StepDown::RenewDeadline,
+            Ok(Err(_)) if renewed.elapsed() >= deadline => return StepDown::RenewDeadline,
+            Ok(Err(e)) => tracing::warn!(error = %e, "renewing the lease"),
+        }
+    }
+}
+
 fn conflict_is_false(result: Result<Lease, kube::Error>) -> Result<bool, Error> {
     match result {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A renewal that never returns once kept the old leader reconciling
+    /// forever; now it steps down at the renew deadline.
+    #[tokio::test]
+    async fn a_hanging_renewal_steps_down_at_the_deadline() {
+        let started = std::time::Instant::now();
+        let why = keep_leading(Duration::from_millis(10), Duration::from_millis(200), || {
+            std::future::pending::<Result<bool, Error>>()
+        })
+        .await;
+        assert_eq!(why, StepDown::RenewDeadline);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn failing_renewals_step_down_at_the_deadline_and_a_lost_lease_at_once() {
+        let why = keep_leading(Duration::from_millis(10), Duration::from_millis(100), || async {
+            Err(Error::Internal("API server unavailable".into()))
+        })
+        .await;
+        assert_eq!(why, StepDown::RenewDeadline);
+        let why = keep_leading(Duration::from_millis(10), Duration::from_secs(60), || async { Ok(false) }).await;
+        assert_eq!(why, StepDown::Lost);
     }
 }

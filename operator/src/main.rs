@@ -9,7 +9,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
 use sluice_operator::controller;
 use sluice_operator::desired::OperatorSettings;
-use sluice_operator::leader::LeaderElector;
+use sluice_operator::leader::{self, LeaderElector};
 use sluice_operator::metrics::Metrics;
 use sluice_operator::reconcile::Context;
 
@@ -123,32 +123,18 @@ async fn main() -> anyhow::Result<()> {
         }
         tracing::info!(%identity, "became leader");
         metrics.leader.set(1);
-        let renew = async {
-            let mut renewed = tokio::time::Instant::now();
-            loop {
-                tokio::time::sleep(elector.renew_every()).await;
-                match elector.try_lead().await {
-                    Ok(true) => renewed = tokio::time::Instant::now(),
-                    Ok(false) => return,
-                    // Unrenewed, the lease expires and a standby may take
-                    // it: stop reconciling before that can happen, so two
-                    // replicas never act at once (client-go's renew deadline).
-                    Err(e) if renewed.elapsed() >= elector.renew_deadline() => {
-                        tracing::warn!(error = %e, "could not renew the lease in time; stepping down");
-                        return;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "renewing the lease"),
-                }
-            }
-        };
+        // Stop reconciling before an unrenewed lease can expire and a
+        // standby take it, so two replicas never act at once (client-go's
+        // renew deadline); every renewal attempt is bounded by it.
+        let renew = leader::keep_leading(elector.renew_every(), elector.renew_deadline(), || elector.try_lead());
         tokio::select! {
             () = controller::run(Arc::clone(&ctx), args.namespaces.clone()) => {
                 elector.release().await;
                 return Ok(());
             }
-            () = renew => {
+            why = renew => {
                 metrics.leader.set(0);
-                tracing::warn!("lost the leader lease; standing by");
+                tracing::warn!(?why, "stepped down as leader; standing by");
             }
         }
     }
