@@ -39,7 +39,7 @@ pub use source::{
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
 pub use stream_job::{StreamJob, StreamJobSpec};
-pub use worker_config::{JobIdentity, WorkerConfig, WorkerSettings};
+pub use worker_config::{EXPECTED_CONFIG_HASH_ENV, JobIdentity, WorkerConfig, WorkerSettings, config_hash};
 
 /// API group of every Sluice resource.
 pub const GROUP: &str = "sluice.dev";

@@ -125,6 +125,22 @@ impl Default for WorkerSettings {
     }
 }
 
+/// Environment variable through which the pod template tells a worker the
+/// hash of the config it was rendered with (see [`config_hash`]).
+pub const EXPECTED_CONFIG_HASH_ENV: &str = "SLUICE_EXPECTED_CONFIG_HASH";
+
+/// The hash of a rendered worker config document: the operator puts it on
+/// the pod template (rolling the pods when it changes) and in the
+/// container's environment. A mounted ConfigMap is updated by the kubelet
+/// some time after the pod template, so a new worker may still read the
+/// previous generation's document; the worker compares this hash with the
+/// file it read and does not consume until they match — it never runs the
+/// old assignment next to the new one.
+pub fn config_hash(document: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(document.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
 impl WorkerConfig {
     /// The consumer group offsets are committed to.
     pub fn consumer_group(&self) -> String {

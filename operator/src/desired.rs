@@ -83,7 +83,7 @@ pub fn desired(
         },
     };
     let config_yaml = config.to_yaml().map_err(|e| Error::Serialize(e.to_string()))?;
-    let config_hash = hex8(&Sha256::digest(config_yaml.as_bytes()));
+    let config_hash = sluice_crds::config_hash(&config_yaml);
     Ok(Desired {
         log_filter: settings.worker_log_filter.clone(),
         assignment_hash: assignment_hash(&config.partitions, spec.workers, spec.cores_per_worker),

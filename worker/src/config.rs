@@ -22,8 +22,48 @@ const SECTIONS: [&str; 5] = ["job", "spec", "partitions", "assignmentEpoch", "wo
 /// Reads the config file and applies environment overrides.
 pub fn load_layered(path: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<WorkerConfig, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read config {path}"), e))?;
+    parse_layered(path, &text, env)
+}
+
+/// Reads the config file once it is the document this pod was rendered
+/// with: `expected` is its hash from the pod template
+/// ([`sluice_crds::EXPECTED_CONFIG_HASH_ENV`]). The kubelet updates a
+/// mounted ConfigMap some time after a new pod starts, so the file may
+/// still hold the previous assignment generation; consuming by it would
+/// run two generations' ownership at once. Re-reads every `poll` until it
+/// matches (nothing is consumed meanwhile; SIGTERM ends the wait).
+pub fn read_current(path: &str, expected: Option<&str>, poll: Duration) -> Result<String, Error> {
+    let mut waited = 0u32;
+    loop {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read config {path}"), e))?;
+        let hash = sluice_crds::config_hash(&text);
+        match expected {
+            Some(want) if want != hash => {
+                if waited.is_multiple_of(10) {
+                    tracing::warn!(
+                        path,
+                        read = %hash,
+                        expected = want,
+                        "the mounted config is from another generation; waiting for it to be updated"
+                    );
+                }
+                waited += 1;
+                std::thread::sleep(poll);
+            }
+            _ => return Ok(text),
+        }
+    }
+}
+
+/// Parses a config document (`path` names it in errors) and applies
+/// environment overrides.
+pub fn parse_layered(
+    path: &str,
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<WorkerConfig, Error> {
     let mut doc: Value =
-        serde_saphyr::from_str(&text).map_err(|e| Error::Config(format!("{path}: not valid YAML/JSON: {e}")))?;
+        serde_saphyr::from_str(text).map_err(|e| Error::Config(format!("{path}: not valid YAML/JSON: {e}")))?;
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("SLUICE_") else { continue };
         let path: Vec<String> = rest.split("__").map(camel_case).collect();
@@ -203,5 +243,32 @@ spec:
             WorkerSettings::default(),
         );
         assert!(err.unwrap_err().to_string().contains("bogus"));
+    }
+
+    /// A worker whose mounted config is still the previous generation's
+    /// waits until the kubelet updates it, then reads the new one.
+    #[test]
+    fn waits_for_the_config_of_its_own_generation() {
+        let dir = std::env::temp_dir().join(format!("sluice-config-gen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("worker.yaml");
+        std::fs::write(&path, "assignmentEpoch: 1\n").unwrap();
+        let new = "assignmentEpoch: 2\n";
+        let expected = sluice_crds::config_hash(new);
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                std::fs::write(&path, new).unwrap();
+            })
+        };
+        let started = std::time::Instant::now();
+        let text = read_current(path.to_str().unwrap(), Some(&expected), Duration::from_millis(20)).unwrap();
+        writer.join().unwrap();
+        assert_eq!(text, new);
+        assert!(started.elapsed() >= Duration::from_millis(250), "it waited for the update");
+        let unchecked = read_current(path.to_str().unwrap(), None, Duration::from_millis(20)).unwrap();
+        assert_eq!(unchecked, new, "no expectation (local runs): the file as it is");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

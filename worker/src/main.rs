@@ -159,7 +159,10 @@ fn init_telemetry(json: bool, otlp: Option<&str>) -> Option<sluice_worker::telem
 }
 
 fn serve(path: &str, bounded: bool) -> ExitCode {
-    let config = match config::load_layered(path, config::process_env()) {
+    let expected = std::env::var(sluice_crds::EXPECTED_CONFIG_HASH_ENV).ok();
+    let config = match config::read_current(path, expected.as_deref(), Duration::from_secs(1))
+        .and_then(|text| config::parse_layered(path, &text, config::process_env()))
+    {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
     };

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sluice_crds::StreamJob;
+use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, StreamJob};
 
 use super::child_meta;
 use crate::desired::Desired;
@@ -102,6 +102,11 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                 }),
                 ..EnvVar::default()
             })
+            .chain(std::iter::once(EnvVar {
+                name: EXPECTED_CONFIG_HASH_ENV.into(),
+                value: Some(desired.config_hash.clone()),
+                ..EnvVar::default()
+            }))
             .chain(desired.log_filter.clone().map(|f| EnvVar {
                 name: "SLUICE_LOG".into(),
                 value: Some(f),
@@ -211,6 +216,9 @@ mod tests {
         assert_eq!(c.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
         let annotations = spec.template.metadata.unwrap().annotations.unwrap();
         assert_eq!(annotations[names::CONFIG_HASH], d.config_hash);
+        let env = c.env.as_ref().unwrap();
+        let expected = env.iter().find(|e| e.name == EXPECTED_CONFIG_HASH_ENV).unwrap();
+        assert_eq!(expected.value.as_deref(), Some(sluice_crds::config_hash(&d.config_yaml).as_str()));
     }
 
     #[test]
