@@ -60,6 +60,9 @@ pub mod reasons {
     pub const ALL_CORES_BUSY: &str = "AllCoresBusy";
     pub const DRAINING: &str = "Draining";
     pub const WORKERS_NOT_READY: &str = "WorkersNotReady";
+    /// A worker stopped on a fatal error (state limit, a checkpoint that
+    /// does not fit the query, a bug); its /readyz reason is in the message.
+    pub const WORKER_FAILED: &str = "WorkerFailed";
     pub const RECONCILED: &str = "Reconciled";
     pub const AS_EXPECTED: &str = "AsExpected";
 }

@@ -20,5 +20,6 @@ pub mod render;
 pub mod rescale;
 pub mod status;
 pub mod validate;
+pub mod worker_health;
 
 pub use error::Error;

@@ -23,7 +23,7 @@ use crate::desired::{Desired, OperatorSettings, desired};
 use crate::metrics::Metrics;
 use crate::rescale::{Step, next_step};
 use crate::status::{Observed, Outcome, compute, ready_condition};
-use crate::{Error, names, partitions, render, validate};
+use crate::{Error, names, partitions, render, validate, worker_health};
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -91,8 +91,9 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
     let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let statefulset = sts.get_opt(&names::statefulset(&name)).await?;
-    let live_pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items.len();
-    Ok(Observed { statefulset, live_pods })
+    let pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items;
+    let failures = worker_health::failures(&pods).await;
+    Ok(Observed { statefulset, live_pods: pods.len(), failures })
 }
 
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
@@ -209,6 +210,7 @@ async fn report(
     {
         let kind = match outcome {
             Outcome::Invalid(_) | Outcome::Unavailable(_) => EventType::Warning,
+            _ if !observed.failures.is_empty() => EventType::Warning,
             _ => EventType::Normal,
         };
         let changed_reason = before.as_ref().map(|b| b.1.as_str()) != Some(reason.as_str());

@@ -10,6 +10,7 @@ use sluice_crds::{ConditionStatus, StreamJob, StreamJobStatus, condition_types a
 use crate::desired::Desired;
 use crate::names;
 use crate::validate::Invalid;
+use crate::worker_health::WorkerFailure;
 
 /// What the reconcile did.
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub enum Outcome {
 pub struct Observed {
     pub statefulset: Option<StatefulSet>,
     pub live_pods: usize,
+    /// Workers that stopped on a fatal error, with the reason their /readyz gives.
+    pub failures: Vec<WorkerFailure>,
 }
 
 impl Observed {
@@ -101,6 +104,16 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
                     if observed.live_pods > 0 { &m } else { "suspended: workers stopped, offsets and state kept" },
                 );
                 set(ct::PROGRESSING, if observed.live_pods > 0 { True } else { False }, reasons::SUSPENDED, "");
+            } else if let Some(first) = observed.failures.first() {
+                let others = observed.failures.len() - 1;
+                let m = format!(
+                    "worker {} stopped: {}{}; fix the cause and restart the worker (delete its pod)",
+                    first.pod,
+                    first.reason,
+                    if others > 0 { format!(" (and {others} other worker(s))") } else { String::new() }
+                );
+                set(ct::READY, False, reasons::WORKER_FAILED, &m);
+                set(ct::PROGRESSING, False, reasons::WORKER_FAILED, "a worker stopped; restarting it cannot help");
             } else if observed.converged(d.replicas) {
                 let m = format!(
                     "{} worker(s) × {} core(s) consuming {} partition(s)",
@@ -113,7 +126,10 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
                 set(ct::READY, False, reasons::STARTING, &m);
                 set(ct::PROGRESSING, True, reasons::STARTING, &m);
             }
-            set(ct::DEGRADED, False, reasons::AS_EXPECTED, "");
+            match observed.failures.first() {
+                Some(f) => set(ct::DEGRADED, True, reasons::WORKER_FAILED, &format!("worker {}: {}", f.pod, f.reason)),
+                None => set(ct::DEGRADED, False, reasons::AS_EXPECTED, ""),
+            }
             let idle = d.assignment.idle_cores();
             if idle > 0 {
                 let m = format!(
@@ -164,7 +180,23 @@ mod tests {
             observed_generation: Some(2),
             ..StatefulSetStatus::default()
         });
-        Observed { statefulset: Some(s), live_pods: usize::try_from(replicas).unwrap() }
+        Observed { statefulset: Some(s), live_pods: usize::try_from(replicas).unwrap(), failures: Vec::new() }
+    }
+
+    /// A worker stopped by a fatal error once left the job at
+    /// `WorkersStarting`, `Degraded=False` forever.
+    #[test]
+    fn a_failed_worker_degrades_the_job_naming_it_and_why() {
+        let j = job("s2-group-by.yaml");
+        let d = Box::new(desired_for(&j, 8));
+        let mut observed = sts(1, 2);
+        observed.failures =
+            vec![WorkerFailure { pod: "s2-group-by-1".into(), reason: "core 0: state of partition 3 is over".into() }];
+        let s = compute(&j, &Outcome::Applied(d), &observed, &now());
+        assert_eq!(ready(&s), ("False".into(), reasons::WORKER_FAILED.into()));
+        let degraded = s.conditions.iter().find(|c| c.type_ == ct::DEGRADED).unwrap();
+        assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", reasons::WORKER_FAILED));
+        assert!(degraded.message.contains("s2-group-by-1") && degraded.message.contains("state of partition 3"));
     }
 
     #[test]

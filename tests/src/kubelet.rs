@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use serde_json::json;
 
-use crate::worker::{Worker, free_port, http_get, worker_bin};
+use crate::worker::{Worker, http_get_at, worker_bin};
 
 /// One container run, for assertions about who ran when.
 #[derive(Debug, Clone)]
@@ -212,19 +213,32 @@ async fn start(client: &Client, namespace: &str, pod: &Pod) -> Option<(Worker, S
     if let Some((_, secrets)) = mounts.iter().find(|(m, _)| m.starts_with("/etc/sluice/secrets/")) {
         cmd.env("SLUICE_WORKER__SECRETS_DIR", secrets.parent().unwrap_or(secrets));
     }
-    let port = free_port();
-    cmd.env("SLUICE_WORKER__HTTP_PORT", port.to_string()).env("SLUICE_WORKER__HTTP_ADDRESS", "127.0.0.1");
+    // The pod's own address and the port its container declares, as on a
+    // cluster: the operator reaches a worker at podIP:port.
+    let port = container.ports.as_ref().and_then(|p| p.first()).map_or(9400, |p| p.container_port);
+    let ip = pod_ip();
+    cmd.env("SLUICE_WORKER__HTTP_PORT", port.to_string()).env("SLUICE_WORKER__HTTP_ADDRESS", &ip);
     cmd.env("SLUICE_WORKER__PIN_CORES", "false");
-    Some((Worker::from_command(cmd, port), config))
+    Some((Worker::from_command(cmd, &ip, u16::try_from(port).unwrap_or(9400)), config))
 }
 
-async fn patch_status(api: &Api<Pod>, pod: &str, ready: bool) {
+/// A loopback address of its own for each pod (Linux routes all of
+/// 127.0.0.0/8 to lo), so every worker listens on its pod's declared port
+/// like on a cluster. The second octet comes from this process's id, so two
+/// test processes do not hand out the same address.
+fn pod_ip() -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("127.{}.{}.{}", 1 + std::process::id() % 250, (n / 250) % 250, n % 250 + 1)
+}
+
+async fn patch_status(api: &Api<Pod>, pod: &str, ip: Option<&str>, ready: bool) {
     let now = "2026-01-01T00:00:00Z";
     let status = if ready { "True" } else { "False" };
     let patch = json!({
         "status": {
             "phase": "Running",
-            "podIP": "127.0.0.1",
+            "podIP": ip,
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": now},
@@ -330,13 +344,15 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                 if let Ok(mut s) = state.lock() {
                     finish(&mut s, &key, ok);
                 }
-                patch_status(&api, &name, false).await;
+                patch_status(&api, &name, None, false).await;
             }
             let running = state.lock().map(|s| s.running.contains_key(&key)).unwrap_or(true);
             if !running {
+                let mut ip = None;
                 if let Some((worker, config)) = start(client, &ns, pod).await
                     && let Ok(mut s) = state.lock()
                 {
+                    ip = Some(worker.http_host.clone());
                     if !s.namespaces.contains(&ns) {
                         // The test let go of the namespace while this
                         // process started: stop it (dropping `worker` kills
@@ -356,13 +372,16 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                     });
                     s.running.insert(key.clone(), Running { worker, record, ready: false, terminating_since: None });
                 }
-                patch_status(&api, &name, false).await;
+                patch_status(&api, &name, ip.as_deref(), false).await;
                 continue;
             }
             // Readiness probe.
-            let port = state.lock().ok().and_then(|s| s.running.get(&key).map(|r| (r.worker.http_port, r.ready)));
-            let Some((port, was_ready)) = port else { continue };
-            let ready = matches!(http_get(port, "/readyz"), Some((200, _)));
+            let probe = state
+                .lock()
+                .ok()
+                .and_then(|s| s.running.get(&key).map(|r| (r.worker.http_host.clone(), r.worker.http_port, r.ready)));
+            let Some((host, port, was_ready)) = probe else { continue };
+            let ready = matches!(http_get_at(&host, port, "/readyz"), Some((200, _)));
             if ready != was_ready {
                 if let Ok(mut s) = state.lock()
                     && let Some(r) = s.running.get_mut(&key)
@@ -373,7 +392,7 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                         s.records[record].ready = Some(Instant::now());
                     }
                 }
-                patch_status(&api, &name, ready).await;
+                patch_status(&api, &name, Some(&host), ready).await;
             }
         }
     }

@@ -47,5 +47,5 @@ pub fn start_operator_with(
             "--kafka-timeout-seconds",
             "5",
         ]);
-    Worker::from_command(cmd, port)
+    Worker::from_command(cmd, "127.0.0.1", port)
 }

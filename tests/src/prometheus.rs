@@ -43,7 +43,7 @@ impl Prometheus {
         cmd.arg(format!("--config.file={}", file.display()))
             .arg(format!("--storage.tsdb.path={}", data.display()))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"));
-        let process = Worker::from_command(cmd, port);
+        let process = Worker::from_command(cmd, "127.0.0.1", port);
         let deadline = Instant::now() + Duration::from_secs(30);
         while http_get(port, "/-/ready").map(|(s, _)| s) != Some(200) {
             assert!(Instant::now() < deadline, "Prometheus did not start:\n{}", process.log());

@@ -29,13 +29,20 @@ pub fn free_port() -> u16 {
 #[derive(Debug)]
 pub struct Worker {
     child: Child,
+    /// The address its HTTP endpoint listens on (127.0.0.1, or a pod's own
+    /// loopback address under the harness kubelet).
+    pub http_host: String,
     pub http_port: u16,
     log: Arc<Mutex<String>>,
     pub stdout: Option<std::process::ChildStdout>,
 }
 
 impl Worker {
-    fn spawn(mut cmd: Command, http_port: u16) -> Self {
+    fn spawn(cmd: Command, http_port: u16) -> Self {
+        Self::spawn_at(cmd, "127.0.0.1", http_port)
+    }
+
+    fn spawn_at(mut cmd: Command, http_host: &str, http_port: u16) -> Self {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         let log = Arc::new(Mutex::new(String::new()));
@@ -50,7 +57,7 @@ impl Worker {
             }
         });
         let stdout = child.stdout.take();
-        Self { child, http_port, log, stdout }
+        Self { child, http_host: http_host.to_owned(), http_port, log, stdout }
     }
 
     /// `sluice-worker run -f <manifest> <args>` on a free HTTP port.
@@ -73,9 +80,10 @@ impl Worker {
         Self::spawn(cmd, port)
     }
 
-    /// Runs any prepared command (the fake kubelet's containers).
-    pub fn from_command(cmd: Command, http_port: u16) -> Self {
-        Self::spawn(cmd, http_port)
+    /// Runs any prepared command (the fake kubelet's containers), whose
+    /// HTTP endpoint listens on `http_host:http_port`.
+    pub fn from_command(cmd: Command, http_host: &str, http_port: u16) -> Self {
+        Self::spawn_at(cmd, http_host, http_port)
     }
 
     /// Whether the process has exited (and how), without waiting.
@@ -153,9 +161,14 @@ impl Drop for Worker {
 
 /// A minimal HTTP/1.0 GET on loopback.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// [`http_get`] at another address.
+pub fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect((host, port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let status = text.split_whitespace().nth(1)?.parse().ok()?;

@@ -488,3 +488,41 @@ fn operator_runs_with_only_the_charts_permissions() {
         kubectl_ok(["delete", "namespace", namespace, "--wait=false"]);
     }
 }
+
+/// A worker stopped by a fatal error (here: its state outgrew
+/// `stateMemoryLimit`) keeps its pod up and not ready; the operator reads
+/// the reason from the worker's /readyz and reports it — Degraded=True,
+/// reason WorkerFailed, the pod named — with a Warning event. It once
+/// showed `WorkersStarting` and `Degraded=False` forever.
+#[test]
+fn a_failed_worker_is_reported_on_the_job_with_its_reason() {
+    let ns = new_namespace("op-fail");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| {
+        s.replace("  workers: 2\n", "  workers: 1\n  engine: { stateMemoryLimit: 1Ki }\n")
+    });
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    wait_ready(name, &ns, 1);
+    produce_trades(&t.trades, 0..2_000, 2);
+    let (status, _, message) = wait_until("Degraded=True WorkerFailed", Duration::from_secs(120), || {
+        condition(&get("sj", name, &ns)?, "Degraded").filter(|c| c.1 == "WorkerFailed")
+    });
+    assert_eq!(status, "True");
+    assert!(message.contains("worker s2-group-by-0") && message.contains("stateMemoryLimit"), "{message}");
+    let ready = condition(&get("sj", name, &ns).unwrap(), "Ready").unwrap();
+    assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "WorkerFailed"), "{ready:?}");
+    wait_until("Warning event WorkerFailed", Duration::from_secs(30), || {
+        let e = kubectl_ok(["get", "events", "-n", &ns, "-o", "json"]);
+        let v: Value = serde_json::from_str(&e).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "WorkerFailed" && e["type"] == "Warning")
+            .then_some(())
+    });
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
