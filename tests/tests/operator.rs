@@ -71,6 +71,15 @@ fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// Waits for a Warning event with `reason` in `ns`; returns the event list.
+fn wait_for_warning(ns: &str, reason: &str) -> Value {
+    wait_until(&format!("Warning event {reason}"), Duration::from_secs(30), || {
+        let e = kubectl_ok(["get", "events", "-n", ns, "-o", "json"]);
+        let v: Value = serde_json::from_str(&e).unwrap();
+        v["items"].as_array().unwrap().iter().any(|e| e["reason"] == reason && e["type"] == "Warning").then_some(v)
+    })
+}
+
 fn wait_ready(name: &str, ns: &str, workers: i64) -> Value {
     wait_until(&format!("{name} Ready with {workers} worker(s)"), Duration::from_secs(180), || {
         let job = get("sj", name, ns)?;
@@ -194,16 +203,7 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
     assert_eq!(status, "False");
     assert!(message.contains("line 4, column") && message.contains("did you mean `quantity`"), "{message}");
     assert_eq!(reason, "InvalidSql");
-    let events = wait_until("Warning event", Duration::from_secs(30), || {
-        let e = kubectl_ok(["get", "events", "-n", &ns, "-o", "json"]);
-        let v: Value = serde_json::from_str(&e).unwrap();
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["reason"] == "InvalidSql" && e["type"] == "Warning")
-            .then_some(v)
-    });
+    let events = wait_for_warning(&ns, "InvalidSql");
     assert!(
         events["items"]
             .as_array()
@@ -514,15 +514,6 @@ fn a_failed_worker_is_reported_on_the_job_with_its_reason() {
     assert!(message.contains("worker s2-group-by-0") && message.contains("stateMemoryLimit"), "{message}");
     let ready = condition(&get("sj", name, &ns).unwrap(), "Ready").unwrap();
     assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "WorkerFailed"), "{ready:?}");
-    wait_until("Warning event WorkerFailed", Duration::from_secs(30), || {
-        let e = kubectl_ok(["get", "events", "-n", &ns, "-o", "json"]);
-        let v: Value = serde_json::from_str(&e).unwrap();
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["reason"] == "WorkerFailed" && e["type"] == "Warning")
-            .then_some(())
-    });
+    wait_for_warning(&ns, "WorkerFailed");
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
