@@ -27,21 +27,19 @@ const MAX_REASON: usize = 1024;
 /// The failures reported by `pods` that are not ready (pods that are ready,
 /// or have no IP yet, are not asked).
 pub async fn failures(pods: &[Pod]) -> Vec<WorkerFailure> {
-    let mut out = Vec::new();
-    for pod in pods {
-        let status = pod.status.as_ref();
-        let ready = status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let Some(ip) = status.and_then(|s| s.pod_ip.as_deref()) else { continue };
-        if ready {
-            continue;
-        }
-        if let Some(reason) = readyz(ip, names::WORKER_HTTP_PORT).await.and_then(|(code, body)| failure(code, &body)) {
-            out.push(WorkerFailure { pod: pod.name_any(), reason });
-        }
-    }
-    out
+    // Probed concurrently: a reconcile waits for the slowest pod's timeout,
+    // not the sum of them.
+    let probes = pods.iter().filter_map(|pod| {
+        let status = pod.status.as_ref()?;
+        let ready =
+            status.conditions.as_ref().is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let ip = status.pod_ip.clone().filter(|_| !ready)?;
+        Some(async move {
+            let reason = readyz(&ip, names::WORKER_HTTP_PORT).await.and_then(|(code, body)| failure(code, &body))?;
+            Some(WorkerFailure { pod: pod.name_any(), reason })
+        })
+    });
+    futures::future::join_all(probes).await.into_iter().flatten().collect()
 }
 
 /// The failure a /readyz answer reports, if it reports one (a worker that
