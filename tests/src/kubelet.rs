@@ -381,6 +381,13 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                 .ok()
                 .and_then(|s| s.running.get(&key).map(|r| (r.worker.http_host.clone(), r.worker.http_port, r.ready)));
             let Some((host, port, was_ready)) = probe else { continue };
+            if !was_ready {
+                // A real kubelet refreshes mounted ConfigMaps some time
+                // after they change; a worker waiting for its current
+                // config sees the update the same way here.
+                let root = crate::harness().run_dir.join("pods").join(&ns).join(&name);
+                materialize_volumes(client, &ns, pod, &root).await;
+            }
             let ready = matches!(http_get_at(&host, port, "/readyz"), Some((200, _)));
             if ready != was_ready {
                 if let Ok(mut s) = state.lock()

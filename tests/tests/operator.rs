@@ -284,10 +284,12 @@ fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
             }
         }
     }
-    assert!(
-        history.iter().filter(|r| r.stopped.is_some()).all(|r| r.exit_ok == Some(true)),
-        "old workers drained cleanly"
-    );
+    let unclean: Vec<String> = history
+        .iter()
+        .filter(|r| r.stopped.is_some() && r.exit_ok != Some(true))
+        .map(|r| format!("{} (pid {})", r.pod, r.pid))
+        .collect();
+    assert!(unclean.is_empty(), "old workers drained cleanly; these did not: {unclean:?}");
     // The pause each rescale caused, from the last old worker's exit to the last new worker's readiness.
     for (workers, took) in pauses {
         println!("rescale to {workers} worker(s): Ready again after {took:?}");

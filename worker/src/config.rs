@@ -31,8 +31,9 @@ pub fn load_layered(path: &str, env: impl IntoIterator<Item = (String, String)>)
 /// mounted ConfigMap some time after a new pod starts, so the file may
 /// still hold the previous assignment generation; consuming by it would
 /// run two generations' ownership at once. Re-reads every `poll` until it
-/// matches (nothing is consumed meanwhile; SIGTERM ends the wait).
-pub fn read_current(path: &str, expected: Option<&str>, poll: Duration) -> Result<String, Error> {
+/// matches; nothing is consumed meanwhile, and the caller ends the wait on
+/// SIGTERM by dropping the future.
+pub async fn read_current(path: &str, expected: Option<&str>, poll: Duration) -> Result<String, Error> {
     let mut waited = 0u32;
     loop {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("read config {path}"), e))?;
@@ -48,7 +49,7 @@ pub fn read_current(path: &str, expected: Option<&str>, poll: Duration) -> Resul
                     );
                 }
                 waited += 1;
-                std::thread::sleep(poll);
+                tokio::time::sleep(poll).await;
             }
             _ => return Ok(text),
         }
@@ -263,11 +264,13 @@ spec:
             })
         };
         let started = std::time::Instant::now();
-        let text = read_current(path.to_str().unwrap(), Some(&expected), Duration::from_millis(20)).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let text =
+            rt.block_on(read_current(path.to_str().unwrap(), Some(&expected), Duration::from_millis(20))).unwrap();
         writer.join().unwrap();
         assert_eq!(text, new);
         assert!(started.elapsed() >= Duration::from_millis(250), "it waited for the update");
-        let unchecked = read_current(path.to_str().unwrap(), None, Duration::from_millis(20)).unwrap();
+        let unchecked = rt.block_on(read_current(path.to_str().unwrap(), None, Duration::from_millis(20))).unwrap();
         assert_eq!(unchecked, new, "no expectation (local runs): the file as it is");
         let _ = std::fs::remove_dir_all(&dir);
     }

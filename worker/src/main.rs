@@ -160,9 +160,25 @@ fn init_telemetry(json: bool, otlp: Option<&str>) -> Option<sluice_worker::telem
 
 fn serve(path: &str, bounded: bool) -> ExitCode {
     let expected = std::env::var(sluice_crds::EXPECTED_CONFIG_HASH_ENV).ok();
-    let config = match config::read_current(path, expected.as_deref(), Duration::from_secs(1))
-        .and_then(|text| config::parse_layered(path, &text, config::process_env()))
-    {
+    // The wait for the current config can last until the kubelet refreshes
+    // the mount; a pod deleted meanwhile (a rescale replacing it) must exit
+    // cleanly on SIGTERM, having consumed nothing.
+    let waiter = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => return fail(&format!("cannot start the config reader: {e}")),
+    };
+    let read = waiter.block_on(async {
+        tokio::select! {
+            text = config::read_current(path, expected.as_deref(), Duration::from_secs(1)) => Some(text),
+            () = wait_for_signal() => None,
+        }
+    });
+    drop(waiter);
+    let Some(text) = read else {
+        eprintln!("sluice-worker: terminated while waiting for the current config; nothing was consumed");
+        return ExitCode::SUCCESS;
+    };
+    let config = match text.and_then(|text| config::parse_layered(path, &text, config::process_env())) {
         Ok(c) => c,
         Err(e) => return fail(&e.to_string()),
     };

@@ -281,3 +281,37 @@ fn jiff_ms_with_seconds(text: &str) -> i64 {
     let seconds: f64 = time[6..12].parse().unwrap();
     whole_minutes + (seconds * 1000.0).round() as i64
 }
+
+/// A pod whose mounted config is still the previous generation waits for
+/// the kubelet to refresh it; a rescale that deletes the pod meanwhile
+/// sends SIGTERM, and the worker must exit cleanly (it consumed nothing),
+/// not die of the signal and read as a failed worker.
+#[test]
+fn sigterm_while_waiting_for_the_current_config_exits_cleanly() {
+    let dir = temp_dir("stale-config");
+    let config = dir.join("worker.yaml");
+    std::fs::write(&config, "assignmentEpoch: 1\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+        .args(["serve", "--config", config.to_str().unwrap()])
+        .env("SLUICE_EXPECTED_CONFIG_HASH", "the-hash-of-a-newer-generation")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "it waits for the current config");
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "SIGTERM ends the wait");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "exited {status:?}:\n{stderr}");
+    assert!(stderr.contains("nothing was consumed"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
