@@ -38,6 +38,10 @@ struct Args {
     /// Seconds allowed to read topic metadata from Kafka.
     #[arg(long, default_value_t = 10)]
     kafka_timeout_seconds: u64,
+    /// Seconds between looks at a running job: its source topics'
+    /// partition counts (Kafka sends no events) and its workers' health.
+    #[arg(long, env = "SLUICE_RESYNC_SECONDS", default_value_t = 60)]
+    resync_seconds: u64,
     /// Log format of the workers: json or text.
     #[arg(long, default_value = "json")]
     worker_log_format: String,
@@ -92,6 +96,7 @@ async fn main() -> anyhow::Result<()> {
         },
         metrics: metrics.clone(),
         kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds),
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
     });
     tracing::info!(namespaces = ?args.namespaces, leader_election = args.leader_election, %identity, "starting");
     if !args.leader_election {

@@ -34,6 +34,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub kafka_timeout: Duration,
+    /// How often a running job is looked at again (`--resync-seconds`).
+    pub resync: Duration,
 }
 
 impl std::fmt::Debug for Context {
@@ -168,7 +170,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
         Outcome::Invalid(_) => Action::await_change(),
         Outcome::Unavailable(_) => Action::requeue(ctx.backoff.failed(&key)),
         Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
-        Outcome::Applied(d) if observed.ready_workers() == d.replicas => Action::requeue(Duration::from_secs(60)),
+        Outcome::Applied(d) if observed.ready_workers() == d.replicas => Action::requeue(ctx.resync),
         Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),
     })
 }

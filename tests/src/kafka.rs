@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -46,6 +46,20 @@ pub fn create_topic(topic: &str, partitions: i32) {
     for r in result.expect("create_topics request") {
         if let Err((name, code)) = r {
             panic!("cannot create topic {name}: {code}");
+        }
+    }
+    wait_for_partitions(topic, partitions);
+}
+
+/// Grows `topic` to `partitions` partitions (as `kafka-topics --alter
+/// --partitions` would) and waits until they all have leaders.
+pub fn add_partitions(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = config().create().expect("admin client");
+    let grow = NewPartitions::new(topic, usize::try_from(partitions).expect("partition count"));
+    let result = futures_block_on(admin.create_partitions([&grow], &AdminOptions::new()));
+    for r in result.expect("create_partitions request") {
+        if let Err((name, code)) = r {
+            panic!("cannot grow topic {name}: {code}");
         }
     }
     wait_for_partitions(topic, partitions);

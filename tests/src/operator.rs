@@ -46,6 +46,8 @@ pub fn start_operator_with(
             "sluice-worker:test",
             "--kafka-timeout-seconds",
             "5",
+            "--resync-seconds",
+            "5",
         ]);
     Worker::from_command(cmd, "127.0.0.1", port)
 }

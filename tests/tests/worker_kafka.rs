@@ -399,3 +399,94 @@ fn sigterm_drains_and_commits_and_a_restart_resumes_from_the_committed_offsets()
     second.signal("TERM");
     assert!(second.wait(Duration::from_secs(30)).success());
 }
+
+/// Partitions added to a running stateless job's source (finding 4): the
+/// records written to them before the job's workers are given the new
+/// partition count are not skipped, even with `startFrom: Latest` — a
+/// partition the job never committed on, on a topic it did, starts at its
+/// beginning.
+#[test]
+fn partitions_added_to_a_stateless_source_are_read_from_their_beginning() {
+    let (topic, out) = (unique_name("trades"), unique_name("out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("grow"), "SELECT trader, qty, ts FROM trades", &topic, &out, "")
+        .replace(&format!("topic: {topic} }}"), &format!("topic: {topic}, startFrom: Latest }}"));
+    let mut first = Worker::serve(&config_file(&worker_config(&m, 2, 1, 1, 0, &group)), &[]);
+    first.wait_ready(Duration::from_secs(60));
+    produce_trades(&topic, 0..1_000, 2);
+    assert_eq!(wait_for_output(&out, Duration::from_secs(60), |r| r.len() >= 1_000).len(), 1_000);
+
+    // Grow the topic; the producer spreads over all four partitions, so half
+    // of the new records land where the running worker does not read.
+    kafka::add_partitions(&topic, 4);
+    produce_trades(&topic, 1_000..2_000, 4);
+    wait_for_output(&out, Duration::from_secs(60), |r| r.len() >= 1_500);
+    first.signal("TERM");
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+
+    // The next generation owns all four partitions (the operator's rescale).
+    let mut second = Worker::serve(&config_file(&worker_config(&m, 4, 1, 1, 0, &group)), &[]);
+    second.wait_ready(Duration::from_secs(60));
+    let records = wait_for_output(&out, Duration::from_secs(60), |r| r.len() >= 2_000);
+    // Every trade has its own event time: distinct times are distinct records.
+    let times: BTreeSet<String> = records
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap()["ts"].to_string())
+        .collect();
+    assert_eq!(times.len(), 2_000, "{} record(s) skipped", 2_000 - times.len().min(2_000));
+    assert_eq!(records.len(), 2_000, "and none read twice");
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// Partitions added to a keyed job's source (finding 4): keys now hash to
+/// other partitions, so the job's state can no longer follow them. The next
+/// generation of workers stops before consuming anything — not ready, with
+/// the reason and what to do — instead of splitting every key's totals.
+#[test]
+fn partitions_added_to_a_keyed_source_stop_the_job_with_what_to_do() {
+    let (topic, out) = (unique_name("trades"), unique_name("totals"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("grow-gb"), GROUP_BY, &topic, &out, "");
+    let mut first = Worker::serve(&config_file(&worker_config(&m, 2, 1, 1, 0, &group)), &[]);
+    first.wait_ready(Duration::from_secs(60));
+    produce_trades(&topic, 0..2_000, 2);
+    let expected = expected_totals(0..2_000);
+    let settled = |r: &[Record]| {
+        final_per_key(r).len() == expected.len() && {
+            let n: i64 = final_per_key(r).values().map(|v| v["n"].as_i64().unwrap()).sum();
+            n == 2_000
+        }
+    };
+    let before = wait_for_output(&out, Duration::from_secs(60), settled);
+    assert_totals(&final_per_key(&before), &expected);
+    first.signal("TERM");
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    let committed = kafka::committed_offsets(&group, &topic, 2);
+
+    kafka::add_partitions(&topic, 4);
+    produce_trades(&topic, 2_000..3_000, 4);
+    let mut second = Worker::serve(&config_file(&worker_config(&m, 4, 1, 1, 0, &group)), &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let reason = loop {
+        if let Some((503, body)) = second.get("/readyz")
+            && body.contains("laid out for 2")
+        {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "the worker did not report the change:\n{}", second.log());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(reason.contains(&format!("source topic {topic} has 4 partitions")), "{reason}");
+    assert!(reason.contains("rename the job"), "says what to do: {reason}");
+    std::thread::sleep(Duration::from_secs(2));
+    let after = kafka::consume(&out, usize::MAX, Duration::from_secs(3));
+    assert_eq!(after.len(), before.len(), "nothing emitted after the change");
+    assert_eq!(kafka::committed_offsets(&group, &topic, 4), committed, "nothing consumed after the change");
+    second.signal("TERM");
+    second.wait(Duration::from_secs(30));
+}

@@ -66,7 +66,7 @@ fn prepare(bootstrap: &str, topic: &str, records: u64) {
         return;
     }
     let admin_config = config(bootstrap);
-    sluice_worker::kafka::ensure_topic(&admin_config, topic, PARTITIONS, &[]).unwrap();
+    sluice_worker::kafka::create_topic(&admin_config, topic, PARTITIONS, &[]).unwrap();
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")

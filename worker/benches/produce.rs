@@ -130,7 +130,7 @@ fn main() {
     let records: u64 = std::env::var("SLUICE_BENCH_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
     let topic = format!("bench-produce-{}", std::process::id());
     let admin: ClientConfig = config(&bootstrap);
-    sluice_worker::kafka::ensure_topic(&admin, &topic, PARTITIONS, &[]).unwrap();
+    sluice_worker::kafka::create_topic(&admin, &topic, PARTITIONS, &[]).unwrap();
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _round in 0..3 {
         a.push(per_core(&bootstrap, &topic, records));

@@ -26,6 +26,19 @@ pub enum Error {
     /// A state checkpoint could not be written or read back.
     #[error("state checkpoint: {0}")]
     Checkpoint(String),
+    /// A keyed job's source topic no longer has the partition count its
+    /// state was laid out for (partitions were added). Keys hash to other
+    /// partitions now, so running on would split each key's state between
+    /// engines and emit partial results; the job stops instead, before
+    /// consuming anything, and says how to start over.
+    #[error(
+        "source topic {topic} has {now} partitions but this job's keyed state was laid out for {was} \
+         (state topic {state_topic}): records of a key now land on other partitions, so running on \
+         would split every key's state between engines. Nothing was consumed. To start over on {now} \
+         partitions, rename the job (a new consumer group and state topic) or delete its consumer \
+         group and the state topic; it then starts per spec.startFrom"
+    )]
+    SourcePartitionsChanged { topic: String, now: i32, state_topic: String, was: i32 },
     /// Kafka client failure.
     #[error("kafka: {context}: {message}")]
     Kafka { context: String, message: String },

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
@@ -125,14 +125,17 @@ pub fn partition_count(config: &ClientConfig, topic: &str, timeout: Duration) ->
     i32::try_from(t.partitions().len()).map_err(|_| Error::Internal("partition count".into()))
 }
 
-/// Makes sure `topic` exists with at least `partitions` partitions (creating
-/// or growing it), with the given topic configs.
-pub fn ensure_topic(
+/// Creates `topic` with `partitions` partitions and the given topic configs
+/// unless it exists; returns how many partitions it has. An existing topic
+/// is never grown: for an internal topic laid out per source partition, a
+/// different count means the layout changed, which the caller must decide
+/// about rather than have papered over.
+pub fn create_topic(
     config: &ClientConfig,
     topic: &str,
     partitions: i32,
     configs: &[(&str, &str)],
-) -> Result<(), Error> {
+) -> Result<i32, Error> {
     let admin: AdminClient<DefaultClientContext> =
         config.create().map_err(|e| Error::kafka("create admin client", e))?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -148,20 +151,7 @@ pub fn ensure_topic(
             Err((t, code)) => return Err(Error::kafka(format!("create topic {t}"), code)),
         }
     }
-    let existing = partition_count(config, topic, Duration::from_secs(10))?;
-    if existing < partitions {
-        let grow = NewPartitions::new(topic, usize::try_from(partitions).unwrap_or(0));
-        let results = block_on(admin.create_partitions([&grow], &options))
-            .map_err(|e| Error::kafka(format!("grow topic {topic}"), e))?;
-        for r in results {
-            if let Err((t, code)) = r
-                && code != RDKafkaErrorCode::InvalidPartitions
-            {
-                return Err(Error::kafka(format!("grow topic {t}"), code));
-            }
-        }
-    }
-    Ok(())
+    partition_count(config, topic, Duration::from_secs(10))
 }
 
 #[cfg(test)]

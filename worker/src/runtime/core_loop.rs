@@ -137,6 +137,7 @@ impl<'a> Core<'a> {
                         &config.consumer_group(),
                         &k.topic,
                         &setup.partitions,
+                        setup.total_partitions,
                         k.start_from,
                         setup.bounded,
                     )?;
@@ -159,7 +160,9 @@ impl<'a> Core<'a> {
         // Resume each partition from its checkpoint.
         for (part, position) in parts.iter_mut().zip(&positions) {
             part.committed_offset = position.offset;
-            part.next_offset = position.offset;
+            // A partition with no commit gets its resolved start committed
+            // by the first checkpoint (see `source::kafka::start_offset`).
+            part.next_offset = Some(position.start);
             part.metadata.clone_from(&position.metadata);
             if let Some(store) = &state
                 && let Some(bytes) = store.load(part.partition, &position.metadata)?

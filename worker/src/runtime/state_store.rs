@@ -80,7 +80,10 @@ impl std::fmt::Debug for StateStore {
 }
 
 impl StateStore {
-    /// Opens (creating if needed) the state topic with at least `partitions` partitions.
+    /// Opens the state topic, creating it with one partition per source
+    /// partition. A state topic with another count means the source topic's
+    /// partition count changed since the state was written (see
+    /// [`Error::SourcePartitionsChanged`]): nothing is consumed then.
     pub fn open(
         config: &ClientConfig,
         topic: &str,
@@ -88,12 +91,20 @@ impl StateStore {
         partitions: i32,
         drain: DrainDeadline,
     ) -> Result<Self, Error> {
-        crate::kafka::ensure_topic(
+        let laid_out = crate::kafka::create_topic(
             config,
             topic,
             partitions,
             &[("cleanup.policy", "compact"), ("max.message.bytes", "1048576"), ("min.compaction.lag.ms", "60000")],
         )?;
+        if laid_out != partitions {
+            return Err(Error::SourcePartitionsChanged {
+                topic: source_topic.to_owned(),
+                now: partitions,
+                state_topic: topic.to_owned(),
+                was: laid_out,
+            });
+        }
         Self::with_clients(config, topic, source_topic, READ_TIMEOUT, drain)
     }
 

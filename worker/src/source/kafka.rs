@@ -47,11 +47,29 @@ impl ClientContext for LagContext {
 
 impl ConsumerContext for LagContext {}
 
-/// Where a partition resumes: the committed offset and checkpoint metadata.
+/// Where a partition resumes: the committed offset and checkpoint metadata,
+/// and the offset consumption starts at (the committed one, or the one
+/// [`start_offset`] resolved for a partition with no commit).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommittedPosition {
     pub offset: Option<i64>,
     pub metadata: String,
+    pub start: i64,
+}
+
+/// Where a partition with no committed offset starts. `spec.startFrom`
+/// applies only when the job has never committed on this topic: once it
+/// has (`topic_started`), a partition without a commit is one added to the
+/// topic since, and every record on it arrived while the job was running —
+/// starting it at its end would silently skip them. The offset is resolved
+/// here, not left to `auto.offset.reset`, so the first checkpoint commits it
+/// and a later restart finds the job started even on a partition that has
+/// had no traffic.
+pub fn start_offset(start_from: StartFrom, topic_started: bool, low: i64, high: i64) -> i64 {
+    match (start_from, topic_started) {
+        (StartFrom::Latest, false) => high,
+        (StartFrom::Earliest, _) | (StartFrom::Latest, true) => low,
+    }
 }
 
 /// The consumer settings a core starts from; a source's `properties`
@@ -95,28 +113,28 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl KafkaSource {
     /// Creates the consumer, reads the committed positions of `partitions`
-    /// in `group`, and assigns them (from the committed offset, or per
-    /// `start_from`). For a bounded run the current end offsets are captured.
+    /// in `group`, and assigns them: from the committed offset, or else as
+    /// [`start_offset`] decides (`topic_partitions`: how many the topic has,
+    /// to tell whether the job has committed on it before). For a bounded
+    /// run the current end offsets are captured.
     pub fn new(
         mut config: ClientConfig,
         group: &str,
         topic: &str,
         partitions: &[i32],
+        topic_partitions: i32,
         start_from: StartFrom,
         bounded: bool,
     ) -> Result<(Self, Vec<CommittedPosition>), Error> {
+        // Start offsets are resolved explicitly below; the reset policy only
+        // applies to a committed offset that retention has since deleted,
+        // and then reading what is left beats skipping to the end.
         config
             .set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
-            .set(
-                "auto.offset.reset",
-                match start_from {
-                    StartFrom::Earliest => "earliest",
-                    StartFrom::Latest => "latest",
-                },
-            );
+            .set("auto.offset.reset", "earliest");
         for (k, v) in CONSUMER_DEFAULTS {
             crate::kafka::set_default(&mut config, k, v);
         }
@@ -127,51 +145,64 @@ impl KafkaSource {
         };
         let consumer: BaseConsumer<LagContext> =
             config.create_with_context(context).map_err(|e| Error::kafka(format!("create consumer for {topic}"), e))?;
+        let all = topic_partitions.max(partitions.iter().copied().max().map_or(0, |p| p + 1));
         let mut tpl = TopicPartitionList::new();
-        for &p in partitions {
+        for p in 0..all {
             tpl.add_partition(topic, p);
         }
         let committed = consumer
             .committed_offsets(tpl, METADATA_TIMEOUT)
             .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
+        let committed_offset = |p: i32| match committed.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) if o >= 0 => Some(o),
+            _ => None,
+        };
+        let topic_started = (0..all).any(|p| committed_offset(p).is_some());
         let mut positions = Vec::with_capacity(partitions.len());
         let mut assignment = TopicPartitionList::new();
-        for &p in partitions {
-            let elem = committed.find_partition(topic, p);
-            let (offset, metadata) = match &elem {
-                Some(e) => match e.offset() {
-                    Offset::Offset(o) if o >= 0 => (Some(o), e.metadata().to_owned()),
-                    _ => (None, String::new()),
-                },
-                None => (None, String::new()),
-            };
-            let start = match (offset, start_from) {
-                (Some(o), _) => Offset::Offset(o),
-                (None, StartFrom::Earliest) => Offset::Beginning,
-                (None, StartFrom::Latest) => Offset::End,
-            };
-            assignment.add_partition_offset(topic, p, start).map_err(|e| Error::kafka("assignment", e))?;
-            positions.push(CommittedPosition { offset, metadata });
-        }
         let mut done = vec![false; partitions.len()];
-        let end_offsets = if bounded {
-            let mut ends = Vec::with_capacity(partitions.len());
-            for (slot, &p) in partitions.iter().enumerate() {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-                    .map_err(|e| Error::kafka(format!("end offset of {topic}/{p}"), e))?;
-                let start = match (positions[slot].offset, start_from) {
-                    (Some(o), _) => o,
-                    (None, StartFrom::Earliest) => low,
-                    (None, StartFrom::Latest) => high,
-                };
+        let mut ends = Vec::with_capacity(partitions.len());
+        for (slot, &p) in partitions.iter().enumerate() {
+            let offset = committed_offset(p);
+            let metadata = match (offset, committed.find_partition(topic, p)) {
+                (Some(_), Some(e)) => e.metadata().to_owned(),
+                _ => String::new(),
+            };
+            let watermarks = if offset.is_none() || bounded {
+                Some(
+                    consumer
+                        .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                        .map_err(|e| Error::kafka(format!("offsets of {topic}/{p}"), e))?,
+                )
+            } else {
+                None
+            };
+            let start = match (offset, watermarks) {
+                (Some(o), _) => o,
+                (None, Some((low, high))) => {
+                    let start = start_offset(start_from, topic_started, low, high);
+                    if topic_started && start_from == StartFrom::Latest {
+                        tracing::info!(
+                            topic,
+                            partition = p,
+                            offset = start,
+                            "a partition added since the job started: reading it from its beginning"
+                        );
+                    }
+                    start
+                }
+                (None, None) => 0,
+            };
+            if let Some((_, high)) = watermarks.filter(|_| bounded) {
                 done[slot] = start >= high;
                 ends.push(high);
             }
-            Some(ends)
-        } else {
-            None
-        };
+            assignment
+                .add_partition_offset(topic, p, Offset::Offset(start))
+                .map_err(|e| Error::kafka("assignment", e))?;
+            positions.push(CommittedPosition { offset, metadata, start });
+        }
+        let end_offsets = bounded.then_some(ends);
         // Learn the partition leaders before assigning: a partition assigned
         // with no known leader waits for librdkafka's offset-query retry
         // timer (measured: ~0.5 s before the first fetch), so the core would
@@ -355,4 +386,20 @@ impl Source for KafkaSource {
 fn is_fatal(code: RDKafkaErrorCode) -> bool {
     use RDKafkaErrorCode as C;
     matches!(code, C::Fatal | C::TopicAuthorizationFailed | C::GroupAuthorizationFailed | C::SaslAuthenticationFailed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_from_applies_only_before_the_job_first_committed_on_the_topic() {
+        // A new job: as the spec says.
+        assert_eq!(start_offset(StartFrom::Latest, false, 5, 90), 90);
+        assert_eq!(start_offset(StartFrom::Earliest, false, 5, 90), 5);
+        // A partition added to a topic the job already reads: every record
+        // on it came while the job ran, so none is skipped.
+        assert_eq!(start_offset(StartFrom::Latest, true, 0, 40), 0);
+        assert_eq!(start_offset(StartFrom::Earliest, true, 0, 40), 0);
+    }
 }
