@@ -63,6 +63,9 @@ pub mod reasons {
     /// A worker stopped on a fatal error (state limit, a checkpoint that
     /// does not fit the query, a bug); its /readyz reason is in the message.
     pub const WORKER_FAILED: &str = "WorkerFailed";
+    /// Every worker read its bounded input (datagen with `records`, a file)
+    /// to the end; the workers stay up, idle, instead of restarting.
+    pub const FINISHED: &str = "Finished";
     pub const RECONCILED: &str = "Reconciled";
     pub const AS_EXPECTED: &str = "AsExpected";
 }

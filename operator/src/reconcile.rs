@@ -94,8 +94,8 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     let statefulset = sts.get_opt(&names::statefulset(&name)).await?;
     let pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items;
-    let failures = worker_health::failures(&pods).await;
-    Ok(Observed { statefulset, live_pods: pods.len(), failures })
+    let reports = worker_health::probe(&pods).await;
+    Ok(Observed { statefulset, live_pods: pods.len(), failures: reports.failures, finished: reports.finished })
 }
 
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {

@@ -32,6 +32,8 @@ pub struct Observed {
     pub live_pods: usize,
     /// Workers that stopped on a fatal error, with the reason their /readyz gives.
     pub failures: Vec<WorkerFailure>,
+    /// Workers whose bounded input is read to the end (pod, summary).
+    pub finished: Vec<(String, String)>,
 }
 
 impl Observed {
@@ -114,6 +116,17 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
                 );
                 set(ct::READY, False, reasons::WORKER_FAILED, &m);
                 set(ct::PROGRESSING, False, reasons::WORKER_FAILED, "a worker stopped; restarting it cannot help");
+            } else if observed.converged(d.replicas)
+                && d.replicas > 0
+                && observed.finished.len() == usize::try_from(d.replicas).unwrap_or(usize::MAX)
+            {
+                let (pod, summary) = &observed.finished[0];
+                let m = format!(
+                    "every worker read its bounded input to the end and stays up, idle, until the job is deleted \
+                     ({pod}: {summary})"
+                );
+                set(ct::READY, True, reasons::FINISHED, &m);
+                set(ct::PROGRESSING, False, reasons::FINISHED, "the input is read to its end");
             } else if observed.converged(d.replicas) {
                 let m = format!(
                     "{} worker(s) × {} core(s) consuming {} partition(s)",
@@ -180,7 +193,12 @@ mod tests {
             observed_generation: Some(2),
             ..StatefulSetStatus::default()
         });
-        Observed { statefulset: Some(s), live_pods: usize::try_from(replicas).unwrap(), failures: Vec::new() }
+        Observed {
+            statefulset: Some(s),
+            live_pods: usize::try_from(replicas).unwrap(),
+            failures: Vec::new(),
+            finished: Vec::new(),
+        }
     }
 
     /// A worker stopped by a fatal error once left the job at
@@ -197,6 +215,21 @@ mod tests {
         let degraded = s.conditions.iter().find(|c| c.type_ == ct::DEGRADED).unwrap();
         assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", reasons::WORKER_FAILED));
         assert!(degraded.message.contains("s2-group-by-1") && degraded.message.contains("state of partition 3"));
+    }
+
+    /// A bounded job that has read everything is `Finished`, not `Running`,
+    /// once every worker says so.
+    #[test]
+    fn a_job_whose_workers_all_finished_is_finished() {
+        let j = job("s2-group-by.yaml");
+        let d = Box::new(desired_for(&j, 8));
+        let mut observed = sts(2, 2);
+        observed.finished = vec![("s2-group-by-0".into(), "records in: 10".into())];
+        let one = compute(&j, &Outcome::Applied(d.clone()), &observed, &now());
+        assert_eq!(ready(&one), ("True".into(), reasons::RUNNING.into()), "one of two is still reading");
+        observed.finished.push(("s2-group-by-1".into(), "records in: 12".into()));
+        let both = compute(&j, &Outcome::Applied(d), &observed, &now());
+        assert_eq!(ready(&both), ("True".into(), reasons::FINISHED.into()));
     }
 
     #[test]

@@ -1,8 +1,10 @@
-//! What each worker says about itself: a worker that stopped on a fatal
+//! What each worker says about itself. A worker that stopped on a fatal
 //! error keeps serving `/readyz` (503, `failed: <reason>`) instead of
-//! exiting into a crash loop, and the operator reads that reason from every
-//! pod that is not ready, so the job's status names the worker and why —
-//! not `WorkersStarting` forever.
+//! exiting into a crash loop, and one whose bounded input is read to the end
+//! stays up too (200, `finished: <summary>`) rather than exiting into a
+//! restart that would generate it all again. The operator reads `/readyz`
+//! of every pod, so the job's status names a failed worker and why — not
+//! `WorkersStarting` forever — and tells a finished job from a running one.
 
 use std::time::Duration;
 
@@ -19,38 +21,57 @@ pub struct WorkerFailure {
     pub reason: String,
 }
 
+/// What the workers' `/readyz` answers say.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerReports {
+    pub failures: Vec<WorkerFailure>,
+    /// Pods whose job finished its bounded input, with their summaries.
+    pub finished: Vec<(String, String)>,
+}
+
 /// How long one /readyz request may take: a hung worker is not a failed one.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The longest reason kept (status messages should stay readable).
 const MAX_REASON: usize = 1024;
 
-/// The failures reported by `pods` that are not ready (pods that are ready,
-/// or have no IP yet, are not asked).
-pub async fn failures(pods: &[Pod]) -> Vec<WorkerFailure> {
+/// Asks every pod that has an IP.
+pub async fn probe(pods: &[Pod]) -> WorkerReports {
     // Probed concurrently: a reconcile waits for the slowest pod's timeout,
     // not the sum of them.
     let probes = pods.iter().filter_map(|pod| {
-        let status = pod.status.as_ref()?;
-        let ready =
-            status.conditions.as_ref().is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let ip = status.pod_ip.clone().filter(|_| !ready)?;
-        Some(async move {
-            let reason = readyz(&ip, names::WORKER_HTTP_PORT).await.and_then(|(code, body)| failure(code, &body))?;
-            Some(WorkerFailure { pod: pod.name_any(), reason })
-        })
+        let ip = pod.status.as_ref()?.pod_ip.clone()?;
+        Some(async move { (pod.name_any(), readyz(&ip, names::WORKER_HTTP_PORT).await) })
     });
-    futures::future::join_all(probes).await.into_iter().flatten().collect()
+    let mut reports = WorkerReports::default();
+    for (pod, answer) in futures::future::join_all(probes).await {
+        let Some((code, body)) = answer else { continue };
+        if let Some(reason) = failure(code, &body) {
+            reports.failures.push(WorkerFailure { pod, reason });
+        } else if let Some(summary) = finished(code, &body) {
+            reports.finished.push((pod, summary));
+        }
+    }
+    reports
+}
+
+/// The summary a /readyz answer of a finished worker carries.
+pub fn finished(code: u16, body: &str) -> Option<String> {
+    body.trim().strip_prefix("finished: ").filter(|_| code == 200).map(|s| truncate(s).to_owned())
+}
+
+fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(MAX_REASON);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The failure a /readyz answer reports, if it reports one (a worker that
 /// is only starting or restoring answers 503 too, without `failed:`).
 pub fn failure(code: u16, body: &str) -> Option<String> {
     let reason = body.trim().strip_prefix("failed: ").filter(|_| code == 503)?;
-    let mut end = reason.len().min(MAX_REASON);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    Some(reason[..end].to_owned())
+    Some(truncate(reason).to_owned())
 }
 
 async fn readyz(ip: &str, port: i32) -> Option<(u16, String)> {
@@ -82,5 +103,12 @@ mod tests {
         assert_eq!(failure(200, "ready"), None);
         let long = format!("failed: {}", "é".repeat(2000));
         assert!(failure(503, &long).unwrap().len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn a_finished_worker_is_told_from_a_running_one() {
+        assert_eq!(finished(200, "finished: records in: 200000\n").as_deref(), Some("records in: 200000"));
+        assert_eq!(finished(200, "ready"), None);
+        assert_eq!(finished(503, "failed: x"), None);
     }
 }

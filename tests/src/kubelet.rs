@@ -219,7 +219,9 @@ async fn start(client: &Client, namespace: &str, pod: &Pod) -> Option<(Worker, S
     let ip = pod_ip();
     cmd.env("SLUICE_WORKER__HTTP_PORT", port.to_string()).env("SLUICE_WORKER__HTTP_ADDRESS", &ip);
     cmd.env("SLUICE_WORKER__PIN_CORES", "false");
-    Some((Worker::from_command(cmd, &ip, u16::try_from(port).unwrap_or(9400)), config))
+    std::fs::create_dir_all(&root).ok();
+    let log = root.join("stdout.log");
+    Some((Worker::container(cmd, &ip, u16::try_from(port).unwrap_or(9400), &log), config))
 }
 
 /// A loopback address of its own for each pod (Linux routes all of

@@ -7,6 +7,7 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 pub mod helm;
+pub mod jobs;
 pub mod kafka;
 pub mod kube;
 pub mod kubelet;

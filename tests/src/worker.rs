@@ -39,11 +39,12 @@ pub struct Worker {
 
 impl Worker {
     fn spawn(cmd: Command, http_port: u16) -> Self {
-        Self::spawn_at(cmd, "127.0.0.1", http_port)
+        Self::spawn_at(cmd, "127.0.0.1", http_port, Stdio::piped())
     }
 
-    fn spawn_at(mut cmd: Command, http_host: &str, http_port: u16) -> Self {
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    /// `stdout`: piped (read by [`Worker::stdout_text`] after exit) or a file.
+    fn spawn_at(mut cmd: Command, http_host: &str, http_port: u16, stdout: Stdio) -> Self {
+        cmd.stdin(Stdio::null()).stdout(stdout).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr");
@@ -80,10 +81,19 @@ impl Worker {
         Self::spawn(cmd, port)
     }
 
-    /// Runs any prepared command (the fake kubelet's containers), whose
-    /// HTTP endpoint listens on `http_host:http_port`.
+    /// Runs any prepared command, whose HTTP endpoint listens on
+    /// `http_host:http_port`.
     pub fn from_command(cmd: Command, http_host: &str, http_port: u16) -> Self {
-        Self::spawn_at(cmd, http_host, http_port)
+        Self::spawn_at(cmd, http_host, http_port, Stdio::piped())
+    }
+
+    /// Runs a container's command with its stdout appended to `log`, as a
+    /// kubelet keeps container logs: a pipe nobody reads would block a
+    /// long-running process (a `stdout` sink) once it filled.
+    pub fn container(cmd: Command, http_host: &str, http_port: u16, log: &Path) -> Self {
+        let stdout =
+            std::fs::OpenOptions::new().create(true).append(true).open(log).map_or_else(|_| Stdio::null(), Stdio::from);
+        Self::spawn_at(cmd, http_host, http_port, stdout)
     }
 
     /// Whether the process has exited (and how), without waiting.

@@ -32,9 +32,9 @@ async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
 
 async fn ready_handler(State(s): State<AppState>) -> impl IntoResponse {
     match s.health.readiness() {
-        Ok(()) => {
+        Ok(state) => {
             s.metrics.ready.set(1);
-            (StatusCode::OK, "ready".to_owned())
+            (StatusCode::OK, state)
         }
         Err(reason) => {
             s.metrics.ready.set(0);

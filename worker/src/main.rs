@@ -304,6 +304,13 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
         Ok(summary) => {
             if local || bounded {
                 eprintln!("sluice-worker: done: {summary}");
+            } else if !health.signalled() {
+                // Every source was bounded and is read to its end. Exiting
+                // would make Kubernetes restart the pod and generate it all
+                // again: stay up, ready, saying `finished` until terminated.
+                tracing::info!(%summary, "input finished; serving /readyz until terminated");
+                health.finish(summary.to_string());
+                runtime.block_on(wait_for_signal());
             } else {
                 tracing::info!(%summary, "stopped");
             }

@@ -24,6 +24,10 @@ pub enum CoreStatus {
 pub struct Health {
     cores: Mutex<Vec<AtomicU8>>,
     failure: Mutex<Option<String>>,
+    /// Set when every source reached the end of its bounded input under
+    /// `serve`: the worker stays up and says so, rather than exiting (which
+    /// Kubernetes would answer with a restart that generates it all again).
+    finished: Mutex<Option<String>>,
     /// Set on SIGTERM/SIGINT: cores finish their batch, checkpoint and stop.
     pub shutdown: AtomicBool,
     /// When a drain after SIGTERM stops waiting on the broker.
@@ -61,6 +65,17 @@ impl Health {
         self.aborted.store(true, Ordering::Release);
     }
 
+    /// The job read all of its bounded input; `summary` says how much.
+    pub fn finish(&self, summary: String) {
+        if let Ok(mut f) = self.finished.lock() {
+            f.get_or_insert(summary);
+        }
+    }
+
+    pub fn finished(&self) -> Option<String> {
+        self.finished.lock().ok().and_then(|f| f.clone())
+    }
+
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().ok().and_then(|f| f.clone())
     }
@@ -83,10 +98,14 @@ impl Health {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// Ready = no core failed, and every core assigned and consuming.
-    pub fn readiness(&self) -> Result<(), String> {
+    /// Ready = no core failed, and every core assigned and consuming — or
+    /// the job finished its bounded input (`Ok` with `finished: <summary>`).
+    pub fn readiness(&self) -> Result<String, String> {
         if let Some(f) = self.failure() {
             return Err(format!("failed: {f}"));
+        }
+        if let Some(summary) = self.finished() {
+            return Ok(format!("finished: {summary}"));
         }
         let cores = self.cores.lock().map_err(|_| "poisoned".to_owned())?;
         if cores.is_empty() {
@@ -96,7 +115,7 @@ impl Health {
         if starting > 0 {
             return Err(format!("{starting} of {} cores still starting", cores.len()));
         }
-        Ok(())
+        Ok("ready".into())
     }
 }
 
@@ -112,12 +131,21 @@ mod tests {
         h.set(0, CoreStatus::Running);
         assert!(h.readiness().unwrap_err().contains("1 of 2 cores still starting"));
         h.set(1, CoreStatus::Running);
-        assert_eq!(h.readiness(), Ok(()));
+        assert_eq!(h.readiness(), Ok("ready".into()));
         h.set(1, CoreStatus::Failed);
         h.abort("core 1: state limit exceeded".into());
         let e = h.readiness().unwrap_err();
         assert!(e.contains("state limit exceeded"), "{e}");
         assert!(h.stopping(), "the other cores stop");
         assert!(!h.signalled(), "a failure is not a signal: serve keeps reporting it");
+    }
+
+    #[test]
+    fn a_finished_job_stays_ready_and_says_so() {
+        let h = Health::default();
+        h.set_cores(1);
+        h.set(0, CoreStatus::Finished);
+        h.finish("records in: 10, records out: 2".into());
+        assert_eq!(h.readiness(), Ok("finished: records in: 10, records out: 2".into()));
     }
 }
