@@ -111,6 +111,35 @@ fn owned(record: &ProcessRecord) -> BTreeSet<i32> {
         .unwrap_or_default()
 }
 
+/// No two worker processes alive at the same time owned a partition in
+/// common, and every worker that stopped drained cleanly (exit 0).
+fn assert_no_overlap_and_clean_drains(ns: &str) {
+    let history = kubelet().history(ns);
+    let now = Instant::now();
+    for (i, a) in history.iter().enumerate() {
+        for b in &history[i + 1..] {
+            let overlap = a.started < b.stopped.unwrap_or(now) && b.started < a.stopped.unwrap_or(now);
+            if overlap {
+                let shared: Vec<i32> = owned(a).intersection(&owned(b)).copied().collect();
+                assert!(
+                    shared.is_empty(),
+                    "{} (pid {}) and {} (pid {}) both owned {shared:?}",
+                    a.pod,
+                    a.pid,
+                    b.pod,
+                    b.pid
+                );
+            }
+        }
+    }
+    let unclean: Vec<String> = history
+        .iter()
+        .filter(|r| r.stopped.is_some() && r.exit_ok != Some(true))
+        .map(|r| format!("{} (pid {})", r.pod, r.pid))
+        .collect();
+    assert!(unclean.is_empty(), "old workers drained cleanly; these did not: {unclean:?}");
+}
+
 #[test]
 fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
     let ns = new_namespace("op-scale");
@@ -141,32 +170,9 @@ fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
     producer.join().unwrap();
     wait_for_counts(&t.out, &expected_counts(0..15_000), Duration::from_secs(120));
 
-    // No two processes that were alive at the same time owned a partition in common.
     let history = kubelet().history(&ns);
     assert!(history.len() >= 6, "1, then 3, then 2 workers ran: {history:?}");
-    let now = Instant::now();
-    for (i, a) in history.iter().enumerate() {
-        for b in &history[i + 1..] {
-            let overlap = a.started < b.stopped.unwrap_or(now) && b.started < a.stopped.unwrap_or(now);
-            if overlap {
-                let shared: Vec<i32> = owned(a).intersection(&owned(b)).copied().collect();
-                assert!(
-                    shared.is_empty(),
-                    "{} (pid {}) and {} (pid {}) both owned {shared:?}",
-                    a.pod,
-                    a.pid,
-                    b.pod,
-                    b.pid
-                );
-            }
-        }
-    }
-    let unclean: Vec<String> = history
-        .iter()
-        .filter(|r| r.stopped.is_some() && r.exit_ok != Some(true))
-        .map(|r| format!("{} (pid {})", r.pod, r.pid))
-        .collect();
-    assert!(unclean.is_empty(), "old workers drained cleanly; these did not: {unclean:?}");
+    assert_no_overlap_and_clean_drains(&ns);
     // The pause each rescale caused, from the last old worker's exit to the last new worker's readiness.
     for (workers, took) in pauses {
         println!("rescale to {workers} worker(s): Ready again after {took:?}");
@@ -394,5 +400,100 @@ fn a_failed_worker_is_reported_on_the_job_with_its_reason() {
     let ready = condition(&get("sj", name, &ns).unwrap(), "Ready").unwrap();
     assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "WorkerFailed"), "{ready:?}");
     wait_for_warning(&ns, "WorkerFailed");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Fault suite: the leader is killed with `kill -9` in the middle of a
+/// rescale (old workers draining). The standby takes the Lease over and
+/// finishes the rescale: no two workers ever own a partition at once, and
+/// the totals of everything produced meanwhile are exact.
+#[test]
+fn a_leader_killed_mid_rescale_is_replaced_and_the_rescale_completes_without_overlap_or_loss() {
+    let ns = new_namespace("op-leader-rescale");
+    let _kubelet = kubelet().manage(&ns);
+    let mut a = start_operator(&ns, "op-a");
+    wait_until("a leads", Duration::from_secs(60), || {
+        let m = a.get("/metrics")?.1;
+        metric_values(&m, "sluice_operator_leader").first().filter(|(_, v)| *v == 1.0).map(|_| ())
+    });
+    let b = start_operator(&ns, "op-b");
+    let t = topics(4);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    wait_ready(name, &ns, 1);
+    let producer = {
+        let topic = t.trades.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..20u64 {
+                produce_trades(&topic, chunk * 500..(chunk + 1) * 500, 4);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    kubectl_ok(["scale", "sj", name, "-n", &ns, "--replicas=2"]);
+    wait_until("the rescale under way", Duration::from_secs(60), || {
+        condition(&get("sj", name, &ns)?, "Ready").filter(|c| c.1 == "Rescaling").map(|_| ())
+    });
+    a.signal("KILL");
+    let _ = a.wait(Duration::from_secs(10));
+    let job = wait_ready(name, &ns, 2);
+    assert_eq!(job["status"]["assignment"]["workers"].as_array().unwrap().len(), 2);
+    let leads =
+        b.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v));
+    assert_eq!(leads, Some(1.0), "the standby leads now");
+    producer.join().unwrap();
+    wait_for_counts(&t.out, &expected_counts(0..10_000), Duration::from_secs(120));
+    assert_no_overlap_and_clean_drains(&ns);
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Fault suite: partitions added to a running keyed job's source. The
+/// operator notices (within `--resync-seconds`), rescales, and the new
+/// workers stop before consuming: `Degraded=True`, `WorkerFailed`, the
+/// message naming both counts and what to do. The totals already emitted
+/// stay as they were — nothing is split between engines.
+#[test]
+fn partitions_added_to_a_keyed_source_stop_the_job_with_a_clear_condition() {
+    let ns = new_namespace("op-grow");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    wait_ready(name, &ns, 1);
+    produce_trades(&t.trades, 0..2_000, 2);
+    let before = expected_counts(0..2_000);
+    wait_for_counts(&t.out, &before, Duration::from_secs(90));
+
+    kafka::add_partitions(&t.trades, 4);
+    produce_trades(&t.trades, 2_000..3_000, 4);
+    let (status, _, message) = wait_until("Degraded=True WorkerFailed", Duration::from_secs(120), || {
+        condition(&get("sj", name, &ns)?, "Degraded").filter(|c| c.1 == "WorkerFailed")
+    });
+    assert_eq!(status, "True");
+    assert!(message.contains("has 4 partitions") && message.contains("laid out for 2"), "{message}");
+    assert!(message.contains("rename the job"), "says what to do: {message}");
+    wait_for_warning(&ns, "WorkerFailed");
+    assert_eq!(get("sj", name, &ns).unwrap()["status"]["partitions"], 4);
+    // Until the operator noticed, the old generation went on with its own
+    // partitions (0 and 1, where trader mod 4 is 0 or 1 still lands). The
+    // traders that moved to the new partitions were never counted by a
+    // second engine: their totals are exactly those from before the change.
+    let emitted = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    let last = final_counts(&emitted);
+    for ((trader, symbol), n) in &before {
+        let moved = trader.trim_start_matches("TRADER").parse::<u64>().unwrap() % 4 >= 2;
+        let got = last[&(trader.clone(), symbol.clone())];
+        if moved {
+            assert_eq!(got, *n, "{trader}/{symbol} moved to a new partition: no partial total");
+        } else {
+            assert!(got >= *n, "{trader}/{symbol}");
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let later = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    assert_eq!(later.len(), emitted.len(), "nothing emitted once the job stopped");
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fuzzes the two places untrusted input enters — the JSON decoder and the
+# SQL front end (planner, then the engine over extreme records) — with the
+# deterministic mutation fuzzer in worker/examples/fuzz.rs. Not a CI step:
+# CI runs the property tests from a fixed seed instead.
+#
+#   bash bench/fuzz.sh                 # 10 M inputs each, seed 24301
+#   INPUTS=1000000 SEED=7 bash bench/fuzz.sh
+#
+# Exits non-zero on any panic, over-long input (> 100 ms), hang (10 s) or
+# disagreement between the decoder's fast path and its serde visitor; each
+# is printed with its input number, reproducible from (target, seed, number).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+INPUTS="${INPUTS:-10000000}"
+SEED="${SEED:-24301}"
+cargo build --release -q -p sluice-worker --example fuzz
+for target in json sql; do
+  ./target/release/examples/fuzz "$target" "$INPUTS" "$SEED"
+done
+# The property tests at volume, from a fresh seed each run.
+PROPTEST_CASES="${PROPTEST_CASES:-20000}" PROPTEST_RNG_SEED="$SEED" \
+  cargo test --release -q -p sluice-worker --test never_panics --test decode_paths

@@ -1,0 +1,433 @@
+//! A deterministic mutation fuzzer for the two places untrusted input
+//! enters: the JSON decoder (every record of every source) and the SQL front
+//! end (every StreamJob's query, planned by the operator too). Run by
+//! `bench/fuzz.sh` at volume; not a CI step.
+//!
+//! ```text
+//! cargo run --release -p sluice-worker --example fuzz -- json 10000000 [seed]
+//! cargo run --release -p sluice-worker --example fuzz -- sql 10000000 [seed]
+//! ```
+//!
+//! Input `i` is a pure function of (target, seed, i): valid seeds mutated by
+//! byte flips, insertions from a dictionary of tokens and extreme literals,
+//! deletions, duplications and splices. Each input must end in `Ok` or a
+//! clean error:
+//! - a panic is caught and counted, with the input printed;
+//! - an input slower than the over-long limit (100 ms) is counted;
+//! - a watchdog ends the run when one input takes 10 s (a hang), naming it.
+//!
+//! `json` also runs every input through both decoder paths (the fast path
+//! and the serde visitor) and counts disagreements: same rows, same values,
+//! same dead-letter reason. `sql` runs every query that plans over records
+//! holding extreme values, through the engine, to its end.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+use sluice_worker::decode::JsonDecoder;
+use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
+use sluice_worker::sql::{Plan, plan_query};
+
+const OVER_LONG: Duration = Duration::from_millis(100);
+const HANG: Duration = Duration::from_secs(10);
+
+/// xorshift64*: fast, and every input is reproducible from (seed, index).
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64, index: u64) -> Self {
+        let mut s = seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..3 {
+            s ^= s >> 33;
+            s = s.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+        }
+        Self(s | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % (n.max(1) as u64)).unwrap_or(0)
+    }
+}
+
+/// One input: a seed mutated 1–8 times.
+fn mutate(seeds: &[&str], dictionary: &[&str], rng: &mut Rng) -> Vec<u8> {
+    let mut v = seeds[rng.below(seeds.len())].as_bytes().to_vec();
+    // Half the inputs carry one mutation (most still parse, reaching the
+    // planner and the engine), the rest up to eight (the parser's edges).
+    let mutations = if rng.below(2) == 0 { 1 } else { 1 + rng.below(8) };
+    for _ in 0..mutations {
+        let at = rng.below(v.len() + 1);
+        match rng.below(7) {
+            0 if !v.is_empty() => {
+                let i = rng.below(v.len());
+                v[i] ^= 1 << rng.below(8);
+            }
+            1 => v.insert(at, u8::try_from(rng.below(256)).unwrap_or(0)),
+            2 | 3 => {
+                let token = dictionary[rng.below(dictionary.len())].as_bytes();
+                v.splice(at..at, token.iter().copied());
+            }
+            4 if !v.is_empty() => {
+                let end = (at + 1 + rng.below(12)).min(v.len());
+                v.drain(at.min(end)..end);
+            }
+            5 if !v.is_empty() => {
+                let start = rng.below(v.len());
+                let end = (start + 1 + rng.below(16)).min(v.len());
+                let piece: Vec<u8> = v[start..end].to_vec();
+                v.splice(at..at, piece);
+            }
+            _ => {
+                let other = seeds[rng.below(seeds.len())].as_bytes();
+                let from = rng.below(other.len());
+                v.truncate(at);
+                v.extend_from_slice(&other[from..]);
+            }
+        }
+    }
+    v
+}
+
+const JSON_SEEDS: &[&str] = &[
+    r#"{"id":1,"price":2.5,"name":"x","ts":1700000000000,"flag":true,"unread":5,"note":"n"}"#,
+    r#"{"id":-0,"price":-0,"name":"x","ts":"2024-01-15T00:00:00Z","flag":true,"unread":5,"other":"y"}"#,
+    r#" { "id" : 7 , "price" : 2.5e-3 , "name" : "été" , "ts" : 1700000000000 , "flag" : false } "#,
+    r#"{"id":1,"price":123456789012345678901234567890,"note":"n"}"#,
+    r#"{"id":9223372036854775807,"name":"a\"b\\c\u00e9","nested":{"a":[1,2,{"b":null}]},"ts":-8640000000000000}"#,
+    r#"{"id":2,"price":null,"name":null,"ts":null,"flag":null}"#,
+    r#"{"id":3,"id":4,"price":"1.5","flag":"true"}"#,
+    r#"[1,2,3]"#,
+];
+
+const JSON_DICTIONARY: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "\"",
+    "\\",
+    "\\u",
+    "\\ud800",
+    "null",
+    "true",
+    "false",
+    "-",
+    "0",
+    "1e400",
+    "-0.0",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551616",
+    "8640000000000001",
+    "1.7976931348623157e308",
+    "\"id\":",
+    "\"ts\":",
+    "\"price\":",
+    "\"name\":",
+    "\"flag\":",
+    "\"2024-02-30T25:61:00Z\"",
+    "\"\u{1F600}\"",
+    "\u{0}",
+    " ",
+    "\t",
+    "\n",
+    "\u{FEFF}",
+];
+
+const SQL_SEEDS: &[&str] = &[
+    "SELECT s, d, n FROM t WHERE n > 100",
+    "SELECT s, COUNT(*) AS c, SUM(n) AS total, AVG(d) AS a FROM t GROUP BY s",
+    "SELECT s, window_start, window_end, COUNT(*) AS c FROM t GROUP BY s WINDOW TUMBLING (ts, INTERVAL '1' MINUTE)",
+    "SELECT s, window_start, MAX(d) AS m FROM t GROUP BY s WINDOW HOPPING (ts, INTERVAL '10' SECOND, INTERVAL '1' SECOND) EMIT CHANGES",
+    "SELECT s, window_end, MIN(n) AS m FROM t GROUP BY s WINDOW SESSION (ts, INTERVAL '5' SECOND) EMIT FINAL",
+    "SELECT s, d, AVG(d) OVER (ROWS WINDOW BUFFER 100 ROWS PARTITION BY s ORDER BY ts) AS a FROM t",
+    "SELECT s, SUM(n) OVER (PARTITION BY s ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS r FROM t",
+    "SELECT UPPER(s) AS u, CASE WHEN n BETWEEN 1 AND 9 THEN 'a' ELSE CONCAT(s, 'b') END AS k, CAST(d AS BIGINT) AS c FROM t WHERE s LIKE '%a_' AND b IS NOT NULL",
+    "SELECT s, COUNT(DISTINCT n) AS v FROM t GROUP BY s HAVING COUNT(*) > 1",
+    "SELECT ROUND(d, 2) AS r, ABS(n) % 7 AS m, EXTRACT(HOUR FROM ts) AS h, COALESCE(s, 'none') AS c FROM t",
+];
+
+const SQL_DICTIONARY: &[&str] = &[
+    "SELECT ",
+    " FROM ",
+    " t",
+    " WHERE ",
+    " GROUP BY ",
+    " HAVING ",
+    " AS ",
+    ", ",
+    "(",
+    ")",
+    "*",
+    " + ",
+    " - ",
+    " / ",
+    " % ",
+    " = ",
+    " <> ",
+    " AND ",
+    " OR ",
+    " NOT ",
+    " IS NULL",
+    " CASE WHEN ",
+    " THEN ",
+    " ELSE ",
+    " END",
+    "CAST(",
+    " AS DOUBLE)",
+    "COUNT(",
+    "SUM(",
+    "MIN(",
+    "MAX(",
+    "AVG(",
+    "STDDEV(",
+    "DISTINCT ",
+    " OVER (",
+    "PARTITION BY ",
+    " ORDER BY ",
+    " ROWS ",
+    " PRECEDING",
+    " UNBOUNDED",
+    " WINDOW ",
+    " TUMBLING ",
+    " HOPPING ",
+    " SESSION ",
+    "INTERVAL '0' SECOND",
+    "INTERVAL '-1' MINUTE",
+    "INTERVAL '9223372036854775807' SECOND",
+    " EMIT CHANGES",
+    " EMIT FINAL",
+    " BUFFER ",
+    "window_start",
+    "window_end",
+    "s",
+    "d",
+    "n",
+    "b",
+    "ts",
+    "0",
+    "-1",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "1e308",
+    "'",
+    "''",
+    "\"",
+    ";",
+    ".",
+    "t.n",
+    "--",
+    "/*",
+    "\u{e9}",
+    "::",
+    "[",
+    "]",
+    "(SELECT s FROM t)",
+    " JOIN t u ON ",
+    " UNION ",
+    "WITH x AS (",
+    "NULL",
+    "TRUE",
+];
+
+/// The source the SQL target plans against; `ts` a bigint event time
+/// (any i64 from JSON) every other input, a timestamp otherwise.
+fn sql_source(bigint_ts: bool) -> SourceSpec {
+    SourceSpec {
+        event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 1_000 }),
+        ..SourceSpec::table(
+            "t",
+            &[
+                ("s", ColumnType::String, false),
+                ("d", ColumnType::Double, false),
+                ("n", ColumnType::Bigint, false),
+                ("b", ColumnType::Boolean, false),
+                ("ts", if bigint_ts { ColumnType::Bigint } else { ColumnType::Timestamp }, false),
+            ],
+        )
+    }
+}
+
+const EXTREME_RECORDS: &[&str] = &[
+    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0}"#,
+    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000}"#,
+    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000}"#,
+    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808}"#,
+    r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854775807}"#,
+    r#"{"s":"x","d":0.0,"n":-1,"ts":-9223372036854770000}"#,
+];
+
+struct Discard;
+impl Output for Discard {
+    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+        Ok(())
+    }
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_worker::Error> {
+        Ok(())
+    }
+}
+
+fn decoder_plan() -> Plan {
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+            ("unread", ColumnType::Bigint, false),
+            ("note", ColumnType::String, false),
+        ],
+    );
+    match plan_query("SELECT id, price, name, ts, flag, note FROM t", &[source]) {
+        Ok(p) => p,
+        Err(e) => panic!("the decoder's plan: {e}"),
+    }
+}
+
+fn cells(batch: &Batch) -> Vec<String> {
+    let mut out = Vec::new();
+    for row in 0..batch.len {
+        for c in &batch.columns {
+            if c.len() > row {
+                out.push(format!("{:?}", c.scalar(row)));
+            }
+        }
+    }
+    out
+}
+
+/// What one input did.
+enum Verdict {
+    Fine,
+    Disagreement(String),
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let target = args.get(1).map_or("json", String::as_str).to_owned();
+    let inputs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
+    if target != "json" && target != "sql" {
+        eprintln!("usage: fuzz json|sql [inputs] [seed]");
+        std::process::exit(2);
+    }
+    // Panics are caught and reported with their input; keep the default
+    // hook's backtrace noise out of the run's output.
+    std::panic::set_hook(Box::new(|_| {}));
+    let current = Arc::new(AtomicU64::new(u64::MAX));
+    let started_at = Arc::new(AtomicU64::new(0));
+    let clock = Instant::now();
+    {
+        let (current, started_at, target) = (Arc::clone(&current), Arc::clone(&started_at), target.clone());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let i = current.load(Ordering::Acquire);
+                let since =
+                    u64::try_from(clock.elapsed().as_millis()).unwrap_or(u64::MAX) - started_at.load(Ordering::Acquire);
+                if i != u64::MAX && since > u64::try_from(HANG.as_millis()).unwrap_or(u64::MAX) {
+                    eprintln!("HANG: {target} input #{i} (seed {seed}) ran over {HANG:?}");
+                    std::process::exit(3);
+                }
+            }
+        });
+    }
+
+    let decoder_plan = decoder_plan();
+    let plans = [sql_source(false), sql_source(true)];
+    let (mut fast, mut reference) = (JsonDecoder::new(&decoder_plan), JsonDecoder::new(&decoder_plan));
+    let (mut a, mut b) = (fast.new_batch(4), reference.new_batch(4));
+    let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);
+    let mut slowest = Duration::ZERO;
+    let run_started = Instant::now();
+    for i in 0..inputs {
+        let mut rng = Rng::new(seed ^ u64::from(target == "sql"), i);
+        let input = match target.as_str() {
+            "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, &mut rng),
+            _ => mutate(SQL_SEEDS, SQL_DICTIONARY, &mut rng),
+        };
+        started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
+        current.store(i, Ordering::Release);
+        let t = Instant::now();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if target == "json" {
+                a.clear();
+                b.clear();
+                let got = fast.decode(&input, &mut a);
+                let want = reference.decode_with_serde(&input, &mut b);
+                if got != want || a.len != b.len || cells(&a) != cells(&b) {
+                    return Verdict::Disagreement(format!("fast path {got:?}, visitor {want:?}"));
+                }
+                Verdict::Fine
+            } else {
+                let sql = String::from_utf8_lossy(&input);
+                let Ok(plan) = plan_query(&sql, std::slice::from_ref(&plans[usize::from(i % 2 == 1)])) else {
+                    return Verdict::Fine;
+                };
+                planned += 1;
+                let plan = Arc::new(plan);
+                let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
+                let mut decoder = JsonDecoder::new(&plan);
+                let mut batch = decoder.new_batch(16);
+                for r in EXTREME_RECORDS {
+                    let _ = decoder.decode(r.as_bytes(), &mut batch);
+                }
+                let _ = engine.process(&mut batch, &mut Discard);
+                let _ = engine.finish(&mut Discard);
+                Verdict::Fine
+            }
+        }));
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        if took > OVER_LONG {
+            over_long += 1;
+            eprintln!("OVER-LONG ({took:?}): {target} input #{i}: {:?}", String::from_utf8_lossy(&input));
+        }
+        match outcome {
+            Ok(Verdict::Fine) => {}
+            Ok(Verdict::Disagreement(what)) => {
+                disagreements += 1;
+                if disagreements <= 10 {
+                    eprintln!("DISAGREEMENT: input #{i}: {:?}: {what}", String::from_utf8_lossy(&input));
+                }
+            }
+            Err(_) => {
+                panics += 1;
+                if panics <= 10 {
+                    eprintln!("PANIC: {target} input #{i}: {:?}", String::from_utf8_lossy(&input));
+                }
+                // A panic mid-decode can leave the decoders half way: start afresh.
+                fast = JsonDecoder::new(&decoder_plan);
+                reference = JsonDecoder::new(&decoder_plan);
+                a = fast.new_batch(4);
+                b = reference.new_batch(4);
+            }
+        }
+    }
+    current.store(u64::MAX, Ordering::Release);
+    let elapsed = run_started.elapsed();
+    let extra = if target == "sql" { format!(", {planned} planned and run") } else { String::new() };
+    println!(
+        "{target}: {inputs} inputs (seed {seed}){extra}: {panics} panics, {over_long} over {OVER_LONG:?}, 0 hangs, \
+         {disagreements} disagreements; slowest {slowest:?}; {:.1}s",
+        elapsed.as_secs_f64()
+    );
+    if panics + over_long + disagreements > 0 {
+        std::process::exit(1);
+    }
+}
