@@ -177,7 +177,7 @@ start() {
 start_controller_manager() {
   local d="$SLUICE_RUN_DIR/kube"
   start_bg controller-manager "$d/controller-manager.log" "$KCM_BIN" \
-    --kubeconfig="$KUBECONFIG_FILE" --bind-address=127.0.0.1 --leader-elect=false \
+    --kubeconfig="$KUBECONFIG_FILE" --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
     --service-account-private-key-file="$PKI_DIR/sa.key" --root-ca-file="$PKI_DIR/ca.crt" \
     --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key" \
     --use-service-account-credentials=false \

@@ -295,7 +295,10 @@ fn decoder_plan() -> Plan {
     );
     match plan_query("SELECT id, price, name, ts, flag, note FROM t", &[source]) {
         Ok(p) => p,
-        Err(e) => panic!("the decoder's plan: {e}"),
+        Err(e) => {
+            eprintln!("the decoder's plan does not plan: {e}");
+            std::process::exit(2);
+        }
     }
 }
 
