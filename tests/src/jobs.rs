@@ -138,3 +138,15 @@ pub fn wait_for_counts(topic: &str, expected: &BTreeMap<(String, String), i64>, 
         assert!(Instant::now() < deadline, "results never matched: {} groups, expected {}", got.len(), expected.len());
     }
 }
+
+/// A GROUP BY job (one worker, `partitions` source partitions) in `ns`
+/// through the operator, Ready, with `records` trades counted.
+pub fn group_by_job(ns: &str, partitions: i32, records: u64) -> Topics {
+    let t = topics(partitions);
+    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
+    kubectl_ok(["apply", "-n", ns, "-f", file.to_str().unwrap()]);
+    wait_ready("s2-group-by", ns, 1);
+    produce_trades(&t.trades, 0..records, u64::try_from(partitions).unwrap());
+    wait_for_counts(&t.out, &expected_counts(0..records), Duration::from_secs(90));
+    t
+}

@@ -35,25 +35,13 @@ fn signal_broker(signal: &str) {
     assert!(status.success());
 }
 
-/// A GROUP BY job (one worker, `partitions` source partitions) in `ns`
-/// through the operator, Ready, with `records` trades counted.
-fn running_job(ns: &str, partitions: i32, records: u64) -> Topics {
-    let t = topics(partitions);
-    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
-    kubectl_ok(["apply", "-n", ns, "-f", file.to_str().unwrap()]);
-    wait_ready("s2-group-by", ns, 1);
-    produce_trades(&t.trades, 0..records, u64::try_from(partitions).unwrap());
-    wait_for_counts(&t.out, &expected_counts(0..records), Duration::from_secs(90));
-    t
-}
-
 #[test]
 #[ignore = "disruptive: stops the shared broker; run by bench/faults.sh"]
 fn the_broker_stopped_and_started_mid_run_loses_nothing() {
     let ns = new_namespace("faults-broker");
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
-    let t = running_job(&ns, 2, 3_000);
+    let t = group_by_job(&ns, 2, 3_000);
     infra("kafka.sh", &["stop"]);
     std::thread::sleep(Duration::from_secs(20));
     infra("kafka.sh", &["start"]);
@@ -70,7 +58,7 @@ fn the_broker_frozen_during_a_restore_for_longer_than_every_timeout_loses_nothin
     let ns = new_namespace("faults-freeze");
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
-    let t = running_job(&ns, 2, 3_000);
+    let t = group_by_job(&ns, 2, 3_000);
     // Restart the worker; freeze the broker as the new one starts restoring.
     let before = kubelet().history(&ns).len();
     kubectl_ok(["delete", "pod", "s2-group-by-0", "-n", &ns, "--wait=false"]);
@@ -95,7 +83,7 @@ fn the_control_plane_restarted_leaves_jobs_running_and_the_operator_reconciling(
     let ns = new_namespace("faults-apiserver");
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
-    let t = running_job(&ns, 4, 3_000);
+    let t = group_by_job(&ns, 4, 3_000);
     infra("kube.sh", &["stop"]);
     // The workers need no API server: records keep flowing meanwhile.
     produce_trades(&t.trades, 3_000..6_000, 4);

@@ -185,13 +185,8 @@ fn suspend_stops_the_workers_and_resume_continues_from_committed_offsets() {
     let ns = new_namespace("op-suspend");
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
-    let t = topics(2);
-    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
-    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let t = group_by_job(&ns, 2, 2_000);
     let name = "s2-group-by";
-    wait_ready(name, &ns, 1);
-    produce_trades(&t.trades, 0..2_000, 2);
-    wait_for_counts(&t.out, &expected_counts(0..2_000), Duration::from_secs(60));
     kubectl_ok(["patch", "sj", name, "-n", &ns, "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#]);
     wait_until("Suspended with no pods", Duration::from_secs(60), || {
         let job = get("sj", name, &ns)?;
@@ -458,14 +453,9 @@ fn partitions_added_to_a_keyed_source_stop_the_job_with_a_clear_condition() {
     let ns = new_namespace("op-grow");
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
-    let t = topics(2);
-    let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
-    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let t = group_by_job(&ns, 2, 2_000);
     let name = "s2-group-by";
-    wait_ready(name, &ns, 1);
-    produce_trades(&t.trades, 0..2_000, 2);
     let before = expected_counts(0..2_000);
-    wait_for_counts(&t.out, &before, Duration::from_secs(90));
 
     kafka::add_partitions(&t.trades, 4);
     produce_trades(&t.trades, 2_000..3_000, 4);
