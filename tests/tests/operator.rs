@@ -244,21 +244,20 @@ fn deleting_the_job_drains_and_garbage_collects_its_children() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// An operator's `sluice_operator_leader` gauge (1 while it leads).
+fn leader_gauge(operator: &sluice_e2e::worker::Worker) -> Option<f64> {
+    operator.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v))
+}
+
 #[test]
 fn a_killed_leader_is_replaced_and_the_standby_converges() {
     let ns = new_namespace("op-leader");
     let _kubelet = kubelet().manage(&ns);
     let mut a = start_operator(&ns, "op-a");
-    wait_until("a leads", Duration::from_secs(60), || {
-        let m = a.get("/metrics")?.1;
-        metric_values(&m, "sluice_operator_leader").first().filter(|(_, v)| *v == 1.0).map(|_| ())
-    });
+    wait_until("a leads", Duration::from_secs(60), || (leader_gauge(&a) == Some(1.0)).then_some(()));
     let mut b = start_operator(&ns, "op-b");
     wait_until("b up", Duration::from_secs(60), || b.get("/healthz").map(|_| ()));
-    let leader = |w: &sluice_e2e::worker::Worker| {
-        w.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v))
-    };
-    assert_eq!((leader(&a), leader(&b)), (Some(1.0), Some(0.0)), "exactly one leader");
+    assert_eq!((leader_gauge(&a), leader_gauge(&b)), (Some(1.0), Some(0.0)), "exactly one leader");
     let t = topics(2);
     let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
     kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
@@ -268,7 +267,7 @@ fn a_killed_leader_is_replaced_and_the_standby_converges() {
     a.signal("KILL");
     let _ = a.wait(Duration::from_secs(10));
     let job = wait_ready("s2-group-by", &ns, 1);
-    assert_eq!(leader(&b), Some(1.0), "the standby leads now");
+    assert_eq!(leader_gauge(&b), Some(1.0), "the standby leads now");
     assert_eq!(job["status"]["partitions"], 2);
     b.signal("TERM");
     assert!(b.wait(Duration::from_secs(30)).success(), "{}", b.log());
@@ -407,10 +406,7 @@ fn a_leader_killed_mid_rescale_is_replaced_and_the_rescale_completes_without_ove
     let ns = new_namespace("op-leader-rescale");
     let _kubelet = kubelet().manage(&ns);
     let mut a = start_operator(&ns, "op-a");
-    wait_until("a leads", Duration::from_secs(60), || {
-        let m = a.get("/metrics")?.1;
-        metric_values(&m, "sluice_operator_leader").first().filter(|(_, v)| *v == 1.0).map(|_| ())
-    });
+    wait_until("a leads", Duration::from_secs(60), || (leader_gauge(&a) == Some(1.0)).then_some(()));
     let b = start_operator(&ns, "op-b");
     let t = topics(4);
     let file = example("s2-group-by.yaml", &t, |s| s.replace("workers: 2", "workers: 1"));
@@ -434,9 +430,7 @@ fn a_leader_killed_mid_rescale_is_replaced_and_the_rescale_completes_without_ove
     let _ = a.wait(Duration::from_secs(10));
     let job = wait_ready(name, &ns, 2);
     assert_eq!(job["status"]["assignment"]["workers"].as_array().unwrap().len(), 2);
-    let leads =
-        b.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v));
-    assert_eq!(leads, Some(1.0), "the standby leads now");
+    assert_eq!(leader_gauge(&b), Some(1.0), "the standby leads now");
     producer.join().unwrap();
     wait_for_counts(&t.out, &expected_counts(0..10_000), Duration::from_secs(120));
     assert_no_overlap_and_clean_drains(&ns);
