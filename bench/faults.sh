@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The disruptive part of the fault suite (tests/tests/disruptive.rs): the
 # broker stopped and started, the broker frozen (SIGSTOP) for 75 s while a
-# worker restores, the control plane restarted. Each would break tests
+# worker restores, the control plane restarted, the broker restarted with
+# offsets retention cut to one minute and a partition idle. Each would break tests
 # running beside it, so this script runs them one at a time on a harness of
 # its own (other ports, its own run directory), then the CI fault tests at
 # volume (FAULT_KILLS kills of random workers, default 30).

@@ -3,6 +3,7 @@
 #
 #   kafka.sh install   fetch the broker jars (cached)
 #   kafka.sh start     format storage once, start the broker, wait until it serves
+#                      ($SLUICE_KAFKA_EXTRA_PROPS: extra server.properties lines)
 #   kafka.sh stop      stop it (by recorded PID)
 #   kafka.sh bootstrap print the bootstrap address
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -61,6 +62,11 @@ auto.create.topics.enable=false
 log.retention.ms=-1
 log.retention.bytes=1073741824
 PROPS
+  # Extra broker settings for one run (a fault test shortening offsets
+  # retention), one `key=value` per line; later lines override earlier ones.
+  if [ -n "${SLUICE_KAFKA_EXTRA_PROPS:-}" ]; then
+    printf '%s\n' "$SLUICE_KAFKA_EXTRA_PROPS" >>"$KAFKA_DIR/server.properties"
+  fi
   cat >"$KAFKA_DIR/log4j2.properties" <<'L4J'
 status = warn
 appender.console.type = Console

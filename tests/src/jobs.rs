@@ -85,9 +85,12 @@ pub fn wait_ready(name: &str, ns: &str, workers: i64) -> Value {
     })
 }
 
-/// The seed trades schema of the examples: trader_id, symbol, price, quantity, trade_time.
-pub fn produce_trades(topic: &str, range: std::ops::Range<u64>, partitions: u64) {
-    let values: Vec<(String, String, i32)> = range
+/// Trades `indices` of the examples' seed schema (trader_id, symbol, price,
+/// quantity, trade_time) to `topic`, trader `i % 20` on partition
+/// `trader % partitions`.
+pub fn produce_trades(topic: &str, indices: impl IntoIterator<Item = u64>, partitions: u64) {
+    let values: Vec<(String, String, i32)> = indices
+        .into_iter()
         .map(|i| {
             let trader = i % 20;
             let v = format!(
@@ -104,10 +107,10 @@ pub fn produce_trades(topic: &str, range: std::ops::Range<u64>, partitions: u64)
     kafka::produce(topic, &records);
 }
 
-/// trade_count per (trader_id, symbol) for records `range`, computed here.
-pub fn expected_counts(range: std::ops::Range<u64>) -> BTreeMap<(String, String), i64> {
+/// trade_count per (trader_id, symbol) for trades `indices`, computed here.
+pub fn expected_counts(indices: impl IntoIterator<Item = u64>) -> BTreeMap<(String, String), i64> {
     let mut m = BTreeMap::new();
-    for i in range {
+    for i in indices {
         *m.entry((format!("TRADER{}", i % 20), format!("SYM{}", i % 10))).or_insert(0) += 1;
     }
     m

@@ -7,6 +7,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sluice_crds::{JobIdentity, SourcePartitions, StreamJob, WorkerConfig, WorkerSettings};
+
 use crate::harness;
 
 /// The worker binary: `$SLUICE_WORKER_BIN`, else `<target>/debug/sluice-worker`.
@@ -218,4 +220,39 @@ pub fn write_temp(name: &str, text: &str) -> PathBuf {
     let path = dir.join(format!("{}-{name}", crate::unique_name("f")));
     std::fs::write(&path, text).expect("write temp file");
     path
+}
+
+/// The worker config a pod of this job would get (what the operator writes):
+/// `manifest`'s job as worker `ordinal` of `workers`, its first source with
+/// `partitions` partitions, committing as `group`.
+pub fn worker_config(
+    manifest: &str,
+    partitions: i32,
+    workers: i32,
+    cores: i32,
+    ordinal: i32,
+    group: &str,
+) -> WorkerConfig {
+    let job: StreamJob = serde_saphyr::from_str(manifest).expect("manifest");
+    let mut spec = job.spec;
+    spec.workers = workers;
+    spec.cores_per_worker = cores;
+    let source = spec.sources.first().map(|s| s.name.clone()).unwrap_or_default();
+    WorkerConfig {
+        job: JobIdentity { name: job.metadata.name.unwrap_or_default(), namespace: "test".into() },
+        spec,
+        partitions: vec![SourcePartitions { source, partitions }],
+        assignment_epoch: 1,
+        worker: WorkerSettings {
+            ordinal: Some(ordinal),
+            http_address: "127.0.0.1".into(),
+            consumer_group: Some(group.to_owned()),
+            ..WorkerSettings::default()
+        },
+    }
+}
+
+/// `c` written to a temporary file, for `sluice-worker serve --config`.
+pub fn config_file(c: &WorkerConfig) -> PathBuf {
+    write_temp("worker.yaml", &c.to_yaml().expect("worker config yaml"))
 }

@@ -11,16 +11,23 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sluice_e2e::harness;
 use sluice_e2e::jobs::*;
+use sluice_e2e::kafka;
 use sluice_e2e::kube::{kubectl_ok, new_namespace};
 use sluice_e2e::kubelet::kubelet;
 use sluice_e2e::operator::start_operator;
+use sluice_e2e::worker::{Worker, config_file, worker_config};
+use sluice_e2e::{harness, unique_name};
 
 fn infra(script: &str, args: &[&str]) {
+    infra_env(script, args, &[]);
+}
+
+fn infra_env(script: &str, args: &[&str], env: &[(&str, &str)]) {
     let status = Command::new("bash")
         .arg(harness().repo.join("tests/infra").join(script))
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .unwrap_or_else(|e| panic!("{script}: {e}"));
     assert!(status.success(), "{script} {args:?} failed");
@@ -96,4 +103,99 @@ fn the_control_plane_restarted_leaves_jobs_running_and_the_operator_reconciling(
     wait_for_counts(&t.out, &expected_counts(0..8_000), Duration::from_secs(120));
     println!("FIGURES apiserver-restart: records=8000 lost=0 rescale_after_restart=ok wedged=0");
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// Restarts the broker with `props` appended to its configuration ("" for
+/// the harness defaults). Topics and committed offsets survive.
+fn restart_broker_with(props: &str) {
+    infra("kafka.sh", &["stop"]);
+    infra_env("kafka.sh", &["start"], &[("SLUICE_KAFKA_EXTRA_PROPS", props)]);
+}
+
+/// Finding 3: Kafka deletes a standalone group's committed offset
+/// `offsets.retention.minutes` after its last commit, and with it the
+/// pointer to the partition's saved state. With retention shortened to one
+/// minute, a partition left idle for over two minutes keeps its checkpoint
+/// because the worker commits it again periodically. A control worker whose
+/// refresh is pushed past the test loses it — proof that the broker setting
+/// is live and that the test would fail without the refresh.
+#[test]
+#[ignore = "disruptive: restarts the shared broker with one-minute offsets retention; run by bench/faults.sh"]
+fn an_idle_partition_keeps_its_checkpoint_past_offsets_retention() {
+    restart_broker_with("offsets.retention.minutes=1\noffsets.retention.check.interval.ms=5000");
+    let outcome = std::panic::catch_unwind(idle_partition_past_offsets_retention);
+    restart_broker_with("");
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn idle_partition_past_offsets_retention() {
+    let t = topics(2);
+    let control_out = unique_name("totals");
+    kafka::create_topic(&control_out, 2);
+    let job = std::fs::read_to_string(example("s2-group-by.yaml", &t, |s| s)).unwrap();
+    let control_job = job.replace(&format!("topic: {}", t.out), &format!("topic: {control_out}"));
+    let (group, control_group) = (unique_name("g"), unique_name("g"));
+    let cfg = config_file(&worker_config(&job, 2, 1, 1, 0, &group));
+    let control_cfg = config_file(&worker_config(&control_job, 2, 1, 1, 0, &control_group));
+    let mut worker = Worker::serve(&cfg, &[("SLUICE_WORKER__OFFSET_REFRESH_MILLIS", "15000")]);
+    let mut control = Worker::serve(&control_cfg, &[("SLUICE_WORKER__OFFSET_REFRESH_MILLIS", "3600000")]);
+    worker.wait_ready(Duration::from_secs(60));
+    control.wait_ready(Duration::from_secs(60));
+
+    // Trader i % 20 goes to partition trader % 2: even i to 0, odd i to 1.
+    let mut produced: Vec<u64> = (0..2_000).collect();
+    produce_trades(&t.trades, produced.iter().copied(), 2);
+    wait_for_counts(&t.out, &expected_counts(produced.iter().copied()), Duration::from_secs(90));
+    wait_for_counts(&control_out, &expected_counts(produced.iter().copied()), Duration::from_secs(90));
+    let with_state = |group: &str| {
+        let c = kafka::committed_positions(group, &t.trades, 2);
+        c.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v2:")).then_some(c)
+    };
+    wait_until("partition 1 checkpointed by both groups", Duration::from_secs(30), || {
+        with_state(&group).and(with_state(&control_group))
+    });
+
+    // Partition 1 stays idle for over twice the retention; partition 0 moves.
+    let idle = Instant::now();
+    let mut next = 2_000;
+    while idle.elapsed() < Duration::from_secs(130) {
+        let batch: Vec<u64> = (next..next + 200).filter(|i| i % 2 == 0).collect();
+        produce_trades(&t.trades, batch.iter().copied(), 2);
+        produced.extend(batch);
+        next += 200;
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    let kept = kafka::committed_positions(&group, &t.trades, 2);
+    let expired = kafka::committed_positions(&control_group, &t.trades, 2);
+    assert!(
+        !expired.contains_key(&1),
+        "control: the broker should have expired the idle partition's offset after one minute: {expired:?}"
+    );
+    assert!(
+        kept.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v2:")),
+        "the refreshed worker lost its idle partition's checkpoint: {kept:?}\n{}",
+        worker.log()
+    );
+
+    // The kept checkpoint is usable: a restart after kill -9 restores it
+    // and totals over both partitions stay exact.
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    let mut worker = Worker::serve(&cfg, &[("SLUICE_WORKER__OFFSET_REFRESH_MILLIS", "15000")]);
+    worker.wait_ready(Duration::from_secs(60));
+    produce_trades(&t.trades, next..next + 1_000, 2);
+    produced.extend(next..next + 1_000);
+    wait_for_counts(&t.out, &expected_counts(produced.iter().copied()), Duration::from_secs(90));
+    assert!(worker.log().contains("restored state"), "{}", worker.log());
+    println!(
+        "FIGURES offsets-retention: retention=60s idle={}s records={} idle_partition_checkpoint=kept control_checkpoint=expired lost=0",
+        idle.elapsed().as_secs(),
+        produced.len()
+    );
+    for w in [&mut worker, &mut control] {
+        w.signal("TERM");
+        let _ = w.wait(Duration::from_secs(30));
+    }
 }

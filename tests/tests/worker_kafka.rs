@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use sluice_crds::{JobIdentity, SourcePartitions, StreamJob, WorkerConfig, WorkerSettings, assign};
+use sluice_crds::{SourcePartitions, assign};
 use sluice_e2e::kafka::{self, Record};
-use sluice_e2e::worker::{Worker, metric_values, write_temp};
+use sluice_e2e::worker::{Worker, config_file, metric_values, worker_config, write_temp};
 use sluice_e2e::{harness, unique_name};
 
 /// A trade of the test's own data set; record `i` is a pure function of `i`.
@@ -83,30 +83,6 @@ spec:
     checkpointIntervalMillis: 200
 {extra}"#
     )
-}
-
-/// The worker config a pod of this job would get (what the operator writes).
-fn worker_config(manifest: &str, partitions: i32, workers: i32, cores: i32, ordinal: i32, group: &str) -> WorkerConfig {
-    let job: StreamJob = serde_saphyr::from_str(manifest).unwrap();
-    let mut spec = job.spec;
-    spec.workers = workers;
-    spec.cores_per_worker = cores;
-    WorkerConfig {
-        job: JobIdentity { name: job.metadata.name.unwrap(), namespace: "test".into() },
-        spec,
-        partitions: vec![SourcePartitions { source: "trades".into(), partitions }],
-        assignment_epoch: 1,
-        worker: WorkerSettings {
-            ordinal: Some(ordinal),
-            http_address: "127.0.0.1".into(),
-            consumer_group: Some(group.to_owned()),
-            ..WorkerSettings::default()
-        },
-    }
-}
-
-fn config_file(c: &WorkerConfig) -> std::path::PathBuf {
-    write_temp("worker.yaml", &c.to_yaml().unwrap())
 }
 
 /// The last record per key (the worker keys results by the GROUP BY key).
