@@ -1,9 +1,10 @@
-//! Whether a StreamJob can run, decided with the worker's own planner
+//! Whether a StreamJob can run, decided with the workers' own SQL front end (`sluice-sql`)
 //! before anything is launched.
 
 use sha2::{Digest, Sha256};
 use sluice_crds::{StreamJobSpec, reasons};
-use sluice_worker::sql::{Plan, plan_query};
+use sluice_plan::Plan;
+use sluice_sql::plan_query;
 
 /// Why a job cannot run: a condition reason and a message for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,10 +24,11 @@ use std::time::{Duration, Instant};
 
 use simd_json::prelude::*;
 use sluice_crds::{DatagenScenario, StreamJob};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::engine::{Batch, Column};
+use sluice_formats::decode::JsonDecoder;
+use sluice_plan::{Batch, Column};
+use sluice_plan::{DataType, Plan};
+use sluice_sql::plan_query;
 use sluice_worker::source::write_record;
-use sluice_worker::sql::{DataType, Plan, plan_query};
 
 const BATCH: usize = 4096;
 

@@ -15,11 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::encode::{EncodedRows, JsonEncoder};
-use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_plan::Batch;
+use sluice_plan::Plan;
+use sluice_sql::plan_query;
 use sluice_worker::source::write_record;
-use sluice_worker::sql::{Plan, plan_query};
 
 /// The seeds' engine on a 2-core machine of this kind (records/s, 100 K records).
 const SEED: [(&str, f64); 6] = [
@@ -143,7 +145,7 @@ struct Sink<'a> {
 }
 
 impl Output for Sink<'_> {
-    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.encoder.encode(rows, &mut self.out);
         self.rows += self.out.len() as u64;
         self.bytes += self.out.values.len() as u64;
@@ -151,7 +153,7 @@ impl Output for Sink<'_> {
         self.out.clear();
         Ok(())
     }
-    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
         Ok(())
     }
 }

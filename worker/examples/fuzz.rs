@@ -28,9 +28,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
-use sluice_worker::sql::{Plan, plan_query};
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_plan::Batch;
+use sluice_plan::Plan;
+use sluice_sql::plan_query;
 
 const OVER_LONG: Duration = Duration::from_millis(100);
 const HANG: Duration = Duration::from_secs(10);
@@ -272,10 +274,10 @@ const EXTREME_RECORDS: &[&str] = &[
 
 struct Discard;
 impl Output for Discard {
-    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         Ok(())
     }
-    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
         Ok(())
     }
 }

@@ -7,7 +7,7 @@
 
 use thiserror::Error as ThisError;
 
-use crate::sql::SqlError;
+use sluice_plan::SqlError;
 
 #[derive(Debug, ThisError)]
 pub enum Error {
@@ -51,6 +51,23 @@ pub enum Error {
     /// A broken internal invariant: a bug in Sluice.
     #[error("internal error (please report): {0}")]
     Internal(String),
+}
+
+/// Engine errors keep their meaning (and message) in the worker's type.
+impl From<sluice_engine::Error> for Error {
+    fn from(e: sluice_engine::Error) -> Self {
+        match e {
+            sluice_engine::Error::StateLimit { partition, used, limit } => Self::StateLimit { partition, used, limit },
+            sluice_engine::Error::Checkpoint(m) => Self::Checkpoint(m),
+            sluice_engine::Error::Internal(m) => Self::Internal(m),
+        }
+    }
+}
+
+impl From<sluice_plan::Error> for Error {
+    fn from(e: sluice_plan::Error) -> Self {
+        Self::from(sluice_engine::Error::from(e))
+    }
 }
 
 impl Error {

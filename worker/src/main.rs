@@ -198,7 +198,7 @@ fn validate(file: &str) -> ExitCode {
     if let Err(e) = job.spec.validate() {
         return fail(&format!("{file}: {e}"));
     }
-    match sluice_worker::sql::plan_query(&job.spec.sql, &job.spec.sources) {
+    match sluice_sql::plan_query(&job.spec.sql, &job.spec.sources) {
         Ok(plan) => {
             let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
             let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
@@ -206,10 +206,10 @@ fn validate(file: &str) -> ExitCode {
                 "{file}: ok\n  source: {}\n  kind: {}\n  emit: {:?}\n  output: {}\n  key: {}\n  partitioning: {:?}",
                 plan.source.name,
                 match &plan.operator {
-                    sluice_worker::sql::OperatorPlan::Stateless => "stateless",
-                    sluice_worker::sql::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
-                    sluice_worker::sql::OperatorPlan::Aggregate(_) => "aggregation",
-                    sluice_worker::sql::OperatorPlan::Rows(_) => "ROWS window",
+                    sluice_plan::OperatorPlan::Stateless => "stateless",
+                    sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
+                    sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
+                    sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
                 },
                 plan.emit,
                 outputs.join(", "),

@@ -12,9 +12,10 @@ use proptest::prelude::*;
 
 mod support;
 use sluice_crds::{ColumnType, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::engine::Batch;
-use sluice_worker::sql::{Plan, plan_query};
+use sluice_formats::decode::JsonDecoder;
+use sluice_plan::Batch;
+use sluice_plan::Plan;
+use sluice_sql::plan_query;
 
 fn plan() -> Plan {
     let source = SourceSpec::table(

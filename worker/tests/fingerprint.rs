@@ -9,8 +9,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
-use sluice_worker::engine::plan_fingerprint;
-use sluice_worker::sql::plan_query;
+use sluice_plan::plan_fingerprint;
+use sluice_sql::plan_query;
 
 fn trades() -> SourceSpec {
     SourceSpec {

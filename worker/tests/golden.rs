@@ -17,10 +17,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value as Json;
 use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::encode::{EncodedRows, JsonEncoder};
-use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
-use sluice_worker::sql::plan_query;
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_plan::Batch;
+use sluice_sql::plan_query;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,11 +108,11 @@ struct Collect<'a> {
 }
 
 impl Output for Collect<'_> {
-    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.encoder.encode(rows, &mut self.encoded);
         Ok(())
     }
-    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_engine::Error> {
         self.late += rows.len();
         Ok(())
     }

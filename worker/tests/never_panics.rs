@@ -14,9 +14,11 @@ use proptest::prelude::*;
 
 mod support;
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::engine::{Batch, Column, EmittedRows, Engine, EngineOptions, Output};
-use sluice_worker::sql::{DataType, plan_query};
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_plan::DataType;
+use sluice_plan::{Batch, Column};
+use sluice_sql::plan_query;
 
 /// The test source; its event time `ts` is a timestamp or a bigint (epoch
 /// ms): a bigint takes any i64 from JSON, so both must be exercised.
@@ -254,10 +256,10 @@ fn clauses() -> impl Strategy<Value = String> {
 
 struct Sink;
 impl Output for Sink {
-    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         Ok(())
     }
-    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
         Ok(())
     }
 }
@@ -359,11 +361,11 @@ struct Counting {
     late: usize,
 }
 impl Output for Counting {
-    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.rows += rows.selection.len();
         Ok(())
     }
-    fn late(&mut self, _: &Batch, late: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _: &Batch, late: &[u32]) -> Result<(), sluice_engine::Error> {
         self.late += late.len();
         Ok(())
     }

@@ -15,10 +15,11 @@ use proptest::prelude::*;
 
 mod support;
 use sluice_crds::{ColumnType, EmitChangesMode, EventTimeSpec, SourceSpec};
-use sluice_worker::decode::JsonDecoder;
-use sluice_worker::encode::{EncodedRows, JsonEncoder};
-use sluice_worker::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
-use sluice_worker::sql::plan_query;
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_plan::Batch;
+use sluice_sql::plan_query;
 
 fn source() -> SourceSpec {
     SourceSpec {
@@ -43,11 +44,11 @@ struct Collect<'a> {
 }
 
 impl Output for Collect<'_> {
-    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_worker::Error> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.encoder.encode(rows, &mut self.out);
         Ok(())
     }
-    fn late(&mut self, _: &Batch, rows: &[u32]) -> Result<(), sluice_worker::Error> {
+    fn late(&mut self, _: &Batch, rows: &[u32]) -> Result<(), sluice_engine::Error> {
         self.late += rows.len();
         Ok(())
     }

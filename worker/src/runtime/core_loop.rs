@@ -19,13 +19,13 @@ use super::health::{CoreStatus, Health};
 use super::partition::PartitionPipeline;
 use super::state_store::StateStore;
 use crate::Error;
-use crate::encode::{EncodedRows, JsonEncoder};
-use crate::engine::EngineOptions;
 use crate::kafka::client_config;
 use crate::metrics::CoreMetrics;
 use crate::sink::{DeadLetterSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter, Sink};
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source};
-use crate::sql::{OperatorPlan, Plan};
+use sluice_engine::EngineOptions;
+use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_plan::{OperatorPlan, Plan};
 
 /// Everything a core needs to run its share of the job.
 pub struct CoreSetup {

@@ -18,7 +18,7 @@ use super::core_loop::{CoreSetup, CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use crate::Error;
 use crate::metrics::Metrics;
-use crate::sql::plan_query;
+use sluice_sql::plan_query;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use sluice_crds::LateRecordPolicy;
 
 use crate::Error;
-use crate::decode::JsonDecoder;
-use crate::encode::{EncodedRows, JsonEncoder};
-use crate::engine::{Batch, EmittedRows, Engine, EngineOptions, Output};
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
-use crate::sql::Plan;
+use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_formats::decode::JsonDecoder;
+use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_plan::Batch;
+use sluice_plan::Plan;
 
 pub struct PartitionPipeline {
     pub partition: i32,
@@ -160,20 +161,20 @@ impl PartitionPipeline {
     fn dead_letter_late(&mut self, dead_letter: &mut dyn DeadLetterSink) -> Result<(), Error> {
         // The original bytes are gone once decoded; the row is re-encoded
         // from the columns the query reads.
-        let columns: Vec<crate::engine::Value<'_>> = self
+        let columns: Vec<sluice_plan::Value<'_>> = self
             .batch
             .columns
             .iter()
             .zip(self.engine.plan().used_columns.iter())
             .filter(|(_, u)| **u)
-            .map(|(c, _)| crate::engine::Value::Column(std::borrow::Cow::Borrowed(c)))
+            .map(|(c, _)| sluice_plan::Value::Column(std::borrow::Cow::Borrowed(c)))
             .collect();
         let mut encoded = EncodedRows::default();
         self.late_encoder.encode(
             &EmittedRows {
                 columns: &columns,
                 keys: &[],
-                selection: crate::engine::Selection::Rows(&self.late_rows),
+                selection: sluice_plan::Selection::Rows(&self.late_rows),
                 from_input: true,
             },
             &mut encoded,
@@ -209,7 +210,7 @@ struct BatchOutput<'a> {
 }
 
 impl Output for BatchOutput<'_> {
-    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), Error> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.encoder.encode(rows, self.out);
         if rows.from_input && !self.input_timestamps.is_empty() {
             let ts = self.input_timestamps;
@@ -221,7 +222,7 @@ impl Output for BatchOutput<'_> {
         Ok(())
     }
 
-    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), Error> {
+    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_engine::Error> {
         self.late.extend_from_slice(rows);
         Ok(())
     }

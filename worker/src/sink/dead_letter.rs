@@ -17,7 +17,7 @@ impl DeadLetter<'_> {
     /// A self-describing JSON line (file and log outputs): the payload is
     /// kept as text when it is UTF-8, otherwise hex-encoded.
     pub fn to_json_line(&self, out: &mut Vec<u8>) {
-        use crate::encode::write_str;
+        use sluice_formats::encode::write_str;
         out.extend_from_slice(b"{\"reason\":");
         write_str(self.reason, out);
         out.extend_from_slice(b",\"topic\":");

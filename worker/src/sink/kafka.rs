@@ -19,8 +19,8 @@ use rdkafka::{ClientConfig, ClientContext};
 
 use super::{DeadLetter, DeadLetterSink, DrainDeadline, Sink};
 use crate::Error;
-use crate::encode::EncodedRows;
 use crate::metrics::LatencyHistogram;
+use sluice_formats::encode::EncodedRows;
 
 /// Delivery reports of one producer.
 pub struct DeliveryContext {

@@ -5,7 +5,7 @@ use std::io::Write;
 
 use super::{DeadLetter, DeadLetterSink, Sink};
 use crate::Error;
-use crate::encode::EncodedRows;
+use sluice_formats::encode::EncodedRows;
 
 /// One JSON object per line, to stdout or a file (appended). Each batch is
 /// written with a single `write` (under the stdout lock, or to an O_APPEND

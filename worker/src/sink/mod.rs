@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::encode::EncodedRows;
+use sluice_formats::encode::EncodedRows;
 
 /// The moment a draining worker stops waiting on the broker. After SIGTERM
 /// the worker must flush, checkpoint and exit before Kubernetes kills it at

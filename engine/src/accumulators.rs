@@ -1,0 +1,596 @@
+//! Aggregate state, one column-major accumulator per aggregate call.
+//!
+//! State for group `g` lives at index `g` of plain vectors, so a batch
+//! update is a loop over (row, group) pairs with one match per batch, not
+//! per row. Every accumulator can merge two groups (session windows merge
+//! sessions) and is serialisable (state checkpoints).
+
+use hashbrown::HashTable;
+use serde::{Deserialize, Serialize};
+
+use super::group_keys::{KeyEncoder, hash_key};
+use crate::Error;
+use sluice_plan::{AggFunc, AggregateCall, DataType};
+use sluice_plan::{Column, ColumnData};
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Accumulator {
+    /// COUNT(*) and COUNT(x).
+    Count {
+        counts: Vec<i64>,
+    },
+    /// SUM of bigints, in 128 bits so intermediate overflow cannot wrap.
+    SumInt {
+        sums: Vec<i128>,
+        seen: Vec<i64>,
+    },
+    SumFloat {
+        sums: Vec<f64>,
+        seen: Vec<i64>,
+    },
+    Avg {
+        sums: Vec<f64>,
+        counts: Vec<i64>,
+    },
+    /// Welford's running mean and sum of squared deviations.
+    Moments {
+        n: Vec<i64>,
+        mean: Vec<f64>,
+        m2: Vec<f64>,
+        func: AggFunc,
+    },
+    MinMaxInt {
+        values: Vec<i64>,
+        seen: Vec<bool>,
+        max: bool,
+    },
+    MinMaxFloat {
+        values: Vec<f64>,
+        seen: Vec<bool>,
+        max: bool,
+    },
+    MinMaxBool {
+        values: Vec<bool>,
+        seen: Vec<bool>,
+        max: bool,
+    },
+    MinMaxStr {
+        values: Vec<Option<String>>,
+        max: bool,
+    },
+    CountDistinct(Box<DistinctState>),
+}
+
+/// Distinct (group, value) pairs, with a count per group.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct DistinctState {
+    counts: Vec<i64>,
+    /// (group, encoded value) entries.
+    entries: Vec<(u32, Vec<u8>)>,
+    #[serde(skip)]
+    table: HashTable<u32>,
+}
+
+impl DistinctState {
+    fn entry_hash(gid: u32, value: &[u8]) -> u64 {
+        hash_key(value) ^ u64::from(gid).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn insert(&mut self, gid: u32, value: &[u8]) -> bool {
+        let hash = Self::entry_hash(gid, value);
+        let entries = &self.entries;
+        if self.table.find(hash, |&i| entries[i as usize].0 == gid && entries[i as usize].1 == value).is_some() {
+            return false;
+        }
+        self.entries.push((gid, value.to_vec()));
+        let idx = u32::try_from(self.entries.len() - 1).unwrap_or(u32::MAX);
+        let entries = &self.entries;
+        self.table.insert_unique(hash, idx, |&i| Self::entry_hash(entries[i as usize].0, &entries[i as usize].1));
+        true
+    }
+
+    /// Drops every entry of the groups flagged in `dead`.
+    fn retain_groups(&mut self, dead: &[bool]) {
+        let before = self.entries.len();
+        self.entries.retain(|(g, _)| !dead.get(*g as usize).copied().unwrap_or(false));
+        if self.entries.len() != before {
+            self.rebuild();
+        }
+    }
+
+    fn rebuild(&mut self) {
+        self.table = HashTable::with_capacity(self.entries.len());
+        for (i, (g, v)) in self.entries.iter().enumerate() {
+            let entries = &self.entries;
+            self.table.insert_unique(Self::entry_hash(*g, v), u32::try_from(i).unwrap_or(u32::MAX), |&j| {
+                Self::entry_hash(entries[j as usize].0, &entries[j as usize].1)
+            });
+        }
+    }
+}
+
+impl Accumulator {
+    pub fn new(call: &AggregateCall) -> Self {
+        let arg_type = call.arg.as_ref().map_or(DataType::Bigint, sluice_plan::PhysExpr::data_type);
+        let max = call.func == AggFunc::Max;
+        match call.func {
+            AggFunc::Count if call.distinct => Self::CountDistinct(Box::default()),
+            AggFunc::CountStar | AggFunc::Count => Self::Count { counts: Vec::new() },
+            AggFunc::Sum if arg_type == DataType::Bigint => Self::SumInt { sums: Vec::new(), seen: Vec::new() },
+            AggFunc::Sum => Self::SumFloat { sums: Vec::new(), seen: Vec::new() },
+            AggFunc::Avg => Self::Avg { sums: Vec::new(), counts: Vec::new() },
+            AggFunc::StddevSamp | AggFunc::StddevPop | AggFunc::VarSamp | AggFunc::VarPop => {
+                Self::Moments { n: Vec::new(), mean: Vec::new(), m2: Vec::new(), func: call.func }
+            }
+            AggFunc::Min | AggFunc::Max => match arg_type {
+                DataType::Bigint | DataType::Timestamp => Self::MinMaxInt { values: Vec::new(), seen: Vec::new(), max },
+                DataType::Boolean => Self::MinMaxBool { values: Vec::new(), seen: Vec::new(), max },
+                DataType::String => Self::MinMaxStr { values: Vec::new(), max },
+                _ => Self::MinMaxFloat { values: Vec::new(), seen: Vec::new(), max },
+            },
+        }
+    }
+
+    /// Makes room for group ids below `groups`.
+    pub fn ensure(&mut self, groups: usize) {
+        fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+            if v.len() < n {
+                v.resize(n, fill);
+            }
+        }
+        match self {
+            Self::Count { counts } => grow(counts, groups, 0),
+            Self::SumInt { sums, seen } => {
+                grow(sums, groups, 0);
+                grow(seen, groups, 0);
+            }
+            Self::SumFloat { sums, seen } => {
+                grow(sums, groups, 0.0);
+                grow(seen, groups, 0);
+            }
+            Self::Avg { sums, counts } => {
+                grow(sums, groups, 0.0);
+                grow(counts, groups, 0);
+            }
+            Self::Moments { n, mean, m2, .. } => {
+                grow(n, groups, 0);
+                grow(mean, groups, 0.0);
+                grow(m2, groups, 0.0);
+            }
+            Self::MinMaxInt { values, seen, .. } => {
+                grow(values, groups, 0);
+                grow(seen, groups, false);
+            }
+            Self::MinMaxFloat { values, seen, .. } => {
+                grow(values, groups, 0.0);
+                grow(seen, groups, false);
+            }
+            Self::MinMaxBool { values, seen, .. } => {
+                grow(values, groups, false);
+                grow(seen, groups, false);
+            }
+            Self::MinMaxStr { values, .. } => grow(values, groups, None),
+            Self::CountDistinct(d) => grow(&mut d.counts, groups, 0),
+        }
+    }
+
+    /// Clears the state of a group whose id is about to be reused.
+    pub fn reset(&mut self, g: usize) {
+        match self {
+            Self::Count { counts } => counts[g] = 0,
+            Self::SumInt { sums, seen } => (sums[g], seen[g]) = (0, 0),
+            Self::SumFloat { sums, seen } => (sums[g], seen[g]) = (0.0, 0),
+            Self::Avg { sums, counts } => (sums[g], counts[g]) = (0.0, 0),
+            Self::Moments { n, mean, m2, .. } => (n[g], mean[g], m2[g]) = (0, 0.0, 0.0),
+            Self::MinMaxInt { seen, .. } | Self::MinMaxFloat { seen, .. } | Self::MinMaxBool { seen, .. } => {
+                seen[g] = false
+            }
+            Self::MinMaxStr { values, .. } => values[g] = None,
+            Self::CountDistinct(d) => d.counts[g] = 0,
+        }
+    }
+
+    /// Removes per-group side state of freed groups (COUNT DISTINCT values).
+    pub fn drop_groups(&mut self, dead: &[bool]) {
+        if let Self::CountDistinct(d) = self {
+            d.retain_groups(dead);
+        }
+    }
+
+    /// Folds rows into groups: row `rows[i]` of `arg` goes to group `gids[i]`.
+    /// `arg` is None for COUNT(*).
+    pub fn update(&mut self, rows: &[u32], gids: &[u32], arg: Option<&Column>) -> Result<(), Error> {
+        let Some(arg) = arg else {
+            if let Self::Count { counts } = self {
+                for &g in gids {
+                    counts[g as usize] += 1;
+                }
+            }
+            return Ok(());
+        };
+        let valid = arg.validity.as_deref();
+        let pairs = rows.iter().zip(gids).filter(move |(r, _)| valid.is_none_or(|v| v[**r as usize]));
+        let pairs = pairs.map(|(r, g)| (*r as usize, *g as usize));
+        match (self, &arg.data) {
+            (_, ColumnData::Null(_)) => {}
+            (Self::Count { counts }, _) => pairs.for_each(|(_, g)| counts[g] += 1),
+            (Self::SumInt { sums, seen }, ColumnData::Int(v)) => pairs.for_each(|(r, g)| {
+                sums[g] += i128::from(v[r]);
+                seen[g] += 1;
+            }),
+            (Self::SumFloat { sums, seen }, ColumnData::Float(v)) => pairs.for_each(|(r, g)| {
+                sums[g] += v[r];
+                seen[g] += 1;
+            }),
+            (Self::Avg { sums, counts }, ColumnData::Float(v)) => pairs.for_each(|(r, g)| {
+                sums[g] += v[r];
+                counts[g] += 1;
+            }),
+            (Self::Moments { n, mean, m2, .. }, ColumnData::Float(v)) => pairs.for_each(|(r, g)| {
+                n[g] += 1;
+                #[allow(clippy::cast_precision_loss)]
+                let count = n[g] as f64;
+                let delta = v[r] - mean[g];
+                mean[g] += delta / count;
+                m2[g] += delta * (v[r] - mean[g]);
+            }),
+            (Self::MinMaxInt { values, seen, max }, ColumnData::Int(v)) => {
+                let max = *max;
+                pairs.for_each(|(r, g)| {
+                    if !seen[g] || (max && v[r] > values[g]) || (!max && v[r] < values[g]) {
+                        values[g] = v[r];
+                        seen[g] = true;
+                    }
+                });
+            }
+            (Self::MinMaxFloat { values, seen, max }, ColumnData::Float(v)) => {
+                let max = *max;
+                pairs.for_each(|(r, g)| {
+                    if !seen[g] || (max && v[r] > values[g]) || (!max && v[r] < values[g]) {
+                        values[g] = v[r];
+                        seen[g] = true;
+                    }
+                });
+            }
+            (Self::MinMaxBool { values, seen, max }, ColumnData::Bool(v)) => {
+                let max = *max;
+                pairs.for_each(|(r, g)| {
+                    if !seen[g] || (max && v[r] && !values[g]) || (!max && !v[r] && values[g]) {
+                        values[g] = v[r];
+                        seen[g] = true;
+                    }
+                });
+            }
+            (Self::MinMaxStr { values, max }, ColumnData::Str(s)) => {
+                let max = *max;
+                pairs.for_each(|(r, g)| {
+                    let x = s.get(r);
+                    let better = match &values[g] {
+                        None => true,
+                        Some(cur) => (max && x > cur.as_str()) || (!max && x < cur.as_str()),
+                    };
+                    if better {
+                        // Allocates only when the extreme changes.
+                        let slot = values[g].get_or_insert_with(String::new);
+                        slot.clear();
+                        slot.push_str(x);
+                    }
+                });
+            }
+            (Self::CountDistinct(d), _) => {
+                let enc = KeyEncoder::new(&[arg]);
+                let mut buf = Vec::with_capacity(32);
+                for (r, g) in pairs {
+                    buf.clear();
+                    enc.encode(r, &mut buf);
+                    let gid = u32::try_from(g).unwrap_or(u32::MAX);
+                    if d.insert(gid, &buf) {
+                        d.counts[g] += 1;
+                    }
+                }
+            }
+            (acc, data) => {
+                return Err(Error::Internal(format!(
+                    "accumulator {} cannot take {} values",
+                    acc.name(),
+                    match data {
+                        ColumnData::Int(_) => "integer",
+                        ColumnData::Float(_) => "double",
+                        ColumnData::Bool(_) => "boolean",
+                        ColumnData::Str(_) => "string",
+                        ColumnData::Null(_) => "null",
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Folds group `src` into group `dst` (session windows merging).
+    pub fn merge(&mut self, dst: usize, src: usize) {
+        match self {
+            Self::Count { counts } => counts[dst] += counts[src],
+            Self::SumInt { sums, seen } => {
+                sums[dst] += sums[src];
+                seen[dst] += seen[src];
+            }
+            Self::SumFloat { sums, seen } => {
+                sums[dst] += sums[src];
+                seen[dst] += seen[src];
+            }
+            Self::Avg { sums, counts } => {
+                sums[dst] += sums[src];
+                counts[dst] += counts[src];
+            }
+            Self::Moments { n, mean, m2, .. } => {
+                // Chan et al.'s parallel combination.
+                let (na, nb) = (n[dst], n[src]);
+                if nb == 0 {
+                    return;
+                }
+                if na == 0 {
+                    (n[dst], mean[dst], m2[dst]) = (nb, mean[src], m2[src]);
+                    return;
+                }
+                #[allow(clippy::cast_precision_loss)]
+                let (fa, fb) = (na as f64, nb as f64);
+                let delta = mean[src] - mean[dst];
+                let total = fa + fb;
+                mean[dst] += delta * fb / total;
+                m2[dst] += m2[src] + delta * delta * fa * fb / total;
+                n[dst] = na + nb;
+            }
+            Self::MinMaxInt { values, seen, max } => {
+                if seen[src]
+                    && (!seen[dst] || (*max && values[src] > values[dst]) || (!*max && values[src] < values[dst]))
+                {
+                    values[dst] = values[src];
+                    seen[dst] = true;
+                }
+            }
+            Self::MinMaxFloat { values, seen, max } => {
+                if seen[src]
+                    && (!seen[dst] || (*max && values[src] > values[dst]) || (!*max && values[src] < values[dst]))
+                {
+                    values[dst] = values[src];
+                    seen[dst] = true;
+                }
+            }
+            Self::MinMaxBool { values, seen, max } => {
+                if seen[src] && (!seen[dst] || (*max && values[src]) || (!*max && !values[src])) {
+                    values[dst] = values[src];
+                    seen[dst] = true;
+                }
+            }
+            Self::MinMaxStr { values, max } => {
+                let better = match (&values[src], &values[dst]) {
+                    (Some(s), Some(d)) => (*max && s > d) || (!*max && s < d),
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                if better {
+                    values[dst] = values[src].take();
+                }
+            }
+            Self::CountDistinct(d) => {
+                let (dst32, src32) = (u32::try_from(dst).unwrap_or(0), u32::try_from(src).unwrap_or(0));
+                let moved: Vec<Vec<u8>> =
+                    d.entries.iter().filter(|(g, _)| *g == src32).map(|(_, v)| v.clone()).collect();
+                for v in moved {
+                    if d.insert(dst32, &v) {
+                        d.counts[dst] += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends the current value of group `g` to `out`.
+    pub fn emit(&self, g: usize, out: &mut Column) -> Result<(), Error> {
+        Ok(self.emit_value(g, out)?)
+    }
+
+    fn emit_value(&self, g: usize, out: &mut Column) -> Result<(), sluice_plan::Error> {
+        match self {
+            Self::Count { counts } => out.push_i64(counts[g]),
+            Self::CountDistinct(d) => out.push_i64(d.counts[g]),
+            Self::SumInt { sums, seen } => match (seen[g], i64::try_from(sums[g])) {
+                (0, _) | (_, Err(_)) => {
+                    out.push_null();
+                    Ok(())
+                }
+                (_, Ok(v)) => out.push_i64(v),
+            },
+            Self::SumFloat { sums, seen } => {
+                if seen[g] == 0 {
+                    out.push_null();
+                    Ok(())
+                } else {
+                    out.push_f64(sums[g])
+                }
+            }
+            Self::Avg { sums, counts } => {
+                if counts[g] == 0 {
+                    out.push_null();
+                    Ok(())
+                } else {
+                    #[allow(clippy::cast_precision_loss)]
+                    out.push_f64(sums[g] / counts[g] as f64)
+                }
+            }
+            Self::Moments { n, m2, func, .. } => {
+                let (count, sample) = (n[g], matches!(func, AggFunc::StddevSamp | AggFunc::VarSamp));
+                let denominator = if sample { count - 1 } else { count };
+                if denominator <= 0 {
+                    out.push_null();
+                    return Ok(());
+                }
+                #[allow(clippy::cast_precision_loss)]
+                let variance = (m2[g] / denominator as f64).max(0.0);
+                out.push_f64(if matches!(func, AggFunc::StddevSamp | AggFunc::StddevPop) {
+                    variance.sqrt()
+                } else {
+                    variance
+                })
+            }
+            Self::MinMaxInt { values, seen, .. } => {
+                if seen[g] {
+                    out.push_i64(values[g])
+                } else {
+                    out.push_null();
+                    Ok(())
+                }
+            }
+            Self::MinMaxFloat { values, seen, .. } => {
+                if seen[g] {
+                    out.push_f64(values[g])
+                } else {
+                    out.push_null();
+                    Ok(())
+                }
+            }
+            Self::MinMaxBool { values, seen, .. } => {
+                if seen[g] {
+                    out.push_bool(values[g])
+                } else {
+                    out.push_null();
+                    Ok(())
+                }
+            }
+            Self::MinMaxStr { values, .. } => match &values[g] {
+                Some(s) => out.push_str(s),
+                None => {
+                    out.push_null();
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Count { counts } => counts.capacity() * 8,
+            Self::SumInt { sums, seen } => sums.capacity() * 16 + seen.capacity() * 8,
+            Self::SumFloat { sums, seen } => sums.capacity() * 8 + seen.capacity() * 8,
+            Self::Avg { sums, counts } => sums.capacity() * 8 + counts.capacity() * 8,
+            Self::Moments { n, .. } => n.capacity() * 24,
+            Self::MinMaxInt { values, seen, .. } => values.capacity() * 8 + seen.capacity(),
+            Self::MinMaxFloat { values, seen, .. } => values.capacity() * 8 + seen.capacity(),
+            Self::MinMaxBool { values, seen, .. } => values.capacity() + seen.capacity(),
+            Self::MinMaxStr { values, .. } => {
+                values.capacity() * 24 + values.iter().flatten().map(String::capacity).sum::<usize>()
+            }
+            Self::CountDistinct(d) => {
+                d.counts.capacity() * 8 + d.entries.iter().map(|(_, v)| v.capacity() + 32).sum::<usize>()
+            }
+        }
+    }
+
+    /// Restores the lookup table after deserialisation.
+    pub fn after_restore(&mut self) {
+        if let Self::CountDistinct(d) = self {
+            d.rebuild();
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Count { .. } => "COUNT",
+            Self::SumInt { .. } | Self::SumFloat { .. } => "SUM",
+            Self::Avg { .. } => "AVG",
+            Self::Moments { .. } => "STDDEV/VARIANCE",
+            Self::MinMaxInt { .. } | Self::MinMaxFloat { .. } | Self::MinMaxBool { .. } | Self::MinMaxStr { .. } => {
+                "MIN/MAX"
+            }
+            Self::CountDistinct(_) => "COUNT(DISTINCT)",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_plan::{PhysExpr, Scalar};
+
+    fn call(func: AggFunc, t: DataType) -> AggregateCall {
+        AggregateCall {
+            func,
+            arg: Some(PhysExpr::Column { index: 0, data_type: t }),
+            distinct: false,
+            data_type: func.result_type(t),
+        }
+    }
+
+    fn run(acc: &mut Accumulator, col: &Column, gids: &[u32]) -> Vec<Scalar> {
+        let groups = gids.iter().max().map_or(0, |g| *g as usize + 1);
+        acc.ensure(groups);
+        let rows: Vec<u32> = (0..u32::try_from(gids.len()).unwrap()).collect();
+        acc.update(&rows, gids, Some(col)).unwrap();
+        let out_type = match acc {
+            Accumulator::Count { .. } | Accumulator::CountDistinct(_) => DataType::Bigint,
+            _ => col.data_type,
+        };
+        let mut out = Column::with_capacity(out_type, 2);
+        (0..groups)
+            .map(|g| {
+                acc.emit(g, &mut out).unwrap();
+                out.scalar(out.len() - 1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sums_counts_extremes_and_nulls() {
+        let mut col = Column::with_capacity(DataType::Bigint, 4);
+        for v in [Some(5), None, Some(-3), Some(10)] {
+            match v {
+                Some(x) => col.push_i64(x).unwrap(),
+                None => col.push_null(),
+            }
+        }
+        let gids = [0, 0, 1, 1];
+        assert_eq!(
+            run(&mut Accumulator::new(&call(AggFunc::Sum, DataType::Bigint)), &col, &gids),
+            [Scalar::Bigint(5), Scalar::Bigint(7)]
+        );
+        assert_eq!(
+            run(&mut Accumulator::new(&call(AggFunc::Count, DataType::Bigint)), &col, &gids),
+            [Scalar::Bigint(1), Scalar::Bigint(2)]
+        );
+        assert_eq!(
+            run(&mut Accumulator::new(&call(AggFunc::Max, DataType::Bigint)), &col, &gids),
+            [Scalar::Bigint(5), Scalar::Bigint(10)]
+        );
+    }
+
+    #[test]
+    fn moments_merge_like_one_pass() {
+        let xs = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
+        let col = Column::floats(xs.to_vec());
+        let mut whole = Accumulator::new(&call(AggFunc::StddevPop, DataType::Double));
+        let one = run(&mut whole, &col, &[0; 8]);
+        assert_eq!(one, [Scalar::Double(2.0)]);
+        let mut split = Accumulator::new(&call(AggFunc::StddevPop, DataType::Double));
+        run(&mut split, &col, &[0, 0, 0, 1, 1, 1, 1, 1]);
+        split.merge(0, 1);
+        let mut out = Column::with_capacity(DataType::Double, 1);
+        split.emit(0, &mut out).unwrap();
+        let Scalar::Double(v) = out.scalar(0) else { panic!() };
+        assert!((v - 2.0).abs() < 1e-12, "{v}");
+    }
+
+    #[test]
+    fn count_distinct_per_group_and_drop() {
+        let mut s = Column::with_capacity(DataType::String, 6);
+        for v in ["a", "b", "a", "a", "c", "a"] {
+            s.push_str(v).unwrap();
+        }
+        let mut c = AggregateCall { distinct: true, ..call(AggFunc::Count, DataType::String) };
+        c.func = AggFunc::Count;
+        let mut acc = Accumulator::new(&c);
+        assert_eq!(run(&mut acc, &s, &[0, 0, 0, 1, 1, 1]), [Scalar::Bigint(2), Scalar::Bigint(2)]);
+        acc.drop_groups(&[true, false]);
+        acc.reset(0);
+        assert_eq!(run(&mut acc, &s, &[0, 1, 0, 1, 1, 1]), [Scalar::Bigint(1), Scalar::Bigint(3)]);
+    }
+}

@@ -1,0 +1,308 @@
+//! GROUP BY, optionally per tumbling or hopping event-time window.
+//!
+//! For each batch: evaluate the group expressions and aggregate arguments
+//! once, map every (row, window) to a dense group id, then fold whole
+//! argument columns into the accumulators. A group of a windowed query is
+//! (window start, key); the window closes when the watermark reaches its end.
+//!
+//! A row is late when every window it belongs to had already closed before
+//! the row arrived — judged with the watermark as it stood at that row, not
+//! at the end of the batch, so results never depend on where batches split.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::accumulators::Accumulator;
+use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
+use crate::Error;
+use sluice_plan::eval;
+use sluice_plan::{AggregatePlan, DataType, TimeWindow};
+use sluice_plan::{Batch, Selection};
+use sluice_plan::{Column, ColumnData};
+
+/// Rows of one batch as the engine hands them to a stateful operator.
+pub struct BatchInput<'a> {
+    pub batch: &'a Batch,
+    pub selection: Selection<'a>,
+    /// Event time of every row (windowed queries).
+    pub event_times: &'a [i64],
+    /// The watermark in force when each row arrived (windowed queries).
+    pub watermark_before: &'a [i64],
+    /// Emit one updated row per input row instead of one per changed group.
+    pub per_record: bool,
+    /// Emit changed groups at all (EMIT CHANGES); otherwise only closed windows.
+    pub emit_changes: bool,
+}
+
+#[derive(Debug)]
+pub struct AggregateOperator {
+    plan: AggregatePlan,
+    group_types: Vec<DataType>,
+    table: GroupTable,
+    accs: Vec<Accumulator>,
+    /// (start, end) of each group's window.
+    bounds: Vec<(i64, i64)>,
+    /// Open windows by end: the groups the watermark will close.
+    open_by_end: BTreeMap<i64, Vec<u32>>,
+    touched: Vec<u32>,
+    touched_flag: Vec<bool>,
+    rows: Vec<u32>,
+    gids: Vec<u32>,
+    key: Vec<u8>,
+}
+
+/// Checkpoint of an [`AggregateOperator`], written by reference...
+#[derive(Debug, Serialize)]
+pub struct AggregateStateRef<'a> {
+    table: GroupTableState,
+    accs: &'a [Accumulator],
+    bounds: &'a [(i64, i64)],
+    open_by_end: &'a BTreeMap<i64, Vec<u32>>,
+}
+
+/// ...and read back owned (the two encode identically).
+#[derive(Debug, Deserialize)]
+pub struct AggregateState {
+    table: GroupTableState,
+    accs: Vec<Accumulator>,
+    bounds: Vec<(i64, i64)>,
+    open_by_end: BTreeMap<i64, Vec<u32>>,
+}
+
+impl AggregateOperator {
+    pub fn new(plan: &AggregatePlan) -> Self {
+        Self {
+            group_types: plan.group_exprs.iter().map(sluice_plan::PhysExpr::data_type).collect(),
+            accs: plan.aggregates.iter().map(Accumulator::new).collect(),
+            plan: plan.clone(),
+            table: GroupTable::default(),
+            bounds: Vec::new(),
+            open_by_end: BTreeMap::new(),
+            touched: Vec::new(),
+            touched_flag: Vec::new(),
+            rows: Vec::new(),
+            gids: Vec::new(),
+            key: Vec::with_capacity(64),
+        }
+    }
+
+    /// Folds a batch into the groups; appends emitted rows to `out` and the
+    /// indices of late rows to `late`.
+    pub fn process(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
+        let batch = input.batch;
+        let n = batch.len;
+        let group_cols = self
+            .plan
+            .group_exprs
+            .iter()
+            .map(|e| eval(e, batch).map(|v| v.into_column(n)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let args = self
+            .plan
+            .aggregates
+            .iter()
+            .map(|a| a.arg.as_ref().map(|e| eval(e, batch).map(|v| v.into_column(n))).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&Column> = group_cols.iter().map(AsRef::as_ref).collect();
+        let encoder = KeyEncoder::new(&refs);
+
+        self.rows.clear();
+        self.gids.clear();
+        let (rows, gids, key, table) = (&mut self.rows, &mut self.gids, &mut self.key, &mut self.table);
+        let (bounds, open) = (&mut self.bounds, &mut self.open_by_end);
+        let mut assign = |row: usize, start: Option<i64>, end: i64| {
+            key.clear();
+            if let Some(s) = start {
+                key.extend_from_slice(&s.to_le_bytes());
+            }
+            encoder.encode(row, key);
+            let (gid, new) = table.find_or_insert(key);
+            if let (true, Some(s)) = (new, start) {
+                if bounds.len() <= gid as usize {
+                    bounds.resize(gid as usize + 1, (0, 0));
+                }
+                bounds[gid as usize] = (s, end);
+                open.entry(end).or_default().push(gid);
+            }
+            rows.push(u32::try_from(row).unwrap_or(u32::MAX));
+            gids.push(gid);
+        };
+        match self.plan.window {
+            None => input.selection.for_each(|r| assign(r, None, 0)),
+            // Window bounds use checked arithmetic: an event time the decoder
+            // let through is within ±273,000 years, but a window whose start
+            // cannot be represented must make its row late, never overflow
+            // (a debug panic, or a release-mode loop that never ends).
+            Some(TimeWindow::Tumbling { size_ms }) => input.selection.for_each(|r| {
+                let ts = input.event_times[r];
+                match ts.checked_sub(ts.rem_euclid(size_ms)) {
+                    Some(start) if start.saturating_add(size_ms) > input.watermark_before[r] => {
+                        assign(r, Some(start), start.saturating_add(size_ms));
+                    }
+                    _ => late.push(u32::try_from(r).unwrap_or(u32::MAX)),
+                }
+            }),
+            Some(TimeWindow::Hopping { size_ms, advance_ms }) => input.selection.for_each(|r| {
+                let ts = input.event_times[r];
+                let lowest = ts.saturating_sub(size_ms);
+                let mut on_time = false;
+                let mut next = ts.checked_sub(ts.rem_euclid(advance_ms));
+                while let Some(start) = next.filter(|&s| s > lowest) {
+                    let end = start.saturating_add(size_ms);
+                    if end > input.watermark_before[r] {
+                        on_time = true;
+                        assign(r, Some(start), end);
+                    }
+                    next = start.checked_sub(advance_ms);
+                }
+                if !on_time {
+                    late.push(u32::try_from(r).unwrap_or(u32::MAX));
+                }
+            }),
+            Some(TimeWindow::Session { .. }) => {
+                return Err(Error::Internal("session windows are handled by the session operator".into()));
+            }
+        }
+        let groups = self.table.capacity();
+        for acc in &mut self.accs {
+            acc.ensure(groups);
+        }
+        if self.touched_flag.len() < groups {
+            self.touched_flag.resize(groups, false);
+        }
+        if input.per_record && input.emit_changes {
+            // One update per input row, showing the group right after it.
+            for i in 0..self.rows.len() {
+                for (acc, arg) in self.accs.iter_mut().zip(&args) {
+                    acc.update(&self.rows[i..=i], &self.gids[i..=i], arg.as_deref())?;
+                }
+                self.emit_group(self.gids[i], out)?;
+            }
+            return Ok(());
+        }
+        for (acc, arg) in self.accs.iter_mut().zip(&args) {
+            acc.update(&self.rows, &self.gids, arg.as_deref())?;
+        }
+        if input.emit_changes {
+            for &g in &self.gids {
+                if !self.touched_flag[g as usize] {
+                    self.touched_flag[g as usize] = true;
+                    self.touched.push(g);
+                }
+            }
+            let touched = std::mem::take(&mut self.touched);
+            for &g in &touched {
+                self.touched_flag[g as usize] = false;
+                self.emit_group(g, out)?;
+            }
+            self.touched = touched;
+            self.touched.clear();
+        }
+        Ok(())
+    }
+
+    /// Closes the windows that end at or before `watermark`, emitting them
+    /// when `emit` (EMIT FINAL) and freeing their state.
+    pub fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+        let mut closed = Vec::new();
+        while let Some(entry) = self.open_by_end.first_entry() {
+            if *entry.key() > watermark {
+                break;
+            }
+            closed.extend(entry.remove());
+        }
+        if closed.is_empty() {
+            return Ok(0);
+        }
+        if emit {
+            for &g in &closed {
+                self.emit_group(g, out)?;
+            }
+        }
+        self.free(&closed);
+        Ok(closed.len())
+    }
+
+    /// Closes every open window (end of a bounded run).
+    pub fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+        self.close_windows(i64::MAX, emit, out)
+    }
+
+    fn free(&mut self, gids: &[u32]) {
+        let mut dead = vec![false; self.table.capacity()];
+        for &g in gids {
+            dead[g as usize] = true;
+            self.table.remove(g);
+            for acc in &mut self.accs {
+                acc.reset(g as usize);
+            }
+        }
+        for acc in &mut self.accs {
+            acc.drop_groups(&dead);
+        }
+    }
+
+    /// Appends group `g` as one intermediate row.
+    fn emit_group(&self, g: u32, out: &mut Batch) -> Result<(), Error> {
+        let ng = self.group_types.len();
+        let windowed = self.plan.window.is_some();
+        decode_key_into(self.table.key(g), if windowed { 8 } else { 0 }, &self.group_types, &mut out.columns[..ng])?;
+        let mut next = ng;
+        if windowed {
+            let (start, end) = self.bounds[g as usize];
+            out.columns[ng].push_i64(start)?;
+            out.columns[ng + 1].push_i64(end)?;
+            next += 2;
+        }
+        for (acc, col) in self.accs.iter().zip(&mut out.columns[next..]) {
+            acc.emit(g as usize, col)?;
+        }
+        out.len += 1;
+        Ok(())
+    }
+
+    pub fn groups(&self) -> usize {
+        self.table.live()
+    }
+
+    pub fn state_bytes(&self) -> usize {
+        self.table.heap_bytes()
+            + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
+            + self.bounds.capacity() * 16
+            + self.open_by_end.len() * 48
+            + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
+    }
+
+    pub fn to_state(&self) -> AggregateStateRef<'_> {
+        AggregateStateRef {
+            table: self.table.to_state(),
+            accs: &self.accs,
+            bounds: &self.bounds,
+            open_by_end: &self.open_by_end,
+        }
+    }
+
+    pub fn restore(&mut self, state: AggregateState) {
+        self.table = GroupTable::from_state(state.table);
+        self.accs = state.accs;
+        for acc in &mut self.accs {
+            acc.after_restore();
+        }
+        self.bounds = state.bounds;
+        self.open_by_end = state.open_by_end;
+    }
+}
+
+/// Empty columns of the given types, to collect emitted rows into.
+pub fn empty_batch(types: &[DataType]) -> Batch {
+    Batch::new(types.iter().map(|t| Column::with_capacity(*t, 64)).collect(), 0)
+}
+
+/// True if `c` is an integer column (event times).
+pub fn int_values(c: &Column) -> Option<&[i64]> {
+    match &c.data {
+        ColumnData::Int(v) => Some(v),
+        _ => None,
+    }
+}

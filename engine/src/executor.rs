@@ -1,0 +1,362 @@
+//! One engine instance: the state and execution of a plan for one Kafka
+//! partition, owned by one thread.
+//!
+//! ```text
+//! batch ─▶ watermark per row ─▶ WHERE ─▶ operator ─▶ HAVING ─▶ SELECT list ─▶ Output
+//! ```
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sluice_crds::{EmitChangesMode, LateRecordPolicy};
+
+use super::aggregate::{AggregateOperator, AggregateState, AggregateStateRef, BatchInput, empty_batch, int_values};
+use super::output::{EmittedRows, Output};
+use super::rows_window::{RowsOperator, RowsState, RowsStateRef};
+use super::session::{SessionOperator, SessionState, SessionStateRef};
+use crate::Error;
+use sluice_plan::{Batch, Selection};
+use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Plan, TimeWindow, plan_fingerprint};
+use sluice_plan::{Value, eval, filter_rows};
+
+/// Per-engine settings (from `spec.engine`).
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    pub emit_changes: EmitChangesMode,
+    pub late_records: LateRecordPolicy,
+    pub state_limit_bytes: usize,
+    /// The Kafka partition this engine owns (for error messages).
+    pub partition: i32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            emit_changes: EmitChangesMode::Coalesced,
+            late_records: LateRecordPolicy::Drop,
+            state_limit_bytes: 256 << 20,
+            partition: 0,
+        }
+    }
+}
+
+/// Counters an engine keeps; the runtime turns them into metrics per batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub late_records: u64,
+    pub state_bytes: usize,
+    pub state_entries: usize,
+}
+
+#[derive(Debug)]
+enum Operator {
+    Stateless,
+    Aggregate(AggregateOperator),
+    Session(SessionOperator),
+    Rows(RowsOperator),
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    plan: Arc<Plan>,
+    options: EngineOptions,
+    operator: Operator,
+    /// Highest event time seen (i64::MIN before any).
+    max_event_time: i64,
+    /// Rows kept by WHERE (scratch).
+    selection: Vec<u32>,
+    /// Watermark in force at each row of the current batch (scratch).
+    watermark_before: Vec<i64>,
+    /// Rows emitted by a stateful operator, before HAVING and the SELECT list (scratch).
+    intermediate: Batch,
+    having: Vec<u32>,
+    late: Vec<u32>,
+    stats: EngineStats,
+}
+
+const SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct SnapshotRef<'a> {
+    version: u32,
+    plan_fingerprint: u64,
+    max_event_time: i64,
+    operator: OperatorStateRef<'a>,
+}
+
+#[derive(Deserialize)]
+struct Snapshot {
+    version: u32,
+    plan_fingerprint: u64,
+    max_event_time: i64,
+    operator: OperatorState,
+}
+
+#[derive(Serialize)]
+enum OperatorStateRef<'a> {
+    Stateless,
+    Aggregate(AggregateStateRef<'a>),
+    Session(SessionStateRef<'a>),
+    Rows(RowsStateRef<'a>),
+}
+
+#[derive(Deserialize)]
+enum OperatorState {
+    Stateless,
+    Aggregate(AggregateState),
+    Session(SessionState),
+    Rows(RowsState),
+}
+
+impl Engine {
+    pub fn new(plan: Arc<Plan>, options: EngineOptions) -> Self {
+        let operator = match &plan.operator {
+            OperatorPlan::Stateless => Operator::Stateless,
+            OperatorPlan::Aggregate(a) => match a.window {
+                Some(TimeWindow::Session { gap_ms }) => Operator::Session(SessionOperator::new(a, gap_ms)),
+                _ => Operator::Aggregate(AggregateOperator::new(a)),
+            },
+            OperatorPlan::Rows(r) => Operator::Rows(RowsOperator::new(r)),
+        };
+        let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
+        Self {
+            intermediate: empty_batch(&types),
+            plan,
+            options,
+            operator,
+            max_event_time: i64::MIN,
+            selection: Vec::new(),
+            watermark_before: Vec::new(),
+            having: Vec::new(),
+            late: Vec::new(),
+            stats: EngineStats::default(),
+        }
+    }
+
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats
+    }
+
+    /// The current watermark (event time below which windows are closed).
+    pub fn watermark(&self) -> Option<i64> {
+        let delay = self.plan.source.event_time?.delay_ms;
+        (self.max_event_time != i64::MIN).then(|| self.max_event_time.saturating_sub(delay))
+    }
+
+    /// Processes one batch. `batch` is borrowed mutably only so ROWS window
+    /// results can be appended as extra columns without copying the input;
+    /// it is returned unchanged.
+    pub fn process(&mut self, batch: &mut Batch, out: &mut dyn Output) -> Result<(), Error> {
+        let n = batch.len;
+        if n == 0 {
+            return Ok(());
+        }
+        self.stats.records_in += n as u64;
+        let windowed = self.plan.is_windowed();
+        let mut event_times: &[i64] = &[];
+        if let Some(et) = self.plan.source.event_time
+            && let Some(ts) = batch.columns.get(et.column).and_then(int_values)
+            && ts.len() == n
+        {
+            if windowed {
+                // The watermark each row saw: all rows before it count, so
+                // lateness does not depend on batch boundaries.
+                self.watermark_before.clear();
+                let mut max = self.max_event_time;
+                for &t in ts {
+                    self.watermark_before.push(max.saturating_sub(et.delay_ms));
+                    max = max.max(t);
+                }
+                self.max_event_time = max;
+            } else {
+                self.max_event_time = ts.iter().copied().fold(self.max_event_time, i64::max);
+            }
+            event_times = ts;
+        }
+        let filtered = match &self.plan.filter {
+            Some(f) => filter_rows(f, batch, &mut self.selection)?,
+            None => false,
+        };
+        self.late.clear();
+        let per_record = self.options.emit_changes == EmitChangesMode::PerRecord;
+        let emit_changes = self.plan.emit == EmitMode::Changes;
+        let watermark = self.watermark();
+        let plan = Arc::clone(&self.plan);
+        match &mut self.operator {
+            Operator::Stateless => {
+                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
+                self.stats.records_out += emit(&plan.outputs, &plan.keys, batch, selection, true, out)? as u64;
+            }
+            Operator::Rows(op) => {
+                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
+                let input = BatchInput {
+                    batch,
+                    selection,
+                    event_times,
+                    watermark_before: &self.watermark_before,
+                    per_record,
+                    emit_changes,
+                };
+                let mut extra = Vec::new();
+                op.process(&input, &mut extra)?;
+                let inputs = batch.columns.len();
+                batch.columns.extend(extra.into_iter().map(|(_, c)| c));
+                let result = emit(&plan.outputs, &plan.keys, batch, selection, true, out);
+                batch.columns.truncate(inputs);
+                self.stats.records_out += result? as u64;
+            }
+            Operator::Aggregate(_) | Operator::Session(_) => {
+                self.intermediate.clear();
+                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
+                let input = BatchInput {
+                    batch,
+                    selection,
+                    event_times,
+                    watermark_before: &self.watermark_before,
+                    per_record,
+                    emit_changes,
+                };
+                match &mut self.operator {
+                    Operator::Aggregate(op) => {
+                        op.process(&input, &mut self.intermediate, &mut self.late)?;
+                        if let (true, Some(wm)) = (windowed, watermark) {
+                            op.close_windows(wm, !emit_changes, &mut self.intermediate)?;
+                        }
+                    }
+                    Operator::Session(op) => {
+                        op.process(&input, &mut self.intermediate, &mut self.late)?;
+                        if let Some(wm) = watermark {
+                            op.close_windows(wm, !emit_changes, &mut self.intermediate)?;
+                        }
+                    }
+                    _ => {}
+                }
+                self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
+            }
+        }
+        if !self.late.is_empty() {
+            self.stats.late_records += self.late.len() as u64;
+            out.late(batch, &self.late)?;
+        }
+        self.check_state_limit()
+    }
+
+    /// Ends a bounded run: closes every open window and emits what EMIT
+    /// FINAL would emit when the watermark passed it.
+    pub fn finish(&mut self, out: &mut dyn Output) -> Result<(), Error> {
+        self.intermediate.clear();
+        let emit_final = self.plan.emit == EmitMode::Final;
+        match &mut self.operator {
+            Operator::Aggregate(op) if self.plan.is_windowed() => {
+                op.close_all(emit_final, &mut self.intermediate)?;
+            }
+            Operator::Session(op) => {
+                op.close_windows(i64::MAX, emit_final, &mut self.intermediate)?;
+            }
+            _ => return Ok(()),
+        }
+        let plan = Arc::clone(&self.plan);
+        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
+        self.check_state_limit()
+    }
+
+    fn check_state_limit(&mut self) -> Result<(), Error> {
+        let (bytes, entries) = match &self.operator {
+            Operator::Stateless => (0, 0),
+            Operator::Aggregate(op) => (op.state_bytes(), op.groups()),
+            Operator::Session(op) => (op.state_bytes(), op.groups()),
+            Operator::Rows(op) => (op.state_bytes(), op.partitions()),
+        };
+        self.stats.state_bytes = bytes;
+        self.stats.state_entries = entries;
+        if bytes > self.options.state_limit_bytes {
+            return Err(Error::StateLimit {
+                partition: self.options.partition,
+                used: bytes,
+                limit: self.options.state_limit_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Serialises the engine's state (see [`Engine::restore`]).
+    pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
+        let operator = match &self.operator {
+            Operator::Stateless => OperatorStateRef::Stateless,
+            Operator::Aggregate(op) => OperatorStateRef::Aggregate(op.to_state()),
+            Operator::Session(op) => OperatorStateRef::Session(op.to_state()),
+            Operator::Rows(op) => OperatorStateRef::Rows(op.to_state()),
+        };
+        let snap = SnapshotRef {
+            version: SNAPSHOT_VERSION,
+            plan_fingerprint: plan_fingerprint(&self.plan),
+            max_event_time: self.max_event_time,
+            operator,
+        };
+        postcard::to_allocvec(&snap).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))
+    }
+
+    /// Restores state written by [`Engine::snapshot`] for the same plan.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let snap: Snapshot =
+            postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
+        if snap.version != SNAPSHOT_VERSION {
+            return Err(Error::Checkpoint(format!("state format {} is not {SNAPSHOT_VERSION}", snap.version)));
+        }
+        if snap.plan_fingerprint != plan_fingerprint(&self.plan) {
+            return Err(Error::Checkpoint(format!(
+                "the checkpoint was written by a different query or schema (plan fingerprint {:016x}, this \
+                 plan's is {:016x}); to start this query from fresh state, reset the job's consumer group offsets",
+                snap.plan_fingerprint,
+                plan_fingerprint(&self.plan)
+            )));
+        }
+        self.max_event_time = snap.max_event_time;
+        match (&mut self.operator, snap.operator) {
+            (Operator::Stateless, OperatorState::Stateless) => {}
+            (Operator::Aggregate(op), OperatorState::Aggregate(s)) => op.restore(s),
+            (Operator::Session(op), OperatorState::Session(s)) => op.restore(s),
+            (Operator::Rows(op), OperatorState::Rows(s)) => op.restore(s)?,
+            _ => return Err(Error::Checkpoint("checkpoint operator does not match the query".into())),
+        }
+        self.check_state_limit()
+    }
+}
+
+/// Evaluates the SELECT list and keys over `batch` and hands the selected
+/// rows to `out`. Returns the number of rows emitted.
+fn emit(
+    outputs: &[OutputColumn],
+    keys: &[OutputColumn],
+    batch: &Batch,
+    selection: Selection<'_>,
+    from_input: bool,
+    out: &mut dyn Output,
+) -> Result<usize, Error> {
+    if selection.is_empty() {
+        return Ok(0);
+    }
+    let columns: Vec<Value<'_>> = outputs.iter().map(|o| eval(&o.expr, batch)).collect::<Result<_, _>>()?;
+    let keys: Vec<Value<'_>> = keys.iter().map(|o| eval(&o.expr, batch)).collect::<Result<_, _>>()?;
+    out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input })?;
+    Ok(selection.len())
+}
+
+/// HAVING over the operator's rows, then the SELECT list.
+fn emit_intermediate(plan: &Plan, rows: &Batch, having: &mut Vec<u32>, out: &mut dyn Output) -> Result<usize, Error> {
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let filtered = match &plan.having {
+        Some(h) => filter_rows(h, rows, having)?,
+        None => false,
+    };
+    let selection = if filtered { Selection::Rows(having) } else { Selection::All(rows.len) };
+    emit(&plan.outputs, &plan.keys, rows, selection, false, out)
+}

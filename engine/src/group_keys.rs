@@ -1,0 +1,326 @@
+//! Group keys → dense group ids.
+//!
+//! A key (the GROUP BY values of a row, plus the window start when windowed)
+//! is encoded into a reusable scratch buffer, hashed, and looked up in a
+//! `hashbrown::HashTable` of group ids whose key bytes live in one arena.
+//! Finding an existing group allocates nothing; a new group appends its key
+//! to the arena. Freed ids are reused and the arena is compacted when more
+//! than half of it is dead, so closing windows returns memory.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use sluice_plan::DataType;
+use sluice_plan::{Column, ColumnData, StrData};
+
+/// A fixed-seed hasher: hashing must not depend on process state, because
+/// the table is rebuilt from snapshots (possibly in another process).
+fn hasher() -> foldhash::fast::FixedState {
+    foldhash::fast::FixedState::with_seed(0x51_1c_e0_0d)
+}
+
+pub fn hash_key(key: &[u8]) -> u64 {
+    hasher().hash_one(key)
+}
+
+#[derive(Debug, Default)]
+pub struct GroupTable {
+    table: HashTable<u32>,
+    arena: Vec<u8>,
+    /// (offset, len) of each group's key in the arena; len u32::MAX = free.
+    ranges: Vec<(u32, u32)>,
+    hashes: Vec<u64>,
+    free: Vec<u32>,
+    dead_bytes: usize,
+}
+
+/// Serialisable form of a [`GroupTable`] (the hash table is rebuilt on restore).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GroupTableState {
+    keys: Vec<Option<Vec<u8>>>,
+}
+
+const FREE: u32 = u32::MAX;
+
+impl GroupTable {
+    /// Number of ids handed out (live and free); accumulators size to this.
+    pub fn capacity(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn live(&self) -> usize {
+        self.ranges.len() - self.free.len()
+    }
+
+    pub fn key(&self, gid: u32) -> &[u8] {
+        let (off, len) = self.ranges[gid as usize];
+        if len == FREE { &[] } else { &self.arena[off as usize..(off + len) as usize] }
+    }
+
+    /// The id of `key`, creating the group if needed; `true` when new.
+    #[inline]
+    pub fn find_or_insert(&mut self, key: &[u8]) -> (u32, bool) {
+        let hash = hash_key(key);
+        let (arena, ranges) = (&self.arena, &self.ranges);
+        let eq = |&gid: &u32| {
+            let (off, len) = ranges[gid as usize];
+            len != FREE && &arena[off as usize..(off + len) as usize] == key
+        };
+        if let Some(&gid) = self.table.find(hash, eq) {
+            return (gid, false);
+        }
+        let off = u32::try_from(self.arena.len()).unwrap_or(u32::MAX);
+        self.arena.extend_from_slice(key);
+        let range = (off, u32::try_from(key.len()).unwrap_or(0));
+        let gid = match self.free.pop() {
+            Some(gid) => {
+                self.ranges[gid as usize] = range;
+                self.hashes[gid as usize] = hash;
+                gid
+            }
+            None => {
+                self.ranges.push(range);
+                self.hashes.push(hash);
+                u32::try_from(self.ranges.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let hashes = &self.hashes;
+        self.table.insert_unique(hash, gid, |&g| hashes[g as usize]);
+        (gid, true)
+    }
+
+    /// Frees `gid`; its id may be handed out again.
+    pub fn remove(&mut self, gid: u32) {
+        let (_, len) = self.ranges[gid as usize];
+        if len == FREE {
+            return;
+        }
+        let hash = self.hashes[gid as usize];
+        if let Ok(entry) = self.table.find_entry(hash, |&g| g == gid) {
+            entry.remove();
+        }
+        self.ranges[gid as usize].1 = FREE;
+        self.free.push(gid);
+        self.dead_bytes += len as usize;
+        if self.dead_bytes > 4096 && self.dead_bytes * 2 > self.arena.len() {
+            self.compact();
+        }
+    }
+
+    fn compact(&mut self) {
+        let mut arena = Vec::with_capacity(self.arena.len() - self.dead_bytes);
+        for r in &mut self.ranges {
+            if r.1 != FREE {
+                let off = u32::try_from(arena.len()).unwrap_or(u32::MAX);
+                arena.extend_from_slice(&self.arena[r.0 as usize..(r.0 + r.1) as usize]);
+                r.0 = off;
+            }
+        }
+        self.arena = arena;
+        self.dead_bytes = 0;
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity() + self.ranges.capacity() * 8 + self.hashes.capacity() * 8 + self.table.capacity() * 5
+    }
+
+    pub fn to_state(&self) -> GroupTableState {
+        GroupTableState {
+            keys: (0..self.ranges.len())
+                .map(|g| (self.ranges[g].1 != FREE).then(|| self.key(u32::try_from(g).unwrap_or(0)).to_vec()))
+                .collect(),
+        }
+    }
+
+    pub fn from_state(state: GroupTableState) -> Self {
+        let mut t = GroupTable::default();
+        for key in state.keys {
+            match key {
+                Some(k) => {
+                    let off = u32::try_from(t.arena.len()).unwrap_or(u32::MAX);
+                    t.arena.extend_from_slice(&k);
+                    let hash = hash_key(&k);
+                    t.ranges.push((off, u32::try_from(k.len()).unwrap_or(0)));
+                    t.hashes.push(hash);
+                    let gid = u32::try_from(t.ranges.len() - 1).unwrap_or(0);
+                    let hashes = &t.hashes;
+                    t.table.insert_unique(hash, gid, |&g| hashes[g as usize]);
+                }
+                None => {
+                    t.ranges.push((0, FREE));
+                    t.hashes.push(0);
+                    t.free.push(u32::try_from(t.ranges.len() - 1).unwrap_or(0));
+                }
+            }
+        }
+        t
+    }
+}
+
+/// Typed view of one key column, extracted once per batch.
+enum KeyCol<'a> {
+    Int(&'a [i64], Option<&'a [bool]>),
+    Float(&'a [f64], Option<&'a [bool]>),
+    Bool(&'a [bool], Option<&'a [bool]>),
+    Str(&'a StrData, Option<&'a [bool]>),
+    Null,
+}
+
+/// Encodes the key columns of rows into bytes: per column a null marker and
+/// then the value (8 bytes for numbers, length-prefixed UTF-8 for strings).
+pub struct KeyEncoder<'a> {
+    cols: Vec<KeyCol<'a>>,
+}
+
+impl<'a> KeyEncoder<'a> {
+    pub fn new(columns: &[&'a Column]) -> Self {
+        let cols = columns
+            .iter()
+            .map(|c| {
+                let v = c.validity.as_deref();
+                match &c.data {
+                    ColumnData::Int(x) => KeyCol::Int(x, v),
+                    ColumnData::Float(x) => KeyCol::Float(x, v),
+                    ColumnData::Bool(x) => KeyCol::Bool(x, v),
+                    ColumnData::Str(s) => KeyCol::Str(s, v),
+                    ColumnData::Null(_) => KeyCol::Null,
+                }
+            })
+            .collect();
+        Self { cols }
+    }
+
+    /// Appends the key of `row` to `out`.
+    #[inline]
+    pub fn encode(&self, row: usize, out: &mut Vec<u8>) {
+        for c in &self.cols {
+            let valid = |v: Option<&[bool]>| v.is_none_or(|v| v[row]);
+            match c {
+                KeyCol::Int(x, v) if valid(*v) => {
+                    out.push(1);
+                    out.extend_from_slice(&x[row].to_le_bytes());
+                }
+                KeyCol::Float(x, v) if valid(*v) => {
+                    out.push(1);
+                    // -0.0 and 0.0 are one group, as are all NaNs.
+                    let f = if x[row] == 0.0 {
+                        0.0
+                    } else if x[row].is_nan() {
+                        f64::NAN
+                    } else {
+                        x[row]
+                    };
+                    out.extend_from_slice(&f.to_bits().to_le_bytes());
+                }
+                KeyCol::Bool(x, v) if valid(*v) => {
+                    out.push(1);
+                    out.push(u8::from(x[row]));
+                }
+                KeyCol::Str(s, v) if valid(*v) => {
+                    out.push(1);
+                    let text = s.get(row);
+                    out.extend_from_slice(&u32::try_from(text.len()).unwrap_or(u32::MAX).to_le_bytes());
+                    out.extend_from_slice(text.as_bytes());
+                }
+                _ => out.push(0),
+            }
+        }
+    }
+}
+
+/// Decodes keys written by [`KeyEncoder`] back into columns of `types`,
+/// skipping `skip` leading bytes (a window start prefix).
+pub fn decode_key_into(key: &[u8], skip: usize, types: &[DataType], out: &mut [Column]) -> Result<(), Error> {
+    let mut pos = skip;
+    let bad = || Error::Internal("corrupt group key".into());
+    let take8 = |pos: &mut usize| -> Result<[u8; 8], Error> {
+        let b: [u8; 8] = key.get(*pos..*pos + 8).and_then(|s| s.try_into().ok()).ok_or_else(bad)?;
+        *pos += 8;
+        Ok(b)
+    };
+    for (t, col) in types.iter().zip(out.iter_mut()) {
+        let marker = *key.get(pos).ok_or_else(bad)?;
+        pos += 1;
+        if marker == 0 {
+            col.push_null();
+            continue;
+        }
+        match t {
+            DataType::Bigint | DataType::Timestamp => col.push_i64(i64::from_le_bytes(take8(&mut pos)?))?,
+            DataType::Double => col.push_f64(f64::from_bits(u64::from_le_bytes(take8(&mut pos)?)))?,
+            DataType::Boolean => {
+                col.push_bool(*key.get(pos).ok_or_else(bad)? != 0)?;
+                pos += 1;
+            }
+            DataType::String => {
+                let len: [u8; 4] = key.get(pos..pos + 4).and_then(|s| s.try_into().ok()).ok_or_else(bad)?;
+                pos += 4;
+                let len = u32::from_le_bytes(len) as usize;
+                let text = key.get(pos..pos + len).and_then(|b| std::str::from_utf8(b).ok()).ok_or_else(bad)?;
+                col.push_str(text)?;
+                pos += len;
+            }
+            DataType::Null => col.push_null(),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_dense_reused_and_survive_snapshots() {
+        let mut t = GroupTable::default();
+        let (a, new_a) = t.find_or_insert(b"alpha");
+        let (b, _) = t.find_or_insert(b"beta");
+        assert!(new_a);
+        assert_eq!(t.find_or_insert(b"alpha"), (a, false));
+        t.remove(a);
+        assert_eq!(t.live(), 1);
+        let (c, new_c) = t.find_or_insert(b"gamma");
+        assert!(new_c);
+        assert_eq!(c, a, "freed ids are reused");
+        let restored = GroupTable::from_state(t.to_state());
+        assert_eq!(restored.key(b), b"beta");
+        let mut restored = restored;
+        assert_eq!(restored.find_or_insert(b"gamma"), (c, false));
+        assert!(restored.find_or_insert(b"alpha").1, "removed keys stay removed");
+    }
+
+    #[test]
+    fn compaction_keeps_keys_intact() {
+        let mut t = GroupTable::default();
+        let ids: Vec<u32> = (0..2000).map(|i| t.find_or_insert(format!("key-{i}").as_bytes()).0).collect();
+        for id in &ids[..1500] {
+            t.remove(*id);
+        }
+        for (i, id) in ids.iter().enumerate().skip(1500) {
+            assert_eq!(t.key(*id), format!("key-{i}").as_bytes());
+            assert_eq!(t.find_or_insert(format!("key-{i}").as_bytes()), (*id, false));
+        }
+    }
+
+    #[test]
+    fn keys_round_trip_through_columns() {
+        let mut s = Column::with_capacity(DataType::String, 2);
+        s.push_str("TRADER1").unwrap();
+        s.push_null();
+        let n = Column::floats(vec![-0.0, 2.5]);
+        let enc = KeyEncoder::new(&[&s, &n]);
+        let mut k0 = Vec::new();
+        enc.encode(0, &mut k0);
+        let mut k1 = Vec::new();
+        enc.encode(1, &mut k1);
+        let mut out = vec![Column::with_capacity(DataType::String, 2), Column::with_capacity(DataType::Double, 2)];
+        decode_key_into(&k0, 0, &[DataType::String, DataType::Double], &mut out).unwrap();
+        decode_key_into(&k1, 0, &[DataType::String, DataType::Double], &mut out).unwrap();
+        assert_eq!(out[0].scalar(0), sluice_plan::Scalar::String("TRADER1".into()));
+        assert_eq!(out[0].scalar(1), sluice_plan::Scalar::Null);
+        assert_eq!(out[1].scalar(0), sluice_plan::Scalar::Double(0.0));
+    }
+}

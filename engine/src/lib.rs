@@ -1,0 +1,19 @@
+//! Batch-at-a-time execution of a [`sluice_plan::Plan`].
+//!
+//! One [`Engine`] per Kafka partition, owned by one thread: it keeps that
+//! partition's state (groups, windows, row buffers) and turns each batch of
+//! decoded columns into result rows for an [`Output`]. Nothing here is
+//! shared between engines, locked, or aware of Kafka or of record formats.
+
+mod accumulators;
+mod aggregate;
+mod error;
+mod executor;
+mod group_keys;
+mod output;
+mod rows_window;
+mod session;
+
+pub use error::Error;
+pub use executor::{Engine, EngineOptions, EngineStats};
+pub use output::{EmittedRows, Output};

@@ -1,0 +1,377 @@
+//! The JSON decoder's fast path: one pass over a flat object of scalars.
+//!
+//! Nearly every record on a streaming topic is a flat JSON object whose
+//! strings hold no escapes. For those, this scanner does what the serde
+//! visitor does (`json.rs`) with none of its generic machinery: it walks the
+//! bytes once, matches keys to columns with the same prediction, parses each
+//! value straight into its column, and type-checks declared columns the
+//! query does not read. Under `bench/e2e.sh` decoding was half of a core's
+//! time, so this is where a core's time goes first
+//! (`cargo bench -p sluice-worker --bench decoders` compares the two).
+//!
+//! It accepts only what it can decode exactly as the visitor would. Anything
+//! else — an escape, a nested value, a number a column type does not take
+//! as is, a duplicate or missing field, malformed JSON — makes it give up;
+//! the caller then rolls the row back and runs the visitor, which decodes
+//! the record or explains why it cannot. So both paths always agree, which
+//! `tests/decode_paths.rs` checks on random records.
+
+use sluice_plan::Batch;
+use sluice_plan::DataType;
+use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
+
+use super::json::JsonDecoder;
+
+/// Appends `p` as one row of `batch` if it is a flat object this path
+/// decodes exactly; `false` leaves a partial row for the caller to roll back.
+pub(super) fn decode_flat(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> bool {
+    object(dec, p, batch).is_some()
+}
+
+fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
+    let mut i = ws(p, 0);
+    if p.get(i) != Some(&b'{') {
+        return None;
+    }
+    i = ws(p, i + 1);
+    let mut previous = dec.names.len(); // "start of record"
+    if p.get(i) == Some(&b'}') {
+        i += 1;
+    } else {
+        loop {
+            if p.get(i) != Some(&b'"') {
+                return None;
+            }
+            let (key, after) = plain_string(p, i + 1)?;
+            i = ws(p, after);
+            if p.get(i) != Some(&b':') {
+                return None;
+            }
+            i = ws(p, i + 1);
+            i = match dec.lookup(key, previous) {
+                Some(col) => {
+                    previous = col;
+                    if std::mem::replace(&mut dec.seen[col], true) {
+                        return None; // duplicate: the visitor names it
+                    }
+                    value(dec, col, p, i, batch)?
+                }
+                // An undeclared field: skipped, as long as it is valid.
+                None => {
+                    std::str::from_utf8(key).ok()?;
+                    skip_scalar(p, i)?
+                }
+            };
+            i = ws(p, i);
+            match p.get(i)? {
+                b',' => i = ws(p, i + 1),
+                b'}' => {
+                    i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (ws(p, i) == p.len()).then_some(())
+}
+
+/// Parses the value at `p[i..]` into column `col` (or only checks it, when
+/// the query does not read the column); returns the index after it.
+fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -> Option<usize> {
+    let data_type = dec.types[col];
+    let column = if dec.used[col] { Some(&mut batch.columns[col]) } else { None };
+    match *p.get(i)? {
+        b'"' => {
+            let (bytes, after) = plain_string(p, i + 1)?;
+            let text = std::str::from_utf8(bytes).ok()?;
+            match data_type {
+                DataType::String => {
+                    if let Some(c) = column {
+                        c.push_str(text).ok()?;
+                    }
+                }
+                DataType::Timestamp => {
+                    let ms = parse_timestamp_ms(text)?;
+                    push_i64(column, dec.time_bounded[col], ms)?;
+                }
+                _ => return None,
+            }
+            Some(after)
+        }
+        b'-' | b'0'..=b'9' => {
+            let (end, integer) = number(p, i)?;
+            match data_type {
+                DataType::Bigint | DataType::Timestamp if integer => {
+                    push_i64(column, dec.time_bounded[col], int(&p[i..end])?)?;
+                }
+                // Correctly rounded, as serde_json (with float_roundtrip)
+                // converts any number for the visitor, `-0` included.
+                DataType::Double => {
+                    let x = match exact_double(&p[i..end]) {
+                        Some(x) => x,
+                        // Out of range (`2e400`) parses to infinity here
+                        // but is an error to serde_json: the visitor's call.
+                        None => std::str::from_utf8(&p[i..end]).ok()?.parse::<f64>().ok().filter(|x| x.is_finite())?,
+                    };
+                    if let Some(c) = column {
+                        c.push_f64(x).ok()?;
+                    }
+                }
+                _ => return None,
+            }
+            Some(end)
+        }
+        b't' | b'f' => {
+            let (x, after) =
+                if p[i..].starts_with(b"true") { (true, i + 4) } else { (false, literal(p, i, b"false")?) };
+            if data_type != DataType::Boolean {
+                return None;
+            }
+            if let Some(c) = column {
+                c.push_bool(x).ok()?;
+            }
+            Some(after)
+        }
+        b'n' => {
+            let after = literal(p, i, b"null")?;
+            if dec.required[col] {
+                return None;
+            }
+            if let Some(c) = column {
+                c.push_null();
+            }
+            Some(after)
+        }
+        _ => None, // objects and arrays: the visitor's job
+    }
+}
+
+/// Pushes an integer into a bigint or timestamp column; times outside the
+/// supported range (timestamps, and a bigint event time) are the visitor's
+/// to reject.
+fn push_i64(column: Option<&mut sluice_plan::Column>, time_bounded: bool, x: i64) -> Option<()> {
+    if time_bounded && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
+        return None;
+    }
+    if let Some(c) = column {
+        c.push_i64(x).ok()?;
+    }
+    Some(())
+}
+
+/// The value of an integer the grammar accepted (`-?digits`); `None` when it
+/// does not fit in an i64 (the visitor then decides what it is).
+#[inline]
+fn int(text: &[u8]) -> Option<i64> {
+    let (negative, digits) = match text.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.len() <= 18 {
+        // At most 10^18 - 1: no overflow is possible, so no checks.
+        let v = digits.iter().fold(0i64, |v, d| v * 10 + i64::from(d - b'0'));
+        return Some(if negative { -v } else { v });
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        let d = i64::from(d - b'0');
+        v = v.checked_mul(10)?;
+        v = if negative { v.checked_sub(d)? } else { v.checked_add(d)? };
+    }
+    Some(v)
+}
+
+/// Powers of ten a double holds exactly.
+const EXACT_POWERS: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// A decimal number with at most 15 significant digits and a small
+/// exponent (`123.45`, `150.0`, `-2.5e-3`): its digits make an integer below
+/// 2^53 and the power of ten is exact, so one multiplication or division
+/// is correctly rounded (Clinger's fast path) and gives the same bits as a
+/// full parse. `None` for anything else, which the full parser then takes.
+#[inline]
+fn exact_double(text: &[u8]) -> Option<f64> {
+    let (negative, rest) = match text.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, text),
+    };
+    let mut mantissa: u64 = 0;
+    let (mut digits, mut scale, mut i) = (0u32, 0i32, 0usize);
+    let mut fraction = false;
+    while let Some(&b) = rest.get(i) {
+        match b {
+            b'0'..=b'9' => {
+                if mantissa != 0 || b != b'0' {
+                    digits += 1;
+                }
+                if digits > 15 {
+                    return None;
+                }
+                mantissa = mantissa * 10 + u64::from(b - b'0');
+                if fraction {
+                    scale -= 1;
+                }
+            }
+            b'.' => fraction = true,
+            _ => break,
+        }
+        i += 1;
+    }
+    if let Some(&(b'e' | b'E')) = rest.get(i) {
+        let exp = std::str::from_utf8(&rest[i + 1..]).ok()?.parse::<i32>().ok()?;
+        scale = scale.checked_add(exp)?;
+    } else if i != rest.len() {
+        return None;
+    }
+    #[allow(clippy::cast_precision_loss)] // below 2^53: exact
+    let m = mantissa as f64;
+    let x = match usize::try_from(scale.unsigned_abs()).ok().and_then(|e| EXACT_POWERS.get(e)) {
+        Some(p) if scale >= 0 => m * p,
+        Some(p) => m / p,
+        None => return None,
+    };
+    Some(if negative { -x } else { x })
+}
+
+/// Skips a scalar value (string, number, literal); `None` for anything else.
+fn skip_scalar(p: &[u8], i: usize) -> Option<usize> {
+    match *p.get(i)? {
+        b'"' => {
+            let (bytes, after) = plain_string(p, i + 1)?;
+            std::str::from_utf8(bytes).ok()?;
+            Some(after)
+        }
+        b'-' | b'0'..=b'9' => number(p, i).map(|(end, _)| end),
+        b't' => literal(p, i, b"true"),
+        b'f' => literal(p, i, b"false"),
+        b'n' => literal(p, i, b"null"),
+        _ => None,
+    }
+}
+
+/// The bytes of a string that starts at `p[start]` (after its opening
+/// quote) and needs no unescaping, and the index after its closing quote.
+#[inline]
+fn plain_string(p: &[u8], start: usize) -> Option<(&[u8], usize)> {
+    let rest = p.get(start..)?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    (rest[end] == b'"').then(|| (&rest[..end], start + end + 1))
+}
+
+/// A JSON number at `p[i..]`: the index after it, and whether it is an
+/// integer (no fraction, no exponent). `None` if it breaks JSON's grammar.
+#[inline]
+fn number(p: &[u8], mut i: usize) -> Option<(usize, bool)> {
+    let digits = |p: &[u8], mut i: usize| {
+        let start = i;
+        while p.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        (i > start).then_some(i)
+    };
+    if p.get(i) == Some(&b'-') {
+        i += 1;
+    }
+    match p.get(i)? {
+        b'0' => i += 1, // no leading zeros
+        b'1'..=b'9' => i = digits(p, i)?,
+        _ => return None,
+    }
+    let mut integer = true;
+    if p.get(i) == Some(&b'.') {
+        integer = false;
+        i = digits(p, i + 1)?;
+    }
+    if matches!(p.get(i), Some(b'e' | b'E')) {
+        integer = false;
+        i += 1;
+        if matches!(p.get(i), Some(b'+' | b'-')) {
+            i += 1;
+        }
+        i = digits(p, i)?;
+    }
+    Some((i, integer))
+}
+
+fn literal(p: &[u8], i: usize, word: &[u8]) -> Option<usize> {
+    p[i..].starts_with(word).then_some(i + word.len())
+}
+
+/// Skips JSON whitespace.
+#[inline]
+fn ws(p: &[u8], mut i: usize) -> usize {
+    while matches!(p.get(i), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_follow_the_json_grammar() {
+        for (text, end) in [("0", 1), ("-0", 2), ("12", 2), ("1.5", 3), ("-1e9", 4), ("2E+3,", 4), ("7.25e-2}", 7)] {
+            assert_eq!(number(text.as_bytes(), 0).map(|(e, _)| e), Some(end), "{text}");
+        }
+        for bad in ["-", "01", "1.", ".5", "1e", "1e+", "-x"] {
+            // `01` is two numbers to JSON: the first ends after the 0.
+            let r = number(bad.as_bytes(), 0);
+            assert!(r.is_none() || r == Some((1, true)), "{bad}: {r:?}");
+        }
+        assert_eq!(number(b"42", 0), Some((2, true)));
+        assert_eq!(number(b"4.2", 0), Some((3, false)));
+    }
+
+    #[test]
+    fn short_decimals_take_the_exact_fast_path() {
+        for text in [
+            "0",
+            "-0",
+            "150.0",
+            "123.45",
+            "-2.5e-3",
+            "1E22",
+            "0.000001",
+            "999999999999999",
+            "3.14159265358979",
+            "1e-22",
+            "7.5E+10",
+            "0.1",
+            "0.30000000000000004",
+        ] {
+            let want: f64 = text.parse().unwrap();
+            match exact_double(text.as_bytes()) {
+                Some(x) => assert_eq!(x.to_bits(), want.to_bits(), "{text}"),
+                None => assert!(text.len() > 16, "{text} should take the fast path"),
+            }
+        }
+        // Too many digits or too large an exponent: left to the full parser.
+        for text in ["1234567890123456", "1e23", "1e-23", "0.12345678901234567"] {
+            assert_eq!(exact_double(text.as_bytes()), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn integers_parse_to_the_edges_of_i64() {
+        assert_eq!(int(b"0"), Some(0));
+        assert_eq!(int(b"-0"), Some(0));
+        assert_eq!(int(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(int(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(int(b"9223372036854775808"), None);
+        assert_eq!(int(b"-9223372036854775809"), None);
+    }
+
+    #[test]
+    fn strings_with_escapes_or_control_characters_are_not_plain() {
+        assert_eq!(plain_string(br#"abc" tail"#, 0), Some((&b"abc"[..], 4)));
+        assert_eq!(plain_string(br#"a\"b""#, 0), None);
+        assert_eq!(plain_string(b"a\nb\"", 0), None);
+        assert_eq!(plain_string(b"unterminated", 0), None);
+    }
+}

@@ -1,0 +1,391 @@
+//! Column vectors: the unit the engine computes on.
+//!
+//! A column is one typed `Vec` plus an optional validity mask. Timestamps are
+//! stored as epoch milliseconds in the same `Int` storage as bigints. Strings
+//! are one contiguous `String` with offsets, so a batch of N strings costs two
+//! allocations (reused across batches by the decoder), not N.
+
+use crate::Error;
+use crate::{DataType, Scalar};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ColumnData {
+    /// `Bigint` and `Timestamp` values.
+    Int(Vec<i64>),
+    Float(Vec<f64>),
+    Bool(Vec<bool>),
+    Str(StrData),
+    /// A column of the `Null` type: only nulls, of this length.
+    Null(usize),
+}
+
+/// Strings of a column: row `i` is `bytes[offsets[i]..offsets[i + 1]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StrData {
+    offsets: Vec<u32>,
+    bytes: String,
+}
+
+impl Default for StrData {
+    fn default() -> Self {
+        Self { offsets: vec![0], bytes: String::new() }
+    }
+}
+
+impl StrData {
+    pub fn with_capacity(rows: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        Self { offsets, bytes: String::with_capacity(bytes) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> &str {
+        let (start, end) = (self.offsets[i] as usize, self.offsets[i + 1] as usize);
+        self.bytes.get(start..end).unwrap_or_default()
+    }
+
+    #[inline]
+    pub fn push(&mut self, s: &str) {
+        self.bytes.push_str(s);
+        self.offsets.push(u32::try_from(self.bytes.len()).unwrap_or(u32::MAX));
+    }
+
+    /// Appends a string produced piecewise (e.g. a transformed value).
+    #[inline]
+    pub fn push_with(&mut self, f: impl FnOnce(&mut String)) {
+        f(&mut self.bytes);
+        self.offsets.push(u32::try_from(self.bytes.len()).unwrap_or(u32::MAX));
+    }
+
+    pub fn truncate(&mut self, rows: usize) {
+        if rows < self.len() {
+            self.offsets.truncate(rows + 1);
+            let end = self.offsets[rows] as usize;
+            self.bytes.truncate(end);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.offsets.capacity() * 4 + self.bytes.capacity()
+    }
+}
+
+/// A typed column with an optional validity mask (`false` = NULL).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Column {
+    pub data_type: DataType,
+    pub data: ColumnData,
+    pub validity: Option<Vec<bool>>,
+}
+
+impl Column {
+    pub fn new(data_type: DataType, data: ColumnData, validity: Option<Vec<bool>>) -> Self {
+        Self { data_type, data, validity }
+    }
+
+    pub fn with_capacity(data_type: DataType, rows: usize) -> Self {
+        let data = match data_type {
+            DataType::Bigint | DataType::Timestamp => ColumnData::Int(Vec::with_capacity(rows)),
+            DataType::Double => ColumnData::Float(Vec::with_capacity(rows)),
+            DataType::Boolean => ColumnData::Bool(Vec::with_capacity(rows)),
+            DataType::String => ColumnData::Str(StrData::with_capacity(rows, rows * 8)),
+            DataType::Null => ColumnData::Null(0),
+        };
+        Self { data_type, data, validity: None }
+    }
+
+    pub fn ints(data_type: DataType, values: Vec<i64>) -> Self {
+        Self::new(data_type, ColumnData::Int(values), None)
+    }
+
+    pub fn floats(values: Vec<f64>) -> Self {
+        Self::new(DataType::Double, ColumnData::Float(values), None)
+    }
+
+    pub fn bools(values: Vec<bool>) -> Self {
+        Self::new(DataType::Boolean, ColumnData::Bool(values), None)
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.data {
+            ColumnData::Int(v) => v.len(),
+            ColumnData::Float(v) => v.len(),
+            ColumnData::Bool(v) => v.len(),
+            ColumnData::Str(s) => s.len(),
+            ColumnData::Null(n) => *n,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    pub fn is_valid(&self, i: usize) -> bool {
+        match (&self.validity, &self.data) {
+            (_, ColumnData::Null(_)) => false,
+            (Some(v), _) => v[i],
+            (None, _) => true,
+        }
+    }
+
+    pub fn null_count(&self) -> usize {
+        match (&self.validity, &self.data) {
+            (_, ColumnData::Null(n)) => *n,
+            (Some(v), _) => v.iter().filter(|x| !**x).count(),
+            (None, _) => 0,
+        }
+    }
+
+    /// Marks the next pushed row as null (call before pushing a placeholder).
+    #[inline]
+    fn mark(&mut self, valid: bool) {
+        match &mut self.validity {
+            Some(v) => v.push(valid),
+            None if valid => {}
+            None => {
+                let mut v = vec![true; self.len()];
+                v.push(false);
+                self.validity = Some(v);
+            }
+        }
+    }
+
+    /// Appends a NULL.
+    pub fn push_null(&mut self) {
+        self.mark(false);
+        match &mut self.data {
+            ColumnData::Int(v) => v.push(0),
+            ColumnData::Float(v) => v.push(0.0),
+            ColumnData::Bool(v) => v.push(false),
+            ColumnData::Str(s) => s.push(""),
+            ColumnData::Null(n) => *n += 1,
+        }
+    }
+
+    #[inline]
+    pub fn push_i64(&mut self, x: i64) -> Result<(), Error> {
+        match &mut self.data {
+            ColumnData::Int(v) => v.push(x),
+            _ => return Err(self.wrong("push_i64")),
+        }
+        self.mark(true);
+        Ok(())
+    }
+
+    #[inline]
+    pub fn push_f64(&mut self, x: f64) -> Result<(), Error> {
+        match &mut self.data {
+            ColumnData::Float(v) => v.push(x),
+            _ => return Err(self.wrong("push_f64")),
+        }
+        self.mark(true);
+        Ok(())
+    }
+
+    #[inline]
+    pub fn push_bool(&mut self, x: bool) -> Result<(), Error> {
+        match &mut self.data {
+            ColumnData::Bool(v) => v.push(x),
+            _ => return Err(self.wrong("push_bool")),
+        }
+        self.mark(true);
+        Ok(())
+    }
+
+    #[inline]
+    pub fn push_str(&mut self, x: &str) -> Result<(), Error> {
+        match &mut self.data {
+            ColumnData::Str(s) => s.push(x),
+            _ => return Err(self.wrong("push_str")),
+        }
+        self.mark(true);
+        Ok(())
+    }
+
+    /// Appends a scalar of this column's type (or NULL).
+    pub fn push_scalar(&mut self, value: &Scalar) -> Result<(), Error> {
+        match value {
+            Scalar::Null => {
+                self.push_null();
+                Ok(())
+            }
+            Scalar::Bigint(x) | Scalar::Timestamp(x) => self.push_i64(*x),
+            Scalar::Double(x) => self.push_f64(*x),
+            Scalar::Boolean(x) => self.push_bool(*x),
+            Scalar::String(x) => self.push_str(x),
+        }
+    }
+
+    /// Appends row `i` of `other`, which must have the same storage.
+    pub fn push_from(&mut self, other: &Column, i: usize) -> Result<(), Error> {
+        if !other.is_valid(i) {
+            self.push_null();
+            return Ok(());
+        }
+        match &other.data {
+            ColumnData::Int(v) => self.push_i64(v[i]),
+            ColumnData::Float(v) => self.push_f64(v[i]),
+            ColumnData::Bool(v) => self.push_bool(v[i]),
+            ColumnData::Str(s) => self.push_str(s.get(i)),
+            ColumnData::Null(_) => {
+                self.push_null();
+                Ok(())
+            }
+        }
+    }
+
+    /// Row `i` as a scalar (slow path: state snapshots, tests, constants).
+    pub fn scalar(&self, i: usize) -> Scalar {
+        if !self.is_valid(i) {
+            return Scalar::Null;
+        }
+        match (&self.data, self.data_type) {
+            (ColumnData::Int(v), DataType::Timestamp) => Scalar::Timestamp(v[i]),
+            (ColumnData::Int(v), _) => Scalar::Bigint(v[i]),
+            (ColumnData::Float(v), _) => Scalar::Double(v[i]),
+            (ColumnData::Bool(v), _) => Scalar::Boolean(v[i]),
+            (ColumnData::Str(s), _) => Scalar::String(s.get(i).to_owned()),
+            (ColumnData::Null(_), _) => Scalar::Null,
+        }
+    }
+
+    /// Keeps the first `rows` rows.
+    pub fn truncate(&mut self, rows: usize) {
+        match &mut self.data {
+            ColumnData::Int(v) => v.truncate(rows),
+            ColumnData::Float(v) => v.truncate(rows),
+            ColumnData::Bool(v) => v.truncate(rows),
+            ColumnData::Str(s) => s.truncate(rows),
+            ColumnData::Null(n) => *n = (*n).min(rows),
+        }
+        if let Some(v) = &mut self.validity {
+            v.truncate(rows);
+        }
+    }
+
+    /// Empties the column, keeping its allocations for the next batch.
+    pub fn clear(&mut self) {
+        self.truncate(0);
+        self.validity = None;
+    }
+
+    /// The rows listed in `rows`, in that order.
+    pub fn take(&self, rows: &[u32]) -> Column {
+        let validity = self.validity.as_ref().map(|v| rows.iter().map(|&r| v[r as usize]).collect());
+        let data = match &self.data {
+            ColumnData::Int(v) => ColumnData::Int(rows.iter().map(|&r| v[r as usize]).collect()),
+            ColumnData::Float(v) => ColumnData::Float(rows.iter().map(|&r| v[r as usize]).collect()),
+            ColumnData::Bool(v) => ColumnData::Bool(rows.iter().map(|&r| v[r as usize]).collect()),
+            ColumnData::Str(s) => {
+                let mut out = StrData::with_capacity(rows.len(), rows.len() * 8);
+                for &r in rows {
+                    out.push(s.get(r as usize));
+                }
+                ColumnData::Str(out)
+            }
+            ColumnData::Null(_) => ColumnData::Null(rows.len()),
+        };
+        Column { data_type: self.data_type, data, validity }
+    }
+
+    /// Approximate heap size, for state accounting.
+    pub fn heap_bytes(&self) -> usize {
+        let data = match &self.data {
+            ColumnData::Int(v) => v.capacity() * 8,
+            ColumnData::Float(v) => v.capacity() * 8,
+            ColumnData::Bool(v) => v.capacity(),
+            ColumnData::Str(s) => s.heap_bytes(),
+            ColumnData::Null(_) => 0,
+        };
+        data + self.validity.as_ref().map_or(0, Vec::capacity)
+    }
+
+    fn wrong(&self, op: &str) -> Error {
+        Error::Internal(format!("{op} on a {} column", self.data_type))
+    }
+}
+
+/// A column with `len` copies of `value`.
+pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
+    let valid = !value.is_null();
+    let data = match (value, data_type) {
+        (Scalar::Bigint(x) | Scalar::Timestamp(x), _) => ColumnData::Int(vec![*x; len]),
+        (Scalar::Double(x), _) => ColumnData::Float(vec![*x; len]),
+        (Scalar::Boolean(x), _) => ColumnData::Bool(vec![*x; len]),
+        (Scalar::String(x), _) => {
+            let mut s = StrData::with_capacity(len, x.len() * len);
+            for _ in 0..len {
+                s.push(x);
+            }
+            ColumnData::Str(s)
+        }
+        (Scalar::Null, DataType::Bigint | DataType::Timestamp) => ColumnData::Int(vec![0; len]),
+        (Scalar::Null, DataType::Double) => ColumnData::Float(vec![0.0; len]),
+        (Scalar::Null, DataType::Boolean) => ColumnData::Bool(vec![false; len]),
+        (Scalar::Null, DataType::String) => {
+            let mut s = StrData::with_capacity(len, 0);
+            for _ in 0..len {
+                s.push("");
+            }
+            ColumnData::Str(s)
+        }
+        (Scalar::Null, DataType::Null) => ColumnData::Null(len),
+    };
+    let validity = if valid { None } else { Some(vec![false; len]) };
+    Column { data_type, data, validity }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_created_lazily_and_kept_aligned() {
+        let mut c = Column::with_capacity(DataType::Bigint, 4);
+        c.push_i64(1).unwrap();
+        c.push_i64(2).unwrap();
+        assert!(c.validity.is_none());
+        c.push_null();
+        c.push_i64(4).unwrap();
+        assert_eq!(c.len(), 4);
+        assert_eq!(c.validity.as_deref(), Some(&[true, true, false, true][..]));
+        assert_eq!(c.scalar(2), Scalar::Null);
+        assert_eq!(c.scalar(3), Scalar::Bigint(4));
+        c.truncate(2);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.validity.as_ref().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn strings_share_one_buffer() {
+        let mut c = Column::with_capacity(DataType::String, 2);
+        c.push_str("héllo").unwrap();
+        c.push_null();
+        c.push_str("").unwrap();
+        c.push_str("x").unwrap();
+        let ColumnData::Str(s) = &c.data else { panic!() };
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec!["héllo", "", "", "x"]);
+        let t = c.take(&[3, 0]);
+        assert_eq!(t.scalar(0), Scalar::String("x".into()));
+        assert_eq!(t.scalar(1), Scalar::String("héllo".into()));
+        assert!(c.push_i64(1).is_err(), "wrong-typed pushes are errors, not panics");
+    }
+}

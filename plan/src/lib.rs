@@ -1,0 +1,38 @@
+//! Sluice's plan IR: what a query means, independent of how it was written
+//! (the SQL front end builds it) and of where records come from (the worker
+//! runtime feeds it).
+//!
+//! * [`types`] — SQL types and scalar values
+//! * [`schema`] — source schemas, their event time and partitioning
+//! * [`expr`] — typed physical expressions, and [`eval`] their vectorised
+//!   evaluation over columnar [`Batch`]es (the planner folds constants with
+//!   the same kernels the engine runs, so both agree by construction)
+//! * [`plan`] — the operator plan one engine instance executes, and its
+//!   stable fingerprint
+//! * [`time`] — timestamp parsing and formatting
+//!
+//! The bottom of the crate graph: it depends on nothing of Sluice but the
+//! contract types of `sluice-crds`.
+
+mod batch;
+mod column;
+mod error;
+pub mod eval;
+mod expr;
+mod plan;
+mod scalar_fns;
+mod schema;
+pub mod time;
+mod types;
+
+pub use batch::{Batch, Selection};
+pub use column::{Column, ColumnData, StrData, broadcast};
+pub use error::{Error, SqlError};
+pub use eval::{Value, eval, filter_rows, fold_constant};
+pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
+pub use plan::{
+    AggFunc, AggregateCall, AggregatePlan, EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, RowsFunction,
+    RowsFunctionKind, RowsPlan, RowsSpec, TimeWindow, plan_fingerprint,
+};
+pub use schema::{EventTime, Field, Schema, SourceSchema};
+pub use types::{DataType, Scalar};

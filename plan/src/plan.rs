@@ -1,0 +1,225 @@
+//! A query plan: what one engine instance executes for each batch.
+//!
+//! Every plan has the same shape:
+//!
+//! ```text
+//! input batch ─▶ filter (WHERE) ─▶ operator ─▶ intermediate rows ─▶ HAVING ─▶ projection ─▶ output
+//! ```
+//!
+//! The operator is stateless (rows pass through), an aggregation (groups,
+//! optionally per time window), or a ROWS window (analytic functions over the
+//! last N rows per partition key). Its output — the "intermediate" schema — is
+//! what HAVING and the SELECT list are compiled against, so one projection
+//! routine serves every kind of query.
+
+use serde::{Deserialize, Serialize};
+
+use super::{DataType, PhysExpr, Schema, SourceSchema};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub source: SourceSchema,
+    /// Source columns the plan reads; the decoder skips the others.
+    pub used_columns: Vec<bool>,
+    /// WHERE, over the source schema.
+    pub filter: Option<PhysExpr>,
+    pub operator: OperatorPlan,
+    /// What the operator produces, and HAVING / outputs / keys read.
+    pub intermediate: Schema,
+    pub having: Option<PhysExpr>,
+    /// The SELECT list.
+    pub outputs: Vec<OutputColumn>,
+    /// Columns of the sink record key (the GROUP BY key and window start).
+    pub keys: Vec<OutputColumn>,
+    pub emit: EmitMode,
+    /// How the source must be partitioned for per-partition engines to give
+    /// complete results.
+    pub partitioning: Partitioning,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OutputColumn {
+    pub name: String,
+    pub expr: PhysExpr,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum OperatorPlan {
+    /// Filter and project only; one output row per passing input row.
+    Stateless,
+    Aggregate(AggregatePlan),
+    Rows(RowsPlan),
+}
+
+/// GROUP BY (with an optional time window). Intermediate columns are the
+/// group expressions, then the aggregates, then `window_start`, `window_end`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregatePlan {
+    pub group_exprs: Vec<PhysExpr>,
+    pub aggregates: Vec<AggregateCall>,
+    pub window: Option<TimeWindow>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AggFunc {
+    CountStar,
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    StddevSamp,
+    StddevPop,
+    VarSamp,
+    VarPop,
+}
+
+impl AggFunc {
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name.to_ascii_uppercase().as_str() {
+            "COUNT" => Self::Count,
+            "SUM" => Self::Sum,
+            "MIN" => Self::Min,
+            "MAX" => Self::Max,
+            "AVG" => Self::Avg,
+            "STDDEV" | "STDDEV_SAMP" => Self::StddevSamp,
+            "STDDEV_POP" => Self::StddevPop,
+            "VARIANCE" | "VAR_SAMP" => Self::VarSamp,
+            "VAR_POP" => Self::VarPop,
+            _ => return None,
+        })
+    }
+
+    /// Result type for an argument of type `arg`.
+    pub fn result_type(self, arg: DataType) -> DataType {
+        match self {
+            Self::CountStar | Self::Count => DataType::Bigint,
+            Self::Sum if arg == DataType::Bigint => DataType::Bigint,
+            Self::Min | Self::Max => arg,
+            _ => DataType::Double,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregateCall {
+    pub func: AggFunc,
+    /// None for COUNT(*).
+    pub arg: Option<PhysExpr>,
+    pub distinct: bool,
+    pub data_type: DataType,
+}
+
+/// Event-time windows. The time column is always the source's eventTime
+/// column, whose watermark closes the windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TimeWindow {
+    Tumbling { size_ms: i64 },
+    Hopping { size_ms: i64, advance_ms: i64 },
+    Session { gap_ms: i64 },
+}
+
+/// Analytic functions over ROWS frames. Intermediate columns are the source
+/// columns followed by one column per function, in `functions` order across specs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowsPlan {
+    pub specs: Vec<RowsSpec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowsSpec {
+    pub partition_by: Vec<PhysExpr>,
+    /// Rows before the current one in the frame; None = UNBOUNDED PRECEDING.
+    pub preceding: Option<u64>,
+    pub functions: Vec<RowsFunction>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RowsFunction {
+    pub kind: RowsFunctionKind,
+    pub arg: Option<PhysExpr>,
+    pub data_type: DataType,
+    /// Index of this function's column in the intermediate schema.
+    pub output: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RowsFunctionKind {
+    Aggregate(AggFunc),
+    RowNumber,
+}
+
+/// When results are emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EmitMode {
+    /// One output per input row (filters, projections, ROWS windows).
+    PerRecord,
+    /// Updated aggregate rows as input arrives (coalesced per batch or per
+    /// record, as the engine is configured).
+    Changes,
+    /// One row per window and group, when the watermark closes the window.
+    Final,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Partitioning {
+    /// Any partitioning gives complete results (stateless queries).
+    Any,
+    /// State is keyed by these source columns: every record with the same
+    /// values must be in the same partition. Empty = a single global group.
+    KeyedBy(Vec<String>),
+}
+
+impl Plan {
+    pub fn is_windowed(&self) -> bool {
+        matches!(&self.operator, OperatorPlan::Aggregate(a) if a.window.is_some())
+    }
+
+    /// Checks that the declared partitioning of the source gives complete
+    /// results with one engine per partition, given the number of partitions.
+    pub fn check_partitioning(&self, partitions: i32) -> Result<(), super::SqlError> {
+        let Partitioning::KeyedBy(keys) = &self.partitioning else {
+            return Ok(());
+        };
+        if partitions <= 1 {
+            return Ok(());
+        }
+        let declared = &self.source.partition_key;
+        let aligned = !declared.is_empty() && declared.iter().all(|d| keys.iter().any(|k| k.eq_ignore_ascii_case(d)));
+        if aligned {
+            return Ok(());
+        }
+        let state = if keys.is_empty() { "a single global group".to_owned() } else { format!("({})", keys.join(", ")) };
+        let declared_text = if declared.is_empty() {
+            "no partitionKey".to_owned()
+        } else {
+            format!("partitionKey [{}]", declared.join(", "))
+        };
+        Err(super::SqlError::unpositioned(format!(
+            "the query keeps state per {state}, but source `{}` has {partitions} partitions and declares \
+             {declared_text}: each partition is processed by its own engine, so records of one group must \
+             share a partition. Key the topic by a subset of the grouping columns and declare it in \
+             partitionKey, or use a single-partition topic",
+            self.source.name
+        )))
+    }
+}
+
+/// Names the fingerprint scheme; part of what is hashed. A change to how
+/// plans serialise changes every fingerprint, so it is a deliberate step:
+/// `tests/fingerprint.rs` pins the fingerprints of known plans.
+const FINGERPRINT_SCHEME: &[u8] = b"sluice.plan.v1\0";
+
+/// The plan's identity for state: a checkpoint is only restored into the
+/// plan that wrote it. Stable across builds and versions (SHA-256 of the
+/// plan's postcard encoding, a format with a stable specification), unlike
+/// an in-process hasher that may change with any dependency update and
+/// would make every checkpoint unreadable after an image upgrade.
+pub fn plan_fingerprint(plan: &Plan) -> u64 {
+    use sha2::{Digest, Sha256};
+    let bytes = postcard::to_allocvec(plan).unwrap_or_default();
+    let digest = Sha256::new().chain_update(FINGERPRINT_SCHEME).chain_update(&bytes).finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(first)
+}

@@ -1,0 +1,414 @@
+//! Kernels of scalar functions, CAST and LIKE.
+
+use super::column::{Column, ColumnData, StrData};
+use super::eval::str_data;
+use crate::Error;
+use crate::time::{extract, extract_epoch, format_timestamp, parse_timestamp_ms};
+use crate::{DataType, LikePattern, LikeToken, ScalarFunc, TimePart, TrimSide};
+
+fn strings(c: &Column) -> Result<&StrData, Error> {
+    str_data(c).ok_or_else(|| Error::Internal(format!("expected strings, got {}", c.data_type)))
+}
+
+/// Applies `f` to each valid string row, building a string column.
+fn map_str(c: &Column, f: impl Fn(&str, &mut String)) -> Result<Column, Error> {
+    let s = strings(c)?;
+    let mut out = StrData::with_capacity(s.len(), s.len() * 8);
+    for i in 0..s.len() {
+        out.push_with(|buf| f(s.get(i), buf));
+    }
+    Ok(Column::new(DataType::String, ColumnData::Str(out), c.validity.clone()))
+}
+
+pub(super) fn eval_function(
+    func: &ScalarFunc,
+    args: &[std::borrow::Cow<'_, Column>],
+    data_type: DataType,
+    n: usize,
+) -> Result<Column, Error> {
+    let arg = |i: usize| {
+        args.get(i).map(AsRef::as_ref).ok_or_else(|| Error::Internal(format!("{func:?}: missing argument {i}")))
+    };
+    let a = arg(0)?;
+    match func {
+        ScalarFunc::Upper => map_str(a, |s, buf| {
+            if s.is_ascii() {
+                buf.extend(s.chars().map(|c| c.to_ascii_uppercase()));
+            } else {
+                buf.push_str(&s.to_uppercase());
+            }
+        }),
+        ScalarFunc::Lower => map_str(a, |s, buf| {
+            if s.is_ascii() {
+                buf.extend(s.chars().map(|c| c.to_ascii_lowercase()));
+            } else {
+                buf.push_str(&s.to_lowercase());
+            }
+        }),
+        ScalarFunc::Trim(side) => map_str(a, |s, buf| {
+            buf.push_str(match side {
+                TrimSide::Both => s.trim_matches(' '),
+                TrimSide::Leading => s.trim_start_matches(' '),
+                TrimSide::Trailing => s.trim_end_matches(' '),
+            });
+        }),
+        ScalarFunc::Length => {
+            let s = strings(a)?;
+            let v = s.iter().map(|x| i64::try_from(x.chars().count()).unwrap_or(i64::MAX)).collect();
+            Ok(Column::new(DataType::Bigint, ColumnData::Int(v), a.validity.clone()))
+        }
+        ScalarFunc::Substring => {
+            let s = strings(a)?;
+            let start = arg(1)?;
+            let len = args.get(2).map(AsRef::as_ref);
+            let ColumnData::Int(starts) = &start.data else {
+                return Err(Error::Internal("SUBSTRING start".into()));
+            };
+            let lens = match len.map(|l| &l.data) {
+                Some(ColumnData::Int(l)) => Some(l),
+                _ => None,
+            };
+            let mut out = StrData::with_capacity(n, n * 8);
+            let mut validity = vec![true; n];
+            for i in 0..n {
+                let ok = a.is_valid(i) && start.is_valid(i) && len.is_none_or(|l| l.is_valid(i));
+                validity[i] = ok;
+                out.push_with(|buf| {
+                    if ok {
+                        // SQL semantics: 1-based; a start before 1 eats into the length.
+                        let from = starts[i];
+                        let end = lens.map(|l| from.saturating_add(l[i].max(0)));
+                        let skip = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
+                        let take =
+                            end.map(|e| usize::try_from(e.saturating_sub(from.max(1)).max(0)).unwrap_or(usize::MAX));
+                        let chars = s.get(i).chars().skip(skip);
+                        match take {
+                            Some(t) => buf.extend(chars.take(t)),
+                            None => buf.extend(chars),
+                        }
+                    }
+                });
+            }
+            let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
+            Ok(Column::new(DataType::String, ColumnData::Str(out), validity))
+        }
+        ScalarFunc::Abs | ScalarFunc::Floor | ScalarFunc::Ceil | ScalarFunc::Round => {
+            let digits = match (func, args.get(1)) {
+                (ScalarFunc::Round, Some(d)) => Some(d.as_ref()),
+                _ => None,
+            };
+            numeric(func, a, digits, data_type)
+        }
+        ScalarFunc::Extract(part) => {
+            let ColumnData::Int(ts) = &a.data else {
+                return Err(Error::Internal("EXTRACT of a non-timestamp".into()));
+            };
+            let data = if *part == TimePart::Epoch {
+                ColumnData::Float(ts.iter().map(|&t| extract_epoch(t)).collect())
+            } else {
+                ColumnData::Int(ts.iter().map(|&t| extract(*part, t)).collect())
+            };
+            Ok(Column::new(data_type, data, a.validity.clone()))
+        }
+    }
+}
+
+fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: DataType) -> Result<Column, Error> {
+    let data = match &a.data {
+        ColumnData::Int(v) => match (func, digits) {
+            (ScalarFunc::Abs, _) => ColumnData::Int(v.iter().map(|x| x.wrapping_abs()).collect()),
+            (ScalarFunc::Round, Some(d)) => {
+                // ROUND(int, -k) rounds to tens, hundreds...
+                let ColumnData::Int(ds) = &d.data else {
+                    return Err(Error::Internal("ROUND digits".into()));
+                };
+                ColumnData::Int(
+                    v.iter()
+                        .zip(ds)
+                        .map(|(x, d)| {
+                            if *d >= 0 {
+                                *x
+                            } else {
+                                // Half away from zero, on the magnitude.
+                                let p = 10i128.pow(u32::try_from(d.unsigned_abs()).unwrap_or(18).min(18));
+                                let a = i128::from(*x).abs();
+                                let rounded = (a + p / 2) / p * p;
+                                let signed = if *x < 0 { -rounded } else { rounded };
+                                i64::try_from(signed).unwrap_or(if *x < 0 { i64::MIN } else { i64::MAX })
+                            }
+                        })
+                        .collect(),
+                )
+            }
+            _ => ColumnData::Int(v.clone()),
+        },
+        ColumnData::Float(v) => ColumnData::Float(match (func, digits) {
+            (ScalarFunc::Abs, _) => v.iter().map(|x| x.abs()).collect(),
+            (ScalarFunc::Floor, _) => v.iter().map(|x| x.floor()).collect(),
+            (ScalarFunc::Ceil, _) => v.iter().map(|x| x.ceil()).collect(),
+            (ScalarFunc::Round, None) => v.iter().map(|x| x.round()).collect(),
+            (ScalarFunc::Round, Some(d)) => {
+                let ColumnData::Int(ds) = &d.data else {
+                    return Err(Error::Internal("ROUND digits".into()));
+                };
+                v.iter().zip(ds).map(|(x, d)| round_to(*x, *d)).collect()
+            }
+            _ => v.clone(),
+        }),
+        ColumnData::Null(n) => ColumnData::Null(*n),
+        _ => return Err(Error::Internal(format!("{func:?} of {}", a.data_type))),
+    };
+    let validity = match digits {
+        Some(d) => super::eval::and_validity(a.validity.as_deref(), d.validity.as_deref(), a.len()),
+        None => a.validity.clone(),
+    };
+    Ok(Column::new(data_type, data, validity))
+}
+
+/// Rounds half away from zero to `digits` decimal places.
+fn round_to(x: f64, digits: i64) -> f64 {
+    let d = i32::try_from(digits.clamp(-300, 300)).unwrap_or(0);
+    let p = 10f64.powi(d);
+    let y = (x * p).round() / p;
+    if y.is_finite() { y } else { x }
+}
+
+/// CAST of a whole column. Values that do not convert (e.g. 'abc' to bigint)
+/// become NULL rather than failing the record.
+pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
+    let n = c.len();
+    if c.data_type == to {
+        return Ok(c.clone());
+    }
+    let mut validity = c.validity.clone();
+    let invalid = |i: usize, validity: &mut Option<Vec<bool>>| {
+        validity.get_or_insert_with(|| vec![true; n])[i] = false;
+    };
+    let data = match (&c.data, to) {
+        (ColumnData::Null(_), _) => return Ok(super::column::broadcast(&crate::Scalar::Null, to, n)),
+        // Bigint ↔ timestamp share storage (epoch milliseconds).
+        (ColumnData::Int(v), DataType::Bigint | DataType::Timestamp) => ColumnData::Int(v.clone()),
+        #[allow(clippy::cast_precision_loss)]
+        (ColumnData::Int(v), DataType::Double) => ColumnData::Float(v.iter().map(|x| *x as f64).collect()),
+        (ColumnData::Int(v), DataType::Boolean) => ColumnData::Bool(v.iter().map(|x| *x != 0).collect()),
+        (ColumnData::Float(v), DataType::Bigint | DataType::Timestamp) => {
+            let mut out = Vec::with_capacity(n);
+            for (i, x) in v.iter().enumerate() {
+                let r = x.round();
+                #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+                if r.is_finite() && r >= i64::MIN as f64 && r < i64::MAX as f64 {
+                    out.push(r as i64);
+                } else {
+                    out.push(0);
+                    invalid(i, &mut validity);
+                }
+            }
+            ColumnData::Int(out)
+        }
+        (ColumnData::Float(v), DataType::Boolean) => ColumnData::Bool(v.iter().map(|x| *x != 0.0).collect()),
+        (ColumnData::Bool(v), DataType::Bigint) => ColumnData::Int(v.iter().map(|x| i64::from(*x)).collect()),
+        (ColumnData::Bool(v), DataType::Double) => {
+            ColumnData::Float(v.iter().map(|x| f64::from(u8::from(*x))).collect())
+        }
+        (ColumnData::Str(s), DataType::Bigint) => {
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                match s.get(i).trim().parse::<i64>() {
+                    Ok(x) => out.push(x),
+                    Err(_) => {
+                        out.push(0);
+                        invalid(i, &mut validity);
+                    }
+                }
+            }
+            ColumnData::Int(out)
+        }
+        (ColumnData::Str(s), DataType::Double) => {
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                match s.get(i).trim().parse::<f64>() {
+                    Ok(x) => out.push(x),
+                    Err(_) => {
+                        out.push(0.0);
+                        invalid(i, &mut validity);
+                    }
+                }
+            }
+            ColumnData::Float(out)
+        }
+        (ColumnData::Str(s), DataType::Boolean) => {
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                match s.get(i).trim().to_ascii_lowercase().as_str() {
+                    "true" | "t" | "yes" | "1" => out.push(true),
+                    "false" | "f" | "no" | "0" => out.push(false),
+                    _ => {
+                        out.push(false);
+                        invalid(i, &mut validity);
+                    }
+                }
+            }
+            ColumnData::Bool(out)
+        }
+        (ColumnData::Str(s), DataType::Timestamp) => {
+            let mut out = Vec::with_capacity(n);
+            for i in 0..n {
+                match parse_timestamp_ms(s.get(i)) {
+                    Some(x) => out.push(x),
+                    None => {
+                        out.push(0);
+                        invalid(i, &mut validity);
+                    }
+                }
+            }
+            ColumnData::Int(out)
+        }
+        (_, DataType::String) => {
+            let mut out = StrData::with_capacity(n, n * 12);
+            let mut scratch = Vec::with_capacity(32);
+            for i in 0..n {
+                scratch.clear();
+                match &c.data {
+                    ColumnData::Int(v) if c.data_type == DataType::Timestamp => format_timestamp(v[i], &mut scratch),
+                    ColumnData::Int(v) => scratch.extend_from_slice(itoa::Buffer::new().format(v[i]).as_bytes()),
+                    ColumnData::Float(v) if v[i].is_finite() => {
+                        scratch.extend_from_slice(ryu::Buffer::new().format_finite(v[i]).as_bytes())
+                    }
+                    ColumnData::Float(v) => scratch.extend_from_slice(if v[i].is_nan() {
+                        b"NaN"
+                    } else if v[i] > 0.0 {
+                        b"Infinity"
+                    } else {
+                        b"-Infinity"
+                    }),
+                    ColumnData::Bool(v) => scratch.extend_from_slice(if v[i] { b"true" } else { b"false" }),
+                    _ => {}
+                }
+                out.push(std::str::from_utf8(&scratch).unwrap_or_default());
+            }
+            ColumnData::Str(out)
+        }
+        (_, to) => return Err(Error::Internal(format!("no cast from {} to {to}", c.data_type))),
+    };
+    Ok(Column::new(to, data, validity))
+}
+
+/// LIKE / ILIKE over a string column (ILIKE patterns are lower-cased at plan time).
+pub(super) fn like_column(
+    c: &Column,
+    pattern: &LikePattern,
+    negated: bool,
+    case_insensitive: bool,
+) -> Result<Column, Error> {
+    let s = match &c.data {
+        ColumnData::Null(n) => return Ok(super::column::broadcast(&crate::Scalar::Null, DataType::Boolean, *n)),
+        _ => strings(c)?,
+    };
+    let mut lowered = String::new();
+    let values = s
+        .iter()
+        .map(|text| {
+            let text = if case_insensitive {
+                lowered.clear();
+                lowered.push_str(&text.to_lowercase());
+                lowered.as_str()
+            } else {
+                text
+            };
+            like(text, pattern) != negated
+        })
+        .collect();
+    Ok(Column::new(DataType::Boolean, ColumnData::Bool(values), c.validity.clone()))
+}
+
+fn like(text: &str, pattern: &LikePattern) -> bool {
+    match pattern {
+        LikePattern::Exact(p) => text == p,
+        LikePattern::Prefix(p) => text.starts_with(p.as_str()),
+        LikePattern::Suffix(p) => text.ends_with(p.as_str()),
+        LikePattern::Contains(p) => text.contains(p.as_str()),
+        LikePattern::General(tokens) => like_general(text, tokens),
+    }
+}
+
+/// Backtracking matcher over characters; `%` runs are collapsed at plan
+/// time, so it backtracks only to the latest `%`.
+fn like_general(text: &str, tokens: &[LikeToken]) -> bool {
+    let mut t = 0usize; // byte position in text
+    let mut k = 0usize; // token index
+    let mut star: Option<(usize, usize)> = None; // (token after %, text position)
+    loop {
+        if k < tokens.len() {
+            match &tokens[k] {
+                LikeToken::AnyRun => {
+                    star = Some((k + 1, t));
+                    k += 1;
+                    continue;
+                }
+                LikeToken::AnyOne => {
+                    if let Some(c) = text[t..].chars().next() {
+                        t += c.len_utf8();
+                        k += 1;
+                        continue;
+                    }
+                }
+                LikeToken::Literal(lit) => {
+                    if text[t..].starts_with(lit.as_str()) {
+                        t += lit.len();
+                        k += 1;
+                        continue;
+                    }
+                }
+            }
+        } else if t == text.len() {
+            return true;
+        }
+        // Mismatch: let the last % absorb one more character.
+        match star {
+            Some((after, pos)) => match text[pos..].chars().next() {
+                Some(c) => {
+                    let next = pos + c.len_utf8();
+                    star = Some((after, next));
+                    k = after;
+                    t = next;
+                }
+                None => return false,
+            },
+            None => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LikeToken::{AnyOne, AnyRun, Literal};
+
+    #[test]
+    fn general_like_matches_sql_semantics() {
+        let p = |v: Vec<LikeToken>| v;
+        let a_x_b = p(vec![Literal("a".into()), AnyOne, Literal("b".into()), AnyRun]);
+        assert!(like_general("axb", &a_x_b));
+        assert!(like_general("aébzz", &a_x_b));
+        assert!(!like_general("ab", &a_x_b));
+        let mid = p(vec![AnyRun, Literal("ab".into()), AnyRun, Literal("c".into())]);
+        assert!(like_general("xxabyyc", &mid));
+        assert!(like_general("abababc", &mid));
+        assert!(!like_general("abcx", &mid));
+    }
+
+    #[test]
+    fn round_half_away_from_zero() {
+        assert_eq!(round_to(2.345, 2), 2.35);
+        assert_eq!(round_to(-2.5, 0), -3.0);
+        assert_eq!(round_to(1234.5, -2), 1200.0);
+    }
+
+    #[test]
+    fn round_bigint_to_tens_is_symmetric() {
+        let c = Column::ints(DataType::Bigint, vec![15, -15, -5, 14, -14]);
+        let d = Column::ints(DataType::Bigint, vec![-1; 5]);
+        let out = numeric(&ScalarFunc::Round, &c, Some(&d), DataType::Bigint).unwrap();
+        assert_eq!(out.data, ColumnData::Int(vec![20, -20, -10, 10, -10]));
+    }
+}

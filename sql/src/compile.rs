@@ -1,0 +1,619 @@
+//! SQL expressions → typed physical expressions.
+//!
+//! Names are resolved once, here, to column indices; types are checked and
+//! implicit casts inserted, so evaluation never looks anything up by name and
+//! every kernel sees operands of one type. Subexpressions without column
+//! references are evaluated now (constant folding).
+//!
+//! What a name or a function call means depends on where the expression is
+//! (a WHERE clause, a SELECT list under GROUP BY, an OVER clause...): a
+//! [`Scope`] answers that.
+
+use crate::diagnostic::Located;
+use sqlparser::ast::{
+    BinaryOperator, CastKind, CeilFloorKind, DataType as AstType, DateTimeField, DuplicateTreatment, Expr, Function,
+    FunctionArg, FunctionArgExpr, FunctionArguments, Ident, TrimWhereField, TypedString, UnaryOperator, Value,
+};
+
+use super::functions::compile_scalar_function;
+use sluice_plan::fold_constant;
+use sluice_plan::time::parse_timestamp_ms;
+use sluice_plan::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
+use sluice_plan::{DataType, Scalar, SqlError};
+
+/// How names and calls resolve where an expression appears.
+pub(crate) trait Scope {
+    /// A column reference (`col` or `qualifier.col`).
+    fn resolve_column(&mut self, idents: &[Ident], node: &Expr) -> Result<PhysExpr, SqlError>;
+    /// An aggregate or window function call, if this scope handles it;
+    /// `None` lets the compiler treat the call as a scalar function.
+    fn resolve_call(&mut self, call: &Function, node: &Expr) -> Option<Result<PhysExpr, SqlError>>;
+    /// A whole subexpression with a meaning of its own in this scope (such
+    /// as a GROUP BY expression in a SELECT list), if any.
+    fn resolve_whole(&mut self, _expr: &Expr) -> Option<PhysExpr> {
+        None
+    }
+}
+
+/// Compiles `expr` in `scope`.
+pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, SqlError> {
+    if let Some(p) = scope.resolve_whole(expr) {
+        return Ok(p);
+    }
+    let compiled = match expr {
+        Expr::Identifier(id) => scope.resolve_column(std::slice::from_ref(id), expr)?,
+        Expr::CompoundIdentifier(ids) => scope.resolve_column(ids, expr)?,
+        Expr::Nested(inner) => compile(inner, scope)?,
+        Expr::Value(v) => literal(&v.value, expr)?,
+        Expr::TypedString(ts) => typed_string(ts, expr)?,
+        Expr::Interval(_) => PhysExpr::literal(Scalar::Bigint(super::rewrite::interval_millis(expr)?)),
+        Expr::BinaryOp { left, op, right } => {
+            let l = compile(left, scope)?;
+            let r = compile(right, scope)?;
+            binary(l, op, r, expr)?
+        }
+        Expr::UnaryOp { op, expr: inner } => {
+            let e = compile(inner, scope)?;
+            match op {
+                UnaryOperator::Not => PhysExpr::Not(Box::new(expect_bool(e, inner, "NOT")?)),
+                UnaryOperator::Minus if e.data_type().is_numeric() || e.data_type() == DataType::Null => {
+                    PhysExpr::Negate(Box::new(e))
+                }
+                UnaryOperator::Plus if e.data_type().is_numeric() => e,
+                _ => return Err(SqlError::at_node(expr, format!("operator {op} does not apply to {}", e.data_type()))),
+            }
+        }
+        Expr::IsNull(e) => PhysExpr::IsNull { expr: Box::new(compile(e, scope)?), negated: false },
+        Expr::IsNotNull(e) => PhysExpr::IsNull { expr: Box::new(compile(e, scope)?), negated: true },
+        Expr::IsTrue(e) | Expr::IsNotTrue(e) | Expr::IsFalse(e) | Expr::IsNotFalse(e) => {
+            // IS [NOT] TRUE tests against TRUE, IS [NOT] FALSE against FALSE.
+            let value = matches!(expr, Expr::IsTrue(_) | Expr::IsNotTrue(_));
+            let negated = matches!(expr, Expr::IsNotTrue(_) | Expr::IsNotFalse(_));
+            let b = expect_bool(compile(e, scope)?, e, "IS TRUE / IS FALSE")?;
+            // x IS TRUE = COALESCE(x = TRUE, FALSE); negation applies after.
+            let is = PhysExpr::Coalesce {
+                args: vec![
+                    PhysExpr::Compare { op: CmpOp::Eq, left: Box::new(b), right: Box::new(bool_lit(value)) },
+                    bool_lit(false),
+                ],
+                data_type: DataType::Boolean,
+            };
+            if negated { PhysExpr::Not(Box::new(is)) } else { is }
+        }
+        Expr::InList { expr: inner, list, negated } => {
+            let e = compile(inner, scope)?;
+            let mut items = Vec::with_capacity(list.len());
+            // Compared in the common type of the operand and every item, as `=` would.
+            let mut common = e.data_type();
+            for item in list {
+                let v = compile(item, scope)?;
+                if !v.is_literal() {
+                    return Err(SqlError::at_node(item, "IN lists must hold constants"));
+                }
+                common = match (common, v.data_type()) {
+                    (DataType::Timestamp, DataType::String) => DataType::Timestamp,
+                    (c, t) => c.common(t).ok_or_else(|| {
+                        SqlError::at_node(item, format!("cannot compare {} with {t} in IN", e.data_type()))
+                    })?,
+                };
+                items.push((v, item));
+            }
+            let mut values = Vec::with_capacity(items.len());
+            for (v, item) in items {
+                if let PhysExpr::Literal { value, .. } = coerce_literal_to(v, common, item)? {
+                    values.push(value);
+                }
+            }
+            PhysExpr::InList { expr: Box::new(cast(e, common)), list: values, negated: *negated }
+        }
+        Expr::Between { expr: inner, negated, low, high } => {
+            let e = compile(inner, scope)?;
+            let lo = compile(low, scope)?;
+            let hi = compile(high, scope)?;
+            let ge = compare(e.clone(), CmpOp::GtEq, lo, expr)?;
+            let le = compare(e, CmpOp::LtEq, hi, expr)?;
+            let both = PhysExpr::And(Box::new(ge), Box::new(le));
+            if *negated { PhysExpr::Not(Box::new(both)) } else { both }
+        }
+        Expr::Like { negated, any, expr: inner, pattern, escape_char }
+        | Expr::ILike { negated, any, expr: inner, pattern, escape_char } => {
+            if *any || escape_char.is_some() {
+                return Err(SqlError::at_node(expr, "LIKE ANY and LIKE ... ESCAPE are not supported"));
+            }
+            let e = compile(inner, scope)?;
+            if !matches!(e.data_type(), DataType::String | DataType::Null) {
+                return Err(SqlError::at_node(inner.as_ref(), format!("LIKE needs a string, got {}", e.data_type())));
+            }
+            let case_insensitive = matches!(expr, Expr::ILike { .. });
+            let p = match compile(pattern, scope)? {
+                PhysExpr::Literal { value: Scalar::String(p), .. } => p,
+                _ => return Err(SqlError::at_node(pattern.as_ref(), "the LIKE pattern must be a string constant")),
+            };
+            let p = if case_insensitive { p.to_lowercase() } else { p };
+            PhysExpr::Like { expr: Box::new(e), pattern: compile_like(&p), negated: *negated, case_insensitive }
+        }
+        Expr::Cast { kind, expr: inner, data_type, format } => {
+            if format.is_some() {
+                return Err(SqlError::at_node(expr, "CAST ... FORMAT is not supported"));
+            }
+            let to = sql_type(data_type).ok_or_else(|| {
+                SqlError::at_node(
+                    expr,
+                    format!(
+                        "cannot cast to {data_type}: supported types are bigint, double, string, boolean, timestamp"
+                    ),
+                )
+            })?;
+            if matches!(kind, CastKind::DoubleColon | CastKind::Cast | CastKind::TryCast | CastKind::SafeCast) {
+                cast(compile(inner, scope)?, to)
+            } else {
+                return Err(SqlError::at_node(expr, "unsupported cast syntax"));
+            }
+        }
+        Expr::Extract { field, expr: inner, .. } => {
+            let part = time_part(field).ok_or_else(|| SqlError::at_node(expr, format!("cannot EXTRACT {field}")))?;
+            extract(part, compile(inner, scope)?, inner)?
+        }
+        Expr::Ceil { expr: inner, field } | Expr::Floor { expr: inner, field } => {
+            if !matches!(field, CeilFloorKind::DateTimeField(DateTimeField::NoDateTime)) {
+                return Err(SqlError::at_node(expr, "CEIL/FLOOR take one numeric argument"));
+            }
+            let (name, func) = if matches!(expr, Expr::Ceil { .. }) {
+                ("CEIL", ScalarFunc::Ceil)
+            } else {
+                ("FLOOR", ScalarFunc::Floor)
+            };
+            let e = compile(inner, scope)?;
+            numeric_unary(name, func, e, inner)?
+        }
+        Expr::Substring { expr: inner, substring_from, substring_for, .. } => {
+            let mut args = vec![compile(inner, scope)?];
+            match substring_from {
+                Some(f) => args.push(compile(f, scope)?),
+                None => args.push(PhysExpr::literal(Scalar::Bigint(1))),
+            }
+            if let Some(f) = substring_for {
+                args.push(compile(f, scope)?);
+            }
+            compile_scalar_function("SUBSTRING", args, expr)?
+        }
+        Expr::Trim { expr: inner, trim_where, trim_what, trim_characters } => {
+            if trim_what.is_some() || trim_characters.is_some() {
+                return Err(SqlError::at_node(expr, "TRIM of characters other than spaces is not supported"));
+            }
+            let side = match trim_where {
+                None | Some(TrimWhereField::Both) => TrimSide::Both,
+                Some(TrimWhereField::Leading) => TrimSide::Leading,
+                Some(TrimWhereField::Trailing) => TrimSide::Trailing,
+            };
+            let e = expect_string(compile(inner, scope)?, inner, "TRIM")?;
+            PhysExpr::Func { func: ScalarFunc::Trim(side), args: vec![e], data_type: DataType::String }
+        }
+        Expr::Case { operand, conditions, else_result, .. } => {
+            let operand = operand.as_ref().map(|o| compile(o, scope).map(|c| (c, o))).transpose()?;
+            let mut whens = Vec::with_capacity(conditions.len());
+            for cw in conditions {
+                let cond = compile(&cw.condition, scope)?;
+                let cond = match &operand {
+                    Some((o, o_node)) => compare(o.clone(), CmpOp::Eq, cond, o_node)?,
+                    None => expect_bool(cond, &cw.condition, "CASE WHEN")?,
+                };
+                whens.push((cond, compile(&cw.result, scope)?, &cw.result));
+            }
+            let otherwise = match else_result {
+                Some(e) => Some((compile(e, scope)?, e.as_ref())),
+                None => None,
+            };
+            case(whens, otherwise, expr)?
+        }
+        Expr::Function(call) => match scope.resolve_call(call, expr) {
+            Some(result) => result?,
+            None => scalar_call(call, expr, scope)?,
+        },
+        other => return Err(unsupported(other)),
+    };
+    Ok(fold(compiled))
+}
+
+/// Replaces an expression without column references by its value.
+fn fold(expr: PhysExpr) -> PhysExpr {
+    if expr.is_literal() || matches!(expr, PhysExpr::Column { .. }) {
+        return expr;
+    }
+    let mut cols = Vec::new();
+    expr.columns(&mut cols);
+    if !cols.is_empty() {
+        return expr;
+    }
+    match fold_constant(&expr) {
+        Some(value) => {
+            let data_type = expr.data_type();
+            PhysExpr::Literal { value, data_type }
+        }
+        None => expr,
+    }
+}
+
+fn unsupported(expr: &Expr) -> SqlError {
+    let what = match expr {
+        Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => "subqueries",
+        Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => "* here",
+        Expr::Array(_) | Expr::Map(_) | Expr::Struct { .. } | Expr::Tuple(_) => "arrays, maps, structs and tuples",
+        Expr::JsonAccess { .. } | Expr::CompoundFieldAccess { .. } => "nested field access",
+        Expr::AtTimeZone { .. } => "AT TIME ZONE",
+        Expr::Collate { .. } => "COLLATE",
+        Expr::Position { .. } => "POSITION",
+        Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",
+        Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..) => "IS [NOT] DISTINCT FROM",
+        _ => "this construct",
+    };
+    let text: String = expr.to_string().chars().take(40).collect();
+    SqlError::at_node(expr, format!("{what} ({text}) not supported"))
+}
+
+pub(crate) fn bool_lit(b: bool) -> PhysExpr {
+    PhysExpr::literal(Scalar::Boolean(b))
+}
+
+fn literal(v: &Value, node: &Expr) -> Result<PhysExpr, SqlError> {
+    Ok(PhysExpr::literal(match v {
+        Value::Number(n, _) => {
+            if let Ok(i) = n.parse::<i64>() {
+                Scalar::Bigint(i)
+            } else {
+                Scalar::Double(n.parse().map_err(|_| SqlError::at_node(node, format!("bad number {n}")))?)
+            }
+        }
+        Value::SingleQuotedString(s) | Value::EscapedStringLiteral(s) | Value::NationalStringLiteral(s) => {
+            Scalar::String(s.clone())
+        }
+        Value::Boolean(b) => Scalar::Boolean(*b),
+        Value::Null => Scalar::Null,
+        other => return Err(SqlError::at_node(node, format!("unsupported literal {other}"))),
+    }))
+}
+
+fn typed_string(ts: &TypedString, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let text = match &ts.value.value {
+        Value::SingleQuotedString(s) => s.as_str(),
+        _ => return Err(SqlError::at_node(node, "expected a quoted string")),
+    };
+    match sql_type(&ts.data_type) {
+        Some(DataType::Timestamp) => {
+            parse_timestamp_ms(text).map(|ms| PhysExpr::literal(Scalar::Timestamp(ms))).ok_or_else(|| {
+                SqlError::at_node(node, format!("{text:?} is not a timestamp (use RFC 3339 or YYYY-MM-DD)"))
+            })
+        }
+        Some(t) => Ok(cast(PhysExpr::literal(Scalar::String(text.to_owned())), t)),
+        None => Err(SqlError::at_node(node, format!("unsupported type {}", ts.data_type))),
+    }
+}
+
+/// Maps a SQL type name to an engine type.
+pub(crate) fn sql_type(t: &AstType) -> Option<DataType> {
+    let name = t.to_string().to_ascii_uppercase();
+    let base = name.split(['(', ' ']).next().unwrap_or_default();
+    Some(match base {
+        "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "TINYINT" | "INT2" | "INT4" | "INT8" | "INT64" | "LONG" => {
+            DataType::Bigint
+        }
+        "DOUBLE" | "FLOAT" | "FLOAT4" | "FLOAT8" | "FLOAT64" | "REAL" | "DECIMAL" | "NUMERIC" | "DEC" => {
+            DataType::Double
+        }
+        "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "CHARACTER" | "NVARCHAR" => DataType::String,
+        "BOOLEAN" | "BOOL" => DataType::Boolean,
+        "TIMESTAMP" | "DATETIME" | "DATE" | "TIMESTAMPTZ" => DataType::Timestamp,
+        _ => return None,
+    })
+}
+
+/// Casts `expr` to `to` (folding literals right away).
+pub(crate) fn cast(expr: PhysExpr, to: DataType) -> PhysExpr {
+    if expr.data_type() == to {
+        return expr;
+    }
+    if let PhysExpr::Literal { value: Scalar::Null, .. } = expr {
+        return PhysExpr::Literal { value: Scalar::Null, data_type: to };
+    }
+    fold(PhysExpr::Cast { expr: Box::new(expr), to })
+}
+
+fn expect_bool(e: PhysExpr, node: &Expr, context: &str) -> Result<PhysExpr, SqlError> {
+    match e.data_type() {
+        DataType::Boolean => Ok(e),
+        DataType::Null => Ok(cast(e, DataType::Boolean)),
+        t => Err(SqlError::at_node(node, format!("{context} needs a boolean, got {t}"))),
+    }
+}
+
+pub(crate) fn expect_string(e: PhysExpr, node: &Expr, context: &str) -> Result<PhysExpr, SqlError> {
+    match e.data_type() {
+        DataType::String => Ok(e),
+        DataType::Null => Ok(cast(e, DataType::String)),
+        t => Err(SqlError::at_node(node, format!("{context} needs a string, got {t}"))),
+    }
+}
+
+pub(crate) fn numeric_unary(name: &str, func: ScalarFunc, e: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let data_type = match e.data_type() {
+        DataType::Null => DataType::Double,
+        t if t.is_numeric() => t,
+        t => return Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
+    };
+    Ok(PhysExpr::Func { func, args: vec![cast(e, data_type)], data_type })
+}
+
+fn binary(l: PhysExpr, op: &BinaryOperator, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    use BinaryOperator as B;
+    match op {
+        B::Plus => arith(l, ArithOp::Add, r, node),
+        B::Minus => arith(l, ArithOp::Sub, r, node),
+        B::Multiply => arith(l, ArithOp::Mul, r, node),
+        B::Divide => arith(l, ArithOp::Div, r, node),
+        B::Modulo => arith(l, ArithOp::Mod, r, node),
+        B::Eq => compare(l, CmpOp::Eq, r, node),
+        B::NotEq => compare(l, CmpOp::NotEq, r, node),
+        B::Lt => compare(l, CmpOp::Lt, r, node),
+        B::LtEq => compare(l, CmpOp::LtEq, r, node),
+        B::Gt => compare(l, CmpOp::Gt, r, node),
+        B::GtEq => compare(l, CmpOp::GtEq, r, node),
+        B::And | B::Or => {
+            let l = expect_bool(l, node, &format!("{op}"))?;
+            let r = expect_bool(r, node, &format!("{op}"))?;
+            Ok(if matches!(op, B::And) {
+                PhysExpr::And(Box::new(l), Box::new(r))
+            } else {
+                PhysExpr::Or(Box::new(l), Box::new(r))
+            })
+        }
+        B::StringConcat => {
+            Ok(PhysExpr::ConcatOp(Box::new(cast(l, DataType::String)), Box::new(cast(r, DataType::String))))
+        }
+        other => Err(SqlError::at_node(node, format!("operator {other} is not supported"))),
+    }
+}
+
+fn arith(l: PhysExpr, op: ArithOp, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    use DataType::*;
+    let (lt, rt) = (l.data_type(), r.data_type());
+    let mismatch = || {
+        let hint = if lt == String || rt == String { "; use || or CONCAT to join strings" } else { "" };
+        SqlError::at_node(node, format!("cannot apply {} to {lt} and {rt}{hint}", op.symbol()))
+    };
+    let data_type = match (lt, rt, op) {
+        (Timestamp, Bigint | Null, ArithOp::Add | ArithOp::Sub) | (Bigint | Null, Timestamp, ArithOp::Add) => Timestamp,
+        (Timestamp, Timestamp, ArithOp::Sub) => {
+            // Difference in milliseconds.
+            let l = cast(l, Bigint);
+            let r = cast(r, Bigint);
+            return Ok(PhysExpr::Arith { op, left: Box::new(l), right: Box::new(r), data_type: Bigint });
+        }
+        (_, _, ArithOp::Div) if (lt.is_numeric() || lt == Null) && (rt.is_numeric() || rt == Null) => Double,
+        _ => match lt.common(rt) {
+            Some(Bigint) => Bigint,
+            Some(Double) => Double,
+            Some(Null) => Double,
+            _ => return Err(mismatch()),
+        },
+    };
+    let operand_type = if data_type == Timestamp { Bigint } else { data_type };
+    let (l, r) = if data_type == Timestamp {
+        (cast(l, Bigint), cast(r, Bigint))
+    } else {
+        (cast(l, operand_type), cast(r, operand_type))
+    };
+    let e = PhysExpr::Arith { op, left: Box::new(l), right: Box::new(r), data_type: operand_type };
+    Ok(if data_type == Timestamp { PhysExpr::Cast { expr: Box::new(e), to: Timestamp } } else { e })
+}
+
+pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    use DataType::*;
+    let (lt, rt) = (l.data_type(), r.data_type());
+    // A string constant compared with a timestamp is a timestamp constant.
+    let (l, r) = match (lt, rt) {
+        (Timestamp, String) if r.is_literal() => (l, coerce_literal_to(r, Timestamp, node)?),
+        (String, Timestamp) if l.is_literal() => (coerce_literal_to(l, Timestamp, node)?, r),
+        _ => (l, r),
+    };
+    let (lt, rt) = (l.data_type(), r.data_type());
+    let common = lt.common(rt).ok_or_else(|| SqlError::at_node(node, format!("cannot compare {lt} with {rt}")))?;
+    let common = if common == Null { Boolean } else { common };
+    Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })
+}
+
+/// A constant converted to `to` at compile time, with a clear error when it
+/// does not convert (e.g. `'abc'` compared with a timestamp).
+fn coerce_literal_to(e: PhysExpr, to: DataType, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let from = e.data_type();
+    if from == to || from == DataType::Null {
+        return Ok(cast(e, to));
+    }
+    let ok = matches!((from, to), (DataType::Bigint, DataType::Double) | (DataType::Bigint, DataType::Timestamp));
+    let converted = cast(e, to);
+    match &converted {
+        PhysExpr::Literal { value, .. } if !value.is_null() || ok => Ok(converted),
+        _ => Err(SqlError::at_node(node, format!("cannot use a {from} constant where a {to} is expected"))),
+    }
+}
+
+fn case(
+    whens: Vec<(PhysExpr, PhysExpr, &Expr)>,
+    otherwise: Option<(PhysExpr, &Expr)>,
+    node: &Expr,
+) -> Result<PhysExpr, SqlError> {
+    let mut data_type = DataType::Null;
+    for t in whens.iter().map(|(_, t, _)| t.data_type()).chain(otherwise.iter().map(|(e, _)| e.data_type())) {
+        data_type = data_type.common(t).ok_or_else(|| {
+            SqlError::at_node(node, format!("CASE branches have different types: {data_type} and {t}"))
+        })?;
+    }
+    let whens = whens.into_iter().map(|(c, t, _)| (c, cast(t, data_type))).collect();
+    let otherwise = match otherwise {
+        Some((e, _)) => cast(e, data_type),
+        None => PhysExpr::Literal { value: Scalar::Null, data_type },
+    };
+    Ok(PhysExpr::Case { whens, otherwise: Box::new(otherwise), data_type })
+}
+
+pub(crate) fn time_part(field: &DateTimeField) -> Option<TimePart> {
+    Some(match field {
+        DateTimeField::Year | DateTimeField::Years => TimePart::Year,
+        DateTimeField::Quarter => TimePart::Quarter,
+        DateTimeField::Month | DateTimeField::Months => TimePart::Month,
+        DateTimeField::Week(_) | DateTimeField::Weeks | DateTimeField::IsoWeek => TimePart::Week,
+        DateTimeField::Day | DateTimeField::Days => TimePart::Day,
+        DateTimeField::DayOfWeek | DateTimeField::Dow => TimePart::DayOfWeek,
+        DateTimeField::DayOfYear | DateTimeField::Doy => TimePart::DayOfYear,
+        DateTimeField::Hour | DateTimeField::Hours => TimePart::Hour,
+        DateTimeField::Minute | DateTimeField::Minutes => TimePart::Minute,
+        DateTimeField::Second | DateTimeField::Seconds => TimePart::Second,
+        DateTimeField::Millisecond | DateTimeField::Milliseconds => TimePart::Millisecond,
+        DateTimeField::Epoch => TimePart::Epoch,
+        DateTimeField::Custom(id) => return time_part_named(&id.value),
+        _ => return None,
+    })
+}
+
+pub(crate) fn time_part_named(name: &str) -> Option<TimePart> {
+    Some(match name.to_ascii_lowercase().trim_end_matches('s') {
+        "year" => TimePart::Year,
+        "quarter" => TimePart::Quarter,
+        "month" => TimePart::Month,
+        "week" => TimePart::Week,
+        "day" => TimePart::Day,
+        "dow" | "dayofweek" => TimePart::DayOfWeek,
+        "doy" | "dayofyear" => TimePart::DayOfYear,
+        "hour" => TimePart::Hour,
+        "minute" => TimePart::Minute,
+        "second" => TimePart::Second,
+        "millisecond" => TimePart::Millisecond,
+        "epoch" => TimePart::Epoch,
+        _ => return None,
+    })
+}
+
+pub(crate) fn extract(part: TimePart, e: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let e = match e.data_type() {
+        DataType::Timestamp => e,
+        DataType::Null | DataType::Bigint => cast(e, DataType::Timestamp),
+        DataType::String if e.is_literal() => coerce_literal_to(e, DataType::Timestamp, node)?,
+        t => return Err(SqlError::at_node(node, format!("EXTRACT needs a timestamp, got {t}"))),
+    };
+    let data_type = if part == TimePart::Epoch { DataType::Double } else { DataType::Bigint };
+    Ok(PhysExpr::Func { func: ScalarFunc::Extract(part), args: vec![e], data_type })
+}
+
+/// Arguments of a function call, or an error for syntax Sluice does not
+/// support in calls (named arguments, FILTER, WITHIN GROUP...).
+pub(crate) struct CallArgs<'a> {
+    pub args: Vec<&'a Expr>,
+    pub star: bool,
+    pub distinct: bool,
+}
+
+pub(crate) fn call_args<'a>(call: &'a Function, node: &Expr) -> Result<CallArgs<'a>, SqlError> {
+    let name = call.name.to_string().to_ascii_uppercase();
+    if call.filter.is_some() || !call.within_group.is_empty() || call.null_treatment.is_some() {
+        return Err(SqlError::at_node(
+            node,
+            format!("FILTER / WITHIN GROUP / null treatment on {name} are not supported"),
+        ));
+    }
+    if !matches!(call.parameters, FunctionArguments::None) {
+        return Err(SqlError::at_node(node, format!("parametric function {name} is not supported")));
+    }
+    let mut out = CallArgs { args: Vec::new(), star: false, distinct: false };
+    match &call.args {
+        FunctionArguments::None => {}
+        FunctionArguments::Subquery(_) => return Err(SqlError::at_node(node, "subqueries are not supported")),
+        FunctionArguments::List(list) => {
+            if !list.clauses.is_empty() {
+                return Err(SqlError::at_node(node, format!("clauses inside {name}(...) are not supported")));
+            }
+            out.distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
+            for a in &list.args {
+                match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => out.args.push(e),
+                    FunctionArg::Unnamed(FunctionArgExpr::Wildcard) => out.star = true,
+                    _ => return Err(SqlError::at_node(node, format!("unsupported argument in {name}(...)"))),
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, SqlError> {
+    let name = call.name.to_string().to_ascii_uppercase();
+    if call.over.is_some() {
+        return Err(SqlError::at_node(node, format!("{name} cannot be used as a window function")));
+    }
+    let a = call_args(call, node)?;
+    if a.star || a.distinct {
+        return Err(SqlError::at_node(node, format!("{name}(*) / {name}(DISTINCT ...) is not valid")));
+    }
+    // DATE_PART('hour', ts) is EXTRACT(HOUR FROM ts).
+    if name == "DATE_PART" || name == "DATEPART" {
+        let (Some(part), Some(arg)) = (a.args.first(), a.args.get(1)) else {
+            return Err(SqlError::at_node(node, "DATE_PART takes a part name and a timestamp"));
+        };
+        let part = match compile(part, scope)? {
+            PhysExpr::Literal { value: Scalar::String(s), .. } => time_part_named(&s),
+            _ => None,
+        }
+        .ok_or_else(|| SqlError::at_node(*part, "expected a part name such as 'hour'"))?;
+        return extract(part, compile(arg, scope)?, arg);
+    }
+    let mut args = Vec::with_capacity(a.args.len());
+    for arg in &a.args {
+        args.push(compile(arg, scope)?);
+    }
+    compile_scalar_function(&name, args, node)
+}
+
+/// Compiles a LIKE pattern, recognising the common shapes that need no
+/// general matcher.
+pub(crate) fn compile_like(pattern: &str) -> LikePattern {
+    use LikeToken::{AnyOne, AnyRun, Literal};
+    let mut tokens = Vec::new();
+    let mut lit = String::new();
+    for c in pattern.chars() {
+        match c {
+            '%' | '_' => {
+                if !lit.is_empty() {
+                    tokens.push(Literal(std::mem::take(&mut lit)));
+                }
+                let t = if c == '%' { AnyRun } else { AnyOne };
+                if !(t == AnyRun && tokens.last() == Some(&AnyRun)) {
+                    tokens.push(t);
+                }
+            }
+            c => lit.push(c),
+        }
+    }
+    if !lit.is_empty() {
+        tokens.push(Literal(lit));
+    }
+    match tokens.as_slice() {
+        [] => LikePattern::Exact(String::new()),
+        [Literal(s)] => LikePattern::Exact(s.clone()),
+        [Literal(s), AnyRun] => LikePattern::Prefix(s.clone()),
+        [AnyRun, Literal(s)] => LikePattern::Suffix(s.clone()),
+        [AnyRun, Literal(s), AnyRun] => LikePattern::Contains(s.clone()),
+        _ => LikePattern::General(tokens),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn like_patterns_take_fast_paths() {
+        assert_eq!(compile_like("abc%"), LikePattern::Prefix("abc".into()));
+        assert_eq!(compile_like("%abc"), LikePattern::Suffix("abc".into()));
+        assert_eq!(compile_like("%%abc%"), LikePattern::Contains("abc".into()));
+        assert_eq!(compile_like("abc"), LikePattern::Exact("abc".into()));
+        assert!(matches!(compile_like("a_c%"), LikePattern::General(_)));
+    }
+}

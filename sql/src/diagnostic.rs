@@ -1,0 +1,89 @@
+//! Errors about a query, with the line and column they refer to.
+
+use sluice_plan::SqlError;
+
+use sqlparser::ast::Spanned;
+use sqlparser::tokenizer::{Location, Span};
+
+/// Constructors of [`SqlError`] from the parser's positions: the plan IR
+/// knows nothing of the parser, so they live here, with it.
+pub trait Located: Sized {
+    fn at(location: Location, message: impl Into<String>) -> Self;
+    fn at_span(span: Span, message: impl Into<String>) -> Self;
+    /// An error located at an AST node.
+    fn at_node(node: &impl Spanned, message: impl Into<String>) -> Self;
+    /// Converts a sqlparser error, whose message ends with
+    /// "at Line: L, Column: C", into a positioned error.
+    fn from_parser(err: &sqlparser::parser::ParserError) -> Self;
+}
+
+impl Located for SqlError {
+    fn at(location: Location, message: impl Into<String>) -> Self {
+        Self { line: location.line, column: location.column, message: message.into() }
+    }
+
+    fn at_span(span: Span, message: impl Into<String>) -> Self {
+        Self::at(span.start, message)
+    }
+
+    fn at_node(node: &impl Spanned, message: impl Into<String>) -> Self {
+        Self::at_span(node.span(), message)
+    }
+
+    fn from_parser(err: &sqlparser::parser::ParserError) -> Self {
+        use sqlparser::parser::ParserError as P;
+        let text = match err {
+            P::TokenizerError(m) | P::ParserError(m) => m.clone(),
+            P::RecursionLimitExceeded => {
+                return Self::unpositioned("query is nested too deeply (more than 50 levels)");
+            }
+        };
+        match text.rfind(" at Line: ") {
+            Some(at) => {
+                let (message, position) = text.split_at(at);
+                let mut numbers = position
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter(|s| !s.is_empty())
+                    .filter_map(|s| s.parse::<u64>().ok());
+                let line = numbers.next().unwrap_or(0);
+                let column = numbers.next().unwrap_or(0);
+                Self { line, column, message: format!("syntax error: {}", message.trim()) }
+            }
+            None => Self::unpositioned(format!("syntax error: {text}")),
+        }
+    }
+}
+
+/// " (did you mean `x`?)" when one of `candidates` is close to `name`.
+pub fn suggestion<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    let lower = name.to_ascii_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len().max(3) / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| format!(" (did you mean `{c}`?)"))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parser_positions_are_extracted() {
+        let e = sqlparser::parser::ParserError::ParserError(
+            "Expected: an expression, found: FROM at Line: 2, Column: 8".into(),
+        );
+        let s = SqlError::from_parser(&e);
+        assert_eq!((s.line, s.column), (2, 8));
+        assert_eq!(s.to_string(), "line 2, column 8: syntax error: Expected: an expression, found: FROM");
+    }
+
+    #[test]
+    fn suggests_close_names_only() {
+        assert_eq!(suggestion("symbl", ["symbol", "price"]), " (did you mean `symbol`?)");
+        assert_eq!(suggestion("PRICE", ["symbol", "price"]), " (did you mean `price`?)");
+        assert_eq!(suggestion("zzz", ["symbol", "price"]), "");
+    }
+}

@@ -1,0 +1,17 @@
+//! The SQL front end: parse (with the streaming clauses), resolve names and
+//! types against the declared source schemas, and produce a
+//! [`sluice_plan::Plan`].
+//!
+//! This crate depends only on the plan IR (`sluice-plan`) and the contract
+//! (`sluice-crds`), no engine, codec or Kafka: the operator links it to
+//! validate a StreamJob's SQL before launching anything, with exactly the
+//! rules the workers will apply.
+
+mod compile;
+mod diagnostic;
+mod functions;
+mod planner;
+mod rewrite;
+
+pub use diagnostic::Located;
+pub use planner::plan_query;
