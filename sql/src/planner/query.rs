@@ -1,0 +1,163 @@
+//! The query being planned: its one source, SELECT, the qualifiers it may
+//! be named by, and which source columns are read; plus stateless outputs.
+
+use sluice_crds::SourceSpec;
+use sqlparser::ast::{ObjectNamePart, Select, SelectItem, SetExpr, TableFactor};
+
+use super::scope::{InputScope, find_keyword_ident, output_name};
+use crate::compile::compile;
+use crate::diagnostic::{Located, suggestion};
+use crate::rewrite::ParsedQuery;
+use sluice_plan::{OutputColumn, PhysExpr, SourceSchema, SqlError};
+
+pub(super) struct Planner<'q> {
+    pub(super) parsed: &'q ParsedQuery,
+    pub(super) select: &'q Select,
+    pub(super) source: SourceSchema,
+    pub(super) qualifiers: Vec<String>,
+    pub(super) used: Vec<bool>,
+}
+
+impl<'q> Planner<'q> {
+    pub(super) fn new(parsed: &'q ParsedQuery, sources: &[SourceSpec]) -> Result<Self, SqlError> {
+        let q = &parsed.query;
+        let at = |keyword: &str, message: String| match parsed.clause(keyword) {
+            Some(span) => SqlError::at_span(span, message),
+            None => SqlError::unpositioned(message),
+        };
+        if q.with.is_some() {
+            return Err(at("WITH", "WITH (common table expressions) is not supported".into()));
+        }
+        if let Some(o) = &q.order_by {
+            return Err(at(
+                "ORDER",
+                format!("ORDER BY is not supported on a stream ({o}): results are emitted as they are computed"),
+            ));
+        }
+        if q.limit_clause.is_some() || q.fetch.is_some() {
+            let keyword =
+                ["LIMIT", "OFFSET", "FETCH"].into_iter().find(|k| parsed.clause(k).is_some()).unwrap_or("LIMIT");
+            return Err(at(keyword, "LIMIT / OFFSET / FETCH are not supported on a stream".into()));
+        }
+        if !q.locks.is_empty() || q.for_clause.is_some() || q.settings.is_some() || q.format_clause.is_some() {
+            return Err(SqlError::at_node(q.as_ref(), "unsupported clause after SELECT (FOR, SETTINGS, FORMAT)"));
+        }
+        let select = match q.body.as_ref() {
+            SetExpr::Select(s) => s.as_ref(),
+            SetExpr::SetOperation { op, .. } => {
+                let keyword = ["UNION", "EXCEPT", "INTERSECT"]
+                    .into_iter()
+                    .find(|k| parsed.clause(k).is_some())
+                    .unwrap_or("UNION");
+                return Err(at(keyword, format!("{op} is not supported: one SELECT per job")));
+            }
+            _ => return Err(SqlError::unpositioned("expected a SELECT ... FROM ... query")),
+        };
+        let unsupported =
+            |what: &str| Err(SqlError::at_span(select.select_token.0.span, format!("{what} is not supported")));
+        if select.distinct.is_some() {
+            return unsupported("SELECT DISTINCT");
+        }
+        if select.top.is_some() || select.into.is_some() || select.exclude.is_some() {
+            return unsupported("TOP / INTO / EXCLUDE");
+        }
+        if !select.lateral_views.is_empty() || select.prewhere.is_some() || !select.connect_by.is_empty() {
+            return unsupported("LATERAL VIEW / PREWHERE / CONNECT BY");
+        }
+        if !select.cluster_by.is_empty() || !select.distribute_by.is_empty() || !select.sort_by.is_empty() {
+            return unsupported("CLUSTER / DISTRIBUTE / SORT BY");
+        }
+        if select.qualify.is_some() || !select.named_window.is_empty() {
+            return unsupported("QUALIFY and named windows");
+        }
+        let (table, alias) = match select.from.as_slice() {
+            [] => {
+                // `SELECT a, b *\nFROM t` parses FROM as a column name: say so.
+                let stray_from = select.projection.iter().find_map(|item| match item {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        find_keyword_ident(e, "FROM")
+                    }
+                    _ => None,
+                });
+                return Err(match stray_from {
+                    Some(span) => SqlError::at_span(
+                        span,
+                        "syntax error: FROM is read as a column name here; is an expression missing before it?",
+                    ),
+                    None => SqlError::at_span(select.select_token.0.span, "a stream query needs FROM <source>"),
+                });
+            }
+            [t] if t.joins.is_empty() => match &t.relation {
+                TableFactor::Table { name, alias, args: None, .. } => (name, alias),
+                other => {
+                    return Err(SqlError::at_node(
+                        other,
+                        "FROM must name one source (subqueries and table functions are not supported)",
+                    ));
+                }
+            },
+            [t] => {
+                return Err(SqlError::at_node(&t.joins[0].relation, "JOIN is not supported yet: one source per query"));
+            }
+            [_, second, ..] => {
+                return Err(SqlError::at_node(&second.relation, "one source per query (no comma joins)"));
+            }
+        };
+        let Some(ObjectNamePart::Identifier(source_ident)) = table.0.last() else {
+            return Err(SqlError::at_node(table, "expected a source name"));
+        };
+        let spec = sources.iter().find(|s| s.name.eq_ignore_ascii_case(&source_ident.value)).ok_or_else(|| {
+            let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+            SqlError::at_span(
+                source_ident.span,
+                format!(
+                    "unknown source `{}`{}; declared sources: {}",
+                    source_ident.value,
+                    suggestion(&source_ident.value, names.iter().copied()),
+                    names.join(", ")
+                ),
+            )
+        })?;
+        let source = SourceSchema::from_spec(spec)?;
+        let mut qualifiers = vec![source.name.to_ascii_lowercase(), source_ident.value.to_ascii_lowercase()];
+        if let Some(a) = alias {
+            qualifiers.push(a.name.value.to_ascii_lowercase());
+        }
+        let mut used = vec![false; source.schema.fields.len()];
+        // The event-time column always drives the watermark (and its lag metric).
+        if let Some(et) = source.event_time {
+            used[et.column] = true;
+        }
+        Ok(Self { parsed, select, source, qualifiers, used })
+    }
+
+    pub(super) fn input_scope(&mut self, context: &'static str) -> InputScope<'_> {
+        InputScope { source: &self.source, qualifiers: &self.qualifiers, used: &mut self.used, context }
+    }
+
+    pub(super) fn stateless_outputs(&mut self) -> Result<Vec<OutputColumn>, SqlError> {
+        let items = self.select.projection.clone();
+        let mut outputs = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            match item {
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                    for (index, f) in self.source.schema.fields.iter().enumerate() {
+                        self.used[index] = true;
+                        outputs.push(OutputColumn {
+                            name: f.name.clone(),
+                            expr: PhysExpr::Column { index, data_type: f.data_type },
+                        });
+                    }
+                }
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    let expr = compile(e, &mut self.input_scope("SELECT"))?;
+                    outputs.push(OutputColumn { name: output_name(item, i), expr });
+                }
+                SelectItem::ExprWithAliases { expr, .. } => {
+                    return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
+                }
+            }
+        }
+        Ok(outputs)
+    }
+}
