@@ -96,6 +96,13 @@ pub struct Column {
 }
 
 impl Column {
+    /// The strings of a string column; `None` for any other type.
+    pub fn str_data(&self) -> Option<&StrData> {
+        match &self.data {
+            ColumnData::Str(s) => Some(s),
+            _ => None,
+        }
+    }
     pub fn new(data_type: DataType, data: ColumnData, validity: Option<Vec<bool>>) -> Self {
         Self { data_type, data, validity }
     }

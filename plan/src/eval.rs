@@ -127,7 +127,7 @@ pub fn eval<'a>(expr: &PhysExpr, batch: &'a Batch) -> Result<Value<'a>, Error> {
         PhysExpr::Concat(args) => {
             let cols: Vec<_> =
                 args.iter().map(|a| eval(a, batch).map(|v| v.into_column(n))).collect::<Result<_, _>>()?;
-            let strs: Vec<Option<&StrData>> = cols.iter().map(|c| str_data(c)).collect();
+            let strs: Vec<Option<&StrData>> = cols.iter().map(|c| c.str_data()).collect();
             let mut out = StrData::with_capacity(n, n * 16);
             for row in 0..n {
                 out.push_with(|buf| {
@@ -143,7 +143,7 @@ pub fn eval<'a>(expr: &PhysExpr, batch: &'a Batch) -> Result<Value<'a>, Error> {
         PhysExpr::ConcatOp(l, r) => {
             let l = eval(l, batch)?.into_column(n);
             let r = eval(r, batch)?.into_column(n);
-            let (Some(ls), Some(rs)) = (str_data(&l), str_data(&r)) else {
+            let (Some(ls), Some(rs)) = (l.str_data(), r.str_data()) else {
                 return Ok(Value::Column(Cow::Owned(broadcast(&Scalar::Null, DataType::String, n))));
             };
             let mut out = StrData::with_capacity(n, n * 16);
@@ -200,13 +200,6 @@ fn is_true(c: &Column, row: usize) -> bool {
     match &c.data {
         ColumnData::Bool(v) => v[row] && c.is_valid(row),
         _ => false,
-    }
-}
-
-pub(super) fn str_data(c: &Column) -> Option<&StrData> {
-    match &c.data {
-        ColumnData::Str(s) => Some(s),
-        _ => None,
     }
 }
 
@@ -392,7 +385,7 @@ fn compare_strings(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<
     let all_null = || (vec![false; n], Some(vec![false; n]));
     Ok(match (l, r) {
         (Value::Column(a), Value::Column(b)) => {
-            let (Some(sa), Some(sb)) = (str_data(a), str_data(b)) else {
+            let (Some(sa), Some(sb)) = (a.str_data(), b.str_data()) else {
                 return Ok(all_null());
             };
             (
@@ -402,7 +395,7 @@ fn compare_strings(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<
         }
         (Value::Column(a), s) | (s, Value::Column(a)) => {
             let flipped = matches!(l, Value::Scalar(..));
-            let (Some(sa), Some(k)) = (str_data(a), as_str(s)?) else {
+            let (Some(sa), Some(k)) = (a.str_data(), as_str(s)?) else {
                 return Ok(all_null());
             };
             let v = if flipped {

@@ -1,13 +1,12 @@
 //! Kernels of scalar functions, CAST and LIKE.
 
 use super::column::{Column, ColumnData, StrData};
-use super::eval::str_data;
 use crate::Error;
 use crate::time::{extract, extract_epoch, format_timestamp, parse_timestamp_ms};
 use crate::{DataType, LikePattern, LikeToken, ScalarFunc, TimePart, TrimSide};
 
 fn strings(c: &Column) -> Result<&StrData, Error> {
-    str_data(c).ok_or_else(|| Error::Internal(format!("expected strings, got {}", c.data_type)))
+    c.str_data().ok_or_else(|| Error::Internal(format!("expected strings, got {}", c.data_type)))
 }
 
 /// Applies `f` to each valid string row, building a string column.

@@ -16,7 +16,7 @@ use sqlparser::ast::{
 };
 
 use super::functions::compile_scalar_function;
-use sluice_plan::fold_constant;
+use crate::typing::{arith, cast, coerce_literal_to, compare, expect_bool, expect_string, fold, numeric_unary};
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
@@ -215,25 +215,6 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
     Ok(fold(compiled))
 }
 
-/// Replaces an expression without column references by its value.
-fn fold(expr: PhysExpr) -> PhysExpr {
-    if expr.is_literal() || matches!(expr, PhysExpr::Column { .. }) {
-        return expr;
-    }
-    let mut cols = Vec::new();
-    expr.columns(&mut cols);
-    if !cols.is_empty() {
-        return expr;
-    }
-    match fold_constant(&expr) {
-        Some(value) => {
-            let data_type = expr.data_type();
-            PhysExpr::Literal { value, data_type }
-        }
-        None => expr,
-    }
-}
-
 fn unsupported(expr: &Expr) -> SqlError {
     let what = match expr {
         Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => "subqueries",
@@ -307,42 +288,6 @@ pub(crate) fn sql_type(t: &AstType) -> Option<DataType> {
     })
 }
 
-/// Casts `expr` to `to` (folding literals right away).
-pub(crate) fn cast(expr: PhysExpr, to: DataType) -> PhysExpr {
-    if expr.data_type() == to {
-        return expr;
-    }
-    if let PhysExpr::Literal { value: Scalar::Null, .. } = expr {
-        return PhysExpr::Literal { value: Scalar::Null, data_type: to };
-    }
-    fold(PhysExpr::Cast { expr: Box::new(expr), to })
-}
-
-fn expect_bool(e: PhysExpr, node: &Expr, context: &str) -> Result<PhysExpr, SqlError> {
-    match e.data_type() {
-        DataType::Boolean => Ok(e),
-        DataType::Null => Ok(cast(e, DataType::Boolean)),
-        t => Err(SqlError::at_node(node, format!("{context} needs a boolean, got {t}"))),
-    }
-}
-
-pub(crate) fn expect_string(e: PhysExpr, node: &Expr, context: &str) -> Result<PhysExpr, SqlError> {
-    match e.data_type() {
-        DataType::String => Ok(e),
-        DataType::Null => Ok(cast(e, DataType::String)),
-        t => Err(SqlError::at_node(node, format!("{context} needs a string, got {t}"))),
-    }
-}
-
-pub(crate) fn numeric_unary(name: &str, func: ScalarFunc, e: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
-    let data_type = match e.data_type() {
-        DataType::Null => DataType::Double,
-        t if t.is_numeric() => t,
-        t => return Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
-    };
-    Ok(PhysExpr::Func { func, args: vec![cast(e, data_type)], data_type })
-}
-
 fn binary(l: PhysExpr, op: &BinaryOperator, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
     use BinaryOperator as B;
     match op {
@@ -370,69 +315,6 @@ fn binary(l: PhysExpr, op: &BinaryOperator, r: PhysExpr, node: &Expr) -> Result<
             Ok(PhysExpr::ConcatOp(Box::new(cast(l, DataType::String)), Box::new(cast(r, DataType::String))))
         }
         other => Err(SqlError::at_node(node, format!("operator {other} is not supported"))),
-    }
-}
-
-fn arith(l: PhysExpr, op: ArithOp, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
-    use DataType::*;
-    let (lt, rt) = (l.data_type(), r.data_type());
-    let mismatch = || {
-        let hint = if lt == String || rt == String { "; use || or CONCAT to join strings" } else { "" };
-        SqlError::at_node(node, format!("cannot apply {} to {lt} and {rt}{hint}", op.symbol()))
-    };
-    let data_type = match (lt, rt, op) {
-        (Timestamp, Bigint | Null, ArithOp::Add | ArithOp::Sub) | (Bigint | Null, Timestamp, ArithOp::Add) => Timestamp,
-        (Timestamp, Timestamp, ArithOp::Sub) => {
-            // Difference in milliseconds.
-            let l = cast(l, Bigint);
-            let r = cast(r, Bigint);
-            return Ok(PhysExpr::Arith { op, left: Box::new(l), right: Box::new(r), data_type: Bigint });
-        }
-        (_, _, ArithOp::Div) if (lt.is_numeric() || lt == Null) && (rt.is_numeric() || rt == Null) => Double,
-        _ => match lt.common(rt) {
-            Some(Bigint) => Bigint,
-            Some(Double) => Double,
-            Some(Null) => Double,
-            _ => return Err(mismatch()),
-        },
-    };
-    let operand_type = if data_type == Timestamp { Bigint } else { data_type };
-    let (l, r) = if data_type == Timestamp {
-        (cast(l, Bigint), cast(r, Bigint))
-    } else {
-        (cast(l, operand_type), cast(r, operand_type))
-    };
-    let e = PhysExpr::Arith { op, left: Box::new(l), right: Box::new(r), data_type: operand_type };
-    Ok(if data_type == Timestamp { PhysExpr::Cast { expr: Box::new(e), to: Timestamp } } else { e })
-}
-
-pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
-    use DataType::*;
-    let (lt, rt) = (l.data_type(), r.data_type());
-    // A string constant compared with a timestamp is a timestamp constant.
-    let (l, r) = match (lt, rt) {
-        (Timestamp, String) if r.is_literal() => (l, coerce_literal_to(r, Timestamp, node)?),
-        (String, Timestamp) if l.is_literal() => (coerce_literal_to(l, Timestamp, node)?, r),
-        _ => (l, r),
-    };
-    let (lt, rt) = (l.data_type(), r.data_type());
-    let common = lt.common(rt).ok_or_else(|| SqlError::at_node(node, format!("cannot compare {lt} with {rt}")))?;
-    let common = if common == Null { Boolean } else { common };
-    Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })
-}
-
-/// A constant converted to `to` at compile time, with a clear error when it
-/// does not convert (e.g. `'abc'` compared with a timestamp).
-fn coerce_literal_to(e: PhysExpr, to: DataType, node: &Expr) -> Result<PhysExpr, SqlError> {
-    let from = e.data_type();
-    if from == to || from == DataType::Null {
-        return Ok(cast(e, to));
-    }
-    let ok = matches!((from, to), (DataType::Bigint, DataType::Double) | (DataType::Bigint, DataType::Timestamp));
-    let converted = cast(e, to);
-    match &converted {
-        PhysExpr::Literal { value, .. } if !value.is_null() || ok => Ok(converted),
-        _ => Err(SqlError::at_node(node, format!("cannot use a {from} constant where a {to} is expected"))),
     }
 }
 

@@ -3,8 +3,8 @@
 use crate::diagnostic::Located;
 use sqlparser::ast::Expr;
 
-use super::compile::{cast, compare, expect_string, numeric_unary};
 use super::diagnostic::suggestion;
+use crate::typing::{cast, compare, expect_string, numeric_unary};
 use sluice_plan::{CmpOp, PhysExpr, ScalarFunc, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 

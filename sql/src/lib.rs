@@ -12,6 +12,7 @@ mod diagnostic;
 mod functions;
 mod planner;
 mod rewrite;
+mod typing;
 
 pub use diagnostic::Located;
 pub use planner::plan_query;

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use sluice_crds::StreamJob;
 
-use super::child_meta;
+use super::meta::child_meta;
 use crate::desired::Desired;
 use crate::names;
 

@@ -3,6 +3,7 @@
 //! a controller owner reference, so deleting the job deletes them.
 
 mod configmap;
+mod meta;
 mod pdb;
 mod service;
 mod statefulset;
@@ -11,24 +12,6 @@ pub use configmap::config_map;
 pub use pdb::pod_disruption_budget;
 pub use service::headless_service;
 pub use statefulset::statefulset;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
-use sluice_crds::StreamJob;
-
-use crate::names;
-
-/// Metadata of a child named `name`: namespace, labels, owner reference.
-fn child_meta(job: &StreamJob, name: String) -> ObjectMeta {
-    let job_name = job.metadata.name.clone().unwrap_or_default();
-    ObjectMeta {
-        name: Some(name),
-        namespace: job.metadata.namespace.clone(),
-        labels: Some(names::labels(&job_name)),
-        owner_references: job.controller_owner_ref(&()).map(|o| vec![o]),
-        ..ObjectMeta::default()
-    }
-}
 
 #[cfg(test)]
 pub(crate) mod fixtures {

@@ -3,7 +3,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sluice_crds::StreamJob;
 
-use super::child_meta;
+use super::meta::child_meta;
 use crate::names;
 
 /// At most one worker voluntarily evicted at a time: each worker owns

@@ -2,7 +2,7 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sluice_crds::StreamJob;
 
-use super::child_meta;
+use super::meta::child_meta;
 use crate::names;
 
 /// Headless service: stable pod DNS for the StatefulSet and a target for

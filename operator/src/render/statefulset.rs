@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, StreamJob};
 
-use super::child_meta;
+use super::meta::child_meta;
 use crate::desired::Desired;
 use crate::names;
 

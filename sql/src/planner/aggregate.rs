@@ -5,8 +5,9 @@
 use crate::diagnostic::Located;
 use sqlparser::ast::{Expr, Function, Ident, SelectItem};
 
-use crate::compile::{Scope, call_args, cast, compile};
+use crate::compile::{Scope, call_args, compile};
 use crate::rewrite::{WindowClause, WindowClauseKind, interval_millis};
+use crate::typing::cast;
 use sluice_plan::{
     AggFunc, AggregateCall, AggregatePlan, EmitMode, OperatorPlan, OutputColumn, Partitioning, TimeWindow,
 };

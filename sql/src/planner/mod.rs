@@ -20,8 +20,9 @@ use crate::diagnostic::Located;
 use sluice_crds::SourceSpec;
 use sqlparser::ast::{Expr, GroupByExpr, SelectItem};
 
-use crate::compile::{call_args, cast, compile};
+use crate::compile::{call_args, compile};
 use crate::rewrite::{self, EmitKind};
+use crate::typing::cast;
 use sluice_plan::{AggFunc, EmitMode, OperatorPlan, Partitioning, Plan};
 use sluice_plan::{DataType, SqlError};
 

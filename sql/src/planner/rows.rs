@@ -4,7 +4,8 @@
 use crate::diagnostic::Located;
 use sqlparser::ast::{Expr, Function, Ident, OrderBySort, SelectItem, WindowFrameBound, WindowFrameUnits, WindowType};
 
-use crate::compile::{Scope, call_args, cast, compile};
+use crate::compile::{Scope, call_args, compile};
+use crate::typing::cast;
 use sluice_plan::{
     AggFunc, EmitMode, OperatorPlan, OutputColumn, Partitioning, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec,
 };
