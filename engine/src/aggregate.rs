@@ -16,24 +16,11 @@ use serde::{Deserialize, Serialize};
 use super::accumulators::Accumulator;
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
-use sluice_plan::{Batch, Selection};
 use sluice_plan::{Column, ColumnData};
-
-/// Rows of one batch as the engine hands them to a stateful operator.
-pub struct BatchInput<'a> {
-    pub batch: &'a Batch,
-    pub selection: Selection<'a>,
-    /// Event time of every row (windowed queries).
-    pub event_times: &'a [i64],
-    /// The watermark in force when each row arrived (windowed queries).
-    pub watermark_before: &'a [i64],
-    /// Emit one updated row per input row instead of one per changed group.
-    pub per_record: bool,
-    /// Emit changed groups at all (EMIT CHANGES); otherwise only closed windows.
-    pub emit_changes: bool,
-}
 
 #[derive(Debug)]
 pub struct AggregateOperator {
@@ -89,7 +76,7 @@ impl AggregateOperator {
 
     /// Folds a batch into the groups; appends emitted rows to `out` and the
     /// indices of late rows to `late`.
-    pub fn process(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
+    fn fold_batch(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
         let batch = input.batch;
         let n = batch.len;
         let group_cols = self
@@ -204,7 +191,7 @@ impl AggregateOperator {
 
     /// Closes the windows that end at or before `watermark`, emitting them
     /// when `emit` (EMIT FINAL) and freeing their state.
-    pub fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         let mut closed = Vec::new();
         while let Some(entry) = self.open_by_end.first_entry() {
             if *entry.key() > watermark {
@@ -225,7 +212,7 @@ impl AggregateOperator {
     }
 
     /// Closes every open window (end of a bounded run).
-    pub fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         self.close_windows(i64::MAX, emit, out)
     }
 
@@ -262,11 +249,11 @@ impl AggregateOperator {
         Ok(())
     }
 
-    pub fn groups(&self) -> usize {
+    fn groups(&self) -> usize {
         self.table.live()
     }
 
-    pub fn state_bytes(&self) -> usize {
+    fn state_bytes(&self) -> usize {
         self.table.heap_bytes()
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
             + self.bounds.capacity() * 16
@@ -274,7 +261,7 @@ impl AggregateOperator {
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
     }
 
-    pub fn to_state(&self) -> AggregateStateRef<'_> {
+    fn to_state(&self) -> AggregateStateRef<'_> {
         AggregateStateRef {
             table: self.table.to_state(),
             accs: &self.accs,
@@ -283,7 +270,7 @@ impl AggregateOperator {
         }
     }
 
-    pub fn restore(&mut self, state: AggregateState) {
+    fn restore_state(&mut self, state: AggregateState) {
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
         for acc in &mut self.accs {
@@ -304,5 +291,39 @@ pub fn int_values(c: &Column) -> Option<&[i64]> {
     match &c.data {
         ColumnData::Int(v) => Some(v),
         _ => None,
+    }
+}
+
+impl Operator for AggregateOperator {
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
+        self.fold_batch(input, out.rows, out.late)
+    }
+
+    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        if self.plan.window.is_some() {
+            self.close_windows(watermark, emit, rows)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        // Without a window, groups never close: nothing more to say.
+        if self.plan.window.is_some() {
+            self.close_all(emit, rows)?;
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize { bytes: self.state_bytes(), entries: self.groups() }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        write_state(OperatorTag::Aggregate, &self.to_state(), out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.restore_state(read_state(OperatorTag::Aggregate, bytes)?);
+        Ok(())
     }
 }

@@ -7,13 +7,14 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
-use super::aggregate::{AggregateOperator, AggregateState, AggregateStateRef, BatchInput, empty_batch, int_values};
+use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::operator::{BatchInput, Operator, OperatorOutput};
 use super::output::{EmittedRows, Output};
-use super::rows_window::{RowsOperator, RowsState, RowsStateRef};
-use super::session::{SessionOperator, SessionState, SessionStateRef};
+use super::rows_window::RowsOperator;
+use super::session::SessionOperator;
+use super::stateless::Stateless;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
 use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Plan, TimeWindow, plan_fingerprint};
@@ -51,18 +52,10 @@ pub struct EngineStats {
 }
 
 #[derive(Debug)]
-enum Operator {
-    Stateless,
-    Aggregate(AggregateOperator),
-    Session(SessionOperator),
-    Rows(RowsOperator),
-}
-
-#[derive(Debug)]
 pub struct Engine {
     plan: Arc<Plan>,
     options: EngineOptions,
-    operator: Operator,
+    operator: Box<dyn Operator>,
     /// Highest event time seen (i64::MIN before any).
     max_event_time: i64,
     /// Rows kept by WHERE (scratch).
@@ -71,6 +64,8 @@ pub struct Engine {
     watermark_before: Vec<i64>,
     /// Rows emitted by a stateful operator, before HAVING and the SELECT list (scratch).
     intermediate: Batch,
+    /// Columns an operator computed for its input rows (scratch).
+    columns: Vec<(usize, sluice_plan::Column)>,
     having: Vec<u32>,
     late: Vec<u32>,
     stats: EngineStats,
@@ -78,47 +73,19 @@ pub struct Engine {
 
 const SNAPSHOT_VERSION: u32 = 1;
 
-#[derive(Serialize)]
-struct SnapshotRef<'a> {
-    version: u32,
-    plan_fingerprint: u64,
-    max_event_time: i64,
-    operator: OperatorStateRef<'a>,
-}
-
-#[derive(Deserialize)]
-struct Snapshot {
-    version: u32,
-    plan_fingerprint: u64,
-    max_event_time: i64,
-    operator: OperatorState,
-}
-
-#[derive(Serialize)]
-enum OperatorStateRef<'a> {
-    Stateless,
-    Aggregate(AggregateStateRef<'a>),
-    Session(SessionStateRef<'a>),
-    Rows(RowsStateRef<'a>),
-}
-
-#[derive(Deserialize)]
-enum OperatorState {
-    Stateless,
-    Aggregate(AggregateState),
-    Session(SessionState),
-    Rows(RowsState),
-}
+/// A checkpoint: this header (postcard), then the operator's tag and state
+/// (see [`crate::operator::write_state`]).
+type SnapshotHeader = (u32, u64, i64);
 
 impl Engine {
     pub fn new(plan: Arc<Plan>, options: EngineOptions) -> Self {
-        let operator = match &plan.operator {
-            OperatorPlan::Stateless => Operator::Stateless,
+        let operator: Box<dyn Operator> = match &plan.operator {
+            OperatorPlan::Stateless => Box::new(Stateless),
             OperatorPlan::Aggregate(a) => match a.window {
-                Some(TimeWindow::Session { gap_ms }) => Operator::Session(SessionOperator::new(a, gap_ms)),
-                _ => Operator::Aggregate(AggregateOperator::new(a)),
+                Some(TimeWindow::Session { gap_ms }) => Box::new(SessionOperator::new(a, gap_ms)),
+                _ => Box::new(AggregateOperator::new(a)),
             },
-            OperatorPlan::Rows(r) => Operator::Rows(RowsOperator::new(r)),
+            OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         Self {
@@ -129,6 +96,7 @@ impl Engine {
             max_event_time: i64::MIN,
             selection: Vec::new(),
             watermark_before: Vec::new(),
+            columns: Vec::new(),
             having: Vec::new(),
             late: Vec::new(),
             stats: EngineStats::default(),
@@ -188,57 +156,34 @@ impl Engine {
         let emit_changes = self.plan.emit == EmitMode::Changes;
         let watermark = self.watermark();
         let plan = Arc::clone(&self.plan);
-        match &mut self.operator {
-            Operator::Stateless => {
-                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
-                self.stats.records_out += emit(&plan.outputs, &plan.keys, batch, selection, true, out)? as u64;
-            }
-            Operator::Rows(op) => {
-                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
-                let input = BatchInput {
-                    batch,
-                    selection,
-                    event_times,
-                    watermark_before: &self.watermark_before,
-                    per_record,
-                    emit_changes,
-                };
-                let mut extra = Vec::new();
-                op.process(&input, &mut extra)?;
-                let inputs = batch.columns.len();
-                batch.columns.extend(extra.into_iter().map(|(_, c)| c));
-                let result = emit(&plan.outputs, &plan.keys, batch, selection, true, out);
-                batch.columns.truncate(inputs);
-                self.stats.records_out += result? as u64;
-            }
-            Operator::Aggregate(_) | Operator::Session(_) => {
-                self.intermediate.clear();
-                let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
-                let input = BatchInput {
-                    batch,
-                    selection,
-                    event_times,
-                    watermark_before: &self.watermark_before,
-                    per_record,
-                    emit_changes,
-                };
-                match &mut self.operator {
-                    Operator::Aggregate(op) => {
-                        op.process(&input, &mut self.intermediate, &mut self.late)?;
-                        if let (true, Some(wm)) = (windowed, watermark) {
-                            op.close_windows(wm, !emit_changes, &mut self.intermediate)?;
-                        }
-                    }
-                    Operator::Session(op) => {
-                        op.process(&input, &mut self.intermediate, &mut self.late)?;
-                        if let Some(wm) = watermark {
-                            op.close_windows(wm, !emit_changes, &mut self.intermediate)?;
-                        }
-                    }
-                    _ => {}
-                }
-                self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
-            }
+        let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
+        self.intermediate.clear();
+        self.columns.clear();
+        {
+            let input = BatchInput {
+                batch,
+                selection,
+                event_times,
+                watermark_before: &self.watermark_before,
+                per_record,
+                emit_changes,
+            };
+            let mut produced =
+                OperatorOutput { rows: &mut self.intermediate, columns: &mut self.columns, late: &mut self.late };
+            self.operator.process(&input, &mut produced)?;
+        }
+        if let Some(wm) = watermark {
+            self.operator.on_watermark(wm, !emit_changes, &mut self.intermediate)?;
+        }
+        if self.operator.passes_input_through() {
+            // The operator's columns join the input's for the SELECT list.
+            let inputs = batch.columns.len();
+            batch.columns.extend(self.columns.drain(..).map(|(_, c)| c));
+            let result = emit(&plan.outputs, &plan.keys, batch, selection, true, out);
+            batch.columns.truncate(inputs);
+            self.stats.records_out += result? as u64;
+        } else {
+            self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
         }
         if !self.late.is_empty() {
             self.stats.late_records += self.late.len() as u64;
@@ -252,29 +197,17 @@ impl Engine {
     pub fn finish(&mut self, out: &mut dyn Output) -> Result<(), Error> {
         self.intermediate.clear();
         let emit_final = self.plan.emit == EmitMode::Final;
-        match &mut self.operator {
-            Operator::Aggregate(op) if self.plan.is_windowed() => {
-                op.close_all(emit_final, &mut self.intermediate)?;
-            }
-            Operator::Session(op) => {
-                op.close_windows(i64::MAX, emit_final, &mut self.intermediate)?;
-            }
-            _ => return Ok(()),
-        }
+        self.operator.finish(emit_final, &mut self.intermediate)?;
         let plan = Arc::clone(&self.plan);
         self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
         self.check_state_limit()
     }
 
     fn check_state_limit(&mut self) -> Result<(), Error> {
-        let (bytes, entries) = match &self.operator {
-            Operator::Stateless => (0, 0),
-            Operator::Aggregate(op) => (op.state_bytes(), op.groups()),
-            Operator::Session(op) => (op.state_bytes(), op.groups()),
-            Operator::Rows(op) => (op.state_bytes(), op.partitions()),
-        };
+        let size = self.operator.state_size();
+        let bytes = size.bytes;
         self.stats.state_bytes = bytes;
-        self.stats.state_entries = entries;
+        self.stats.state_entries = size.entries;
         if bytes > self.options.state_limit_bytes {
             return Err(Error::StateLimit {
                 partition: self.options.partition,
@@ -287,44 +220,28 @@ impl Engine {
 
     /// Serialises the engine's state (see [`Engine::restore`]).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        let operator = match &self.operator {
-            Operator::Stateless => OperatorStateRef::Stateless,
-            Operator::Aggregate(op) => OperatorStateRef::Aggregate(op.to_state()),
-            Operator::Session(op) => OperatorStateRef::Session(op.to_state()),
-            Operator::Rows(op) => OperatorStateRef::Rows(op.to_state()),
-        };
-        let snap = SnapshotRef {
-            version: SNAPSHOT_VERSION,
-            plan_fingerprint: plan_fingerprint(&self.plan),
-            max_event_time: self.max_event_time,
-            operator,
-        };
-        postcard::to_allocvec(&snap).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))
+        let header: SnapshotHeader = (SNAPSHOT_VERSION, plan_fingerprint(&self.plan), self.max_event_time);
+        let out =
+            postcard::to_allocvec(&header).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))?;
+        self.operator.snapshot(out)
     }
 
     /// Restores state written by [`Engine::snapshot`] for the same plan.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let snap: Snapshot =
-            postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
-        if snap.version != SNAPSHOT_VERSION {
-            return Err(Error::Checkpoint(format!("state format {} is not {SNAPSHOT_VERSION}", snap.version)));
+        let ((version, fingerprint, max_event_time), operator): (SnapshotHeader, &[u8]) =
+            postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
+        if version != SNAPSHOT_VERSION {
+            return Err(Error::Checkpoint(format!("state format {version} is not {SNAPSHOT_VERSION}")));
         }
-        if snap.plan_fingerprint != plan_fingerprint(&self.plan) {
+        if fingerprint != plan_fingerprint(&self.plan) {
             return Err(Error::Checkpoint(format!(
-                "the checkpoint was written by a different query or schema (plan fingerprint {:016x}, this \
-                 plan's is {:016x}); to start this query from fresh state, reset the job's consumer group offsets",
-                snap.plan_fingerprint,
+                "the checkpoint was written by a different query or schema (plan fingerprint {fingerprint:016x}, \
+                 this plan's is {:016x}); to start this query from fresh state, reset the job's consumer group offsets",
                 plan_fingerprint(&self.plan)
             )));
         }
-        self.max_event_time = snap.max_event_time;
-        match (&mut self.operator, snap.operator) {
-            (Operator::Stateless, OperatorState::Stateless) => {}
-            (Operator::Aggregate(op), OperatorState::Aggregate(s)) => op.restore(s),
-            (Operator::Session(op), OperatorState::Session(s)) => op.restore(s),
-            (Operator::Rows(op), OperatorState::Rows(s)) => op.restore(s)?,
-            _ => return Err(Error::Checkpoint("checkpoint operator does not match the query".into())),
-        }
+        self.max_event_time = max_event_time;
+        self.operator.restore(operator)?;
         self.check_state_limit()
     }
 }

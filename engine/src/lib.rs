@@ -10,10 +10,13 @@ mod aggregate;
 mod error;
 mod executor;
 mod group_keys;
+mod operator;
 mod output;
 mod rows_window;
 mod session;
+mod stateless;
 
 pub use error::Error;
 pub use executor::{Engine, EngineOptions, EngineStats};
+pub use operator::{BatchInput, Operator, OperatorOutput, StateSize};
 pub use output::{EmittedRows, Output};

@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use super::aggregate::BatchInput;
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::Error;
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::eval;
 use sluice_plan::{AggFunc, DataType, RowsFunctionKind, RowsPlan, RowsSpec};
 use sluice_plan::{Column, ColumnData};
@@ -130,7 +130,7 @@ impl RowsOperator {
     /// Computes every function for the selected rows and appends the result
     /// columns (batch-length; unselected rows are NULL) to `batch_columns`,
     /// in intermediate-schema order.
-    pub fn process(&mut self, input: &BatchInput<'_>, outputs: &mut Vec<(usize, Column)>) -> Result<(), Error> {
+    fn compute(&mut self, input: &BatchInput<'_>, outputs: &mut Vec<(usize, Column)>) -> Result<(), Error> {
         let batch = input.batch;
         let n = batch.len;
         for spec in &mut self.specs {
@@ -201,11 +201,11 @@ impl RowsOperator {
         Ok(())
     }
 
-    pub fn partitions(&self) -> usize {
+    fn partitions(&self) -> usize {
         self.specs.iter().map(|s| s.keys.live()).sum()
     }
 
-    pub fn state_bytes(&self) -> usize {
+    fn state_bytes(&self) -> usize {
         self.specs
             .iter()
             .map(|s| {
@@ -230,11 +230,11 @@ impl RowsOperator {
             .sum()
     }
 
-    pub fn to_state(&self) -> RowsStateRef<'_> {
+    fn to_state(&self) -> RowsStateRef<'_> {
         RowsStateRef { specs: self.specs.iter().map(|s| (s.keys.to_state(), s.partitions.as_slice())).collect() }
     }
 
-    pub fn restore(&mut self, state: RowsState) -> Result<(), Error> {
+    fn restore_state(&mut self, state: RowsState) -> Result<(), Error> {
         if state.specs.len() != self.specs.len() {
             return Err(Error::Checkpoint("checkpoint does not match the query's window specs".into()));
         }
@@ -383,4 +383,26 @@ fn step(
         }
     }
     Ok(())
+}
+
+impl Operator for RowsOperator {
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
+        self.compute(input, out.columns)
+    }
+
+    fn passes_input_through(&self) -> bool {
+        true
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize { bytes: self.state_bytes(), entries: self.partitions() }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        write_state(OperatorTag::Rows, &self.to_state(), out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.restore_state(read_state(OperatorTag::Rows, bytes)?)
+    }
 }

@@ -13,9 +13,9 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
-use super::aggregate::BatchInput;
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::Batch;
 use sluice_plan::Column;
 use sluice_plan::eval;
@@ -139,7 +139,7 @@ impl SessionOperator {
         }
     }
 
-    pub fn process(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
+    fn fold_batch(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
         let batch = input.batch;
         let n = batch.len;
         let group_cols = self
@@ -257,7 +257,7 @@ impl SessionOperator {
         self.sessions.release(slot);
     }
 
-    pub fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         let mut closed = 0;
         while let Some(&(end, slot)) = self.sessions.by_end.first() {
             if end > watermark {
@@ -290,11 +290,11 @@ impl SessionOperator {
         Ok(())
     }
 
-    pub fn groups(&self) -> usize {
+    fn groups(&self) -> usize {
         self.sessions.by_end.len()
     }
 
-    pub fn state_bytes(&self) -> usize {
+    fn state_bytes(&self) -> usize {
         self.keys.heap_bytes()
             + self.key_sessions.iter().map(|v| v.capacity() * 4 + 24).sum::<usize>()
             + self.sessions.slots.capacity() * 24
@@ -302,7 +302,7 @@ impl SessionOperator {
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
     }
 
-    pub fn to_state(&self) -> SessionStateRef<'_> {
+    fn to_state(&self) -> SessionStateRef<'_> {
         SessionStateRef {
             keys: self.keys.to_state(),
             key_sessions: &self.key_sessions,
@@ -311,7 +311,7 @@ impl SessionOperator {
         }
     }
 
-    pub fn restore(&mut self, state: SessionState) {
+    fn restore_state(&mut self, state: SessionState) {
         self.keys = GroupTable::from_state(state.keys);
         self.key_sessions = state.key_sessions;
         self.sessions = state.sessions;
@@ -319,5 +319,34 @@ impl SessionOperator {
         for acc in &mut self.accs {
             acc.after_restore();
         }
+    }
+}
+
+impl Operator for SessionOperator {
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
+        self.fold_batch(input, out.rows, out.late)
+    }
+
+    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        self.close_windows(watermark, emit, rows)?;
+        Ok(())
+    }
+
+    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        self.close_windows(i64::MAX, emit, rows)?;
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize { bytes: self.state_bytes(), entries: self.groups() }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        write_state(OperatorTag::Session, &self.to_state(), out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.restore_state(read_state(OperatorTag::Session, bytes)?);
+        Ok(())
     }
 }

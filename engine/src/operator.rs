@@ -1,0 +1,113 @@
+//! The operator trait: one stateful step of a plan, batch at a time.
+//!
+//! The engine runs every plan the same way — watermark, WHERE, the
+//! operator, HAVING, the SELECT list — and knows nothing of what the
+//! operator does. An operator either produces rows of its own (aggregates:
+//! changed groups, closed windows) or computes columns for its input rows
+//! (ROWS windows; the stateless pass-through computes none). Hooks it does
+//! not need default to nothing.
+//!
+//! Checkpoints: an operator writes its state after a tag naming its kind
+//! ([`OperatorTag`]); the tag and the state are laid out exactly as the
+//! engine's earlier single `enum` of operator states was, so checkpoints
+//! taken before operators were split into files still restore.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sluice_plan::{Batch, Column, Selection};
+
+use crate::Error;
+
+/// Rows of one batch as the engine hands them to an operator.
+#[derive(Debug)]
+pub struct BatchInput<'a> {
+    pub batch: &'a Batch,
+    pub selection: Selection<'a>,
+    /// Event time of every row (windowed queries).
+    pub event_times: &'a [i64],
+    /// The watermark in force when each row arrived (windowed queries).
+    pub watermark_before: &'a [i64],
+    /// Emit one updated row per input row instead of one per changed group.
+    pub per_record: bool,
+    /// Emit changed groups at all (EMIT CHANGES); otherwise only closed windows.
+    pub emit_changes: bool,
+}
+
+/// Where an operator puts what it computed for a batch.
+#[derive(Debug)]
+pub struct OperatorOutput<'a> {
+    /// Rows of its own, in the plan's intermediate schema.
+    pub rows: &'a mut Batch,
+    /// Columns for the input rows (index in the intermediate schema, values
+    /// batch-length), when the operator passes its input through.
+    pub columns: &'a mut Vec<(usize, Column)>,
+    /// Input rows that arrived after every window they belong to closed.
+    pub late: &'a mut Vec<u32>,
+}
+
+/// How much state an operator holds, for `sluice_state_bytes` and the
+/// `stateMemoryLimit` check.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StateSize {
+    pub bytes: usize,
+    pub entries: usize,
+}
+
+/// The kind of an operator's checkpoint, written before its state. The
+/// numbers are part of the checkpoint format: never renumber.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum OperatorTag {
+    Stateless = 0,
+    Aggregate = 1,
+    Session = 2,
+    Rows = 3,
+}
+
+pub trait Operator: std::fmt::Debug + Send {
+    /// Processes one batch.
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error>;
+
+    /// Whether results are the input rows with [`OperatorOutput::columns`]
+    /// added, rather than [`OperatorOutput::rows`].
+    fn passes_input_through(&self) -> bool {
+        false
+    }
+
+    /// The watermark stands at `watermark`: close what it passed, emitting
+    /// closed windows into `rows` when `emit` (EMIT FINAL).
+    fn on_watermark(&mut self, _watermark: i64, _emit: bool, _rows: &mut Batch) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// The input ended (a bounded run): close everything still open.
+    fn finish(&mut self, _emit: bool, _rows: &mut Batch) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize::default()
+    }
+
+    /// Appends the operator's tag and state to `out`.
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error>;
+
+    /// Restores state written by [`Operator::snapshot`] of the same kind.
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error>;
+}
+
+/// Writes `tag` then `state` (postcard), as an enum variant is written.
+pub fn write_state<S: Serialize>(tag: OperatorTag, state: &S, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+    postcard::to_extend(&(tag as u32, state), out)
+        .map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))
+}
+
+/// Reads a state written by [`write_state`], checking it is of kind `tag`.
+pub fn read_state<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result<S, Error> {
+    let (found, state): (u32, S) =
+        postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
+    if found != tag as u32 {
+        return Err(Error::Checkpoint("checkpoint operator does not match the query".into()));
+    }
+    Ok(state)
+}
