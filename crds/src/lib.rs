@@ -14,9 +14,11 @@
 mod assignment;
 mod client_properties;
 mod condition;
+pub mod contract;
 mod crd;
 mod engine;
 mod error;
+mod partitioner;
 mod quantity;
 mod sink;
 mod source;
@@ -31,6 +33,7 @@ pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};
 pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy};
 pub use error::CrdsError;
+pub use partitioner::{murmur2, partition_for_key};
 pub use quantity::parse_quantity_bytes;
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{

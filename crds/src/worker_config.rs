@@ -89,10 +89,10 @@ fn default_http_address() -> String {
     "0.0.0.0".to_owned()
 }
 fn default_http_port() -> u16 {
-    9400
+    crate::contract::WORKER_HTTP_PORT
 }
 fn default_secrets_dir() -> String {
-    "/etc/sluice/secrets".to_owned()
+    crate::contract::SECRETS_DIR.to_owned()
 }
 fn default_log_format() -> String {
     "text".to_owned()
@@ -144,7 +144,10 @@ pub fn config_hash(document: &str) -> String {
 impl WorkerConfig {
     /// The consumer group offsets are committed to.
     pub fn consumer_group(&self) -> String {
-        self.worker.consumer_group.clone().unwrap_or_else(|| format!("sluice.{}.{}", self.job.namespace, self.job.name))
+        self.worker
+            .consumer_group
+            .clone()
+            .unwrap_or_else(|| crate::contract::consumer_group(&self.job.namespace, &self.job.name, None))
     }
 
     /// The compacted topic holding state checkpoints.

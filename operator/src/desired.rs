@@ -58,7 +58,7 @@ pub fn desired(
     let name = job.metadata.name.clone().unwrap_or_default();
     let namespace = job.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let spec = &job.spec;
-    let group = format!("sluice.{namespace}.{name}.{}", query_identity(spec));
+    let group = sluice_crds::contract::consumer_group(&namespace, &name, Some(&query_identity(spec)));
     let config = WorkerConfig {
         job: JobIdentity { name, namespace },
         spec: spec.clone(),
@@ -67,7 +67,7 @@ pub fn desired(
         worker: WorkerSettings {
             ordinal: None,
             http_address: "0.0.0.0".into(),
-            http_port: u16::try_from(names::WORKER_HTTP_PORT).unwrap_or(9400),
+            http_port: sluice_crds::contract::WORKER_HTTP_PORT,
             secrets_dir: names::SECRETS_DIR.into(),
             consumer_group: Some(group),
             state_topic: None,

@@ -4,18 +4,13 @@ use std::collections::BTreeMap;
 
 use sluice_crds::JOB_LABEL;
 
-/// Port of every worker's /metrics, /healthz, /readyz.
-pub const WORKER_HTTP_PORT: i32 = 9400;
-/// Where the worker config is mounted in a pod.
-pub const CONFIG_DIR: &str = "/etc/sluice/config";
-pub const CONFIG_FILE: &str = "worker.yaml";
-/// Where referenced Secrets are mounted, one directory each.
-pub const SECRETS_DIR: &str = "/etc/sluice/secrets";
-/// Annotation on the pod template: hash of the worker config.
-pub const CONFIG_HASH: &str = "sluice.dev/config-hash";
-/// Annotation on the StatefulSet: hash of what decides partition ownership.
-pub const ASSIGNMENT_HASH: &str = "sluice.dev/assignment-hash";
-pub const FINALIZER: &str = "sluice.dev/drain";
+pub use sluice_crds::contract::{
+    ASSIGNMENT_HASH_ANNOTATION as ASSIGNMENT_HASH, CONFIG_DIR, CONFIG_FILE, CONFIG_HASH_ANNOTATION as CONFIG_HASH,
+    FINALIZER, SECRETS_DIR,
+};
+
+/// Port of every worker's /metrics, /healthz, /readyz (a container port is an i32).
+pub const WORKER_HTTP_PORT: i32 = sluice_crds::contract::WORKER_HTTP_PORT as i32;
 
 pub fn statefulset(job: &str) -> String {
     job.to_owned()

@@ -9,6 +9,7 @@
 //!   the same kernels the engine runs, so both agree by construction)
 //! * [`plan`] — the operator plan one engine instance executes, and its
 //!   stable fingerprint
+//! * [`Dataflow`] — a query as stages joined by exchanges (repartitioning)
 //! * [`time`] — timestamp parsing and formatting
 //!
 //! The bottom of the crate graph: it depends on nothing of Sluice but the
@@ -16,6 +17,7 @@
 
 mod batch;
 mod column;
+mod dataflow;
 mod error;
 pub mod eval;
 mod expr;
@@ -27,6 +29,7 @@ mod types;
 
 pub use batch::{Batch, Selection};
 pub use column::{Column, ColumnData, StrData, broadcast};
+pub use dataflow::{Dataflow, Stage, StageOutput};
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
 pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};

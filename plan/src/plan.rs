@@ -168,6 +168,9 @@ pub enum Partitioning {
     /// State is keyed by these source columns: every record with the same
     /// values must be in the same partition. Empty = a single global group.
     KeyedBy(Vec<String>),
+    /// State is keyed, and the input was repartitioned by that key through
+    /// an exchange (see [`crate::Dataflow`]): complete by construction.
+    ByExchange,
 }
 
 impl Plan {
@@ -179,6 +182,7 @@ impl Plan {
     /// results with one engine per partition, given the number of partitions.
     pub fn check_partitioning(&self, partitions: i32) -> Result<(), super::SqlError> {
         let Partitioning::KeyedBy(keys) = &self.partitioning else {
+            // Any, or ByExchange: complete with any number of partitions.
             return Ok(());
         };
         if partitions <= 1 {

@@ -8,11 +8,13 @@
 //! rules the workers will apply.
 
 mod compile;
+mod dataflow;
 mod diagnostic;
 mod functions;
 mod planner;
 mod rewrite;
 mod typing;
 
+pub use dataflow::plan_dataflow;
 pub use diagnostic::Located;
 pub use planner::plan_query;

@@ -29,7 +29,7 @@ struct Cli {
 enum Command {
     /// Run this pod's share of a job (config from the mounted ConfigMap).
     Serve {
-        #[arg(long, default_value = "/etc/sluice/config/worker.yaml")]
+        #[arg(long, default_value = sluice_crds::contract::CONFIG_PATH)]
         config: String,
         /// Stop at the end offsets seen at start instead of running forever.
         #[arg(long)]

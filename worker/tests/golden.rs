@@ -6,6 +6,12 @@
 //! Every case runs at several batch sizes — results must not depend on where
 //! batches split — and once more with each engine snapshotted and restored
 //! between batches, which must not change anything either.
+//!
+//! A case is planned for as many partitions as its input has
+//! (`sluice_sql::plan_dataflow`): when its state is keyed differently from
+//! the source, the first stage's output crosses an in-process exchange
+//! (Kafka's partitioner over the record keys) to the second stage's
+//! engines, as it crosses a repartition topic on a cluster.
 
 // Test support code: failing loudly is its job.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
@@ -16,12 +22,14 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value as Json;
-use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec};
+use sluice_crds::{
+    ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec, partition_for_key,
+};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{EncodedRows, JsonEncoder};
-use sluice_plan::Batch;
-use sluice_sql::plan_query;
+use sluice_plan::{Batch, Plan, StageOutput};
+use sluice_sql::{plan_dataflow, plan_query};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -145,9 +153,17 @@ fn partitions(input: &str) -> Vec<Vec<&str>> {
     parts
 }
 
-fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
-    let source = source_spec(&case.source);
-    let plan = Arc::new(plan_query(&case.sql, &[source]).unwrap_or_else(|e| panic!("plan: {e}")));
+/// Runs one stage: an engine per input partition, over `batch_size`
+/// batches; what each partition's engine emitted, encoded.
+fn run_stage(
+    case: &Case,
+    plan: &Plan,
+    inputs: &[Vec<Vec<u8>>],
+    batch_size: usize,
+    snapshot_between_batches: bool,
+    outcome: &mut Outcome,
+) -> Vec<EncodedRows> {
+    let plan = Arc::new(plan.clone());
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
     let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
     let encoder = JsonEncoder::new(&names, &keys);
@@ -156,15 +172,15 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
         late_records: case.engine.late_records,
         ..EngineOptions::default()
     };
-    let mut outcome = Outcome::default();
-    for (p, lines) in partitions(&case.input).into_iter().enumerate() {
+    let mut results = Vec::new();
+    for (p, lines) in inputs.iter().enumerate() {
         let mut engine = Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
         let mut decoder = JsonDecoder::new(&plan);
         let mut batch = decoder.new_batch(batch_size);
         let mut out = Collect { encoder: &encoder, encoded: EncodedRows::default(), late: 0 };
         for chunk in lines.chunks(batch_size) {
             for line in chunk {
-                if decoder.decode(line.as_bytes(), &mut batch).is_err() {
+                if decoder.decode(line, &mut batch).is_err() {
                     outcome.dead_letter += 1;
                 }
             }
@@ -178,8 +194,47 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
         }
         engine.finish(&mut out).expect("finish");
         outcome.late += out.late;
-        for i in 0..out.encoded.len() {
-            outcome.rows.push(serde_json::from_slice(out.encoded.value(i)).expect("valid JSON output"));
+        results.push(out.encoded);
+    }
+    results
+}
+
+fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
+    let source = source_spec(&case.source);
+    let mut inputs: Vec<Vec<Vec<u8>>> =
+        partitions(&case.input).iter().map(|p| p.iter().map(|l| l.as_bytes().to_vec()).collect()).collect();
+    // The exchange has as many partitions as the source, as a repartition
+    // topic gets by default.
+    let n = i32::try_from(inputs.len().max(1)).unwrap();
+    let dataflow = plan_dataflow(&case.sql, &[source], n).unwrap_or_else(|e| panic!("plan: {e}"));
+    let mut outcome = Outcome::default();
+    for (index, stage) in dataflow.stages.iter().enumerate() {
+        let mut stage_outcome = Outcome::default();
+        let results = run_stage(case, &stage.plan, &inputs, batch_size, snapshot_between_batches, &mut stage_outcome);
+        if index == 0 {
+            outcome.dead_letter = stage_outcome.dead_letter;
+        } else {
+            assert_eq!(stage_outcome.dead_letter, 0, "records from an exchange never fail to decode");
+        }
+        outcome.late += stage_outcome.late;
+        match stage.output {
+            StageOutput::Exchange => {
+                let mut next = vec![Vec::new(); inputs.len().max(1)];
+                for encoded in &results {
+                    for i in 0..encoded.len() {
+                        let p = partition_for_key(encoded.key(i), n);
+                        next[usize::try_from(p).unwrap()].push(encoded.value(i).to_vec());
+                    }
+                }
+                inputs = next;
+            }
+            StageOutput::Sink => {
+                for encoded in &results {
+                    for i in 0..encoded.len() {
+                        outcome.rows.push(serde_json::from_slice(encoded.value(i)).expect("valid JSON output"));
+                    }
+                }
+            }
         }
     }
     if case.compare == Compare::FinalPerKey {

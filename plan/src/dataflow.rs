@@ -1,0 +1,58 @@
+//! A query as a chain of stages joined by exchanges.
+//!
+//! A stage is a [`Plan`] run by one engine per partition of its input. When
+//! the operator of a query needs its rows grouped by a key its source is
+//! not partitioned by, the query is cut in two: the first stage filters
+//! and forwards the columns the rest needs, keyed by the state key; an
+//! exchange moves every record to the partition its key hashes to
+//! (`sluice_crds::partition_for_key`, Kafka's own partitioner); the second
+//! stage runs the stateful operator on partitions that now hold every
+//! record of a key. On a cluster the exchange is a Kafka repartition topic,
+//! as in Kafka Streams; a local run exchanges in process.
+//!
+//! The exchange carries records in the job's JSON encoding: a stage's
+//! output columns, which are plain source columns, so they round-trip
+//! exactly (integers, shortest-form doubles, millisecond timestamps).
+
+use serde::{Deserialize, Serialize};
+
+use crate::Plan;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Dataflow {
+    /// In data order: stage 0 reads the source; each later stage reads the
+    /// exchange written by the one before it; the last writes the sink.
+    pub stages: Vec<Stage>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub plan: Plan,
+    /// Where the stage's results go.
+    pub output: StageOutput,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StageOutput {
+    /// The job's sink.
+    Sink,
+    /// The next stage's exchange, partitioned by the plan's keys.
+    Exchange,
+}
+
+impl Dataflow {
+    /// A query that needs no exchange.
+    pub fn single(plan: Plan) -> Self {
+        Self { stages: vec![Stage { plan, output: StageOutput::Sink }] }
+    }
+
+    /// The stage that writes the sink.
+    pub fn last(&self) -> Option<&Plan> {
+        self.stages.last().map(|s| &s.plan)
+    }
+
+    /// Whether records cross an exchange.
+    pub fn has_exchange(&self) -> bool {
+        self.stages.len() > 1
+    }
+}
