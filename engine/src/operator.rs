@@ -111,3 +111,34 @@ pub fn read_state<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result
     }
     Ok(state)
 }
+
+#[cfg(test)]
+mod tests {
+    use serde::Serialize;
+
+    use super::{OperatorTag, read_state, write_state};
+
+    /// The engine's checkpoints once held the operator's state in an enum;
+    /// a tag and the state written in sequence must give the same bytes,
+    /// or checkpoints written before would no longer restore.
+    #[test]
+    fn a_tagged_state_is_laid_out_as_the_enum_variant_was() {
+        #[derive(Serialize)]
+        enum Before<'a> {
+            Stateless,
+            Aggregate(&'a (u64, Vec<i64>)),
+        }
+        let state = (7u64, vec![-1i64, 300]);
+        let mut header = postcard::to_allocvec(&(1u32, 0xfeed_u64, -5i64)).unwrap();
+        let mut old = header.clone();
+        old.extend(postcard::to_allocvec(&Before::Aggregate(&state)).unwrap());
+        assert_eq!(write_state(OperatorTag::Aggregate, &state, header.clone()).unwrap(), old);
+        header.extend(postcard::to_allocvec(&Before::Stateless).unwrap());
+        let empty = postcard::to_allocvec(&(1u32, 0xfeed_u64, -5i64)).unwrap();
+        assert_eq!(write_state(OperatorTag::Stateless, &(), empty).unwrap(), header);
+        let back: (u64, Vec<i64>) =
+            read_state(OperatorTag::Aggregate, &postcard::to_allocvec(&Before::Aggregate(&state)).unwrap()).unwrap();
+        assert_eq!(back, state);
+        assert!(read_state::<()>(OperatorTag::Rows, &[0]).is_err(), "a tag of another kind is refused");
+    }
+}
