@@ -14,6 +14,7 @@ mod functions;
 mod planner;
 mod rewrite;
 mod typing;
+mod views;
 
 pub use dataflow::plan_dataflow;
 pub use diagnostic::Located;

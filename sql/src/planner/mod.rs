@@ -28,7 +28,8 @@ use sluice_plan::{DataType, SqlError};
 
 /// Plans `sql` against the declared sources.
 pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
-    let parsed = rewrite::parse(sql)?;
+    let mut parsed = rewrite::parse(sql)?;
+    crate::views::inline_views(&mut parsed.query)?;
     Planner::new(&parsed, sources)?.plan()
 }
 

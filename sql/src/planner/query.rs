@@ -92,7 +92,7 @@ impl<'q> Planner<'q> {
                 other => {
                     return Err(SqlError::at_node(
                         other,
-                        "FROM must name one source (subqueries and table functions are not supported)",
+                        "FROM must name one source (table functions are not supported)",
                     ));
                 }
             },
