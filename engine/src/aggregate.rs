@@ -36,6 +36,8 @@ pub struct AggregateOperator {
     touched_flag: Vec<bool>,
     rows: Vec<u32>,
     gids: Vec<u32>,
+    /// Whether each of `gids` was created by its row (scratch).
+    fresh: Vec<bool>,
     key: Vec<u8>,
 }
 
@@ -70,6 +72,7 @@ impl AggregateOperator {
             touched_flag: Vec::new(),
             rows: Vec::new(),
             gids: Vec::new(),
+            fresh: Vec::new(),
             key: Vec::with_capacity(64),
         }
     }
@@ -96,7 +99,12 @@ impl AggregateOperator {
 
         self.rows.clear();
         self.gids.clear();
-        let (rows, gids, key, table) = (&mut self.rows, &mut self.gids, &mut self.key, &mut self.table);
+        self.fresh.clear();
+        let (rows, gids, fresh, key, table) =
+            (&mut self.rows, &mut self.gids, &mut self.fresh, &mut self.key, &mut self.table);
+        // Without aggregates (SELECT DISTINCT, GROUP BY alone) a group's row
+        // never changes once it exists: only its first appearance is news.
+        let only_new = self.accs.is_empty();
         let (bounds, open) = (&mut self.bounds, &mut self.open_by_end);
         let mut assign = |row: usize, start: Option<i64>, end: i64| {
             key.clear();
@@ -114,6 +122,9 @@ impl AggregateOperator {
             }
             rows.push(u32::try_from(row).unwrap_or(u32::MAX));
             gids.push(gid);
+            if only_new {
+                fresh.push(new);
+            }
         };
         match self.plan.window {
             None => input.selection.for_each(|r| assign(r, None, 0)),
@@ -164,7 +175,9 @@ impl AggregateOperator {
                 for (acc, arg) in self.accs.iter_mut().zip(&args) {
                     acc.update(&self.rows[i..=i], &self.gids[i..=i], arg.as_deref())?;
                 }
-                self.emit_group(self.gids[i], out)?;
+                if !only_new || self.fresh[i] {
+                    self.emit_group(self.gids[i], out)?;
+                }
             }
             return Ok(());
         }
@@ -172,8 +185,8 @@ impl AggregateOperator {
             acc.update(&self.rows, &self.gids, arg.as_deref())?;
         }
         if input.emit_changes {
-            for &g in &self.gids {
-                if !self.touched_flag[g as usize] {
+            for (i, &g) in self.gids.iter().enumerate() {
+                if (!only_new || self.fresh[i]) && !self.touched_flag[g as usize] {
                     self.touched_flag[g as usize] = true;
                     self.touched.push(g);
                 }

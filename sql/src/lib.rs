@@ -10,6 +10,7 @@
 mod compile;
 mod dataflow;
 mod diagnostic;
+mod distinct;
 mod functions;
 mod planner;
 mod rewrite;

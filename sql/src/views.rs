@@ -251,7 +251,7 @@ fn select_item_expr(item: &SelectItem) -> Option<&Expr> {
 }
 
 /// Whether `e` calls an aggregate or window function anywhere.
-fn aggregates(e: &Expr) -> bool {
+pub(crate) fn aggregates(e: &Expr) -> bool {
     let mut found = false;
     let _ = sqlparser::ast::visit_expressions(e, |x| {
         if let Expr::Function(f) = x

@@ -30,6 +30,7 @@ use sluice_plan::{DataType, SqlError};
 pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
     crate::views::inline_views(&mut parsed.query)?;
+    crate::distinct::distinct_as_group_by(&mut parsed.query)?;
     Planner::new(&parsed, sources)?.plan()
 }
 
