@@ -193,7 +193,8 @@ pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
         (ColumnData::Float(v), DataType::Bigint | DataType::Timestamp) => {
             let mut out = Vec::with_capacity(n);
             for (i, x) in v.iter().enumerate() {
-                let r = x.round();
+                // Ties to even, as PostgreSQL and DuckDB cast (2.5 → 2).
+                let r = x.round_ties_even();
                 #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
                 if r.is_finite() && r >= i64::MIN as f64 && r < i64::MAX as f64 {
                     out.push(r as i64);
