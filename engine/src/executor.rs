@@ -17,7 +17,7 @@ use super::session::SessionOperator;
 use super::stateless::Stateless;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
-use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Plan, TimeWindow, plan_fingerprint};
+use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, TimeWindow, plan_fingerprint};
 use sluice_plan::{Value, eval, filter_rows};
 
 /// Per-engine settings (from `spec.engine`).
@@ -56,8 +56,16 @@ pub struct Engine {
     plan: Arc<Plan>,
     options: EngineOptions,
     operator: Box<dyn Operator>,
-    /// Highest event time seen (i64::MIN before any).
+    /// Highest event time seen (i64::MIN before any) — or, for a stage fed
+    /// by an exchange, the watermark the exchange established (see
+    /// [`Engine::advance_watermark`]). Either way it is what the checkpoint
+    /// keeps, so the watermark survives a restore.
     max_event_time: i64,
+    /// The input crossed an exchange: its watermark is the minimum of the
+    /// upstream partitions' watermarks, handed in between batches, not one
+    /// computed from the rows this engine sees (rows of several upstream
+    /// partitions interleave here in no particular order).
+    from_exchange: bool,
     /// Rows kept by WHERE (scratch).
     selection: Vec<u32>,
     /// Watermark in force at each row of the current batch (scratch).
@@ -88,12 +96,14 @@ impl Engine {
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
+        let from_exchange = plan.partitioning == Partitioning::ByExchange;
         Self {
             intermediate: empty_batch(&types),
             plan,
             options,
             operator,
             max_event_time: i64::MIN,
+            from_exchange,
             selection: Vec::new(),
             watermark_before: Vec::new(),
             columns: Vec::new(),
@@ -113,6 +123,9 @@ impl Engine {
 
     /// The current watermark (event time below which windows are closed).
     pub fn watermark(&self) -> Option<i64> {
+        if self.from_exchange {
+            return (self.max_event_time != i64::MIN).then_some(self.max_event_time);
+        }
         let delay = self.plan.source.event_time?.delay_ms;
         (self.max_event_time != i64::MIN).then(|| self.max_event_time.saturating_sub(delay))
     }
@@ -132,7 +145,13 @@ impl Engine {
             && let Some(ts) = batch.columns.get(et.column).and_then(int_values)
             && ts.len() == n
         {
-            if windowed {
+            if self.from_exchange {
+                if windowed {
+                    // The exchange's watermark, constant within a batch.
+                    self.watermark_before.clear();
+                    self.watermark_before.resize(n, self.max_event_time);
+                }
+            } else if windowed {
                 // The watermark each row saw: all rows before it count, so
                 // lateness does not depend on batch boundaries.
                 self.watermark_before.clear();
@@ -189,6 +208,23 @@ impl Engine {
             self.stats.late_records += self.late.len() as u64;
             out.late(batch, &self.late)?;
         }
+        self.check_state_limit()
+    }
+
+    /// For a stage fed by an exchange: the watermark of its input — the
+    /// minimum over the upstream partitions' watermarks — reached
+    /// `watermark`. Closes (and, under EMIT FINAL, emits) what it passed.
+    /// A watermark never moves back; other engines ignore this.
+    pub fn advance_watermark(&mut self, watermark: i64, out: &mut dyn Output) -> Result<(), Error> {
+        if !self.from_exchange || watermark <= self.max_event_time {
+            return Ok(());
+        }
+        self.max_event_time = watermark;
+        self.intermediate.clear();
+        let emit = self.plan.emit != EmitMode::Changes;
+        self.operator.on_watermark(watermark, emit, &mut self.intermediate)?;
+        let plan = Arc::clone(&self.plan);
+        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
         self.check_state_limit()
     }
 
@@ -276,4 +312,45 @@ fn emit_intermediate(plan: &Plan, rows: &Batch, having: &mut Vec<u32>, out: &mut
     };
     let selection = if filtered { Selection::Rows(having) } else { Selection::All(rows.len) };
     emit(&plan.outputs, &plan.keys, rows, selection, false, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+    use sluice_plan::Batch;
+
+    use super::{Engine, EngineOptions};
+    use crate::{EmittedRows, Output};
+
+    struct Discard;
+    impl Output for Discard {
+        fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), crate::Error> {
+            Ok(())
+        }
+        fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), crate::Error> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn an_exchange_fed_engine_takes_its_watermark_from_outside_and_keeps_it_in_checkpoints() {
+        let source = SourceSpec {
+            partition_key: vec!["trader".into()],
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 1_000 }),
+            ..SourceSpec::table("t", &[("trader", ColumnType::String, true), ("ts", ColumnType::Timestamp, true)])
+        };
+        let sql = "SELECT COUNT(*) AS n FROM t GROUP BY TUMBLE(ts, INTERVAL '1' MINUTE)";
+        let dataflow = sluice_sql::plan_dataflow(sql, &[source], 2).unwrap();
+        let plan = Arc::new(dataflow.stages[1].plan.clone());
+        let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        assert_eq!(engine.watermark(), None, "no watermark before the exchange sends one");
+        engine.advance_watermark(120_000, &mut Discard).unwrap();
+        engine.advance_watermark(60_000, &mut Discard).unwrap();
+        assert_eq!(engine.watermark(), Some(120_000), "a watermark never moves back");
+        let mut restored = Engine::new(plan, EngineOptions::default());
+        restored.restore(&engine.snapshot().unwrap()).unwrap();
+        assert_eq!(restored.watermark(), Some(120_000));
+    }
 }

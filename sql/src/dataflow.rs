@@ -25,14 +25,15 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
 }
 
 /// The two stages of a query whose state needs an exchange; `None` when
-/// the query's kind cannot cross one yet (time windows: the watermark is
-/// not carried across an exchange yet).
+/// the query keeps no keyed state.
 fn split_at_state(plan: Plan) -> Option<Dataflow> {
     let keys: Vec<OutputColumn> = match (&plan.operator, &plan.partitioning) {
         // Aggregates are keyed by their group expressions: every row of a
         // group has the same values, so lands in the same partition. No
         // group expression (a global aggregate): no key, one partition.
-        (OperatorPlan::Aggregate(a), _) if a.window.is_none() => a
+        // Windows are assigned after the exchange, from the forwarded event
+        // time; the exchange carries the watermark (see Engine::advance_watermark).
+        (OperatorPlan::Aggregate(a), _) => a
             .group_exprs
             .iter()
             .enumerate()
@@ -149,13 +150,16 @@ mod tests {
     }
 
     #[test]
-    fn windows_after_an_exchange_are_still_refused_with_the_partitioning_message() {
-        let err = plan_dataflow(
+    fn a_windowed_aggregate_is_cut_with_the_event_time_forwarded() {
+        let d = plan_dataflow(
             "SELECT symbol, COUNT(*) FROM trades GROUP BY symbol, TUMBLE(ts, INTERVAL '1' MINUTE)",
             &[trades()],
             4,
         )
-        .unwrap_err();
-        assert!(err.message.contains("partitionKey"), "{err}");
+        .unwrap();
+        let [first, second] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
+        assert!(first.plan.outputs.iter().any(|o| o.name == "ts"));
+        assert!(second.plan.is_windowed());
+        assert_eq!(second.plan.partitioning, Partitioning::ByExchange);
     }
 }

@@ -153,16 +153,34 @@ fn partitions(input: &str) -> Vec<Vec<&str>> {
     parts
 }
 
+/// What crosses one partition of an exchange, in order: records, and
+/// every upstream partition's watermark after each batch it processed (as
+/// a repartition topic carries watermark markers).
+#[derive(Clone, Debug)]
+enum Exchanged {
+    Record(Vec<u8>),
+    Watermark { from: usize, at: i64 },
+}
+
+/// What one partition's engine emitted for one batch, and its watermark after it.
+struct BatchResult {
+    rows: EncodedRows,
+    watermark: Option<i64>,
+}
+
 /// Runs one stage: an engine per input partition, over `batch_size`
-/// batches; what each partition's engine emitted, encoded.
+/// batches. A stage fed by an exchange advances its engines' watermark to
+/// the minimum over the `upstreams` partitions once each has reported one.
+#[allow(clippy::too_many_arguments)]
 fn run_stage(
     case: &Case,
     plan: &Plan,
-    inputs: &[Vec<Vec<u8>>],
+    inputs: &[Vec<Exchanged>],
+    upstreams: usize,
     batch_size: usize,
     snapshot_between_batches: bool,
     outcome: &mut Outcome,
-) -> Vec<EncodedRows> {
+) -> Vec<Vec<BatchResult>> {
     let plan = Arc::new(plan.clone());
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
     let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
@@ -173,44 +191,72 @@ fn run_stage(
         ..EngineOptions::default()
     };
     let mut results = Vec::new();
-    for (p, lines) in inputs.iter().enumerate() {
-        let mut engine = Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
+    for (p, items) in inputs.iter().enumerate() {
+        let new_engine = || Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
+        let mut engine = new_engine();
         let mut decoder = JsonDecoder::new(&plan);
         let mut batch = decoder.new_batch(batch_size);
         let mut out = Collect { encoder: &encoder, encoded: EncodedRows::default(), late: 0 };
-        for chunk in lines.chunks(batch_size) {
-            for line in chunk {
+        let mut upstream_marks: Vec<Option<i64>> = vec![None; upstreams];
+        let mut batches = Vec::new();
+        let mut i = 0;
+        while i < items.len() {
+            // A batch: up to `batch_size` records, ended early by a marker.
+            let mut taken = 0;
+            while i < items.len() && taken < batch_size {
+                let Exchanged::Record(line) = &items[i] else { break };
                 if decoder.decode(line, &mut batch).is_err() {
                     outcome.dead_letter += 1;
                 }
+                taken += 1;
+                i += 1;
             }
-            engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
-            batch.clear();
-            if snapshot_between_batches {
-                let state = engine.snapshot().expect("snapshot");
-                engine = Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
-                engine.restore(&state).expect("restore");
+            if taken > 0 {
+                engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
+                batch.clear();
+                if snapshot_between_batches {
+                    let state = engine.snapshot().expect("snapshot");
+                    engine = new_engine();
+                    engine.restore(&state).expect("restore");
+                }
+                let rows = std::mem::take(&mut out.encoded);
+                batches.push(BatchResult { rows, watermark: engine.watermark() });
+            }
+            while let Some(Exchanged::Watermark { from, at }) = items.get(i) {
+                upstream_marks[*from] = Some(upstream_marks[*from].map_or(*at, |w| w.max(*at)));
+                if let Some(min) =
+                    upstream_marks.iter().copied().collect::<Option<Vec<i64>>>().and_then(|w| w.into_iter().min())
+                {
+                    engine.advance_watermark(min, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
+                }
+                i += 1;
             }
         }
         engine.finish(&mut out).expect("finish");
         outcome.late += out.late;
-        results.push(out.encoded);
+        batches.push(BatchResult { rows: out.encoded, watermark: None });
+        results.push(batches);
     }
     results
 }
 
 fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
     let source = source_spec(&case.source);
-    let mut inputs: Vec<Vec<Vec<u8>>> =
-        partitions(&case.input).iter().map(|p| p.iter().map(|l| l.as_bytes().to_vec()).collect()).collect();
+    let mut inputs: Vec<Vec<Exchanged>> = partitions(&case.input)
+        .iter()
+        .map(|p| p.iter().map(|l| Exchanged::Record(l.as_bytes().to_vec())).collect())
+        .collect();
     // The exchange has as many partitions as the source, as a repartition
     // topic gets by default.
-    let n = i32::try_from(inputs.len().max(1)).unwrap();
-    let dataflow = plan_dataflow(&case.sql, &[source], n).unwrap_or_else(|e| panic!("plan: {e}"));
+    let n = inputs.len().max(1);
+    let partitions = i32::try_from(n).unwrap();
+    let dataflow = plan_dataflow(&case.sql, &[source], partitions).unwrap_or_else(|e| panic!("plan: {e}"));
     let mut outcome = Outcome::default();
+    let mut upstreams = 0;
     for (index, stage) in dataflow.stages.iter().enumerate() {
         let mut stage_outcome = Outcome::default();
-        let results = run_stage(case, &stage.plan, &inputs, batch_size, snapshot_between_batches, &mut stage_outcome);
+        let results =
+            run_stage(case, &stage.plan, &inputs, upstreams, batch_size, snapshot_between_batches, &mut stage_outcome);
         if index == 0 {
             outcome.dead_letter = stage_outcome.dead_letter;
         } else {
@@ -219,19 +265,27 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
         outcome.late += stage_outcome.late;
         match stage.output {
             StageOutput::Exchange => {
-                let mut next = vec![Vec::new(); inputs.len().max(1)];
-                for encoded in &results {
-                    for i in 0..encoded.len() {
-                        let p = partition_for_key(encoded.key(i), n);
-                        next[usize::try_from(p).unwrap()].push(encoded.value(i).to_vec());
+                let mut next: Vec<Vec<Exchanged>> = vec![Vec::new(); n];
+                for (from, batches) in results.iter().enumerate() {
+                    for b in batches {
+                        for i in 0..b.rows.len() {
+                            let p = usize::try_from(partition_for_key(b.rows.key(i), partitions)).unwrap();
+                            next[p].push(Exchanged::Record(b.rows.value(i).to_vec()));
+                        }
+                        if let Some(at) = b.watermark {
+                            next.iter_mut().for_each(|q| q.push(Exchanged::Watermark { from, at }));
+                        }
                     }
+                    // The end of a bounded input: nothing older can follow.
+                    next.iter_mut().for_each(|q| q.push(Exchanged::Watermark { from, at: i64::MAX }));
                 }
+                upstreams = results.len();
                 inputs = next;
             }
             StageOutput::Sink => {
-                for encoded in &results {
-                    for i in 0..encoded.len() {
-                        outcome.rows.push(serde_json::from_slice(encoded.value(i)).expect("valid JSON output"));
+                for b in results.iter().flatten() {
+                    for i in 0..b.rows.len() {
+                        outcome.rows.push(serde_json::from_slice(b.rows.value(i)).expect("valid JSON output"));
                     }
                 }
             }
