@@ -8,19 +8,140 @@
 //! is the query itself, minus the WHERE already applied. When the source is
 //! already keyed right (`partitionKey`), there is one stage and no exchange.
 
-use sluice_crds::SourceSpec;
+use sluice_crds::{ColumnSpec, ColumnType, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage, StageOutput,
+    DataType, Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage,
+    StageOutput,
 };
+use sqlparser::ast::{GroupByExpr, Ident, ObjectName, Query, SelectItem, SetExpr, Spanned, TableFactor};
+use sqlparser::tokenizer::Span;
 
-use crate::plan_query;
+use crate::diagnostic::Located;
+use crate::planner::plan_parsed;
+use crate::rewrite::{self, ParsedQuery};
+use crate::views::aggregates;
 
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
-    let plan = plan_query(sql, sources)?;
+    let mut parsed = rewrite::parse(sql)?;
+    if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
+        return aggregate_over_aggregate(parsed, inner, sources, partitions);
+    }
+    cut(plan_parsed(&mut parsed, sources)?, partitions)
+}
+
+/// One stage, or two when the plan's state needs an exchange.
+fn cut(plan: Plan, partitions: i32) -> Result<Dataflow, SqlError> {
     match plan.check_partitioning(partitions) {
         Ok(()) => Ok(Dataflow::single(plan)),
         Err(misaligned) => split_at_state(plan).ok_or(misaligned),
+    }
+}
+
+/// A subquery in FROM that aggregates, taken out of `query` (its place
+/// now names it by its alias, as a source).
+struct InnerQuery {
+    query: Query,
+    name: String,
+    span: Span,
+}
+
+fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
+    let SetExpr::Select(select) = query.body.as_mut() else { return None };
+    let [from] = select.from.as_mut_slice() else { return None };
+    if !from.joins.is_empty() {
+        return None;
+    }
+    let TableFactor::Derived { lateral: false, subquery, alias, .. } = &from.relation else { return None };
+    let SetExpr::Select(inner) = subquery.body.as_ref() else { return None };
+    let grouped = match &inner.group_by {
+        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
+        GroupByExpr::All(_) => true,
+    };
+    let aggregating = grouped
+        || inner.projection.iter().any(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => aggregates(e),
+            _ => false,
+        });
+    if !aggregating {
+        return None;
+    }
+    let name = alias.as_ref().map_or_else(|| Ident::new("subquery"), |a| a.name.clone());
+    let span = Spanned::span(subquery.as_ref());
+    let inner = subquery.as_ref().clone();
+    from.relation = TableFactor::Table {
+        name: ObjectName::from(vec![name.clone()]),
+        alias: None,
+        args: None,
+        with_hints: Vec::new(),
+        version: None,
+        with_ordinality: false,
+        partitions: Vec::new(),
+        json_path: None,
+        sample: None,
+        index_hints: Vec::new(),
+    };
+    Some(InnerQuery { query: inner, name: name.value, span })
+}
+
+/// `SELECT … FROM (SELECT … GROUP BY …, <window>) GROUP BY …` — an
+/// aggregate over the rows of a windowed aggregate (Nexmark q5's shape).
+/// The inner query is planned as usual; its rows — one per window and
+/// group, final, so append-only — cross an exchange keyed by the outer
+/// query's state key, and the outer query is planned over them as over a
+/// source named by the subquery's alias.
+fn aggregate_over_aggregate(
+    mut outer: ParsedQuery,
+    inner: InnerQuery,
+    sources: &[SourceSpec],
+    partitions: i32,
+) -> Result<Dataflow, SqlError> {
+    let mut inner_parsed = ParsedQuery { query: Box::new(inner.query), window: None, emit: None, clauses: Vec::new() };
+    let inner_plan = plan_parsed(&mut inner_parsed, sources)?;
+    if !(inner_plan.is_windowed() && inner_plan.emit == EmitMode::Final) {
+        return Err(SqlError::at_span(
+            inner.span,
+            "an aggregate over a subquery's aggregate needs the subquery to aggregate per time window with \
+             EMIT FINAL (its default): each of its rows must be final, never updated",
+        ));
+    }
+    let mut flow = cut(inner_plan, partitions)?;
+    let Some(last) = flow.stages.last_mut() else {
+        return Err(SqlError::unpositioned("internal: a dataflow without stages"));
+    };
+    let mut columns = Vec::with_capacity(last.plan.outputs.len());
+    for o in &last.plan.outputs {
+        columns.push(ColumnSpec { name: o.name.clone(), type_: column_type(o.expr.data_type()), required: false });
+    }
+    let source = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&inner.name, &[]) };
+    let mut plan = plan_parsed(&mut outer, &[source])?;
+    // The inner rows go to the partition of the outer state key: the inner
+    // output columns the outer query keeps state by (all of its rows on
+    // one partition for a global aggregate; spread as before when it
+    // keeps no state).
+    let keys = match &plan.partitioning {
+        Partitioning::KeyedBy(by) => by
+            .iter()
+            .filter_map(|c| last.plan.outputs.iter().find(|o| o.name.eq_ignore_ascii_case(c)))
+            .cloned()
+            .collect(),
+        _ => last.plan.keys.clone(),
+    };
+    last.plan.keys = keys;
+    last.output = StageOutput::Exchange;
+    plan.partitioning = Partitioning::ByExchange;
+    flow.stages.push(Stage { plan, output: StageOutput::Sink });
+    Ok(flow)
+}
+
+/// The declared type a plan's output column travels as.
+fn column_type(t: DataType) -> ColumnType {
+    match t {
+        DataType::Bigint => ColumnType::Bigint,
+        DataType::Double => ColumnType::Double,
+        DataType::Boolean => ColumnType::Boolean,
+        DataType::Timestamp => ColumnType::Timestamp,
+        DataType::String | DataType::Null => ColumnType::String,
     }
 }
 
@@ -161,5 +282,35 @@ mod tests {
         assert!(first.plan.outputs.iter().any(|o| o.name == "ts"));
         assert!(second.plan.is_windowed());
         assert_eq!(second.plan.partitioning, Partitioning::ByExchange);
+    }
+
+    #[test]
+    fn an_aggregate_over_a_windowed_aggregate_is_three_stages_keyed_by_the_outer_group() {
+        let d = plan_dataflow(
+            "SELECT window_start, MAX(n) AS top FROM (SELECT symbol, window_start, COUNT(*) AS n FROM trades \
+             GROUP BY symbol, TUMBLE(ts, INTERVAL '1' MINUTE)) AS c GROUP BY window_start",
+            &[trades()],
+            4,
+        )
+        .unwrap();
+        assert_eq!(d.stages.len(), 3, "{d:?}");
+        let counts = &d.stages[1].plan;
+        assert_eq!(d.stages[1].output, StageOutput::Exchange);
+        let keys: Vec<&str> = counts.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(keys, ["window_start"], "routed by the outer group key");
+        assert_eq!(d.stages[2].plan.source.name, "c");
+        assert_eq!(d.stages[2].plan.partitioning, Partitioning::ByExchange);
+    }
+
+    #[test]
+    fn an_aggregate_over_an_updating_aggregate_is_refused_at_the_subquery() {
+        let err = plan_dataflow(
+            "SELECT MAX(n) FROM (SELECT symbol, COUNT(*) AS n FROM trades GROUP BY symbol) AS c",
+            &[trades()],
+            4,
+        )
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (1, 21), "{err}");
+        assert!(err.message.contains("EMIT FINAL"), "{err}");
     }
 }

@@ -28,10 +28,14 @@ use sluice_plan::{DataType, SqlError};
 
 /// Plans `sql` against the declared sources.
 pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
-    let mut parsed = rewrite::parse(sql)?;
+    plan_parsed(&mut rewrite::parse(sql)?, sources)
+}
+
+/// Plans an already parsed query (views merged, DISTINCT rewritten first).
+pub(crate) fn plan_parsed(parsed: &mut rewrite::ParsedQuery, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
     crate::views::inline_views(&mut parsed.query)?;
     crate::distinct::distinct_as_group_by(&mut parsed.query)?;
-    Planner::new(&parsed, sources)?.plan()
+    Planner::new(parsed, sources)?.plan()
 }
 
 impl Planner<'_> {
