@@ -1,7 +1,7 @@
 //! The worker crate's one error type.
 //!
 //! Errors are classified where they are created: the user's fault
-//! (`Sql`, `Config`, `StateLimit`) is reported and not retried; external
+//! (`Sql`, `Config`, an engine state limit) is reported and not retried; external
 //! failures (`Kafka`, `Io`) are retried with backoff by the caller; `Internal`
 //! is a bug, reported as one instead of a panic.
 
@@ -17,12 +17,10 @@ pub enum Error {
     /// A configuration or manifest problem, naming the field.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// An engine's state outgrew `spec.engine.stateMemoryLimit`.
-    #[error(
-        "state of partition {partition} is {used} bytes, over the limit of {limit} bytes \
-         (spec.engine.stateMemoryLimit); raise the limit or shorten windows"
-    )]
-    StateLimit { partition: i32, used: usize, limit: usize },
+    /// The engine refused: a state limit, an unreadable checkpoint, or a
+    /// bug (classified where it was created, in `sluice-engine`).
+    #[error(transparent)]
+    Engine(#[from] sluice_engine::Error),
     /// A state checkpoint could not be written or read back.
     #[error("state checkpoint: {0}")]
     Checkpoint(String),
@@ -53,20 +51,9 @@ pub enum Error {
     Internal(String),
 }
 
-/// Engine errors keep their meaning (and message) in the worker's type.
-impl From<sluice_engine::Error> for Error {
-    fn from(e: sluice_engine::Error) -> Self {
-        match e {
-            sluice_engine::Error::StateLimit { partition, used, limit } => Self::StateLimit { partition, used, limit },
-            sluice_engine::Error::Checkpoint(m) => Self::Checkpoint(m),
-            sluice_engine::Error::Internal(m) => Self::Internal(m),
-        }
-    }
-}
-
 impl From<sluice_plan::Error> for Error {
     fn from(e: sluice_plan::Error) -> Self {
-        Self::from(sluice_engine::Error::from(e))
+        Self::Engine(e.into())
     }
 }
 
