@@ -27,7 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+#[path = "../tests/support/fixtures.rs"]
+mod fixtures;
+
+use sluice_crds::ColumnType;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_plan::Batch;
@@ -245,24 +248,6 @@ const SQL_DICTIONARY: &[&str] = &[
     "TRUE",
 ];
 
-/// The source the SQL target plans against; `ts` a bigint event time
-/// (any i64 from JSON) every other input, a timestamp otherwise.
-fn sql_source(bigint_ts: bool) -> SourceSpec {
-    SourceSpec {
-        event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 1_000 }),
-        ..SourceSpec::table(
-            "t",
-            &[
-                ("s", ColumnType::String, false),
-                ("d", ColumnType::Double, false),
-                ("n", ColumnType::Bigint, false),
-                ("b", ColumnType::Boolean, false),
-                ("ts", if bigint_ts { ColumnType::Bigint } else { ColumnType::Timestamp }, false),
-            ],
-        )
-    }
-}
-
 const EXTREME_RECORDS: &[&str] = &[
     r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0}"#,
     r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000}"#,
@@ -283,19 +268,7 @@ impl Output for Discard {
 }
 
 fn decoder_plan() -> Plan {
-    let source = SourceSpec::table(
-        "t",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("price", ColumnType::Double, false),
-            ("name", ColumnType::String, false),
-            ("ts", ColumnType::Timestamp, false),
-            ("flag", ColumnType::Boolean, false),
-            ("unread", ColumnType::Bigint, false),
-            ("note", ColumnType::String, false),
-        ],
-    );
-    match plan_query("SELECT id, price, name, ts, flag, note FROM t", &[source]) {
+    match plan_query(fixtures::DECODER_SQL, &[fixtures::decoder_source()]) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("the decoder's plan does not plan: {e}");
@@ -354,7 +327,7 @@ fn main() {
     }
 
     let decoder_plan = decoder_plan();
-    let plans = [sql_source(false), sql_source(true)];
+    let plans = [fixtures::all_types_source(ColumnType::Timestamp), fixtures::all_types_source(ColumnType::Bigint)];
     let (mut fast, mut reference) = (JsonDecoder::new(&decoder_plan), JsonDecoder::new(&decoder_plan));
     let (mut a, mut b) = (fast.new_batch(4), reference.new_batch(4));
     let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);

@@ -10,28 +10,16 @@
 
 use proptest::prelude::*;
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 mod support;
-use sluice_crds::{ColumnType, SourceSpec};
 use sluice_formats::decode::JsonDecoder;
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::plan_query;
 
 fn plan() -> Plan {
-    let source = SourceSpec::table(
-        "t",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("price", ColumnType::Double, false),
-            ("name", ColumnType::String, false),
-            ("ts", ColumnType::Timestamp, false),
-            ("flag", ColumnType::Boolean, false),
-            // Declared but not read by the query: type-checked only.
-            ("unread", ColumnType::Bigint, false),
-            ("note", ColumnType::String, false),
-        ],
-    );
-    plan_query("SELECT id, price, name, ts, flag, note FROM t", &[source]).unwrap()
+    plan_query(fixtures::DECODER_SQL, &[fixtures::decoder_source()]).unwrap()
 }
 
 /// A JSON value: the kinds a field of any type might hold.

@@ -12,31 +12,15 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 mod support;
-use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+use sluice_crds::ColumnType;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_plan::DataType;
 use sluice_plan::{Batch, Column};
 use sluice_sql::plan_query;
-
-/// The test source; its event time `ts` is a timestamp or a bigint (epoch
-/// ms): a bigint takes any i64 from JSON, so both must be exercised.
-fn source(ts: ColumnType) -> SourceSpec {
-    SourceSpec {
-        event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 1_000 }),
-        ..SourceSpec::table(
-            "t",
-            &[
-                ("s", ColumnType::String, false),
-                ("d", ColumnType::Double, false),
-                ("n", ColumnType::Bigint, false),
-                ("b", ColumnType::Boolean, false),
-                ("ts", ts, false),
-            ],
-        )
-    }
-}
 
 const TOKENS: &[&str] = &[
     "SELECT",
@@ -284,7 +268,7 @@ fn exercise(sql: &str) {
 }
 
 fn exercise_with(sql: &str, ts: ColumnType) {
-    let Ok(plan) = plan_query(sql, &[source(ts)]) else { return };
+    let Ok(plan) = plan_query(sql, &[fixtures::all_types_source(ts)]) else { return };
     let plan = Arc::new(plan);
     let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
     let mut decoder = JsonDecoder::new(&plan);
@@ -325,7 +309,7 @@ proptest! {
 #[test]
 fn column_as_frame_bound_is_an_error() {
     let sql = "SELECT s, SUM(n) OVER (PARTITION BY s ORDER BY ts ROWS BETWEEN n PRECEDING AND CURRENT ROW) AS x FROM t";
-    let e = plan_query(sql, &[source(ColumnType::Timestamp)]).unwrap_err().to_string();
+    let e = plan_query(sql, &[fixtures::all_types_source(ColumnType::Timestamp)]).unwrap_err().to_string();
     assert!(e.contains("ROWS n PRECEDING needs a whole number"), "{e}");
     assert!(e.contains("line 1, column"), "the error names its position: {e}");
 }
@@ -338,7 +322,7 @@ fn column_as_frame_bound_is_an_error() {
 fn event_time_near_i64_min_under_a_hopping_window() {
     let sql = "SELECT s, window_start, COUNT(*) AS c FROM t GROUP BY s \
                WINDOW HOPPING (ts, INTERVAL '10' SECOND, INTERVAL '1' SECOND)";
-    let plan = Arc::new(plan_query(sql, &[source(ColumnType::Bigint)]).unwrap());
+    let plan = Arc::new(plan_query(sql, &[fixtures::all_types_source(ColumnType::Bigint)]).unwrap());
     let mut decoder = JsonDecoder::new(&plan);
     let mut batch = decoder.new_batch(4);
     let e = decoder.decode(br#"{"s":"x","ts":-9223372036854770000}"#, &mut batch).unwrap_err();
