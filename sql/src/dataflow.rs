@@ -13,13 +13,13 @@ use sluice_plan::{
     DataType, Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage,
     StageOutput,
 };
-use sqlparser::ast::{GroupByExpr, Ident, ObjectName, Query, SelectItem, SetExpr, Spanned, TableFactor};
+use sqlparser::ast::{Ident, ObjectName, Query, SetExpr, Spanned, TableFactor};
 use sqlparser::tokenizer::Span;
 
 use crate::diagnostic::Located;
 use crate::planner::plan_parsed;
 use crate::rewrite::{self, ParsedQuery};
-use crate::views::aggregates;
+use crate::views::aggregates_rows;
 
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
@@ -54,16 +54,7 @@ fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
     }
     let TableFactor::Derived { lateral: false, subquery, alias, .. } = &from.relation else { return None };
     let SetExpr::Select(inner) = subquery.body.as_ref() else { return None };
-    let grouped = match &inner.group_by {
-        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
-        GroupByExpr::All(_) => true,
-    };
-    let aggregating = grouped
-        || inner.projection.iter().any(|item| match item {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => aggregates(e),
-            _ => false,
-        });
-    if !aggregating {
+    if !aggregates_rows(inner) {
         return None;
     }
     let name = alias.as_ref().map_or_else(|| Ident::new("subquery"), |a| a.name.clone());

@@ -11,7 +11,7 @@ use sluice_plan::SqlError;
 use sqlparser::ast::{Distinct, GroupByExpr, Query, SelectItem, SetExpr};
 
 use crate::diagnostic::Located;
-use crate::views::aggregates;
+use crate::views::{aggregates, has_group_by};
 
 /// Rewrites a top-level `SELECT DISTINCT` into its `GROUP BY`.
 pub fn distinct_as_group_by(query: &mut Query) -> Result<(), SqlError> {
@@ -22,10 +22,6 @@ pub fn distinct_as_group_by(query: &mut Query) -> Result<(), SqlError> {
         Some(Distinct::Distinct) => {}
         Some(_) => return Err(SqlError::at_span(at, "DISTINCT ON is not supported")),
     }
-    let grouped = match &select.group_by {
-        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
-        GroupByExpr::All(_) => true,
-    };
     let mut exprs = Vec::with_capacity(select.projection.len());
     for item in &select.projection {
         match item {
@@ -46,7 +42,7 @@ pub fn distinct_as_group_by(query: &mut Query) -> Result<(), SqlError> {
             }
         }
     }
-    if grouped || select.having.is_some() {
+    if has_group_by(select) || select.having.is_some() {
         return Err(SqlError::at_span(at, "SELECT DISTINCT with GROUP BY or HAVING is not supported"));
     }
     select.group_by = GroupByExpr::Expressions(exprs, Vec::new());

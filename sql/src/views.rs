@@ -111,14 +111,7 @@ fn merge(
     if body.distinct.is_some() {
         return refuse("DISTINCT");
     }
-    let grouped = match &body.group_by {
-        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
-        GroupByExpr::All(_) => true,
-    };
-    if grouped
-        || body.having.is_some()
-        || body.projection.iter().any(|item| select_item_expr(item).is_some_and(aggregates))
-    {
+    if aggregates_rows(&body) {
         return refuse("aggregation (GROUP BY, aggregate or window functions)");
     }
     if let Some(a) = alias
@@ -241,6 +234,22 @@ fn merge(
     };
     outer.from = std::mem::take(&mut body.from);
     Ok(())
+}
+
+/// Whether a SELECT has a GROUP BY (of any kind).
+pub(crate) fn has_group_by(select: &Select) -> bool {
+    match &select.group_by {
+        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
+        GroupByExpr::All(_) => true,
+    }
+}
+
+/// Whether a SELECT aggregates its rows: GROUP BY, HAVING, or an aggregate
+/// or window function in its SELECT list.
+pub(crate) fn aggregates_rows(select: &Select) -> bool {
+    has_group_by(select)
+        || select.having.is_some()
+        || select.projection.iter().any(|item| select_item_expr(item).is_some_and(aggregates))
 }
 
 fn select_item_expr(item: &SelectItem) -> Option<&Expr> {
