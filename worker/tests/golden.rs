@@ -22,14 +22,13 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value as Json;
-use sluice_crds::{
-    ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec, partition_for_key,
-};
+use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{EncodedRows, JsonEncoder};
 use sluice_plan::{Batch, Plan, StageOutput};
 use sluice_sql::{plan_dataflow, plan_query};
+use sluice_worker::runtime::exchange::{ExchangePartition, LocalExchange, UpstreamWatermarks};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -153,29 +152,21 @@ fn partitions(input: &str) -> Vec<Vec<&str>> {
     parts
 }
 
-/// What crosses one partition of an exchange, in order: records, and
-/// every upstream partition's watermark after each batch it processed (as
-/// a repartition topic carries watermark markers).
-#[derive(Clone, Debug)]
-enum Exchanged {
-    Record(Vec<u8>),
-    Watermark { from: usize, at: i64 },
-}
-
 /// What one partition's engine emitted for one batch, and its watermark after it.
 struct BatchResult {
     rows: EncodedRows,
     watermark: Option<i64>,
 }
 
-/// Runs one stage: an engine per input partition, over `batch_size`
-/// batches. A stage fed by an exchange advances its engines' watermark to
-/// the minimum over the `upstreams` partitions once each has reported one.
+/// Runs one stage: an engine per input partition, over batches of at most
+/// `batch_size` rows, a batch ending early at a watermark marker. A stage
+/// fed by an exchange advances its engines' watermark to the minimum over
+/// the `upstreams` partitions once each has reported one.
 #[allow(clippy::too_many_arguments)]
 fn run_stage(
     case: &Case,
     plan: &Plan,
-    inputs: &[Vec<Exchanged>],
+    inputs: &[ExchangePartition],
     upstreams: usize,
     batch_size: usize,
     snapshot_between_batches: bool,
@@ -191,46 +182,43 @@ fn run_stage(
         ..EngineOptions::default()
     };
     let mut results = Vec::new();
-    for (p, items) in inputs.iter().enumerate() {
+    for (p, input) in inputs.iter().enumerate() {
         let new_engine = || Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
         let mut engine = new_engine();
         let mut decoder = JsonDecoder::new(&plan);
         let mut batch = decoder.new_batch(batch_size);
         let mut out = Collect { encoder: &encoder, encoded: EncodedRows::default(), late: 0 };
-        let mut upstream_marks: Vec<Option<i64>> = vec![None; upstreams];
+        let mut watermarks = UpstreamWatermarks::new(upstreams);
         let mut batches = Vec::new();
-        let mut i = 0;
-        while i < items.len() {
-            // A batch: up to `batch_size` records, ended early by a marker.
-            let mut taken = 0;
-            while i < items.len() && taken < batch_size {
-                let Exchanged::Record(line) = &items[i] else { break };
-                if decoder.decode(line, &mut batch).is_err() {
+        let (mut row, mut mark) = (0, 0);
+        while row < input.rows.len() || mark < input.marks.len() {
+            // Markers due before the next row.
+            while let Some(&(_, from, at)) = input.marks.get(mark).filter(|m| m.0 <= row) {
+                if let Some(w) = watermarks.update(from, at) {
+                    engine.advance_watermark(w, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
+                }
+                mark += 1;
+            }
+            let next_mark = input.marks.get(mark).map_or(usize::MAX, |m| m.0);
+            let end = input.rows.len().min(row + batch_size).min(next_mark);
+            if end == row {
+                continue;
+            }
+            for i in row..end {
+                if decoder.decode(input.rows.value(i), &mut batch).is_err() {
                     outcome.dead_letter += 1;
                 }
-                taken += 1;
-                i += 1;
             }
-            if taken > 0 {
-                engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
-                batch.clear();
-                if snapshot_between_batches {
-                    let state = engine.snapshot().expect("snapshot");
-                    engine = new_engine();
-                    engine.restore(&state).expect("restore");
-                }
-                let rows = std::mem::take(&mut out.encoded);
-                batches.push(BatchResult { rows, watermark: engine.watermark() });
+            row = end;
+            engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
+            batch.clear();
+            if snapshot_between_batches {
+                let state = engine.snapshot().expect("snapshot");
+                engine = new_engine();
+                engine.restore(&state).expect("restore");
             }
-            while let Some(Exchanged::Watermark { from, at }) = items.get(i) {
-                upstream_marks[*from] = Some(upstream_marks[*from].map_or(*at, |w| w.max(*at)));
-                if let Some(min) =
-                    upstream_marks.iter().copied().collect::<Option<Vec<i64>>>().and_then(|w| w.into_iter().min())
-                {
-                    engine.advance_watermark(min, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
-                }
-                i += 1;
-            }
+            let rows = std::mem::take(&mut out.encoded);
+            batches.push(BatchResult { rows, watermark: engine.watermark() });
         }
         engine.finish(&mut out).expect("finish");
         outcome.late += out.late;
@@ -242,15 +230,22 @@ fn run_stage(
 
 fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
     let source = source_spec(&case.source);
-    let mut inputs: Vec<Vec<Exchanged>> = partitions(&case.input)
+    let mut inputs: Vec<ExchangePartition> = partitions(&case.input)
         .iter()
-        .map(|p| p.iter().map(|l| Exchanged::Record(l.as_bytes().to_vec())).collect())
+        .map(|lines| {
+            let mut part = ExchangePartition::default();
+            for line in lines {
+                part.rows.values.extend_from_slice(line.as_bytes());
+                part.rows.value_ends.push(part.rows.values.len());
+            }
+            part
+        })
         .collect();
     // The exchange has as many partitions as the source, as a repartition
     // topic gets by default.
     let n = inputs.len().max(1);
-    let partitions = i32::try_from(n).unwrap();
-    let dataflow = plan_dataflow(&case.sql, &[source], partitions).unwrap_or_else(|e| panic!("plan: {e}"));
+    let dataflow =
+        plan_dataflow(&case.sql, &[source], i32::try_from(n).unwrap()).unwrap_or_else(|e| panic!("plan: {e}"));
     let mut outcome = Outcome::default();
     let mut upstreams = 0;
     for (index, stage) in dataflow.stages.iter().enumerate() {
@@ -263,24 +258,22 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
             assert_eq!(stage_outcome.dead_letter, 0, "records from an exchange never fail to decode");
         }
         outcome.late += stage_outcome.late;
+        inputs = Vec::new();
         match stage.output {
             StageOutput::Exchange => {
-                let mut next: Vec<Vec<Exchanged>> = vec![Vec::new(); n];
+                let mut exchange = LocalExchange::new(n);
                 for (from, batches) in results.iter().enumerate() {
                     for b in batches {
-                        for i in 0..b.rows.len() {
-                            let p = usize::try_from(partition_for_key(b.rows.key(i), partitions)).unwrap();
-                            next[p].push(Exchanged::Record(b.rows.value(i).to_vec()));
-                        }
+                        exchange.route(&b.rows);
                         if let Some(at) = b.watermark {
-                            next.iter_mut().for_each(|q| q.push(Exchanged::Watermark { from, at }));
+                            exchange.watermark(from, at);
                         }
                     }
                     // The end of a bounded input: nothing older can follow.
-                    next.iter_mut().for_each(|q| q.push(Exchanged::Watermark { from, at: i64::MAX }));
+                    exchange.watermark(from, i64::MAX);
                 }
                 upstreams = results.len();
-                inputs = next;
+                inputs = (0..n).map(|p| exchange.take(p)).collect();
             }
             StageOutput::Sink => {
                 for b in results.iter().flatten() {

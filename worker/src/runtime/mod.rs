@@ -3,6 +3,7 @@
 //! checkpoint), plus process-wide health and shutdown signalling.
 
 mod core_loop;
+pub mod exchange;
 mod health;
 mod job;
 mod partition;
