@@ -20,7 +20,8 @@ use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{EncodedRows, JsonEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
-use sluice_sql::plan_query;
+use sluice_sql::{plan_dataflow, plan_query};
+use sluice_worker::runtime::exchange::LocalExchange;
 use sluice_worker::source::write_record;
 
 /// The seeds' engine on a 2-core machine of this kind (records/s, 100 K records).
@@ -200,6 +201,88 @@ fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Durati
     (started.elapsed(), sink.rows)
 }
 
+/// S2's aggregates per symbol, over the trades keyed by trader: one
+/// stage when the topic is keyed by symbol (aligned), two joined by an
+/// exchange when it is keyed by trader (re-keyed: forward, encode, route
+/// by Kafka's partitioner, decode again, aggregate). The re-keyed run goes
+/// through four exchange partitions on this one core, as a repartition
+/// topic with four partitions would be read by one core.
+const REKEYED_SQL: &str = "SELECT symbol, COUNT(*) AS trade_count, AVG(price) AS avg_price, \
+     SUM(quantity) AS total_quantity, SUM(price * quantity) AS total_value FROM market_data GROUP BY symbol";
+const EXCHANGE_PARTITIONS: usize = 4;
+
+fn market_data_keyed_by(key: &str) -> SourceSpec {
+    SourceSpec { partition_key: vec![key.into()], ..source(DatagenScenario::Trades) }
+}
+
+fn rekeyed(payloads: &Payloads) -> (Duration, u64) {
+    let partitions = i32::try_from(EXCHANGE_PARTITIONS).unwrap_or(4);
+    let dataflow = plan_dataflow(REKEYED_SQL, &[market_data_keyed_by("trader_id")], partitions)
+        .unwrap_or_else(|e| panic!("re-keyed S2: {e}"));
+    let [forward, aggregate] = dataflow.stages.as_slice() else { panic!("re-keyed S2 is two stages") };
+    let (forward, aggregate) = (Arc::new(forward.plan.clone()), Arc::new(aggregate.plan.clone()));
+    let encoder_for = |plan: &Plan| {
+        let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
+        let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+        JsonEncoder::new(&names, &keys)
+    };
+    let (forward_encoder, aggregate_encoder) = (encoder_for(&forward), encoder_for(&aggregate));
+    let mut decoder = JsonDecoder::new(&forward);
+    let mut batch = decoder.new_batch(BATCH);
+    let mut stage0 = Engine::new(Arc::clone(&forward), EngineOptions::default());
+    let mut routed = Collect { encoder: &forward_encoder, out: EncodedRows::default() };
+    let mut exchange = LocalExchange::new(EXCHANGE_PARTITIONS);
+    let mut downstream: Vec<(JsonDecoder, Batch, Engine)> = (0..EXCHANGE_PARTITIONS)
+        .map(|p| {
+            let d = JsonDecoder::new(&aggregate);
+            let b = d.new_batch(BATCH);
+            let options = EngineOptions { partition: i32::try_from(p).unwrap_or(0), ..EngineOptions::default() };
+            (d, b, Engine::new(Arc::clone(&aggregate), options))
+        })
+        .collect();
+    let mut sink = Sink { encoder: &aggregate_encoder, out: EncodedRows::default(), rows: 0, bytes: 0 };
+    let started = Instant::now();
+    payloads.each_batch(BATCH, |bytes, ends, mut start| {
+        for &end in ends {
+            let _ = decoder.decode(&bytes[start..end], &mut batch);
+            start = end;
+        }
+        if let Err(e) = stage0.process(&mut batch, &mut routed) {
+            eprintln!("engine error: {e}");
+        }
+        batch.clear();
+        exchange.route(&routed.out);
+        routed.out.clear();
+        for (p, (d, b, engine)) in downstream.iter_mut().enumerate() {
+            let part = exchange.take(p);
+            for i in 0..part.rows.len() {
+                let _ = d.decode(part.rows.value(i), b);
+            }
+            if let Err(e) = engine.process(b, &mut sink) {
+                eprintln!("engine error: {e}");
+            }
+            b.clear();
+        }
+    });
+    (started.elapsed(), sink.rows)
+}
+
+/// Keeps what an engine emitted, encoded, for the exchange.
+struct Collect<'a> {
+    encoder: &'a JsonEncoder,
+    out: EncodedRows,
+}
+
+impl Output for Collect<'_> {
+    fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
+        self.encoder.encode(rows, &mut self.out);
+        Ok(())
+    }
+    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
+        Ok(())
+    }
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -240,4 +323,30 @@ fn main() {
             rows
         );
     }
+    if only.as_deref().is_some_and(|o| !"s2 re-keyed".contains(&o.to_lowercase())) {
+        return;
+    }
+    // Same records, same query; the topic keyed by symbol or by trader.
+    let aligned_plan = Arc::new(
+        plan_query(REKEYED_SQL, &[market_data_keyed_by("symbol")]).unwrap_or_else(|e| panic!("aligned S2: {e}")),
+    );
+    let payloads = Payloads::generate(DatagenScenario::Trades, records);
+    let (mut aligned, mut rekeyed_runs, mut rows) = (Vec::new(), Vec::new(), (0, 0));
+    for _ in 0..3 {
+        let (t, r) = full(&aligned_plan, EmitChangesMode::Coalesced, &payloads);
+        aligned.push(t);
+        let (u, q) = rekeyed(&payloads);
+        rekeyed_runs.push(u);
+        rows = (r, q);
+    }
+    let (a, r) = (median(aligned), median(rekeyed_runs));
+    let rate = |t: Duration| records as f64 / t.as_secs_f64();
+    println!(
+        "\nS2 per symbol: aligned (one stage) vs re-keyed (two stages, in-process exchange of {EXCHANGE_PARTITIONS})\n"
+    );
+    println!("| run | records/s | ns/record | output rows |");
+    println!("|---|---:|---:|---:|");
+    println!("| aligned | {:.0} | {:.0} | {} |", rate(a), a.as_nanos() as f64 / records as f64, rows.0);
+    println!("| re-keyed | {:.0} | {:.0} | {} |", rate(r), r.as_nanos() as f64 / records as f64, rows.1);
+    println!("\nre-keyed ÷ aligned: {:.2}", rate(r) / rate(a));
 }
