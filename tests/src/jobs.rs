@@ -70,10 +70,17 @@ pub fn wait_until<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Optio
 
 /// Waits for a Warning event with `reason` in `ns`; returns the event list.
 pub fn wait_for_warning(ns: &str, reason: &str) -> Value {
-    wait_until(&format!("Warning event {reason}"), Duration::from_secs(30), || {
+    wait_for_event(ns, "Warning", reason, Duration::from_secs(30))
+}
+
+/// Waits for an event of `type_` (Normal, Warning) with `reason` in `ns`;
+/// returns the event list. Events stay, so unlike a condition that may
+/// pass by between two polls, one cannot be missed.
+pub fn wait_for_event(ns: &str, type_: &str, reason: &str, timeout: Duration) -> Value {
+    wait_until(&format!("{type_} event {reason}"), timeout, || {
         let e = kubectl_ok(["get", "events", "-n", ns, "-o", "json"]);
         let v: Value = serde_json::from_str(&e).unwrap();
-        v["items"].as_array().unwrap().iter().any(|e| e["reason"] == reason && e["type"] == "Warning").then_some(v)
+        v["items"].as_array().unwrap().iter().any(|e| e["reason"] == reason && e["type"] == type_).then_some(v)
     })
 }
 

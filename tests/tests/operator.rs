@@ -423,9 +423,10 @@ fn a_leader_killed_mid_rescale_is_replaced_and_the_rescale_completes_without_ove
         })
     };
     kubectl_ok(["scale", "sj", name, "-n", &ns, "--replicas=2"]);
-    wait_until("the rescale under way", Duration::from_secs(60), || {
-        condition(&get("sj", name, &ns)?, "Ready").filter(|c| c.1 == "Rescaling").map(|_| ())
-    });
+    // The leader announces the rescale (a Normal event, which stays) when it
+    // starts draining the old workers; the Ready condition says Rescaling
+    // only while they drain, which a poll can miss on a busy machine.
+    wait_for_event(&ns, "Normal", "Rescaling", Duration::from_secs(60));
     a.signal("KILL");
     let _ = a.wait(Duration::from_secs(10));
     let job = wait_ready(name, &ns, 2);
