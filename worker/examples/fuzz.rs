@@ -31,9 +31,7 @@ use std::time::{Duration, Instant};
 mod fixtures;
 
 use sluice_crds::ColumnType;
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
-use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::plan_query;
 
@@ -248,25 +246,6 @@ const SQL_DICTIONARY: &[&str] = &[
     "TRUE",
 ];
 
-const EXTREME_RECORDS: &[&str] = &[
-    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0}"#,
-    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000}"#,
-    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000}"#,
-    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808}"#,
-    r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854775807}"#,
-    r#"{"s":"x","d":0.0,"n":-1,"ts":-9223372036854770000}"#,
-];
-
-struct Discard;
-impl Output for Discard {
-    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
-        Ok(())
-    }
-    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
-        Ok(())
-    }
-}
-
 fn decoder_plan() -> Plan {
     match plan_query(fixtures::DECODER_SQL, &[fixtures::decoder_source()]) {
         Ok(p) => p,
@@ -275,18 +254,6 @@ fn decoder_plan() -> Plan {
             std::process::exit(2);
         }
     }
-}
-
-fn cells(batch: &Batch) -> Vec<String> {
-    let mut out = Vec::new();
-    for row in 0..batch.len {
-        for c in &batch.columns {
-            if c.len() > row {
-                out.push(format!("{:?}", c.scalar(row)));
-            }
-        }
-    }
-    out
 }
 
 /// What one input did.
@@ -348,7 +315,7 @@ fn main() {
                 b.clear();
                 let got = fast.decode(&input, &mut a);
                 let want = reference.decode_with_serde(&input, &mut b);
-                if got != want || a.len != b.len || cells(&a) != cells(&b) {
+                if got != want || a.len != b.len || fixtures::cells(&a) != fixtures::cells(&b) {
                     return Verdict::Disagreement(format!("fast path {got:?}, visitor {want:?}"));
                 }
                 Verdict::Fine
@@ -358,15 +325,7 @@ fn main() {
                     return Verdict::Fine;
                 };
                 planned += 1;
-                let plan = Arc::new(plan);
-                let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
-                let mut decoder = JsonDecoder::new(&plan);
-                let mut batch = decoder.new_batch(16);
-                for r in EXTREME_RECORDS {
-                    let _ = decoder.decode(r.as_bytes(), &mut batch);
-                }
-                let _ = engine.process(&mut batch, &mut Discard);
-                let _ = engine.finish(&mut Discard);
+                fixtures::run_on_extreme_records(plan);
                 Verdict::Fine
             }
         }));

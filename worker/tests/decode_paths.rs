@@ -14,7 +14,6 @@ use proptest::prelude::*;
 mod fixtures;
 mod support;
 use sluice_formats::decode::JsonDecoder;
-use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::plan_query;
 
@@ -135,19 +134,6 @@ fn record_prefix() -> impl Strategy<Value = String> {
     .prop_map(str::to_owned)
 }
 
-/// Every cell of `batch`, as text precise to the bit (so -0.0 ≠ 0.0).
-fn cells(batch: &Batch) -> Vec<String> {
-    let mut out = Vec::new();
-    for row in 0..batch.len {
-        for c in &batch.columns {
-            if c.len() > row {
-                out.push(format!("{:?}", c.scalar(row)));
-            }
-        }
-    }
-    out
-}
-
 proptest! {
     #![proptest_config(support::deterministic(3_000))]
 
@@ -162,7 +148,7 @@ proptest! {
             prop_assert_eq!(&got, &want, "record {}", r);
             prop_assert_eq!(a.len, b.len);
         }
-        prop_assert_eq!(cells(&a), cells(&b));
+        prop_assert_eq!(fixtures::cells(&a), fixtures::cells(&b));
     }
 }
 
@@ -181,5 +167,5 @@ fn plain_records_decode_identically() {
         fast.decode(r.as_bytes(), &mut a).unwrap();
         reference.decode_with_serde(r.as_bytes(), &mut b).unwrap();
     }
-    assert_eq!(cells(&a), cells(&b));
+    assert_eq!(fixtures::cells(&a), fixtures::cells(&b));
 }

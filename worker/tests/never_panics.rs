@@ -238,28 +238,6 @@ fn clauses() -> impl Strategy<Value = String> {
     })
 }
 
-struct Sink;
-impl Output for Sink {
-    fn rows(&mut self, _: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
-        Ok(())
-    }
-    fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), sluice_engine::Error> {
-        Ok(())
-    }
-}
-
-const EXTREME_RECORDS: &[&str] = &[
-    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0}"#,
-    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000}"#,
-    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000}"#,
-    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808}"#,
-    r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854775807}"#,
-    r#"{"s":"x","d":0.0,"n":-1,"ts":-9223372036854770000}"#,
-    r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854770000}"#,
-    r#"{"n":"not a number"}"#,
-    r#"not json"#,
-];
-
 /// Plans `sql` over both event-time types; where it plans, runs it over the
 /// extreme records.
 fn exercise(sql: &str) {
@@ -268,17 +246,9 @@ fn exercise(sql: &str) {
 }
 
 fn exercise_with(sql: &str, ts: ColumnType) {
-    let Ok(plan) = plan_query(sql, &[fixtures::all_types_source(ts)]) else { return };
-    let plan = Arc::new(plan);
-    let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
-    let mut decoder = JsonDecoder::new(&plan);
-    let mut batch = decoder.new_batch(16);
-    for r in EXTREME_RECORDS {
-        // Records the decoder rejects are dead letters, not panics.
-        let _ = decoder.decode(r.as_bytes(), &mut batch);
+    if let Ok(plan) = plan_query(sql, &[fixtures::all_types_source(ts)]) {
+        fixtures::run_on_extreme_records(plan);
     }
-    let _ = engine.process(&mut batch, &mut Sink);
-    let _ = engine.finish(&mut Sink);
 }
 
 proptest! {
