@@ -70,6 +70,10 @@ pub struct Engine {
     selection: Vec<u32>,
     /// Watermark in force at each row of the current batch (scratch).
     watermark_before: Vec<i64>,
+    /// For a stage fed by an exchange: `(row, watermark)` — the exchange's
+    /// watermark reached `watermark` before row `row` of the batch in
+    /// process (see [`Engine::process_exchanged`]).
+    marks: Vec<(usize, i64)>,
     /// Rows emitted by a stateful operator, before HAVING and the SELECT list (scratch).
     intermediate: Batch,
     /// Columns an operator computed for its input rows (scratch).
@@ -106,6 +110,7 @@ impl Engine {
             from_exchange,
             selection: Vec::new(),
             watermark_before: Vec::new(),
+            marks: Vec::new(),
             columns: Vec::new(),
             having: Vec::new(),
             late: Vec::new(),
@@ -147,9 +152,17 @@ impl Engine {
         {
             if self.from_exchange {
                 if windowed {
-                    // The exchange's watermark, constant within a batch.
+                    // The exchange's watermark as it stood at each row: the
+                    // markers that arrived between rows say where it moved.
                     self.watermark_before.clear();
-                    self.watermark_before.resize(n, self.max_event_time);
+                    let (mut at, mut next) = (self.max_event_time, 0);
+                    for row in 0..n {
+                        while let Some(&(_, w)) = self.marks.get(next).filter(|m| m.0 <= row) {
+                            at = at.max(w);
+                            next += 1;
+                        }
+                        self.watermark_before.push(at);
+                    }
                 }
             } else if windowed {
                 // The watermark each row saw: all rows before it count, so
@@ -209,6 +222,29 @@ impl Engine {
             out.late(batch, &self.late)?;
         }
         self.check_state_limit()
+    }
+
+    /// For a stage fed by an exchange: processes a batch during which the
+    /// exchange's watermark moved — `marks` holds `(row, watermark)`, in
+    /// row order, for each move before row `row` — then advances to the
+    /// last. A row is late exactly when it would be with the batch cut at
+    /// every mark, so results do not depend on where batches end; windows
+    /// a mark closed are emitted after the batch rather than mid-batch.
+    pub fn process_exchanged(
+        &mut self,
+        batch: &mut Batch,
+        marks: &[(usize, i64)],
+        out: &mut dyn Output,
+    ) -> Result<(), Error> {
+        self.marks.clear();
+        self.marks.extend_from_slice(marks);
+        let processed = self.process(batch, out);
+        self.marks.clear();
+        processed?;
+        match marks.iter().map(|m| m.1).max() {
+            Some(w) => self.advance_watermark(w, out),
+            None => Ok(()),
+        }
     }
 
     /// For a stage fed by an exchange: the watermark of its input — the

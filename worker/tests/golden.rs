@@ -159,9 +159,10 @@ struct BatchResult {
 }
 
 /// Runs one stage: an engine per input partition, over batches of at most
-/// `batch_size` rows, a batch ending early at a watermark marker. A stage
-/// fed by an exchange advances its engines' watermark to the minimum over
-/// the `upstreams` partitions once each has reported one.
+/// `batch_size` rows. A stage fed by an exchange advances its engines'
+/// watermark to the minimum over the `upstreams` partitions once each has
+/// reported one, at the rows where the markers arrived — within batches,
+/// as on a cluster.
 #[allow(clippy::too_many_arguments)]
 fn run_stage(
     case: &Case,
@@ -191,18 +192,18 @@ fn run_stage(
         let mut watermarks = UpstreamWatermarks::new(upstreams);
         let mut batches = Vec::new();
         let (mut row, mut mark) = (0, 0);
-        while row < input.rows.len() || mark < input.marks.len() {
-            // Markers due before the next row.
-            while let Some(&(_, from, at)) = input.marks.get(mark).filter(|m| m.0 <= row) {
-                if let Some(w) = watermarks.update(from, at) {
-                    engine.advance_watermark(w, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
+        let len = input.rows.len();
+        let mut in_batch = Vec::new();
+        while row < len || mark < input.marks.len() {
+            let end = len.min(row + batch_size);
+            // Markers that arrived before one of this batch's rows (or at
+            // the end of the input), where the combined watermark moved.
+            in_batch.clear();
+            while let Some(&(at, from, w)) = input.marks.get(mark).filter(|m| m.0 < end || end == len) {
+                if let Some(c) = watermarks.update(from, w) {
+                    in_batch.push((at.saturating_sub(row), c));
                 }
                 mark += 1;
-            }
-            let next_mark = input.marks.get(mark).map_or(usize::MAX, |m| m.0);
-            let end = input.rows.len().min(row + batch_size).min(next_mark);
-            if end == row {
-                continue;
             }
             for i in row..end {
                 if decoder.decode(input.rows.value(i), &mut batch).is_err() {
@@ -210,7 +211,7 @@ fn run_stage(
                 }
             }
             row = end;
-            engine.process(&mut batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
+            engine.process_exchanged(&mut batch, &in_batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
             batch.clear();
             if snapshot_between_batches {
                 let state = engine.snapshot().expect("snapshot");
