@@ -32,6 +32,20 @@ pub struct EngineSpec {
     /// What happens to records that arrive after their window closed.
     #[serde(default)]
     pub late_records: LateRecordPolicy,
+    /// After a shuffle (a repartition topic), each partition's watermark is
+    /// the minimum over the source partitions feeding it. A source
+    /// partition with no records for this long stops holding that minimum
+    /// back until its next record, as Flink's `withIdleness` does; records
+    /// it then sends behind the watermark are late. 0 waits forever.
+    #[serde(default = "default_idle_timeout_millis")]
+    #[schemars(range(min = 0, max = 86_400_000))]
+    pub idle_timeout_millis: i32,
+    /// Partitions of each repartition topic (default: the largest source
+    /// partition count). More lets later stages use more cores than the
+    /// sources have partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000))]
+    pub repartition_partitions: Option<i32>,
 }
 
 /// Granularity of `EMIT CHANGES` output.
@@ -66,6 +80,9 @@ fn default_state_memory_limit() -> String {
 fn default_checkpoint_interval_millis() -> i32 {
     1000
 }
+fn default_idle_timeout_millis() -> i32 {
+    30_000
+}
 
 impl Default for EngineSpec {
     fn default() -> Self {
@@ -76,6 +93,8 @@ impl Default for EngineSpec {
             checkpoint_interval_millis: default_checkpoint_interval_millis(),
             emit_changes: EmitChangesMode::default(),
             late_records: LateRecordPolicy::default(),
+            idle_timeout_millis: default_idle_timeout_millis(),
+            repartition_partitions: None,
         }
     }
 }

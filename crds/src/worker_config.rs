@@ -155,6 +155,21 @@ impl WorkerConfig {
         self.worker.state_topic.clone().unwrap_or_else(|| format!("{}.state", self.consumer_group()))
     }
 
+    /// The repartition topic stage `stage` (1-based) of a multi-stage
+    /// query reads: named from the consumer group, like the state topic.
+    pub fn repartition_topic(&self, stage: usize) -> String {
+        format!("{}.repartition-{stage}", self.consumer_group())
+    }
+
+    /// The state topic of stage `stage`: the job's state topic for the
+    /// first, one per later stage that keeps state.
+    pub fn stage_state_topic(&self, stage: usize) -> String {
+        match stage {
+            0 => self.state_topic(),
+            s => format!("{}-{s}", self.state_topic()),
+        }
+    }
+
     /// Total partitions over all sources.
     pub fn total_partitions(&self) -> i32 {
         self.partitions.iter().map(|p| p.partitions).sum()

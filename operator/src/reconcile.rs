@@ -105,15 +105,16 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let previous_epoch = job.status.as_ref().and_then(|s| s.assignment_epoch).unwrap_or(0);
     let outcome = match validate::validate(&job.spec) {
         Err(invalid) => Outcome::Invalid(invalid),
-        Ok(plan) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
+        Ok(dataflow) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
             Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
             Err(unavailable) => Outcome::Unavailable(unavailable),
             Ok(parts) => {
+                let source = validate::source_name(&dataflow);
                 let source_partitions =
-                    parts.iter().find(|p| p.source.eq_ignore_ascii_case(&plan.source.name)).map_or(1, |p| p.partitions);
-                match validate::check_partitioning(&plan, source_partitions) {
+                    parts.iter().find(|p| p.source.eq_ignore_ascii_case(source)).map_or(1, |p| p.partitions);
+                match validate::check_partitioning(&job.spec, source_partitions) {
                     Err(invalid) => Outcome::Invalid(invalid),
-                    Ok(()) => {
+                    Ok(_) => {
                         let running_hash = observed
                             .statefulset
                             .as_ref()

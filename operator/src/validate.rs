@@ -3,8 +3,8 @@
 
 use sha2::{Digest, Sha256};
 use sluice_crds::{StreamJobSpec, reasons};
-use sluice_plan::Plan;
-use sluice_sql::plan_query;
+use sluice_plan::Dataflow;
+use sluice_sql::plan_dataflow;
 
 /// Why a job cannot run: a condition reason and a message for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,16 +14,38 @@ pub struct Invalid {
 }
 
 /// Checks the spec (as the CRD's rules do) and plans the SQL against the
-/// declared schemas. The message of a SQL error carries its line:column.
-pub fn validate(spec: &StreamJobSpec) -> Result<Plan, Invalid> {
+/// declared schemas, as the workers will. The message of a SQL error
+/// carries its line:column.
+pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     spec.validate().map_err(|e| Invalid { reason: reasons::INVALID_SPEC, message: e.to_string() })?;
-    plan_query(&spec.sql, &spec.sources).map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })
+    plan_dataflow(&spec.sql, &spec.sources, 1)
+        .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })
 }
 
-/// Checks the plan against the source's actual partition count.
-pub fn check_partitioning(plan: &Plan, partitions: i32) -> Result<(), Invalid> {
-    plan.check_partitioning(partitions)
-        .map_err(|e| Invalid { reason: reasons::PARTITION_KEY_MISMATCH, message: e.to_string() })
+/// The source the planned query reads.
+pub fn source_name(dataflow: &Dataflow) -> &str {
+    dataflow.stages.first().map_or("", |s| s.plan.source.name.as_str())
+}
+
+/// Plans the query for the source's actual partition count: where its
+/// state is keyed differently from the source, it is cut into stages
+/// joined by a Kafka repartition topic — which a source that is not a
+/// Kafka topic cannot have.
+pub fn check_partitioning(spec: &StreamJobSpec, partitions: i32) -> Result<Dataflow, Invalid> {
+    let dataflow = plan_dataflow(&spec.sql, &spec.sources, partitions)
+        .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
+    let source = source_name(&dataflow);
+    if dataflow.has_exchange() && spec.source(source).is_some_and(|s| s.kafka.is_none()) {
+        return Err(Invalid {
+            reason: reasons::PARTITION_KEY_MISMATCH,
+            message: format!(
+                "source {source}: the query's state is not keyed by the source's partitionKey, so its rows are \
+                 re-keyed through a Kafka repartition topic, which needs a Kafka source; key the source by the \
+                 query's GROUP BY (partitionKey) or read it from Kafka"
+            ),
+        });
+    }
+    Ok(dataflow)
 }
 
 /// Identity of the query: its SQL and the schemas it reads. Engine state is
@@ -70,10 +92,23 @@ mod tests {
     }
 
     #[test]
-    fn unaligned_partitioning_is_reported() {
-        let plan = validate(&job("SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol").spec).unwrap();
-        assert_eq!(check_partitioning(&plan, 4).unwrap_err().reason, reasons::PARTITION_KEY_MISMATCH);
-        assert!(check_partitioning(&plan, 1).is_ok());
+    fn a_query_keyed_differently_from_its_kafka_source_is_cut_at_a_repartition_topic() {
+        let spec = job("SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol").spec;
+        assert!(!validate(&spec).unwrap().has_exchange(), "one partition: nothing to re-key");
+        assert_eq!(check_partitioning(&spec, 4).unwrap().stages.len(), 2);
+        let aligned = job("SELECT trader_id, COUNT(*) AS n FROM market_data GROUP BY trader_id").spec;
+        assert_eq!(check_partitioning(&aligned, 4).unwrap().stages.len(), 1, "keyed right: no shuffle");
+    }
+
+    #[test]
+    fn a_re_keyed_query_over_a_source_that_is_not_kafka_is_refused_with_why() {
+        let mut spec = job("SELECT symbol, COUNT(*) AS n FROM market_data GROUP BY symbol").spec;
+        let source = &mut spec.sources[0];
+        source.kafka = None;
+        source.file = Some(sluice_crds::FileSource { path: "/data/trades.jsonl".into() });
+        let e = check_partitioning(&spec, 4).unwrap_err();
+        assert_eq!(e.reason, reasons::PARTITION_KEY_MISMATCH);
+        assert!(e.message.contains("needs a Kafka source"), "{}", e.message);
     }
 
     #[test]

@@ -114,7 +114,7 @@ fn check_values(text: &str, values: &BTreeMap<(String, String), BTreeSet<String>
 fn every_worker_metric_is_documented_with_its_type_and_labels() {
     let doc = doc();
     let metrics = sluice_worker::metrics::Metrics::new("demo", 0).unwrap();
-    let core = metrics.core(0, &[0, 1]);
+    let core = metrics.core(0, &[("trades", 0), ("trades", 1)]);
     core.latency.observe_millis(1);
     metrics.ready.set(1);
     let text = metrics.render();

@@ -181,6 +181,44 @@ fn tumbling_windows_over_partitions_match_independent_results() {
     }
 }
 
+/// Count and quantity per symbol for trades `range`, computed independently.
+fn expected_per_symbol(range: std::ops::Range<u64>) -> BTreeMap<String, (i64, i64)> {
+    let mut m: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for i in range {
+        let t = trade(i);
+        let e = m.entry(format!("S{}", t.symbol)).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+    }
+    m
+}
+
+const BY_SYMBOL: &str = "SELECT symbol, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY symbol";
+
+#[test]
+fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic() {
+    let (topic, out) = (unique_name("trades"), unique_name("per-symbol"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 1);
+    produce_trades(&topic, 0..20_000, 4);
+    let group = unique_name("g");
+    let m = write_temp("job.yaml", &manifest(&unique_name("rk"), BY_SYMBOL, &topic, &out, ""));
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &group]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("records in: 20000"), "{}", w.log());
+    let got: BTreeMap<String, (i64, i64)> = final_per_key(&kafka::consume(&out, usize::MAX, Duration::from_secs(5)))
+        .values()
+        .map(|v| (v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap())))
+        .collect();
+    assert_eq!(got, expected_per_symbol(0..20_000));
+    // The rows crossed the job's repartition topic, which has as many
+    // partitions as the source, and its reader committed past them.
+    let repartition = format!("{group}.repartition-1");
+    let committed = kafka::committed_offsets(&group, &repartition, 4);
+    let crossed: i64 = committed.values().sum();
+    assert!(crossed >= 20_000, "every row and the markers were read from {repartition}: {committed:?}");
+}
+
 #[test]
 fn every_partition_is_read_by_exactly_one_core_of_one_worker() {
     let (topic, out) = (unique_name("trades"), unique_name("totals"));

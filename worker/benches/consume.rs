@@ -157,7 +157,7 @@ fn base_consumer(bootstrap: &str, topic: &str, records: u64) -> (u64, u64) {
 fn batch_queue(bootstrap: &str, topic: &str, records: u64) -> (u64, u64) {
     let consumer: BaseConsumer = config(bootstrap).create().unwrap();
     let partitions: Vec<i32> = (0..PARTITIONS).collect();
-    let mut batched = BatchConsumer::new(consumer, topic, &partitions).unwrap();
+    let mut batched = BatchConsumer::new(consumer, &[(topic, &partitions[..])]).unwrap();
     batched.consumer().assign(&assignment(topic)).unwrap();
     let (mut n, mut bytes) = (0, 0);
     while n < records {

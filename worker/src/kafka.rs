@@ -154,6 +154,29 @@ pub fn create_topic(
     partition_count(config, topic, Duration::from_secs(10))
 }
 
+/// Deletes the records before the given offsets (`(topic, partition,
+/// offset)`): what a repartition topic holds below its reader's committed
+/// offset is never read again, as Kafka Streams purges its repartition
+/// topics after each commit.
+pub fn delete_records(admin: &AdminClient<DefaultClientContext>, before: &[(&str, i32, i64)]) -> Result<(), Error> {
+    if before.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for &(topic, p, offset) in before {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(offset))
+            .map_err(|e| Error::kafka("delete records list", e))?;
+    }
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let result = block_on(admin.delete_records(&tpl, &options)).map_err(|e| Error::kafka("delete records", e))?;
+    for e in result.elements() {
+        if let Err(err) = e.error() {
+            return Err(Error::kafka(format!("delete records of {}/{}", e.topic(), e.partition()), err));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

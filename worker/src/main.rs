@@ -198,24 +198,36 @@ fn validate(file: &str) -> ExitCode {
     if let Err(e) = job.spec.validate() {
         return fail(&format!("{file}: {e}"));
     }
-    match sluice_sql::plan_query(&job.spec.sql, &job.spec.sources) {
-        Ok(plan) => {
-            let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
-            let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
-            println!(
-                "{file}: ok\n  source: {}\n  kind: {}\n  emit: {:?}\n  output: {}\n  key: {}\n  partitioning: {:?}",
-                plan.source.name,
-                match &plan.operator {
-                    sluice_plan::OperatorPlan::Stateless => "stateless",
-                    sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
-                    sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
-                    sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
-                },
-                plan.emit,
-                outputs.join(", "),
-                if keys.is_empty() { "(none)".to_owned() } else { keys.join(", ") },
-                plan.partitioning
-            );
+    // Planned as for a multi-partition source (a datagen source says how
+    // many it has): a query keyed differently from the source shows the
+    // stage boundary it will have on a cluster.
+    let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
+    match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
+        Ok(dataflow) => {
+            println!("{file}: ok");
+            for (i, stage) in dataflow.stages.iter().enumerate() {
+                let plan = &stage.plan;
+                let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
+                let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
+                let input =
+                    if i == 0 { format!("source {}", plan.source.name) } else { format!("repartition topic {i}") };
+                let output = match stage.output {
+                    sluice_plan::StageOutput::Sink => "the sink".to_owned(),
+                    sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", i + 1),
+                };
+                println!(
+                    "  stage {i}: {input} -> {} -> {output}\n    emit: {:?}\n    output: {}\n    key: {}",
+                    match &plan.operator {
+                        sluice_plan::OperatorPlan::Stateless => "filter/project",
+                        sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
+                        sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
+                        sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
+                    },
+                    plan.emit,
+                    outputs.join(", "),
+                    if keys.is_empty() { "(none)".to_owned() } else { keys.join(", ") },
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(&format!("{file}: {e}")),

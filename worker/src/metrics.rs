@@ -191,7 +191,7 @@ impl Metrics {
                 h
             }};
         }
-        let partition_labels = ["streamjob", "worker", "core", "partition"];
+        let partition_labels = ["streamjob", "worker", "core", "topic", "partition"];
         let watermark_lag = GaugeVec::new(
             Opts::new("sluice_watermark_lag_seconds", "Wall clock minus the partition's event-time watermark"),
             &partition_labels,
@@ -270,8 +270,10 @@ impl Metrics {
         })
     }
 
-    /// The series of one core (and its partitions), resolved once.
-    pub fn core(&self, core: usize, partitions: &[i32]) -> CoreMetrics {
+    /// The series of one core and its partitions (`(topic, partition)`:
+    /// a multi-stage query's cores read a source and repartition topics),
+    /// resolved once.
+    pub fn core(&self, core: usize, partitions: &[(&str, i32)]) -> CoreMetrics {
         let core_label = core.to_string();
         let l = [self.job.as_str(), self.worker.as_str(), core_label.as_str()];
         let latency = Arc::new(LatencyHistogram::default());
@@ -299,9 +301,9 @@ impl Metrics {
             produce_errors: self.produce_errors.with_label_values(&l),
             partitions: partitions
                 .iter()
-                .map(|p| {
+                .map(|(topic, p)| {
                     let p = p.to_string();
-                    let pl = [l[0], l[1], l[2], p.as_str()];
+                    let pl = [l[0], l[1], l[2], topic, p.as_str()];
                     PartitionMetrics {
                         consumer_lag: self.consumer_lag.with_label_values(&pl),
                         position: self.position.with_label_values(&pl),
@@ -366,7 +368,7 @@ mod tests {
     #[test]
     fn renders_every_family_with_core_labels() {
         let m = Metrics::new("demo", 1).unwrap();
-        let c = m.core(0, &[3]);
+        let c = m.core(0, &[("trades", 3)]);
         c.records_in.inc_by(10);
         c.latency.observe_millis(3);
         c.latency.observe_millis(40);
@@ -376,7 +378,7 @@ mod tests {
             r#"sluice_records_in_total{core="0",streamjob="demo",worker="1"} 10"#,
             r#"sluice_end_to_end_latency_seconds_bucket{core="0",streamjob="demo",worker="1",le="0.005"} 1"#,
             r#"sluice_end_to_end_latency_seconds_count{core="0",streamjob="demo",worker="1"} 2"#,
-            r#"sluice_consumer_lag{core="0",partition="3",streamjob="demo",worker="1"} 5"#,
+            r#"sluice_consumer_lag{core="0",partition="3",streamjob="demo",topic="trades",worker="1"} 5"#,
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

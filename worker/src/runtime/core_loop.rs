@@ -3,42 +3,71 @@
 //! ```text
 //! poll its own consumer (up to batchMaxRecords, or batchLingerMillis after the first record)
 //!   → decode each record into its partition's batch (bad ones → dead letters)
-//!   → run each partition's engine → encode → queue to the sink
-//!   → every checkpointIntervalMillis: flush sink (all acks in) → save state → commit offsets
+//!   → run each partition's engine → encode → queue to the stage's output
+//!   → every checkpointIntervalMillis: flush outputs (all acks in) → save state → commit offsets
 //! ```
 //!
+//! A query cut into stages (`sluice_plan::Dataflow`) runs every stage on
+//! every core: the core's one consumer reads its partitions of the source
+//! and of each repartition topic, and each partition's results go to its
+//! stage's output — the job's sink for the last stage, the next repartition
+//! topic for the others (rows by key, then watermark markers).
+//!
 //! Nothing here is shared with another core: not the consumer, not the
-//! engines, not the producer.
+//! engines, not the producers.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_crds::{SourceSpec, WorkerConfig};
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use sluice_crds::{SourceSpec, StartFrom, WorkerConfig};
 
+use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
-use super::partition::PartitionPipeline;
+use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::state_store::StateStore;
 use crate::Error;
-use crate::kafka::client_config;
+use crate::kafka::{client_config, create_topic, delete_records};
 use crate::metrics::CoreMetrics;
-use crate::sink::{DeadLetterSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter, Sink};
-use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source};
+use crate::sink::{
+    DeadLetterSink, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter, Sink,
+};
+use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::{EncodedRows, JsonEncoder};
-use sluice_plan::{OperatorPlan, Plan};
+use sluice_formats::encode::JsonEncoder;
+use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
 /// Everything a core needs to run its share of the job.
 pub struct CoreSetup {
     pub core: usize,
     pub pin_to: Option<core_affinity::CoreId>,
-    pub plan: Arc<Plan>,
+    pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
     pub source: SourceSpec,
-    pub partitions: Vec<i32>,
+    /// Per stage, the partitions of its input this core owns: the source's
+    /// for the first, the repartition topic's for each later one.
+    pub partitions: Vec<Vec<i32>>,
+    /// How many partitions the source topic has.
     pub total_partitions: i32,
+    /// How many partitions each repartition topic has.
+    pub exchange_partitions: i32,
     pub bounded: bool,
     pub metrics: CoreMetrics,
     pub health: Arc<Health>,
+}
+
+impl CoreSetup {
+    /// How many partitions stage `stage`'s input has.
+    fn input_partitions(&self, stage: usize) -> i32 {
+        if stage == 0 { self.total_partitions } else { self.exchange_partitions }
+    }
+
+    /// The topic stage `stage` reads.
+    fn input_topic(&self, stage: usize) -> String {
+        if stage == 0 { self.source.topic().to_owned() } else { self.config.repartition_topic(stage) }
+    }
 }
 
 /// What a core did, for the end-of-run summary.
@@ -59,24 +88,58 @@ impl CoreSummary {
     }
 }
 
+/// Where a stage's results go.
+enum StageSink {
+    /// The job's sink (the last stage).
+    Job(Box<dyn Sink>),
+    /// The repartition topic the next stage reads.
+    Exchange(ExchangeSink),
+}
+
+impl StageSink {
+    fn flush(&mut self) -> Result<(), Error> {
+        match self {
+            Self::Job(s) => s.flush(),
+            Self::Exchange(x) => x.flush(),
+        }
+    }
+}
+
+/// One stage of the query as this core runs it.
+struct StageRun {
+    encoder: JsonEncoder,
+    sink: StageSink,
+    /// Where its partitions' state is checkpointed (stateful stages).
+    state: Option<StateStore>,
+    /// Its partitions' slots in `Core::parts` (and the source's slots).
+    slots: Range<usize>,
+    /// What its partitions emitted, before it is written.
+    emitted: Emitted,
+}
+
 struct Core<'a> {
     setup: &'a CoreSetup,
     source: Box<dyn Source>,
-    sink: Box<dyn Sink>,
+    stages: Vec<StageRun>,
     dead_letter: Box<dyn DeadLetterSink>,
-    state: Option<StateStore>,
     parts: Vec<PartitionPipeline>,
-    encoder: JsonEncoder,
-    encoded: EncodedRows,
-    timestamps: Vec<i64>,
     /// Sink delivery failures already counted in the metrics.
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
     commits: bool,
     /// When every owned partition's checkpoint was last committed.
     last_refresh: Instant,
+    /// Deletes what repartition partitions hold below their committed
+    /// offsets, and when it last did.
+    purge: Option<(AdminClient<DefaultClientContext>, Instant)>,
+    /// A bounded source delivered everything.
+    source_done: bool,
     summary: CoreSummary,
 }
+
+/// How often a repartition topic is purged below the committed offsets
+/// (Kafka Streams' `repartition.purge.interval.ms` default).
+const PURGE_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs one core until its source is exhausted (bounded) or shutdown.
 pub fn run_core(setup: &CoreSetup) -> Result<CoreSummary, Error> {
@@ -94,94 +157,133 @@ pub fn run_core(setup: &CoreSetup) -> Result<CoreSummary, Error> {
 }
 
 impl<'a> Core<'a> {
+    #[allow(clippy::too_many_lines)]
     fn start(setup: &'a CoreSetup) -> Result<Self, Error> {
         let config = &setup.config;
         let spec = &config.spec;
         let secrets = &config.worker.secrets_dir;
-        let topic: Arc<str> = setup.source.topic().into();
         let engine = &spec.engine;
         let state_limit = usize::try_from(engine.state_memory_limit_bytes().map_err(|e| Error::Config(e.to_string()))?)
             .unwrap_or(usize::MAX);
         let capacity = usize::try_from(engine.batch_max_records).unwrap_or(4096);
-        let mut parts: Vec<PartitionPipeline> = setup
-            .partitions
-            .iter()
-            .map(|&p| {
+        let stages = &setup.dataflow.stages;
+        let mut parts = Vec::new();
+        let mut slots = Vec::new();
+        for (s, stage) in stages.iter().enumerate() {
+            let plan = Arc::new(stage.plan.clone());
+            let topic: Arc<str> = setup.input_topic(s).into();
+            let upstreams = (s > 0).then(|| usize::try_from(setup.input_partitions(s - 1)).unwrap_or(0));
+            let first = parts.len();
+            for &p in setup.partitions.get(s).map_or(&[][..], |v| &v[..]) {
                 let options = EngineOptions {
                     emit_changes: engine.emit_changes,
                     late_records: engine.late_records,
                     state_limit_bytes: state_limit,
                     partition: p,
                 };
-                PartitionPipeline::new(&setup.plan, Arc::clone(&topic), p, options, capacity)
-            })
-            .collect();
-        let stateful = !matches!(setup.plan.operator, OperatorPlan::Stateless);
-        let (source, positions, state): (Box<dyn Source>, Vec<CommittedPosition>, Option<StateStore>) =
+                let mut part = PartitionPipeline::new(&plan, Arc::clone(&topic), p, options, capacity, upstreams);
+                part.framed = stages.len() > 1;
+                parts.push(part);
+            }
+            slots.push(first..parts.len());
+        }
+        let multi_stage = setup.dataflow.has_exchange();
+        let stateful: Vec<bool> = stages.iter().map(|s| !matches!(s.plan.operator, OperatorPlan::Stateless)).collect();
+        let mut stores: Vec<Option<StateStore>> = stages.iter().map(|_| None).collect();
+        let mut exchange_client = None;
+        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) =
             match (&setup.source.kafka, &setup.source.file, &setup.source.datagen) {
                 (Some(k), _, _) => {
                     let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
-                    let state = if stateful {
-                        Some(StateStore::open(
-                            &client,
-                            &config.state_topic(),
-                            &k.topic,
-                            setup.total_partitions,
-                            setup.health.drain.clone(),
-                        )?)
-                    } else {
-                        None
-                    };
-                    let (source, positions) = KafkaSource::new(
-                        client,
-                        &config.consumer_group(),
-                        &k.topic,
-                        &setup.partitions,
-                        setup.total_partitions,
-                        k.start_from,
-                        setup.bounded,
-                    )?;
-                    (Box::new(source), positions, state)
+                    for s in 1..stages.len() {
+                        open_repartition_topic(&client, &setup.input_topic(s), setup.exchange_partitions)?;
+                    }
+                    for (s, store) in stores.iter_mut().enumerate() {
+                        if stateful[s] {
+                            *store = Some(StateStore::open(
+                                &client,
+                                &config.stage_state_topic(s),
+                                &setup.input_topic(s),
+                                setup.input_partitions(s),
+                                setup.health.drain.clone(),
+                            )?);
+                        }
+                    }
+                    let inputs: Vec<TopicInput> = (0..stages.len())
+                        .map(|s| TopicInput {
+                            topic: setup.input_topic(s),
+                            partitions: setup.partitions.get(s).cloned().unwrap_or_default(),
+                            topic_partitions: setup.input_partitions(s),
+                            // A repartition topic is read from its start:
+                            // everything on it was written for this job.
+                            start_from: if s == 0 { k.start_from } else { StartFrom::Earliest },
+                            bounded: setup.bounded && s == 0,
+                        })
+                        .collect();
+                    let (source, positions) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
+                    exchange_client = Some(client);
+                    (Box::new(source), positions)
                 }
-                (None, Some(f), _) => (Box::new(FileSource::open(&f.path)?), Vec::new(), None),
+                _ if multi_stage => {
+                    return Err(Error::Config(format!(
+                        "source {}: a query whose state is keyed differently from its source is cut into \
+                         stages joined by a Kafka repartition topic, which needs a Kafka source",
+                        setup.source.name
+                    )));
+                }
+                (None, Some(f), _) => (Box::new(FileSource::open(&f.path)?), Vec::new()),
                 (None, None, Some(d)) => {
                     let generator = Datagen::new(
                         d.scenario,
                         setup.source.partition_key.clone(),
                         u32::try_from(d.partitions).unwrap_or(1),
-                        &setup.partitions,
+                        &setup.partitions[0],
                         d.records,
                         d.rate_per_second,
                     );
-                    (Box::new(generator), Vec::new(), None)
+                    (Box::new(generator), Vec::new())
                 }
                 _ => return Err(Error::Config(format!("source {} has no kafka, file or datagen", setup.source.name))),
             };
         // Resume each partition from its checkpoint.
-        for (part, position) in parts.iter_mut().zip(&positions) {
+        for (slot, (part, position)) in parts.iter_mut().zip(&positions).enumerate() {
             part.committed_offset = position.offset;
             // A partition with no commit gets its resolved start committed
             // by the first checkpoint (see `source::kafka::start_offset`).
             part.next_offset = Some(position.start);
             part.metadata.clone_from(&position.metadata);
-            if let Some(store) = &state
+            let stage = slots.iter().position(|r| r.contains(&slot)).unwrap_or(0);
+            if let Some(store) = &stores[stage]
                 && let Some(bytes) = store.load(part.partition, &position.metadata)?
             {
-                part.engine.restore(&bytes)?;
-                tracing::info!(partition = part.partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
+                part.restore(&bytes)?;
+                tracing::info!(stage, partition = part.partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
             }
         }
-        let sink: Box<dyn Sink> = match (&spec.sink.kafka, &spec.sink.file, spec.sink.stdout) {
-            (Some(k), _, _) => Box::new(KafkaSink::new(
-                client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
-                &k.topic,
-                Arc::clone(&setup.metrics.latency),
-                setup.health.drain.clone(),
-            )?),
-            (None, Some(f), _) => Box::new(LineSink::file(&f.path)?),
-            (None, None, Some(true)) => Box::new(LineSink::stdout()),
-            _ => return Err(Error::Config("spec.sink needs kafka, file or stdout".into())),
-        };
+        let mut runs = Vec::with_capacity(stages.len());
+        for ((s, stage), (store, slots)) in stages.iter().enumerate().zip(stores.into_iter().zip(slots)) {
+            let sink = match (stage.output, &exchange_client) {
+                (StageOutput::Sink, _) => StageSink::Job(job_sink(setup)?),
+                (StageOutput::Exchange, Some(client)) => StageSink::Exchange(ExchangeSink::new(
+                    client.clone(),
+                    &setup.input_topic(s + 1),
+                    setup.exchange_partitions,
+                    setup.health.drain.clone(),
+                )?),
+                (StageOutput::Exchange, None) => {
+                    return Err(Error::Internal("an exchange without a Kafka source".into()));
+                }
+            };
+            let names: Vec<String> = stage.plan.outputs.iter().map(|o| o.name.clone()).collect();
+            let keys: Vec<String> = stage.plan.keys.iter().map(|o| o.name.clone()).collect();
+            runs.push(StageRun {
+                encoder: JsonEncoder::new(&names, &keys),
+                sink,
+                state: store,
+                slots,
+                emitted: Emitted::default(),
+            });
+        }
         let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
             Some(d) => match (&d.kafka, &d.file) {
                 (Some(k), _) => Box::new(KafkaDeadLetter::new(
@@ -194,21 +296,24 @@ impl<'a> Core<'a> {
             },
             None => Box::new(LogDeadLetter),
         };
-        let names: Vec<String> = setup.plan.outputs.iter().map(|o| o.name.clone()).collect();
-        let keys: Vec<String> = setup.plan.keys.iter().map(|o| o.name.clone()).collect();
+        let purge = match &exchange_client {
+            Some(client) if multi_stage => {
+                let admin = client.create().map_err(|e| Error::kafka("create admin client", e))?;
+                Some((admin, Instant::now()))
+            }
+            _ => None,
+        };
         Ok(Self {
             setup,
             commits: setup.source.kafka.is_some(),
             last_refresh: Instant::now(),
             source,
-            sink,
+            stages: runs,
             dead_letter,
-            state,
             parts,
-            encoder: JsonEncoder::new(&names, &keys),
-            encoded: EncodedRows::default(),
-            timestamps: Vec::new(),
             failures_seen: 0,
+            purge,
+            source_done: false,
             summary: CoreSummary::default(),
         })
     }
@@ -218,10 +323,10 @@ impl<'a> Core<'a> {
         let batch_max = usize::try_from(engine.batch_max_records).unwrap_or(4096).max(1);
         let linger = Duration::from_millis(u64::try_from(engine.batch_linger_millis).unwrap_or(0));
         let checkpoint_every = Duration::from_millis(u64::try_from(engine.checkpoint_interval_millis).unwrap_or(1000));
+        let idle_after = Duration::from_millis(u64::try_from(engine.idle_timeout_millis).unwrap_or(0));
         let idle_wait = Duration::from_millis(100);
         let mut last_checkpoint = Instant::now();
-        let mut exhausted = false;
-        while !exhausted && !self.setup.health.stopping() {
+        while !self.all_ended() && !self.setup.health.stopping() {
             // One root span per batch: exported (and sampled) when OTLP is on.
             let span = tracing::info_span!("batch", core = self.setup.core, records = tracing::field::Empty);
             let _entered = span.enter();
@@ -250,7 +355,7 @@ impl<'a> Core<'a> {
                 }
                 collected += n;
                 if end == PollEnd::Exhausted {
-                    exhausted = true;
+                    self.source_done = true;
                     break;
                 }
                 let lingered = first_at.is_some_and(|t| t.elapsed() >= linger);
@@ -263,23 +368,18 @@ impl<'a> Core<'a> {
             }
             span.record("records", collected);
             self.process_batch()?;
+            self.end_inputs()?;
+            if !idle_after.is_zero() {
+                self.mark_idle(idle_after)?;
+            }
             if self.commits && last_checkpoint.elapsed() >= checkpoint_every {
                 self.checkpoint()?;
                 last_checkpoint = Instant::now();
             }
         }
-        if exhausted {
-            // A bounded run: every open window is final now.
-            for p in &mut self.parts {
-                p.finish(&self.encoder, &mut self.encoded, &mut self.timestamps)?;
-            }
-            let (records, bytes) = (self.encoded.len() as u64, self.encoded.values.len() as u64);
-            self.summary.records_out += records;
-            self.setup.metrics.records_out.inc_by(records);
-            self.setup.metrics.bytes_out.inc_by(bytes);
-            self.send_encoded()?;
+        for stage in &mut self.stages {
+            stage.sink.flush()?;
         }
-        self.sink.flush()?;
         self.dead_letter.flush()?;
         if self.commits {
             self.checkpoint()?;
@@ -287,31 +387,57 @@ impl<'a> Core<'a> {
         Ok(())
     }
 
+    /// Whether every partition's input ended (only ever in bounded runs).
+    fn all_ended(&self) -> bool {
+        (self.source_done || self.stages.first().is_some_and(|s| s.slots.is_empty()))
+            && self.parts.iter().all(|p| p.ended)
+    }
+
     fn process_batch(&mut self) -> Result<(), Error> {
         let started = Instant::now();
         let m = &self.setup.metrics;
-        let mut totals = super::partition::BatchCounters::default();
-        for p in &mut self.parts {
-            p.process(&self.encoder, &mut self.encoded, &mut self.timestamps, self.dead_letter.as_mut())?;
-            let c = std::mem::take(&mut p.counters);
-            totals.records += c.records;
-            totals.bytes += c.bytes;
-            totals.malformed += c.malformed;
-            totals.late += c.late;
+        let mut totals = BatchCounters::default();
+        let mut input = BatchCounters::default();
+        let (mut out_records, mut out_bytes) = (0u64, 0u64);
+        for (s, stage) in self.stages.iter_mut().enumerate() {
+            for slot in stage.slots.clone() {
+                let p = &mut self.parts[slot];
+                p.process(&stage.encoder, &mut stage.emitted, self.dead_letter.as_mut())?;
+                let c = std::mem::take(&mut p.counters);
+                if c.records > 0 {
+                    p.last_input = started;
+                    p.idle_sent = false;
+                }
+                if s == 0 {
+                    input.records += c.records;
+                    input.bytes += c.bytes;
+                }
+                totals.malformed += c.malformed;
+                totals.late += c.late;
+                let (records, bytes) = write(stage, p)?;
+                out_records += records;
+                out_bytes += bytes;
+            }
         }
-        let out_records = self.encoded.len() as u64;
-        let out_bytes = self.encoded.values.len() as u64;
-        self.send_encoded()?;
-        let polled = self.sink.poll();
-        let failed = self.sink.failed_deliveries();
-        m.produce_errors.inc_by(failed - self.failures_seen.min(failed));
-        self.failures_seen = failed;
+        let mut polled = Ok(());
+        for stage in &mut self.stages {
+            match &mut stage.sink {
+                StageSink::Job(sink) => {
+                    let r = sink.poll();
+                    let failed = sink.failed_deliveries();
+                    m.produce_errors.inc_by(failed - self.failures_seen.min(failed));
+                    self.failures_seen = failed;
+                    polled = polled.and(r);
+                }
+                StageSink::Exchange(x) => polled = polled.and(x.poll()),
+            }
+        }
         polled?;
         self.dead_letter.poll()?;
         // Metrics: once per batch.
-        if totals.records > 0 {
-            m.records_in.inc_by(totals.records);
-            m.bytes_in.inc_by(totals.bytes);
+        if input.records > 0 {
+            m.records_in.inc_by(input.records);
+            m.bytes_in.inc_by(input.bytes);
             m.batches.inc();
             m.batch_seconds.observe(started.elapsed().as_secs_f64());
         }
@@ -328,55 +454,97 @@ impl<'a> Core<'a> {
             let stats = p.engine.stats();
             entries += stats.state_entries;
             bytes += stats.state_bytes;
-            let pm = &m.partitions[slot];
+            let Some(pm) = m.partitions.get(slot) else { continue };
             if let Some(lag) = self.source.lag(slot) {
                 pm.consumer_lag.set(lag);
             }
             if let Some(next) = p.next_offset {
                 pm.position.set(next);
             }
-            if let Some(w) = p.engine.watermark() {
+            if let Some(w) = p.engine.watermark().filter(|w| *w != END) {
                 #[allow(clippy::cast_precision_loss)]
                 pm.watermark_lag.set((now - w) as f64 / 1000.0);
             }
         }
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
-        self.summary.records_in += totals.records;
+        self.summary.records_in += input.records;
         self.summary.records_out += out_records;
         self.summary.dead_lettered += totals.malformed;
         self.summary.late += totals.late;
         Ok(())
     }
 
-    fn send_encoded(&mut self) -> Result<(), Error> {
-        if !self.encoded.is_empty() {
-            self.sink.send(&self.encoded, &self.timestamps)?;
+    /// Finishes the partitions whose input ended (bounded runs): a source
+    /// partition once the source is exhausted, a repartition partition once
+    /// every upstream partition said it ended. Their last results are
+    /// written, and a stage writing to a repartition topic says the end
+    /// downstream.
+    fn end_inputs(&mut self) -> Result<(), Error> {
+        let (mut records, mut bytes) = (0, 0);
+        for (s, stage) in self.stages.iter_mut().enumerate() {
+            for slot in stage.slots.clone() {
+                let p = &mut self.parts[slot];
+                let ended = if s == 0 { self.source_done } else { p.exchange.as_ref().is_some_and(|x| x.ended()) };
+                if p.ended || !ended {
+                    continue;
+                }
+                p.finish(&stage.encoder, &mut stage.emitted)?;
+                let (r, b) = write(stage, p)?;
+                records += r;
+                bytes += b;
+                if let StageSink::Exchange(x) = &mut stage.sink {
+                    x.mark(Frame::Watermark { from: upstream_id(p.partition), at: END })?;
+                }
+            }
         }
-        self.encoded.clear();
-        self.timestamps.clear();
+        self.summary.records_out += records;
+        self.setup.metrics.records_out.inc_by(records);
+        self.setup.metrics.bytes_out.inc_by(bytes);
         Ok(())
     }
 
-    /// Makes everything processed so far durable: wait for the sink to
+    /// Tells downstream partitions which of this core's partitions have had
+    /// no input for `after`, so they stop holding the watermark back.
+    fn mark_idle(&mut self, after: Duration) -> Result<(), Error> {
+        for stage in &mut self.stages {
+            let StageSink::Exchange(x) = &mut stage.sink else { continue };
+            for p in &mut self.parts[stage.slots.clone()] {
+                if !p.idle_sent && !p.ended && p.last_input.elapsed() >= after {
+                    x.mark(Frame::Idle { from: upstream_id(p.partition) })?;
+                    p.idle_sent = true;
+                    tracing::info!(partition = p.partition, idle_for = ?after, "partition idle: it no longer holds back the watermark after the shuffle");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes everything processed so far durable: wait for every output to
     /// acknowledge every result, save changed state, then commit offsets
     /// (with a pointer to that state). A crash before the commit replays
-    /// from the previous checkpoint: nothing lost, results possibly repeated.
+    /// from the previous checkpoint: nothing lost, results possibly
+    /// repeated (and rows repeated on a repartition topic are recognised
+    /// and dropped by the partition that reads them).
     fn checkpoint(&mut self) -> Result<(), Error> {
         let started = Instant::now();
-        self.sink.flush()?;
+        for stage in &mut self.stages {
+            stage.sink.flush()?;
+        }
         self.dead_letter.flush()?;
-        if let Some(store) = &mut self.state {
+        for stage in &mut self.stages {
+            let Some(store) = &mut stage.state else { continue };
             let mut snapshots = Vec::new();
-            for p in self.parts.iter().filter(|p| p.dirty) {
-                snapshots.push((p.partition, p.engine.snapshot()?, StateStore::next_slot(&p.metadata)));
+            for p in self.parts[stage.slots.clone()].iter().filter(|p| p.dirty) {
+                snapshots.push((p.partition, p.snapshot()?, StateStore::next_slot(&p.metadata)));
             }
-            if !snapshots.is_empty() {
-                for (partition, metadata) in store.save(&snapshots)? {
-                    if let Some(p) = self.parts.iter_mut().find(|p| p.partition == partition) {
-                        p.metadata = metadata;
-                        p.dirty = false;
-                    }
+            if snapshots.is_empty() {
+                continue;
+            }
+            for (partition, metadata) in store.save(&snapshots)? {
+                if let Some(p) = self.parts[stage.slots.clone()].iter_mut().find(|p| p.partition == partition) {
+                    p.metadata = metadata;
+                    p.dirty = false;
                 }
             }
         }
@@ -402,8 +570,101 @@ impl<'a> Core<'a> {
             self.setup.metrics.checkpoints.inc();
             self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
         }
+        self.purge()
+    }
+
+    /// Deletes what this core's repartition partitions hold below their
+    /// committed offsets: it is never read again (a restart resumes at the
+    /// commit). At most every [`PURGE_EVERY`]; a failure is only logged
+    /// (it costs disk, not correctness) and retried next time.
+    fn purge(&mut self) -> Result<(), Error> {
+        let Some((admin, last)) = &mut self.purge else { return Ok(()) };
+        if last.elapsed() < PURGE_EVERY {
+            return Ok(());
+        }
+        *last = Instant::now();
+        let topics: Vec<String> = (0..self.stages.len()).map(|s| self.setup.input_topic(s)).collect();
+        let mut before = Vec::new();
+        for (s, stage) in self.stages.iter().enumerate().skip(1) {
+            for p in &self.parts[stage.slots.clone()] {
+                if let Some(offset) = p.committed_offset {
+                    before.push((topics[s].as_str(), p.partition, offset));
+                }
+            }
+        }
+        if let Err(e) = delete_records(admin, &before) {
+            tracing::warn!(error = %e, "could not purge the repartition topic (retried at the next checkpoint)");
+        }
         Ok(())
     }
+}
+
+/// Writes what partition `p` of `stage` emitted to the stage's output; for
+/// a repartition topic, followed by a marker if its watermark moved.
+/// Returns the records and bytes written to the job's sink.
+fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), Error> {
+    let emitted = &mut stage.emitted;
+    let mut written = (0, 0);
+    match &mut stage.sink {
+        StageSink::Job(sink) => {
+            if !emitted.rows.is_empty() {
+                written = (emitted.rows.len() as u64, emitted.rows.values.len() as u64);
+                sink.send(&emitted.rows, &emitted.timestamps)?;
+            }
+        }
+        StageSink::Exchange(x) => {
+            let from = upstream_id(p.partition);
+            if !emitted.rows.is_empty() {
+                x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
+            }
+            if let Some(w) = p.engine.watermark()
+                && p.marked.is_none_or(|m| w > m)
+            {
+                x.mark(Frame::Watermark { from, at: w })?;
+                p.marked = Some(w);
+            }
+        }
+    }
+    emitted.clear();
+    Ok(written)
+}
+
+/// A partition as an upstream partition of an exchange.
+fn upstream_id(partition: i32) -> u32 {
+    u32::try_from(partition).unwrap_or(0)
+}
+
+/// Creates a repartition topic (or finds it) with the partition count the
+/// job expects. Records are deleted by the purge, not by retention: one
+/// expiring before the next stage read it would be lost.
+fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
+    let laid_out = create_topic(client, topic, partitions, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])?;
+    if laid_out != partitions {
+        return Err(Error::Config(format!(
+            "repartition topic {topic} has {laid_out} partitions but this job needs {partitions} (the largest \
+             source partition count, or spec.engine.repartitionPartitions, changed): rows of a key would reach \
+             other partitions than its state. Nothing was consumed. Rename the job (a new consumer group and \
+             internal topics) or delete its consumer group and internal topics to start over"
+        )));
+    }
+    Ok(())
+}
+
+/// The job's sink for this core.
+fn job_sink(setup: &CoreSetup) -> Result<Box<dyn Sink>, Error> {
+    let spec = &setup.config.spec;
+    let secrets = &setup.config.worker.secrets_dir;
+    Ok(match (&spec.sink.kafka, &spec.sink.file, spec.sink.stdout) {
+        (Some(k), _, _) => Box::new(KafkaSink::new(
+            client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
+            &k.topic,
+            Arc::clone(&setup.metrics.latency),
+            setup.health.drain.clone(),
+        )?),
+        (None, Some(f), _) => Box::new(LineSink::file(&f.path)?),
+        (None, None, Some(true)) => Box::new(LineSink::stdout()),
+        _ => return Err(Error::Config("spec.sink needs kafka, file or stdout".into())),
+    })
 }
 
 /// The offset to commit for a partition at a checkpoint: its position when

@@ -245,23 +245,21 @@ impl ExchangeInput {
         })
     }
 
+    pub fn upstreams(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// This position for `upstreams` upstream partitions: more than it was
+    /// saved with (a source topic given more partitions) start unreported.
+    pub fn resized(mut self, upstreams: usize) -> Self {
+        self.seen.resize(upstreams, None);
+        self.watermarks.resize(upstreams);
+        self
+    }
+
     /// Whether every upstream partition's input ended (bounded runs).
     pub fn ended(&self) -> bool {
         self.watermarks.ended()
-    }
-
-    pub fn snapshot(&self) -> Result<Vec<u8>, String> {
-        postcard::to_allocvec(self).map_err(|e| format!("cannot serialise exchange position: {e}"))
-    }
-
-    /// Restores a snapshot. The upstream partition count may have grown
-    /// since (a source topic given more partitions): the new ones start
-    /// unreported.
-    pub fn restore(bytes: &[u8], upstreams: usize) -> Result<Self, String> {
-        let mut input: Self = postcard::from_bytes(bytes).map_err(|e| format!("cannot read exchange position: {e}"))?;
-        input.seen.resize(upstreams, None);
-        input.watermarks.resize(upstreams);
-        Ok(input)
     }
 }
 
@@ -341,9 +339,9 @@ mod tests {
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Row(b"a")));
         assert_eq!(x.accept(Frame::Row { from: 1, seq: 3, row: b"b" }), Ok(Accepted::Row(b"b")));
         assert_eq!(x.accept(Frame::Watermark { from: 0, at: 100 }), Ok(Accepted::Watermark(None)));
-        let saved = x.snapshot().unwrap();
+        let saved = postcard::to_allocvec(&x).unwrap();
         // The upstream of partition 0 crashed and replays from offset 9.
-        let mut x = ExchangeInput::restore(&saved, 2).unwrap();
+        let mut x = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().resized(2);
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 9, row: b"z" }), Ok(Accepted::Duplicate));
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Duplicate));
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 11, row: b"c" }), Ok(Accepted::Row(b"c")));
@@ -353,7 +351,7 @@ mod tests {
         x.accept(Frame::Watermark { from: 0, at: END }).unwrap();
         x.accept(Frame::Watermark { from: 1, at: END }).unwrap();
         assert!(x.ended());
-        let grown = ExchangeInput::restore(&x.snapshot().unwrap(), 3).unwrap();
+        let grown = x.resized(3);
         assert!(!grown.ended(), "a new upstream partition has not ended");
     }
 }

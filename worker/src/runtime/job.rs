@@ -12,13 +12,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_crds::{WorkerConfig, assign};
+use sluice_crds::{SourcePartitions, WorkerConfig, assign};
 
 use super::core_loop::{CoreSetup, CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use crate::Error;
 use crate::metrics::Metrics;
-use sluice_sql::plan_query;
+use sluice_sql::plan_dataflow;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RunOptions {
@@ -59,57 +59,73 @@ pub fn run_job(
     health: &Arc<Health>,
 ) -> Result<JobSummary, Error> {
     let started = Instant::now();
-    let plan = Arc::new(plan_query(&config.spec.sql, &config.spec.sources)?);
+    // The source the query reads (planning is cheap; the real plan needs
+    // the source's partition count).
+    let source_name = plan_dataflow(&config.spec.sql, &config.spec.sources, 1)?
+        .stages
+        .first()
+        .map(|s| s.plan.source.name.clone())
+        .ok_or_else(|| Error::Internal("a query planned into no stage".into()))?;
     let source = config
         .spec
-        .source(&plan.source.name)
+        .source(&source_name)
         .cloned()
-        .ok_or_else(|| Error::Config(format!("source {} not declared", plan.source.name)))?;
+        .ok_or_else(|| Error::Config(format!("source {source_name} not declared")))?;
     let total_partitions = config
         .partitions
         .iter()
         .find(|p| p.source.eq_ignore_ascii_case(&source.name))
         .map(|p| p.partitions)
         .ok_or_else(|| Error::Config(format!("no partition count for source {}", source.name)))?;
-    plan.check_partitioning(total_partitions)?;
-    let assignment = assign(&config.partitions, config.spec.workers, config.spec.cores_per_worker);
+    // Cut where the query's state is keyed differently from the source:
+    // later stages read repartition topics.
+    let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, total_partitions)?);
+    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(total_partitions).max(1);
+    // Every topic's partitions go to cores by the same function: the
+    // source's as the operator reports them, each repartition topic's alike.
+    let mut topics = vec![SourcePartitions { source: source.name.clone(), partitions: total_partitions }];
+    for stage in 1..dataflow.stages.len() {
+        topics.push(SourcePartitions { source: config.repartition_topic(stage), partitions: exchange_partitions });
+    }
+    let assignment = assign(&topics, config.spec.workers, config.spec.cores_per_worker);
     let mine = assignment.worker(options.ordinal).ok_or_else(|| {
         Error::Config(format!(
             "this worker's ordinal is {} but the job has {} worker(s)",
             options.ordinal, config.spec.workers
         ))
     })?;
-    let per_core: Vec<Vec<i32>> = mine
-        .cores
-        .iter()
-        .map(|c| {
-            c.partitions
-                .iter()
-                .filter(|s| s.source.eq_ignore_ascii_case(&source.name))
-                .flat_map(|s| s.partitions.iter().copied())
-                .collect()
-        })
+    // Per core, per stage: the partitions of the stage's input it owns.
+    let per_core: Vec<Vec<Vec<i32>>> =
+        mine.cores.iter().map(|c| c.partitions.iter().map(|s| s.partitions.clone()).collect()).collect();
+    let topic_names: Vec<String> = (0..dataflow.stages.len())
+        .map(|s| if s == 0 { source.topic().to_owned() } else { config.repartition_topic(s) })
         .collect();
     health.set_cores(per_core.len());
     let cpus = if config.worker.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
     let config = Arc::new(config);
     let mut threads = Vec::new();
     for (core, partitions) in per_core.into_iter().enumerate() {
-        if partitions.is_empty() {
+        if partitions.iter().all(Vec::is_empty) {
             // An idle core is trivially "assigned and consuming".
             health.set(core, CoreStatus::Running);
             tracing::warn!(core, "no partitions for this core: it stays idle (more cores than partitions)");
             continue;
         }
+        let labels: Vec<(&str, i32)> = partitions
+            .iter()
+            .zip(&topic_names)
+            .flat_map(|(ps, topic)| ps.iter().map(move |&p| (topic.as_str(), p)))
+            .collect();
         let setup = CoreSetup {
             core,
             pin_to: (!cpus.is_empty()).then(|| cpus[core % cpus.len()]),
-            plan: Arc::clone(&plan),
+            dataflow: Arc::clone(&dataflow),
             config: Arc::clone(&config),
             source: source.clone(),
-            metrics: metrics.core(core, &partitions),
+            metrics: metrics.core(core, &labels),
             partitions,
             total_partitions,
+            exchange_partitions,
             bounded: options.bounded,
             health: Arc::clone(health),
         };

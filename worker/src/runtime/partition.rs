@@ -1,10 +1,13 @@
 //! Everything one Kafka partition needs on its core: a decoder, the batch
 //! being filled, the engine holding the partition's state, and its offsets.
+//! The partition is one of a source topic (the first stage of a query) or
+//! of a repartition topic (a later stage: see [`super::exchange`]).
 
 use std::sync::Arc;
 
 use sluice_crds::LateRecordPolicy;
 
+use super::exchange::{Accepted, ExchangeInput, parse_frame};
 use crate::Error;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
@@ -35,6 +38,26 @@ pub struct PartitionPipeline {
     late_encoder: JsonEncoder,
     late_rows: Vec<u32>,
     pub counters: BatchCounters,
+    /// Fed by an exchange: what is known of the upstream partitions.
+    pub exchange: Option<ExchangeInput>,
+    /// Where the exchange's combined watermark moved during the batch:
+    /// `(row, watermark)` (see `Engine::process_exchanged`).
+    marks: Vec<(usize, i64)>,
+    /// Rows this partition emitted that came from no input row (aggregate
+    /// results), counted so that, written to an exchange, each has a
+    /// sequence number a replay after a restore repeats (it is checkpointed).
+    pub emitted: i64,
+    /// The watermark last sent downstream as a marker (writing to an exchange).
+    pub marked: Option<i64>,
+    /// When this partition last had input, and whether it has since told
+    /// its downstream partitions it is idle.
+    pub last_input: std::time::Instant,
+    pub idle_sent: bool,
+    /// The input ended (bounded runs) and the engine was finished.
+    pub ended: bool,
+    /// The checkpoint carries more than the engine's state: the partition
+    /// belongs to a query cut into stages (see [`PartitionPipeline::snapshot`]).
+    pub framed: bool,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -47,7 +70,16 @@ pub struct BatchCounters {
 }
 
 impl PartitionPipeline {
-    pub fn new(plan: &Arc<Plan>, topic: Arc<str>, partition: i32, options: EngineOptions, capacity: usize) -> Self {
+    /// `upstreams`: for a partition of a repartition topic, how many
+    /// partitions write to it.
+    pub fn new(
+        plan: &Arc<Plan>,
+        topic: Arc<str>,
+        partition: i32,
+        options: EngineOptions,
+        capacity: usize,
+        upstreams: Option<usize>,
+    ) -> Self {
         let decoder = JsonDecoder::new(plan);
         let batch = decoder.new_batch(capacity);
         let used: Vec<String> = plan
@@ -75,7 +107,42 @@ impl PartitionPipeline {
             late_encoder: JsonEncoder::new(&used, &[]),
             late_rows: Vec::new(),
             counters: BatchCounters::default(),
+            exchange: upstreams.map(ExchangeInput::new),
+            marks: Vec::new(),
+            emitted: 0,
+            marked: None,
+            last_input: std::time::Instant::now(),
+            idle_sent: false,
+            ended: false,
+            framed: false,
         }
+    }
+
+    /// The partition's checkpoint: the engine's state, and for a partition
+    /// of a repartition topic also its upstream positions and output count.
+    pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
+        let engine = self.engine.snapshot()?;
+        if !self.framed {
+            return Ok(engine);
+        }
+        postcard::to_allocvec(&(&self.exchange, self.emitted, engine))
+            .map_err(|e| Error::Checkpoint(format!("cannot serialise partition state: {e}")))
+    }
+
+    /// Restores [`PartitionPipeline::snapshot`]'s bytes.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        if !self.framed {
+            return Ok(self.engine.restore(bytes)?);
+        }
+        let (exchange, emitted, engine): (Option<ExchangeInput>, i64, Vec<u8>) =
+            postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read partition state: {e}")))?;
+        self.engine.restore(&engine)?;
+        self.emitted = emitted;
+        if let (Some(mine), Some(saved)) = (&mut self.exchange, exchange) {
+            let upstreams = mine.upstreams();
+            *mine = saved.resized(upstreams);
+        }
+        Ok(())
     }
 
     /// Decodes one record into the batch, or dead-letters it with the reason.
@@ -83,7 +150,33 @@ impl PartitionPipeline {
         self.next_offset = Some(record.offset + 1);
         self.counters.records += 1;
         self.counters.bytes += record.payload.len() as u64;
-        match self.decoder.decode(record.payload, &mut self.batch) {
+        let payload = match &mut self.exchange {
+            None => record.payload,
+            Some(exchange) => match parse_frame(record.payload).and_then(|f| exchange.accept(f)) {
+                Ok(Accepted::Row(row)) => row,
+                Ok(Accepted::Duplicate) => return Ok(()),
+                Ok(Accepted::Watermark(w)) => {
+                    if let Some(w) = w {
+                        self.marks.push((self.batch.len, w));
+                    }
+                    return Ok(());
+                }
+                Err(reason) => {
+                    // Not a record Sluice wrote: something else produced to
+                    // the job's internal topic.
+                    self.counters.malformed += 1;
+                    return dead_letter.send(&DeadLetter {
+                        topic: &self.topic,
+                        partition: self.partition,
+                        offset: record.offset,
+                        timestamp_ms: record.timestamp_ms,
+                        reason: &reason,
+                        payload: record.payload,
+                    });
+                }
+            },
+        };
+        match self.decoder.decode(payload, &mut self.batch) {
             Ok(()) => {
                 self.offsets.push(record.offset);
                 self.timestamps.push(record.timestamp_ms);
@@ -109,11 +202,10 @@ impl PartitionPipeline {
     pub fn process(
         &mut self,
         encoder: &JsonEncoder,
-        out: &mut EncodedRows,
-        timestamps: &mut Vec<i64>,
+        out: &mut Emitted,
         dead_letter: &mut dyn DeadLetterSink,
     ) -> Result<(), Error> {
-        if self.batch.len == 0 {
+        if self.batch.len == 0 && self.marks.is_empty() {
             return Ok(());
         }
         let newest = self.timestamps.iter().copied().max().unwrap_or_else(super::now_ms);
@@ -121,12 +213,14 @@ impl PartitionPipeline {
         let mut sink = BatchOutput {
             encoder,
             out,
-            timestamps,
             input_timestamps: &self.timestamps,
+            input_offsets: &self.offsets,
+            emitted: &mut self.emitted,
             newest,
             late: &mut self.late_rows,
         };
-        self.engine.process(&mut self.batch, &mut sink)?;
+        self.engine.process_exchanged(&mut self.batch, &self.marks, &mut sink)?;
+        self.marks.clear();
         self.dirty = true;
         self.counters.late += self.late_rows.len() as u64;
         if self.late_policy == LateRecordPolicy::DeadLetter && !self.late_rows.is_empty() {
@@ -139,22 +233,19 @@ impl PartitionPipeline {
     }
 
     /// Closes every window (end of a bounded run).
-    pub fn finish(
-        &mut self,
-        encoder: &JsonEncoder,
-        out: &mut EncodedRows,
-        timestamps: &mut Vec<i64>,
-    ) -> Result<(), Error> {
+    pub fn finish(&mut self, encoder: &JsonEncoder, out: &mut Emitted) -> Result<(), Error> {
         let mut sink = BatchOutput {
             encoder,
             out,
-            timestamps,
             input_timestamps: &[],
+            input_offsets: &[],
+            emitted: &mut self.emitted,
             newest: super::now_ms(),
             late: &mut self.late_rows,
         };
         self.engine.finish(&mut sink)?;
         self.dirty = true;
+        self.ended = true;
         Ok(())
     }
 
@@ -197,27 +288,52 @@ impl PartitionPipeline {
     }
 }
 
-/// Adapts the engine's output to the encoder, recording the timestamp each
-/// produced record carries (its input record's, or the batch's newest for
-/// aggregate results) so the sink can measure end-to-end latency.
+/// What a partition emitted: encoded rows, the timestamp each carries (its
+/// input record's, or the batch's newest for aggregate results, so the sink
+/// can measure end-to-end latency), and each one's sequence number for an
+/// exchange (its input's offset, or a count of the partition's results).
+#[derive(Debug, Default)]
+pub struct Emitted {
+    pub rows: EncodedRows,
+    pub timestamps: Vec<i64>,
+    pub seqs: Vec<i64>,
+}
+
+impl Emitted {
+    pub fn clear(&mut self) {
+        self.rows.clear();
+        self.timestamps.clear();
+        self.seqs.clear();
+    }
+}
+
+/// Adapts the engine's output to the encoder.
 struct BatchOutput<'a> {
     encoder: &'a JsonEncoder,
-    out: &'a mut EncodedRows,
-    timestamps: &'a mut Vec<i64>,
+    out: &'a mut Emitted,
     input_timestamps: &'a [i64],
+    input_offsets: &'a [i64],
+    emitted: &'a mut i64,
     newest: i64,
     late: &'a mut Vec<u32>,
 }
 
 impl Output for BatchOutput<'_> {
     fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
-        self.encoder.encode(rows, self.out);
+        self.encoder.encode(rows, &mut self.out.rows);
+        let out = &mut *self.out;
         if rows.from_input && !self.input_timestamps.is_empty() {
-            let ts = self.input_timestamps;
-            rows.selection.for_each(|r| self.timestamps.push(ts[r]));
+            let (ts, offsets) = (self.input_timestamps, self.input_offsets);
+            rows.selection.for_each(|r| {
+                out.timestamps.push(ts[r]);
+                out.seqs.push(offsets[r]);
+            });
         } else {
             let n = rows.selection.len();
-            self.timestamps.extend(std::iter::repeat_n(self.newest, n));
+            out.timestamps.extend(std::iter::repeat_n(self.newest, n));
+            let first = *self.emitted + 1;
+            *self.emitted += i64::try_from(n).unwrap_or(i64::MAX);
+            out.seqs.extend(first..=*self.emitted);
         }
         Ok(())
     }

@@ -20,6 +20,8 @@ use rdkafka::{ClientConfig, ClientContext};
 use super::{DeadLetter, DeadLetterSink, DrainDeadline, Sink};
 use crate::Error;
 use crate::metrics::LatencyHistogram;
+use crate::runtime::exchange::Frame;
+use sluice_crds::partition_for_key;
 use sluice_formats::encode::EncodedRows;
 
 /// Delivery reports of one producer.
@@ -287,6 +289,70 @@ impl Sink for KafkaSink {
 
     fn failed_deliveries(&self) -> u64 {
         self.out.producer.context().failed.load(Ordering::Relaxed)
+    }
+}
+
+/// A stage's results to the repartition topic the next stage reads: each
+/// row to the partition Kafka's partitioner gives its key, framed with its
+/// upstream partition and sequence number; markers to every partition (see
+/// [`crate::runtime::exchange`]).
+pub struct ExchangeSink {
+    out: Producing,
+    partitions: i32,
+    /// The frame being written (reused: no allocation per record).
+    frame: Vec<u8>,
+}
+
+impl std::fmt::Debug for ExchangeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExchangeSink").field("topic", &self.out.topic).finish()
+    }
+}
+
+impl ExchangeSink {
+    pub fn new(config: ClientConfig, topic: &str, partitions: i32, drain: DrainDeadline) -> Result<Self, Error> {
+        Ok(Self { out: Producing::new(config, topic, None, drain)?, partitions: partitions.max(1), frame: Vec::new() })
+    }
+
+    /// Queues the rows upstream partition `from` emitted.
+    pub fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
+        for i in 0..rows.len() {
+            let key = rows.key(i);
+            let seq = seqs.get(i).copied().unwrap_or_default();
+            self.frame.clear();
+            Frame::Row { from, seq, row: rows.value(i) }.write(&mut self.frame);
+            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.out.topic, 0)
+                .partition(partition_for_key(key, self.partitions))
+                .payload(&self.frame);
+            if let Some(key) = key {
+                record = record.key(key);
+            }
+            if let Some(&ts) = timestamps.get(i).filter(|t| **t > 0) {
+                record = record.timestamp(ts);
+            }
+            self.out.send(record)?;
+        }
+        Ok(())
+    }
+
+    /// Queues a marker to every partition, after the rows sent so far.
+    pub fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
+        self.frame.clear();
+        marker.write(&mut self.frame);
+        for p in 0..self.partitions {
+            self.out.send(
+                BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.out.topic, 0).partition(p).payload(&self.frame),
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn poll(&mut self) -> Result<(), Error> {
+        self.out.poll()
+    }
+
+    pub fn flush(&mut self) -> Result<(), Error> {
+        self.out.flush()
     }
 }
 

@@ -10,7 +10,7 @@ mod kafka;
 mod local;
 
 pub use dead_letter::{DeadLetter, DeadLetterSink, LogDeadLetter};
-pub use kafka::{KafkaDeadLetter, KafkaSink, PRODUCER_DEFAULTS, producer_config};
+pub use kafka::{ExchangeSink, KafkaDeadLetter, KafkaSink, PRODUCER_DEFAULTS, producer_config};
 pub use local::{FileDeadLetter, LineSink};
 
 use std::sync::Arc;

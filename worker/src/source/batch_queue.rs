@@ -34,6 +34,8 @@ use crate::Error;
 /// One message of a batch, borrowed until the batch's callback returns.
 #[derive(Debug, Clone, Copy)]
 pub struct Fetched<'a> {
+    /// Index of the message's topic in the list the consumer was made with.
+    pub topic: usize,
     pub partition: i32,
     pub offset: i64,
     /// CreateTime or LogAppendTime, when the message carries one.
@@ -51,6 +53,12 @@ pub struct BatchConsumer<C: ConsumerContext + 'static> {
     consumer: BaseConsumer<C>,
     /// Message pointers of the batch in flight; reused batch after batch.
     slots: Vec<*mut rd::rd_kafka_message_t>,
+    /// The topics read, in the caller's order.
+    topics: Vec<CString>,
+    /// librdkafka's handle of each topic seen so far, and its index: a
+    /// message names its topic by handle, and comparing pointers is cheaper
+    /// than comparing names for every message.
+    handles: Vec<(*mut rd::rd_kafka_topic_t, usize)>,
 }
 
 // SAFETY: the queue handle is owned by this value alone and used only
@@ -64,32 +72,53 @@ impl<C: ConsumerContext + 'static> std::fmt::Debug for BatchConsumer<C> {
 }
 
 impl<C: ConsumerContext + 'static> BatchConsumer<C> {
-    /// Routes the fetched messages of `partitions` of `topic` to a queue of
-    /// their own. Call before `assign()`, and assign once: the forward is
-    /// what makes librdkafka leave those partitions' fetch queues alone when
-    /// it starts fetching them, and an unassign drops it for good.
-    pub fn new(consumer: BaseConsumer<C>, topic: &str, partitions: &[i32]) -> Result<Self, Error> {
+    /// Routes the fetched messages of the given partitions of each topic to
+    /// a queue of their own. Call before `assign()`, and assign once: the
+    /// forward is what makes librdkafka leave those partitions' fetch queues
+    /// alone when it starts fetching them, and an unassign drops it for good.
+    pub fn new(consumer: BaseConsumer<C>, topics: &[(&str, &[i32])]) -> Result<Self, Error> {
         let rk = consumer.client().native_ptr();
-        let name = CString::new(topic).map_err(|_| Error::Config(format!("topic name {topic:?} contains NUL")))?;
+        let names = topics
+            .iter()
+            .map(|(t, _)| CString::new(*t).map_err(|_| Error::Config(format!("topic name {t:?} contains NUL"))))
+            .collect::<Result<Vec<_>, _>>()?;
         // SAFETY: `rk` is the live handle of `consumer`, which this value
         // keeps alive for as long as the queue exists.
         let queue = NonNull::new(unsafe { rd::rd_kafka_queue_new(rk) })
             .ok_or_else(|| Error::kafka("batch queue", "librdkafka could not create a queue"))?;
-        let this = Self { queue, consumer, slots: Vec::new() };
-        for &p in partitions {
-            // SAFETY: `name` is NUL-terminated and outlives the call; the
-            // partition queue returned is a new reference that we release
-            // right after forwarding it (the forward holds its own).
-            unsafe {
-                let partition_queue = rd::rd_kafka_queue_get_partition(rk, name.as_ptr(), p);
-                if partition_queue.is_null() {
-                    return Err(Error::kafka(format!("partition queue of {topic}/{p}"), "no such partition"));
+        let this = Self { queue, consumer, slots: Vec::new(), topics: names, handles: Vec::new() };
+        for ((topic, partitions), name) in topics.iter().zip(&this.topics) {
+            for &p in *partitions {
+                // SAFETY: `name` is NUL-terminated and outlives the call; the
+                // partition queue returned is a new reference that we release
+                // right after forwarding it (the forward holds its own).
+                unsafe {
+                    let partition_queue = rd::rd_kafka_queue_get_partition(rk, name.as_ptr(), p);
+                    if partition_queue.is_null() {
+                        return Err(Error::kafka(format!("partition queue of {topic}/{p}"), "no such partition"));
+                    }
+                    rd::rd_kafka_queue_forward(partition_queue, this.queue.as_ptr());
+                    rd::rd_kafka_queue_destroy(partition_queue);
                 }
-                rd::rd_kafka_queue_forward(partition_queue, this.queue.as_ptr());
-                rd::rd_kafka_queue_destroy(partition_queue);
             }
         }
         Ok(this)
+    }
+
+    /// The index of the topic a message's handle names.
+    fn topic_of(&mut self, rkt: *mut rd::rd_kafka_topic_t) -> Option<usize> {
+        if self.topics.len() == 1 {
+            return Some(0);
+        }
+        if let Some(&(_, i)) = self.handles.iter().find(|(h, _)| *h == rkt) {
+            return Some(i);
+        }
+        // SAFETY: `rkt` is the topic handle of a live message; librdkafka
+        // returns its NUL-terminated name, valid as long as the handle.
+        let name = unsafe { std::ffi::CStr::from_ptr(rd::rd_kafka_topic_name(rkt)) };
+        let i = self.topics.iter().position(|t| t.as_c_str() == name)?;
+        self.handles.push((rkt, i));
+        Some(i)
     }
 
     pub fn consumer(&self) -> &BaseConsumer<C> {
@@ -121,7 +150,8 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
         unsafe { self.slots.set_len(n) };
         let mut delivered = 0;
         let mut error = None;
-        for &m in &self.slots {
+        for i in 0..self.slots.len() {
+            let m = self.slots[i];
             // SAFETY: each pointer is a live message owned by us until it is
             // destroyed below; its payload lives as long as the message, and
             // `f` cannot keep the borrow past its call.
@@ -141,7 +171,12 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
             let ts = unsafe { rd::rd_kafka_message_timestamp(m, &mut kind) };
             let timestamp_ms =
                 (kind != rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE && ts >= 0).then_some(ts);
-            f(Fetched { partition: msg.partition, offset: msg.offset, timestamp_ms, payload });
+            let Some(topic) = self.topic_of(msg.rkt) else {
+                // Only the forwarded partitions' messages reach this queue.
+                error.get_or_insert(RDKafkaErrorCode::UnknownTopicOrPartition);
+                continue;
+            };
+            f(Fetched { topic, partition: msg.partition, offset: msg.offset, timestamp_ms, payload });
             delivered += 1;
         }
         for &m in &self.slots {

@@ -26,20 +26,18 @@ use crate::Error;
 
 /// Consumer lag per slot, from librdkafka's periodic statistics.
 pub struct LagContext {
-    topic: String,
-    partitions: Vec<i32>,
+    /// The topic and partition of each slot.
+    slots: Vec<(String, i32)>,
     lag: Vec<AtomicI64>,
 }
 
 impl ClientContext for LagContext {
     fn stats(&self, stats: Statistics) {
-        if let Some(t) = stats.topics.get(&self.topic) {
-            for (slot, p) in self.partitions.iter().enumerate() {
-                if let Some(part) = t.partitions.get(p)
-                    && part.consumer_lag >= 0
-                {
-                    self.lag[slot].store(part.consumer_lag, Ordering::Relaxed);
-                }
+        for ((topic, p), lag) in self.slots.iter().zip(&self.lag) {
+            if let Some(part) = stats.topics.get(topic).and_then(|t| t.partitions.get(p))
+                && part.consumer_lag >= 0
+            {
+                lag.store(part.consumer_lag, Ordering::Relaxed);
             }
         }
     }
@@ -93,38 +91,53 @@ pub const CONSUMER_DEFAULTS: [(&str, &str); 5] = [
     ("queued.max.messages.kbytes", "4096"),
 ];
 
+/// Some partitions of one topic that a core reads.
+#[derive(Debug, Clone)]
+pub struct TopicInput {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+    /// How many partitions the topic has.
+    pub topic_partitions: i32,
+    pub start_from: StartFrom,
+    /// A bounded run ends these partitions at the end offsets seen at start
+    /// (a source topic); others (a repartition topic, which the job itself
+    /// is still writing) end when the caller says.
+    pub bounded: bool,
+}
+
+/// One consumer for all of a core's partitions, of one topic or several
+/// (a source and the repartition topics of later stages): slots are
+/// numbered through the inputs in order.
 pub struct KafkaSource {
     consumer: BatchConsumer<LagContext>,
-    topic: String,
-    partitions: Vec<i32>,
-    slot_of: Vec<Option<usize>>,
-    /// Bounded runs: the high watermark captured at start, per slot.
-    end_offsets: Option<Vec<i64>>,
+    /// The topic and partition of each slot.
+    slots: Vec<(String, i32)>,
+    /// The topics read, in input order.
+    topics: Vec<String>,
+    /// Per topic index: the slot of each partition.
+    slot_of: Vec<Vec<Option<usize>>>,
+    /// The high watermark captured at start, per slot of a bounded input.
+    end_offsets: Vec<Option<i64>>,
     done: Vec<bool>,
 }
 
 impl std::fmt::Debug for KafkaSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSource").field("topic", &self.topic).field("partitions", &self.partitions).finish()
+        f.debug_struct("KafkaSource").field("slots", &self.slots).finish()
     }
 }
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl KafkaSource {
-    /// Creates the consumer, reads the committed positions of `partitions`
-    /// in `group`, and assigns them: from the committed offset, or else as
-    /// [`start_offset`] decides (`topic_partitions`: how many the topic has,
-    /// to tell whether the job has committed on it before). For a bounded
-    /// run the current end offsets are captured.
+    /// Creates the consumer, reads the committed positions of every input's
+    /// partitions in `group`, and assigns them: from the committed offset,
+    /// or else as [`start_offset`] decides. For a bounded input the current
+    /// end offsets are captured.
     pub fn new(
         mut config: ClientConfig,
         group: &str,
-        topic: &str,
-        partitions: &[i32],
-        topic_partitions: i32,
-        start_from: StartFrom,
-        bounded: bool,
+        inputs: &[TopicInput],
     ) -> Result<(Self, Vec<CommittedPosition>), Error> {
         // Start offsets are resolved explicitly below; the reset policy only
         // applies to a committed offset that retention has since deleted,
@@ -138,98 +151,105 @@ impl KafkaSource {
         for (k, v) in CONSUMER_DEFAULTS {
             crate::kafka::set_default(&mut config, k, v);
         }
-        let context = LagContext {
-            topic: topic.to_owned(),
-            partitions: partitions.to_vec(),
-            lag: partitions.iter().map(|_| AtomicI64::new(-1)).collect(),
-        };
-        let consumer: BaseConsumer<LagContext> =
-            config.create_with_context(context).map_err(|e| Error::kafka(format!("create consumer for {topic}"), e))?;
-        let all = topic_partitions.max(partitions.iter().copied().max().map_or(0, |p| p + 1));
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..all {
-            tpl.add_partition(topic, p);
-        }
-        let committed = consumer
-            .committed_offsets(tpl, METADATA_TIMEOUT)
-            .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
-        let committed_offset = |p: i32| match committed.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) if o >= 0 => Some(o),
-            _ => None,
-        };
-        let topic_started = (0..all).any(|p| committed_offset(p).is_some());
-        let mut positions = Vec::with_capacity(partitions.len());
+        let slots: Vec<(String, i32)> =
+            inputs.iter().flat_map(|i| i.partitions.iter().map(|&p| (i.topic.clone(), p))).collect();
+        let context = LagContext { lag: slots.iter().map(|_| AtomicI64::new(-1)).collect(), slots: slots.clone() };
+        let names: Vec<&str> = inputs.iter().map(|i| i.topic.as_str()).collect();
+        let consumer: BaseConsumer<LagContext> = config
+            .create_with_context(context)
+            .map_err(|e| Error::kafka(format!("create consumer for {}", names.join(", ")), e))?;
+        let mut positions = Vec::with_capacity(slots.len());
         let mut assignment = TopicPartitionList::new();
-        let mut done = vec![false; partitions.len()];
-        let mut ends = Vec::with_capacity(partitions.len());
-        for (slot, &p) in partitions.iter().enumerate() {
-            let offset = committed_offset(p);
-            let metadata = match (offset, committed.find_partition(topic, p)) {
-                (Some(_), Some(e)) => e.metadata().to_owned(),
-                _ => String::new(),
-            };
-            let watermarks = if offset.is_none() || bounded {
-                Some(
-                    consumer
-                        .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-                        .map_err(|e| Error::kafka(format!("offsets of {topic}/{p}"), e))?,
-                )
-            } else {
-                None
-            };
-            let start = match (offset, watermarks) {
-                (Some(o), _) => o,
-                (None, Some((low, high))) => {
-                    let start = start_offset(start_from, topic_started, low, high);
-                    if topic_started && start_from == StartFrom::Latest {
-                        tracing::info!(
-                            topic,
-                            partition = p,
-                            offset = start,
-                            "a partition added since the job started: reading it from its beginning"
-                        );
-                    }
-                    start
-                }
-                (None, None) => 0,
-            };
-            if let Some((_, high)) = watermarks.filter(|_| bounded) {
-                done[slot] = start >= high;
-                ends.push(high);
+        let mut done = Vec::with_capacity(slots.len());
+        let mut end_offsets = Vec::with_capacity(slots.len());
+        for input in inputs {
+            let topic = input.topic.as_str();
+            let all = input.topic_partitions.max(input.partitions.iter().copied().max().map_or(0, |p| p + 1));
+            let mut tpl = TopicPartitionList::new();
+            for p in 0..all {
+                tpl.add_partition(topic, p);
             }
-            assignment
-                .add_partition_offset(topic, p, Offset::Offset(start))
-                .map_err(|e| Error::kafka("assignment", e))?;
-            positions.push(CommittedPosition { offset, metadata, start });
+            let committed = consumer
+                .committed_offsets(tpl, METADATA_TIMEOUT)
+                .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
+            let committed_offset = |p: i32| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) if o >= 0 => Some(o),
+                _ => None,
+            };
+            let topic_started = (0..all).any(|p| committed_offset(p).is_some());
+            for &p in &input.partitions {
+                let offset = committed_offset(p);
+                let metadata = match (offset, committed.find_partition(topic, p)) {
+                    (Some(_), Some(e)) => e.metadata().to_owned(),
+                    _ => String::new(),
+                };
+                let watermarks = if offset.is_none() || input.bounded {
+                    Some(
+                        consumer
+                            .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                            .map_err(|e| Error::kafka(format!("offsets of {topic}/{p}"), e))?,
+                    )
+                } else {
+                    None
+                };
+                let start = match (offset, watermarks) {
+                    (Some(o), _) => o,
+                    (None, Some((low, high))) => {
+                        let start = start_offset(input.start_from, topic_started, low, high);
+                        if topic_started && input.start_from == StartFrom::Latest {
+                            tracing::info!(
+                                topic,
+                                partition = p,
+                                offset = start,
+                                "a partition added since the job started: reading it from its beginning"
+                            );
+                        }
+                        start
+                    }
+                    (None, None) => 0,
+                };
+                let end = watermarks.filter(|_| input.bounded).map(|(_, high)| high);
+                done.push(end.is_some_and(|high| start >= high));
+                end_offsets.push(end);
+                assignment
+                    .add_partition_offset(topic, p, Offset::Offset(start))
+                    .map_err(|e| Error::kafka("assignment", e))?;
+                positions.push(CommittedPosition { offset, metadata, start });
+            }
+            // Learn the partition leaders before assigning: a partition
+            // assigned with no known leader waits for librdkafka's
+            // offset-query retry timer (measured: ~0.5 s before the first
+            // fetch), so the core would report ready while not consuming.
+            // This also names a missing topic.
+            let metadata = consumer
+                .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+                .map_err(|e| Error::kafka(format!("metadata of {topic}"), e))?;
+            if let Some(e) = metadata.topics().first().and_then(rdkafka::metadata::MetadataTopic::error) {
+                return Err(Error::kafka(format!("topic {topic}"), RDKafkaErrorCode::from(e)));
+            }
         }
-        let end_offsets = bounded.then_some(ends);
-        // Learn the partition leaders before assigning: a partition assigned
-        // with no known leader waits for librdkafka's offset-query retry
-        // timer (measured: ~0.5 s before the first fetch), so the core would
-        // report ready while not consuming. This also names a missing topic.
-        let metadata = consumer
-            .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-            .map_err(|e| Error::kafka(format!("metadata of {topic}"), e))?;
-        if let Some(e) = metadata.topics().first().and_then(rdkafka::metadata::MetadataTopic::error) {
-            return Err(Error::kafka(format!("source topic {topic}"), RDKafkaErrorCode::from(e)));
+        let forwards: Vec<(&str, &[i32])> = inputs.iter().map(|i| (i.topic.as_str(), &i.partitions[..])).collect();
+        let consumer = BatchConsumer::new(consumer, &forwards)?;
+        consumer.consumer().assign(&assignment).map_err(|e| Error::kafka(format!("assign {}", names.join(", ")), e))?;
+        let mut slot_of = Vec::with_capacity(inputs.len());
+        let mut next = 0;
+        for input in inputs {
+            let max = input.partitions.iter().copied().max().unwrap_or(0);
+            let mut of = vec![None; usize::try_from(max).unwrap_or(0) + 1];
+            for &p in &input.partitions {
+                of[usize::try_from(p).unwrap_or(0)] = Some(next);
+                next += 1;
+            }
+            slot_of.push(of);
         }
-        let consumer = BatchConsumer::new(consumer, topic, partitions)?;
-        consumer
-            .consumer()
-            .assign(&assignment)
-            .map_err(|e| Error::kafka(format!("assign {topic} {partitions:?}"), e))?;
-        let max = partitions.iter().copied().max().unwrap_or(0);
-        let mut slot_of = vec![None; usize::try_from(max).unwrap_or(0) + 1];
-        for (slot, &p) in partitions.iter().enumerate() {
-            slot_of[usize::try_from(p).unwrap_or(0)] = Some(slot);
-        }
-        let source =
-            Self { consumer, topic: topic.to_owned(), partitions: partitions.to_vec(), slot_of, end_offsets, done };
-        Ok((source, positions))
+        let topics = names.iter().map(|t| (*t).to_owned()).collect();
+        Ok((Self { consumer, slots, topics, slot_of, end_offsets, done }, positions))
     }
 
+    /// Whether every bounded slot reached its end offset.
     fn exhausted(&self) -> bool {
-        self.end_offsets.is_some() && self.done.iter().all(|d| *d)
+        self.end_offsets.iter().any(Option::is_some)
+            && self.end_offsets.iter().zip(&self.done).all(|(end, done)| end.is_none() || *done)
     }
 }
 
@@ -237,20 +257,23 @@ impl KafkaSource {
     /// Hands one fetched message to `f` as a record of its slot, unless a
     /// bounded run already has everything up to its end offset.
     fn deliver(
-        slot_of: &[Option<usize>],
-        bounds: Option<(&[i64], &mut [bool])>,
+        slot_of: &[Vec<Option<usize>>],
+        (ends, done): (&[Option<i64>], &mut [bool]),
         m: Fetched<'_>,
         f: &mut dyn FnMut(Record<'_>),
     ) -> bool {
-        let Some(slot) = usize::try_from(m.partition).ok().and_then(|p| slot_of.get(p).copied().flatten()) else {
+        let Some(slot) = slot_of
+            .get(m.topic)
+            .and_then(|of| usize::try_from(m.partition).ok().and_then(|p| of.get(p).copied().flatten()))
+        else {
             return false;
         };
-        if let Some((ends, done)) = bounds {
-            if m.offset >= ends[slot] {
+        if let Some(end) = ends[slot] {
+            if m.offset >= end {
                 done[slot] = true;
                 return false;
             }
-            if m.offset + 1 >= ends[slot] {
+            if m.offset + 1 >= end {
                 done[slot] = true;
             }
         }
@@ -268,13 +291,15 @@ impl KafkaSource {
                 Ok(m) => {
                     // Only possible if a message was fetched before the
                     // forward took effect; deliver it like any other.
+                    let Some(topic) = self.topics.iter().position(|t| t == m.topic()) else { continue };
                     let fetched = Fetched {
+                        topic,
                         partition: m.partition(),
                         offset: m.offset(),
                         timestamp_ms: m.timestamp().to_millis(),
                         payload: m.payload().unwrap_or_default(),
                     };
-                    let bounds = self.end_offsets.as_deref().map(|e| (e, &mut self.done[..]));
+                    let bounds = (&self.end_offsets[..], &mut self.done[..]);
                     n += usize::from(Self::deliver(&self.slot_of, bounds, fetched, f));
                 }
                 Err(KafkaError::PartitionEOF(_)) => {}
@@ -288,20 +313,19 @@ impl KafkaSource {
     /// fatal stops the core.
     fn consumer_error(&self, code: Option<RDKafkaErrorCode>, e: &dyn std::fmt::Display) -> Result<(), Error> {
         if code.is_some_and(is_fatal) {
-            return Err(Error::kafka(format!("consume {}", self.topic), e));
+            return Err(Error::kafka(format!("consume {}", self.topics.join(", ")), e));
         }
-        tracing::warn!(topic = %self.topic, error = %e, "consumer error (will retry)");
+        tracing::warn!(topics = ?self.topics, error = %e, "consumer error (will retry)");
         Ok(())
     }
 
     /// Up to `want` messages from the batch queue, waiting at most `wait`
     /// for a full batch.
     fn consume(&mut self, want: usize, wait: Duration, f: &mut dyn FnMut(Record<'_>)) -> Result<usize, Error> {
-        let (slot_of, mut bounds) = (&self.slot_of, self.end_offsets.as_deref().map(|e| (e, &mut self.done[..])));
+        let (slot_of, ends, done) = (&self.slot_of, &self.end_offsets[..], &mut self.done[..]);
         let mut delivered = 0;
         let result = self.consumer.consume(want, wait, &mut |m| {
-            let b = bounds.as_mut().map(|(e, d)| (*e, &mut **d));
-            delivered += usize::from(Self::deliver(slot_of, b, m, f));
+            delivered += usize::from(Self::deliver(slot_of, (ends, &mut *done), m, f));
         });
         if let Err((_, code)) = result {
             self.consumer_error(Some(code), &code)?;
@@ -313,15 +337,14 @@ impl KafkaSource {
     /// end offset, even when the last offsets held no record to see
     /// (transaction markers, compacted records).
     fn check_positions(&mut self) -> Result<(), Error> {
-        let Some(ends) = &self.end_offsets else { return Ok(()) };
-        if self.done.iter().all(|d| *d) {
+        if self.end_offsets.iter().zip(&self.done).all(|(end, done)| end.is_none() || *done) {
             return Ok(());
         }
-        let positions =
-            self.consumer.consumer().position().map_err(|e| Error::kafka(format!("position in {}", self.topic), e))?;
-        for (slot, &p) in self.partitions.iter().enumerate() {
-            if let Some(Offset::Offset(o)) = positions.find_partition(&self.topic, p).map(|e| e.offset())
-                && o >= ends[slot]
+        let positions = self.consumer.consumer().position().map_err(|e| Error::kafka("consumer position", e))?;
+        for (slot, (topic, p)) in self.slots.iter().enumerate() {
+            if let (Some(end), Some(Offset::Offset(o))) =
+                (self.end_offsets[slot], positions.find_partition(topic, *p).map(|e| e.offset()))
+                && o >= end
             {
                 self.done[slot] = true;
             }
@@ -337,9 +360,8 @@ impl Source for KafkaSource {
         timeout: Duration,
         f: &mut dyn FnMut(Record<'_>),
     ) -> Result<(usize, PollEnd), Error> {
-        if self.exhausted() {
-            return Ok((0, PollEnd::Exhausted));
-        }
+        // Once the bounded slots are done, the others (repartition topics
+        // the job is still writing) are read on until the caller stops.
         let mut n = self.serve_events(f)?;
         // What is there now; if nothing is, wait up to `timeout` for one
         // message (the batch call waits for a *full* batch), then take
@@ -363,17 +385,16 @@ impl Source for KafkaSource {
         }
         let mut tpl = TopicPartitionList::new();
         for (slot, offset, metadata) in positions {
-            let p = self.partitions[*slot];
-            tpl.add_partition_offset(&self.topic, p, Offset::Offset(*offset))
-                .map_err(|e| Error::kafka("commit list", e))?;
-            if let Some(mut e) = tpl.find_partition(&self.topic, p) {
+            let (topic, p) = &self.slots[*slot];
+            tpl.add_partition_offset(topic, *p, Offset::Offset(*offset)).map_err(|e| Error::kafka("commit list", e))?;
+            if let Some(mut e) = tpl.find_partition(topic, *p) {
                 e.set_metadata(metadata.clone());
             }
         }
         self.consumer
             .consumer()
             .commit(&tpl, CommitMode::Sync)
-            .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topic), e))
+            .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topics.join(", ")), e))
     }
 
     fn lag(&self, slot: usize) -> Option<i64> {

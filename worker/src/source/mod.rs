@@ -10,7 +10,7 @@ mod kafka;
 pub use batch_queue::{BatchConsumer, Fetched};
 pub use datagen::{Datagen, partition_of, scenario_key, write_record};
 pub use file::FileSource;
-pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource};
+pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
 
 use std::time::Duration;
 
