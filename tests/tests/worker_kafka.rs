@@ -219,6 +219,107 @@ fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic(
     assert!(crossed >= 20_000, "every row and the markers were read from {repartition}: {committed:?}");
 }
 
+/// Which live worker (by index in `workers`) reports reading each
+/// `(topic, partition)`; every one must be read by exactly one.
+fn owners(workers: &[&Worker]) -> BTreeMap<(String, String), Vec<usize>> {
+    let mut owners: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, w) in workers.iter().enumerate() {
+        let text = w.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        for (labels, _) in metric_values(&text, "sluice_consumer_position") {
+            let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+            owners.entry((get("topic"), get("partition"))).or_default().push(i);
+        }
+    }
+    owners
+}
+
+/// The acceptance run of the shuffle: a tumbling-window GROUP BY symbol
+/// over a 4-partition topic keyed by trader, on 2 workers × 2 cores, so
+/// every row crosses the repartition topic and every window's watermark is
+/// the minimum over 4 upstream partitions that progress unevenly. One
+/// worker is killed with SIGKILL mid-run and restarted; the final window
+/// results are exact, and no partition of either topic is ever read by two
+/// live processes.
+#[test]
+fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
+    let (topic, out) = (unique_name("trades"), unique_name("windows"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let sql = "SELECT symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n, SUM(qty) AS qty FROM trades \
+               GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '10' SECOND)";
+    let m = manifest(&unique_name("rkw"), sql, &topic, &out, "");
+    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(&m, 4, 2, 2, o, &group))).collect();
+    let mut first = Worker::serve(&configs[0], &[]);
+    let mut second = Worker::serve(&configs[1], &[]);
+    first.wait_ready(Duration::from_secs(60));
+    second.wait_ready(Duration::from_secs(60));
+    let repartition = format!("{group}.repartition-1");
+    let check_owners = |workers: &[&Worker]| {
+        let owners = owners(workers);
+        for t in [&topic, &repartition] {
+            for p in 0..4 {
+                let o = owners.get(&(t.clone(), p.to_string())).cloned().unwrap_or_default();
+                assert_eq!(o.len(), 1, "{t}/{p} read by workers {o:?}");
+            }
+        }
+    };
+    check_owners(&[&first, &second]);
+    const RECORDS: u64 = 20_000;
+    let producer = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..20u64 {
+                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    // Kill the second worker once the stage after the shuffle checkpointed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kafka::committed_offsets(&group, &repartition, 4).values().all(|o| *o == 0) {
+        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", second.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+    second.signal("KILL");
+    let _ = second.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = Worker::serve(&configs[1], &[]);
+    second.wait_ready(Duration::from_secs(60));
+    check_owners(&[&first, &second]);
+    producer.join().unwrap();
+    // One late trade per partition, far ahead, moves every watermark past
+    // the last window of the data set.
+    produce_trades(&topic, 100_000_000..100_000_008, 4);
+    let mut expected: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for i in 0..RECORDS {
+        let t = trade(i);
+        let e = expected.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+    }
+    let windows = |records: &[Record]| -> BTreeMap<(String, i64), (i64, i64)> {
+        final_per_key(records)
+            .values()
+            .map(|v| {
+                (
+                    (v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap()),
+                    (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()),
+                )
+            })
+            .collect()
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| windows(r).len() >= expected.len());
+    assert_eq!(windows(&results), expected, "final windows after kill -9 and restart");
+    assert!(second.log().contains("restored state"), "the restarted worker restored its state:\n{}", second.log());
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
 #[test]
 fn every_partition_is_read_by_exactly_one_core_of_one_worker() {
     let (topic, out) = (unique_name("trades"), unique_name("totals"));
