@@ -202,3 +202,9 @@ fn futures_block_on<F: Future>(fut: F) -> F::Output {
         }
     }
 }
+
+/// The low and high watermark (first and next offset) of `topic`/`partition`.
+pub fn watermarks(topic: &str, partition: i32) -> (i64, i64) {
+    let consumer: BaseConsumer = config().create().expect("consumer");
+    consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)).expect("watermarks")
+}

@@ -217,6 +217,12 @@ fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic(
     let committed = kafka::committed_offsets(&group, &repartition, 4);
     let crossed: i64 = committed.values().sum();
     assert!(crossed >= 20_000, "every row and the markers were read from {repartition}: {committed:?}");
+    // What the reader committed past was deleted (the purge at the end of
+    // the run), as Kafka Streams purges its repartition topics.
+    for (p, offset) in &committed {
+        let (low, high) = kafka::watermarks(&repartition, *p);
+        assert_eq!((low, high), (*offset, *offset), "{repartition}/{p}: purged up to the commit");
+    }
 }
 
 /// Which live worker (by index in `workers`) reports reading each
@@ -318,6 +324,57 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
     }
     assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// A source partition with no records holds back the watermark after the
+/// shuffle (it is the minimum over all upstream partitions) until the
+/// idleness timeout says it is idle: with the timeout windows close, and a
+/// job without one (0) still waits.
+#[test]
+fn an_idle_source_partition_stops_holding_windows_open_after_the_idle_timeout() {
+    let topic = unique_name("trades");
+    kafka::create_topic(&topic, 4);
+    // Partition 3 stays empty.
+    produce_trades(&topic, 0..3_000, 3);
+    produce_trades(&topic, 100_000_000..100_000_003, 3);
+    let sql = "SELECT symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n FROM trades \
+               GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '10' SECOND)";
+    let mut expected: BTreeMap<(String, i64), i64> = BTreeMap::new();
+    for i in 0..3_000 {
+        let t = trade(i);
+        *expected.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default() += 1;
+    }
+    let windows = |records: &[Record]| -> BTreeMap<(String, i64), i64> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| {
+                ((v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap()), v["n"].as_i64().unwrap())
+            })
+            .collect()
+    };
+    let mut workers = Vec::new();
+    let mut outs = Vec::new();
+    for idle in [2_000, 0] {
+        let out = unique_name("windows");
+        kafka::create_topic(&out, 1);
+        let extra = format!("    idleTimeoutMillis: {idle}");
+        let m = manifest(&unique_name("idle"), sql, &topic, &out, &extra);
+        let cfg = config_file(&worker_config(&m, 4, 1, 2, 0, &unique_name("g")));
+        workers.push(Worker::serve(&cfg, &[]));
+        outs.push(out);
+    }
+    let results = wait_for_output(&outs[0], Duration::from_secs(60), |r| windows(r).len() >= expected.len());
+    assert_eq!(windows(&results), expected, "windows closed once partition 3 was declared idle");
+    assert!(workers[0].log().contains("partition idle"), "{}", workers[0].log());
+    let held = kafka::consume(&outs[1], usize::MAX, Duration::from_secs(2));
+    assert!(held.is_empty(), "without an idle timeout the empty partition holds every window open: {}", held.len());
+    for w in &workers {
+        w.signal("TERM");
+    }
+    for w in &mut workers {
+        assert!(w.wait(Duration::from_secs(30)).success(), "{}", w.log());
+    }
 }
 
 #[test]

@@ -383,6 +383,12 @@ impl<'a> Core<'a> {
         self.dead_letter.flush()?;
         if self.commits {
             self.checkpoint()?;
+            // What the last commit passed is purged now, not left for the
+            // next run's first interval.
+            if let Some((_, last)) = &mut self.purge {
+                *last = Instant::now().checked_sub(PURGE_EVERY).unwrap_or(*last);
+            }
+            self.purge();
         }
         Ok(())
     }
@@ -570,17 +576,18 @@ impl<'a> Core<'a> {
             self.setup.metrics.checkpoints.inc();
             self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
         }
-        self.purge()
+        self.purge();
+        Ok(())
     }
 
     /// Deletes what this core's repartition partitions hold below their
     /// committed offsets: it is never read again (a restart resumes at the
     /// commit). At most every [`PURGE_EVERY`]; a failure is only logged
     /// (it costs disk, not correctness) and retried next time.
-    fn purge(&mut self) -> Result<(), Error> {
-        let Some((admin, last)) = &mut self.purge else { return Ok(()) };
+    fn purge(&mut self) {
+        let Some((admin, last)) = &mut self.purge else { return };
         if last.elapsed() < PURGE_EVERY {
-            return Ok(());
+            return;
         }
         *last = Instant::now();
         let topics: Vec<String> = (0..self.stages.len()).map(|s| self.setup.input_topic(s)).collect();
@@ -595,7 +602,6 @@ impl<'a> Core<'a> {
         if let Err(e) = delete_records(admin, &before) {
             tracing::warn!(error = %e, "could not purge the repartition topic (retried at the next checkpoint)");
         }
-        Ok(())
     }
 }
 
