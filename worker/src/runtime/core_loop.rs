@@ -26,13 +26,15 @@ use sluice_crds::{SourceSpec, StartFrom, WorkerConfig};
 
 use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
+use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::state_store::StateStore;
 use crate::Error;
 use crate::kafka::{client_config, create_topic, delete_records};
 use crate::metrics::CoreMetrics;
 use crate::sink::{
-    DeadLetterSink, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter, Sink,
+    DeadLetterSink, ExchangeOutput, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter,
+    Sink,
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
@@ -56,6 +58,10 @@ pub struct CoreSetup {
     pub bounded: bool,
     pub metrics: CoreMetrics,
     pub health: Arc<Health>,
+    /// A local run of a query cut into stages: this core's ends of the
+    /// in-process exchanges (taken by the one start; local runs do not
+    /// restart).
+    pub local_exchange: std::sync::Mutex<Option<LocalEnds>>,
 }
 
 impl CoreSetup {
@@ -92,8 +98,8 @@ impl CoreSummary {
 enum StageSink {
     /// The job's sink (the last stage).
     Job(Box<dyn Sink>),
-    /// The repartition topic the next stage reads.
-    Exchange(ExchangeSink),
+    /// The exchange the next stage reads.
+    Exchange(Box<dyn ExchangeOutput>),
 }
 
 impl StageSink {
@@ -224,13 +230,6 @@ impl<'a> Core<'a> {
                     exchange_client = Some(client);
                     (Box::new(source), positions)
                 }
-                _ if multi_stage => {
-                    return Err(Error::Config(format!(
-                        "source {}: a query whose state is keyed differently from its source is cut into \
-                         stages joined by a Kafka repartition topic, which needs a Kafka source",
-                        setup.source.name
-                    )));
-                }
                 (None, Some(f), _) => (Box::new(FileSource::open(&f.path)?), Vec::new()),
                 (None, None, Some(d)) => {
                     let generator = Datagen::new(
@@ -245,6 +244,25 @@ impl<'a> Core<'a> {
                 }
                 _ => return Err(Error::Config(format!("source {} has no kafka, file or datagen", setup.source.name))),
             };
+        let mut local_outputs = Vec::new();
+        let mut backlog = None;
+        let source: Box<dyn Source> = match (&exchange_client, multi_stage) {
+            (None, true) => {
+                let ends = setup.local_exchange.lock().ok().and_then(|mut e| e.take()).ok_or_else(|| {
+                    Error::Internal("a local run of a query cut into stages without its exchanges".into())
+                })?;
+                let mut inputs = Vec::new();
+                for (s, receivers) in ends.inputs.into_iter().enumerate() {
+                    inputs.extend(
+                        slots[s + 1].clone().zip(receivers).map(|(slot, from)| ExchangeInputChannel { slot, from }),
+                    );
+                }
+                local_outputs = ends.outputs;
+                backlog = Some(Arc::clone(&ends.backlog));
+                Box::new(LocalStagedSource::new(source, inputs, ends.backlog))
+            }
+            _ => source,
+        };
         // Resume each partition from its checkpoint.
         for (slot, (part, position)) in parts.iter_mut().zip(&positions).enumerate() {
             part.committed_offset = position.offset;
@@ -264,15 +282,18 @@ impl<'a> Core<'a> {
         for ((s, stage), (store, slots)) in stages.iter().enumerate().zip(stores.into_iter().zip(slots)) {
             let sink = match (stage.output, &exchange_client) {
                 (StageOutput::Sink, _) => StageSink::Job(job_sink(setup)?),
-                (StageOutput::Exchange, Some(client)) => StageSink::Exchange(ExchangeSink::new(
+                (StageOutput::Exchange, Some(client)) => StageSink::Exchange(Box::new(ExchangeSink::new(
                     client.clone(),
                     &setup.input_topic(s + 1),
                     setup.exchange_partitions,
                     setup.health.drain.clone(),
-                )?),
-                (StageOutput::Exchange, None) => {
-                    return Err(Error::Internal("an exchange without a Kafka source".into()));
-                }
+                )?)),
+                (StageOutput::Exchange, None) => match (local_outputs.get_mut(s).and_then(Option::take), &backlog) {
+                    (Some(to), Some(backlog)) => {
+                        StageSink::Exchange(Box::new(LocalExchangeWriter::new(to, Arc::clone(backlog))))
+                    }
+                    _ => return Err(Error::Internal(format!("no exchange for stage {s}'s output"))),
+                },
             };
             let names: Vec<String> = stage.plan.outputs.iter().map(|o| o.name.clone()).collect();
             let keys: Vec<String> = stage.plan.keys.iter().map(|o| o.name.clone()).collect();

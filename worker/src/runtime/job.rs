@@ -16,6 +16,7 @@ use sluice_crds::{SourcePartitions, WorkerConfig, assign};
 
 use super::core_loop::{CoreSetup, CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
+use super::local_exchange::{LocalEnds, channels};
 use crate::Error;
 use crate::metrics::Metrics;
 use sluice_sql::plan_dataflow;
@@ -100,6 +101,37 @@ pub fn run_job(
     let topic_names: Vec<String> = (0..dataflow.stages.len())
         .map(|s| if s == 0 { source.topic().to_owned() } else { config.repartition_topic(s) })
         .collect();
+    // A local run (no broker) exchanges between stages in process.
+    let mut local_ends: Vec<Option<LocalEnds>> = per_core.iter().map(|_| None).collect();
+    if dataflow.has_exchange() && source.kafka.is_none() {
+        let backlog = super::local_exchange::Backlog::default();
+        local_ends = per_core
+            .iter()
+            .map(|_| Some(LocalEnds { backlog: Arc::clone(&backlog), ..LocalEnds::default() }))
+            .collect();
+        for (s, stage) in dataflow.stages.iter().enumerate() {
+            let exchange = s + 1;
+            if stage.output != sluice_plan::StageOutput::Exchange {
+                continue;
+            }
+            let (senders, receivers) = channels(usize::try_from(exchange_partitions).unwrap_or(1));
+            let mut receivers: Vec<Option<_>> = receivers.into_iter().map(Some).collect();
+            for (core, ends) in local_ends.iter_mut().enumerate() {
+                let Some(ends) = ends else { continue };
+                ends.outputs.resize_with(exchange, || None);
+                ends.outputs[s] = Some(senders.clone());
+                ends.inputs.resize_with(exchange, Vec::new);
+                for &p in per_core[core].get(exchange).map_or(&[][..], |v| &v[..]) {
+                    let receiver =
+                        receivers
+                            .get_mut(usize::try_from(p).unwrap_or(usize::MAX))
+                            .and_then(Option::take)
+                            .ok_or_else(|| Error::Internal(format!("exchange {exchange} partition {p} owned twice")))?;
+                    ends.inputs[s].push(receiver);
+                }
+            }
+        }
+    }
     health.set_cores(per_core.len());
     let cpus = if config.worker.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
     let config = Arc::new(config);
@@ -128,6 +160,7 @@ pub fn run_job(
             exchange_partitions,
             bounded: options.bounded,
             health: Arc::clone(health),
+            local_exchange: std::sync::Mutex::new(local_ends[core].take()),
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-core-{core}"))

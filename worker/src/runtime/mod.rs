@@ -6,6 +6,7 @@ mod core_loop;
 pub mod exchange;
 mod health;
 mod job;
+pub mod local_exchange;
 mod partition;
 mod state_store;
 

@@ -17,7 +17,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use rdkafka::{ClientConfig, ClientContext};
 
-use super::{DeadLetter, DeadLetterSink, DrainDeadline, Sink};
+use super::{DeadLetter, DeadLetterSink, DrainDeadline, ExchangeOutput, Sink};
 use crate::Error;
 use crate::metrics::LatencyHistogram;
 use crate::runtime::exchange::Frame;
@@ -313,9 +313,10 @@ impl ExchangeSink {
     pub fn new(config: ClientConfig, topic: &str, partitions: i32, drain: DrainDeadline) -> Result<Self, Error> {
         Ok(Self { out: Producing::new(config, topic, None, drain)?, partitions: partitions.max(1), frame: Vec::new() })
     }
+}
 
-    /// Queues the rows upstream partition `from` emitted.
-    pub fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
+impl ExchangeOutput for ExchangeSink {
+    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
         for i in 0..rows.len() {
             let key = rows.key(i);
             let seq = seqs.get(i).copied().unwrap_or_default();
@@ -335,8 +336,7 @@ impl ExchangeSink {
         Ok(())
     }
 
-    /// Queues a marker to every partition, after the rows sent so far.
-    pub fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
+    fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
         self.frame.clear();
         marker.write(&mut self.frame);
         for p in 0..self.partitions {
@@ -347,11 +347,11 @@ impl ExchangeSink {
         Ok(())
     }
 
-    pub fn poll(&mut self) -> Result<(), Error> {
+    fn poll(&mut self) -> Result<(), Error> {
         self.out.poll()
     }
 
-    pub fn flush(&mut self) -> Result<(), Error> {
+    fn flush(&mut self) -> Result<(), Error> {
         self.out.flush()
     }
 }

@@ -55,6 +55,22 @@ impl DrainDeadline {
     }
 }
 
+/// A stage's output to the exchange the next stage reads: a repartition
+/// topic ([`ExchangeSink`]), or channels in a local run. Rows go to the
+/// partition their key hashes to, markers to every partition (see
+/// `crate::runtime::exchange`).
+pub trait ExchangeOutput: Send {
+    /// Queues the rows upstream partition `from` emitted, with their
+    /// sequence numbers and timestamps.
+    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error>;
+    /// Queues a marker to every partition, after the rows sent so far.
+    fn mark(&mut self, marker: crate::runtime::exchange::Frame<'_>) -> Result<(), Error>;
+    /// Serves delivery without blocking.
+    fn poll(&mut self) -> Result<(), Error>;
+    /// Waits until everything queued is delivered.
+    fn flush(&mut self) -> Result<(), Error>;
+}
+
 pub trait Sink: Send {
     /// Queues `rows`; `timestamps[i]` is the record timestamp of row `i`
     /// (the input record it came from, for end-to-end latency).

@@ -1,0 +1,213 @@
+//! The exchange of a local run (`sluice-worker run` over a file or the
+//! generator, no broker): where a cluster has a repartition topic, each
+//! exchange partition is a channel read by the one core that owns it.
+//!
+//! Records are the repartition topic's frames ([`super::exchange`]), so the
+//! reading side is the same code as on a cluster: rows are decoded, markers
+//! move the watermark, end markers finish bounded runs. A writer collects
+//! a batch's frames per destination partition and sends each partition one
+//! message per batch (length-prefixed frames back to back), so the channel
+//! costs one allocation per batch and partition, not one per record.
+//!
+//! Channels are unbounded, so a writer never blocks (two cores each
+//! waiting for room in the other's partition would wedge); instead, while
+//! more than [`BACKLOG_LIMIT`] chunks are in flight over all exchanges, no
+//! core takes more from the source — every core keeps draining its
+//! exchange partitions, so the backlog always shrinks.
+//!
+//! A local run is not restartable (its sources replay from the start), so
+//! offsets here only count records; nothing is committed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::time::{Duration, Instant};
+
+use super::exchange::Frame;
+use crate::Error;
+use crate::sink::ExchangeOutput;
+use crate::source::{PollEnd, Record, Source};
+use sluice_crds::partition_for_key;
+use sluice_formats::encode::EncodedRows;
+
+/// Frames for one partition, each preceded by its length (`u32`, little-endian).
+pub type Chunk = Vec<u8>;
+
+/// Creates the channels of one exchange of `partitions` partitions: the
+/// senders (every writing core gets a clone of all) and the receivers (each
+/// goes to the core that owns its partition).
+pub fn channels(partitions: usize) -> (Vec<Sender<Chunk>>, Vec<Receiver<Chunk>>) {
+    (0..partitions).map(|_| std::sync::mpsc::channel()).unzip()
+}
+
+/// Chunks (a batch's frames for one partition) in flight over all of a
+/// run's exchanges above which the source is not read.
+pub const BACKLOG_LIMIT: usize = 1024;
+
+/// Chunks sent and not yet read, over all of a run's exchanges.
+pub type Backlog = Arc<AtomicUsize>;
+
+/// A stage's output to an in-process exchange.
+#[derive(Debug)]
+pub struct LocalExchangeWriter {
+    to: Vec<Sender<Chunk>>,
+    pending: Vec<Chunk>,
+    frame: Vec<u8>,
+    backlog: Backlog,
+}
+
+impl LocalExchangeWriter {
+    pub fn new(to: Vec<Sender<Chunk>>, backlog: Backlog) -> Self {
+        let pending = to.iter().map(|_| Vec::new()).collect();
+        Self { to, pending, frame: Vec::new(), backlog }
+    }
+
+    fn push(&mut self, partition: usize, frame: Frame<'_>) {
+        self.frame.clear();
+        frame.write(&mut self.frame);
+        let chunk = &mut self.pending[partition];
+        chunk.extend_from_slice(&u32::try_from(self.frame.len()).unwrap_or(u32::MAX).to_le_bytes());
+        chunk.extend_from_slice(&self.frame);
+    }
+}
+
+impl ExchangeOutput for LocalExchangeWriter {
+    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], _timestamps: &[i64]) -> Result<(), Error> {
+        let n = i32::try_from(self.to.len()).unwrap_or(i32::MAX);
+        for i in 0..rows.len() {
+            let p = usize::try_from(partition_for_key(rows.key(i), n)).unwrap_or(0);
+            let seq = seqs.get(i).copied().unwrap_or_default();
+            self.push(p, Frame::Row { from, seq, row: rows.value(i) });
+        }
+        Ok(())
+    }
+
+    fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
+        for p in 0..self.to.len() {
+            self.push(p, marker);
+        }
+        Ok(())
+    }
+
+    /// Hands each partition what this batch wrote to it.
+    fn poll(&mut self) -> Result<(), Error> {
+        for (chunk, to) in self.pending.iter_mut().zip(&self.to) {
+            if !chunk.is_empty() {
+                self.backlog.fetch_add(1, Ordering::Relaxed);
+                // The reader is gone only when its core stopped, which
+                // stops the job anyway: nothing to deliver to.
+                let _ = to.send(std::mem::take(chunk));
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        self.poll()
+    }
+}
+
+/// One exchange partition as a core reads it.
+#[derive(Debug)]
+pub struct ExchangeInputChannel {
+    /// The partition's slot in the core's partition list.
+    pub slot: usize,
+    pub from: Receiver<Chunk>,
+}
+
+/// A core's ends of a local run's exchanges.
+#[derive(Debug, Default)]
+pub struct LocalEnds {
+    /// Per stage after the first: the channels of the exchange partitions
+    /// this core owns, in the order of its partition list.
+    pub inputs: Vec<Vec<Receiver<Chunk>>>,
+    /// Per stage that writes an exchange: a sender to every partition of it.
+    pub outputs: Vec<Option<Vec<Sender<Chunk>>>>,
+    /// Shared by every core of the run.
+    pub backlog: Backlog,
+}
+
+/// A core's records in a local run: its share of the source, then what
+/// the exchanges deliver to its partitions.
+pub struct LocalStagedSource {
+    source: Box<dyn Source>,
+    source_done: bool,
+    backlog: Backlog,
+    inputs: Vec<(ExchangeInputChannel, VecDeque<Chunk>, usize, i64)>,
+}
+
+impl std::fmt::Debug for LocalStagedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalStagedSource").field("exchange_partitions", &self.inputs.len()).finish()
+    }
+}
+
+impl LocalStagedSource {
+    pub fn new(source: Box<dyn Source>, inputs: Vec<ExchangeInputChannel>, backlog: Backlog) -> Self {
+        let inputs = inputs.into_iter().map(|i| (i, VecDeque::new(), 0, 0)).collect();
+        Self { source, source_done: false, backlog, inputs }
+    }
+
+    /// Delivers up to `max` exchange records that have arrived.
+    fn deliver(&mut self, max: usize, f: &mut dyn FnMut(Record<'_>)) -> usize {
+        let now = super::now_ms();
+        let mut n = 0;
+        for (input, chunks, read, offset) in &mut self.inputs {
+            loop {
+                if chunks.is_empty() {
+                    match input.from.try_recv() {
+                        Ok(c) => chunks.push_back(c),
+                        Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                    }
+                }
+                let Some(chunk) = chunks.front() else { break };
+                while n < max && *read + 4 <= chunk.len() {
+                    let mut len = [0u8; 4];
+                    len.copy_from_slice(&chunk[*read..*read + 4]);
+                    let len = usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX);
+                    let start = *read + 4;
+                    let end = start.saturating_add(len).min(chunk.len());
+                    f(Record { slot: input.slot, offset: *offset, timestamp_ms: now, payload: &chunk[start..end] });
+                    *offset += 1;
+                    *read = end;
+                    n += 1;
+                }
+                if *read >= chunk.len() {
+                    chunks.pop_front();
+                    *read = 0;
+                    self.backlog.fetch_sub(1, Ordering::Relaxed);
+                }
+                if n >= max {
+                    return n;
+                }
+            }
+        }
+        n
+    }
+}
+
+impl Source for LocalStagedSource {
+    fn poll(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        f: &mut dyn FnMut(Record<'_>),
+    ) -> Result<(usize, PollEnd), Error> {
+        let deadline = Instant::now() + timeout;
+        let mut n = 0;
+        loop {
+            if !self.source_done && self.backlog.load(Ordering::Relaxed) < BACKLOG_LIMIT {
+                let (got, end) = self.source.poll(max - n, Duration::ZERO, f)?;
+                n += got;
+                self.source_done = end == PollEnd::Exhausted;
+            }
+            n += self.deliver(max - n, f);
+            if n > 0 || Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok((n, if self.source_done { PollEnd::Exhausted } else { PollEnd::Open }))
+    }
+}
