@@ -86,6 +86,7 @@ SCENARIOS=(
   "S0|s0-pure-select.yaml|orders||count"
   "S1|s1-rows-window.yaml|market-data|symbol|count"
   "S2|s2-group-by.yaml|trades|trader_id|trade_count"
+  "S2r|s2r-group-by-symbol.yaml|trades|trader_id|trade_count"
   "S3a|s3a-tumbling.yaml|trades|trader_id|trade_count"
   "S3b|s3b-tumbling-emit-changes.yaml|trades|trader_id|trade_count"
 )

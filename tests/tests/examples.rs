@@ -110,8 +110,10 @@ fn every_example_runs_on_the_cluster() {
         topics.insert(f.trim_end_matches(".yaml").to_owned(), t);
     }
     let checked: BTreeSet<&str> =
-        ["quickstart", "s0-pure-select", "s1-rows-window", "s2-group-by", "s3a-tumbling", "s3b-tumbling-emit-changes"]
-            .into();
+        ["quickstart", "s0-pure-select", "s1-rows-window", "s2-group-by", "s2r-group-by-symbol", "s3a-tumbling"]
+            .into_iter()
+            .chain(["s3b-tumbling-emit-changes"])
+            .collect();
     assert_eq!(topics.keys().map(String::as_str).collect::<BTreeSet<_>>(), checked, "a new example needs a check here");
     for name in topics.keys() {
         wait_until(&format!("{name} Ready"), Duration::from_secs(180), || {
@@ -158,8 +160,8 @@ fn every_example_runs_on_the_cluster() {
         assert_eq!(v["min_price"].as_f64().unwrap(), s as f64, "{v}");
     }
 
-    // S2, S3a, S3b read the same trades (each job has its own topic).
-    for job in ["s2-group-by", "s3a-tumbling", "s3b-tumbling-emit-changes"] {
+    // S2, S2r, S3a, S3b read the same trades (each job has its own topic).
+    for job in ["s2-group-by", "s2r-group-by-symbol", "s3a-tumbling", "s3b-tumbling-emit-changes"] {
         produce_trades(&topics[job]["trades"], 0..2_000, 2);
     }
     let mut totals: BTreeMap<(String, String), i64> = BTreeMap::new();
@@ -173,6 +175,16 @@ fn every_example_runs_on_the_cluster() {
             last.insert((t, s), n);
         }
         last == totals
+    });
+    // S2r is keyed by symbol, not by the topic's trader: its rows cross the
+    // job's repartition topic between its two stages.
+    let per_symbol: BTreeMap<String, i64> = (0..10).map(|s| (format!("SYM{s}"), 200)).collect();
+    wait_for(&topics["s2r-group-by-symbol"]["symbol-totals"], "S2r totals", Duration::from_secs(90), |v| {
+        let last: BTreeMap<String, i64> = v
+            .iter()
+            .map(|r| (r["symbol"].as_str().unwrap_or_default().to_owned(), r["trade_count"].as_i64().unwrap_or(0)))
+            .collect();
+        last == per_symbol
     });
     // S3b emits every update: each window's last update is its full count.
     let expected = window_counts(0..2_000);
