@@ -292,6 +292,9 @@ impl Sink for KafkaSink {
     }
 }
 
+/// `linger.ms` of a repartition topic's producer (see [`ExchangeSink::new`]).
+const EXCHANGE_LINGER_MS: &str = "5";
+
 /// A stage's results to the repartition topic the next stage reads: each
 /// row to the partition Kafka's partitioner gives its key, framed with its
 /// upstream partition and sequence number; markers to every partition (see
@@ -310,7 +313,11 @@ impl std::fmt::Debug for ExchangeSink {
 }
 
 impl ExchangeSink {
-    pub fn new(config: ClientConfig, topic: &str, partitions: i32, drain: DrainDeadline) -> Result<Self, Error> {
+    pub fn new(mut config: ClientConfig, topic: &str, partitions: i32, drain: DrainDeadline) -> Result<Self, Error> {
+        // Fuller batches than the sink's: every record crosses the broker
+        // twice more than without a shuffle, and on a busy broker batching
+        // is what it costs least to buy (measured in docs/benchmarks.md).
+        crate::kafka::set_default(&mut config, "linger.ms", EXCHANGE_LINGER_MS);
         Ok(Self { out: Producing::new(config, topic, None, drain)?, partitions: partitions.max(1), frame: Vec::new() })
     }
 }
@@ -318,16 +325,14 @@ impl ExchangeSink {
 impl ExchangeOutput for ExchangeSink {
     fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
         for i in 0..rows.len() {
-            let key = rows.key(i);
             let seq = seqs.get(i).copied().unwrap_or_default();
             self.frame.clear();
             Frame::Row { from, seq, row: rows.value(i) }.write(&mut self.frame);
+            // The key chose the partition; it is not written (the row holds
+            // its columns), which saves its bytes twice over the broker.
             let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.out.topic, 0)
-                .partition(partition_for_key(key, self.partitions))
+                .partition(partition_for_key(rows.key(i), self.partitions))
                 .payload(&self.frame);
-            if let Some(key) = key {
-                record = record.key(key);
-            }
             if let Some(&ts) = timestamps.get(i).filter(|t| **t > 0) {
                 record = record.timestamp(ts);
             }
