@@ -316,14 +316,9 @@ fn sigterm_while_waiting_for_the_current_config_exits_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A query keyed differently from its source runs locally as it does on a
-/// cluster — two stages — with an in-process exchange in place of the
-/// repartition topic: hourly windows per symbol over generated trades
-/// keyed by trader, on 2 cores, every window exact.
-#[test]
-fn a_re_keyed_window_runs_locally_through_the_in_process_exchange() {
-    let dir = temp_dir("rekeyed");
-    let out_path = dir.join("out.jsonl");
+/// A manifest over 50,000 generated trades in 4 partitions keyed by
+/// trader, running `sql` on 2 cores into `out`.
+fn trades_by_trader(dir: &Path, sql: &str, out: &Path) -> PathBuf {
     let manifest = dir.join("job.yaml");
     std::fs::write(
         &manifest,
@@ -334,8 +329,7 @@ metadata:
   name: rekeyed-local
 spec:
   sql: |
-    SELECT symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n, SUM(quantity) AS qty
-    FROM trades GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' HOUR)
+    {sql}
   sources:
     - name: trades
       datagen: {{ scenario: Trades, records: 50000, partitions: 4 }}
@@ -352,22 +346,49 @@ spec:
     file: {{ path: {} }}
   coresPerWorker: 2
 "#,
-            out_path.display()
+            out.display()
         ),
     )
     .unwrap();
-    let validated = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+    manifest
+}
+
+/// What `validate` prints for a manifest.
+fn stages(manifest: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
         .args(["validate", "-f", manifest.to_str().unwrap()])
         .output()
         .unwrap();
-    let plan = String::from_utf8_lossy(&validated.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The hour window and symbol of generated trade `i` (see the quickstart test).
+fn hour_and_symbol(i: i64) -> (i64, String) {
+    ((1_700_000_000_000 + i * 900).div_euclid(3_600_000) * 3_600_000, format!("SYM{}", i % 10))
+}
+
+/// A query keyed differently from its source runs locally as it does on a
+/// cluster — two stages — with an in-process exchange in place of the
+/// repartition topic: hourly windows per symbol over generated trades
+/// keyed by trader, on 2 cores, every window exact.
+#[test]
+fn a_re_keyed_window_runs_locally_through_the_in_process_exchange() {
+    let dir = temp_dir("rekeyed");
+    let out_path = dir.join("out.jsonl");
+    let manifest = trades_by_trader(
+        &dir,
+        "SELECT symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n, SUM(quantity) AS qty \
+         FROM trades GROUP BY symbol WINDOW TUMBLING (trade_time, INTERVAL '1' HOUR)",
+        &out_path,
+    );
+    let plan = stages(&manifest);
     assert!(plan.contains("stage 1: repartition topic 1"), "the query is cut in two:\n{plan}");
     let out = run_within(&manifest, std::time::Duration::from_secs(120));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut expected: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
     for i in 0..50_000i64 {
-        let hour = (1_700_000_000_000 + i * 900).div_euclid(3_600_000) * 3_600_000;
-        let e = expected.entry((format!("SYM{}", i % 10), hour)).or_default();
+        let (hour, symbol) = hour_and_symbol(i);
+        let e = expected.entry((symbol, hour)).or_default();
         e.0 += 1;
         e.1 += 100 + i % 1000;
     }
@@ -377,6 +398,48 @@ spec:
         let key = (v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap());
         let previous = got.insert(key.clone(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()));
         assert!(previous.is_none(), "window {key:?} emitted twice");
+    }
+    assert_eq!(got, expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Nexmark q5's shape locally: per hour, the busiest symbol's count, how
+/// many symbols traded and how many trades — an aggregate over a windowed
+/// aggregate, three stages and two exchanges (the second written by a
+/// stateful stage, whose rows are numbered by its own output count).
+#[test]
+fn an_aggregate_over_a_re_keyed_windowed_aggregate_runs_in_three_stages() {
+    let dir = temp_dir("three");
+    let out_path = dir.join("out.jsonl");
+    let manifest = trades_by_trader(
+        &dir,
+        "SELECT CAST(window_start AS BIGINT) AS start_ms, MAX(n) AS top, COUNT(*) AS symbols, SUM(n) AS trades \
+         FROM (SELECT symbol, window_start, COUNT(*) AS n FROM trades \
+               GROUP BY symbol, TUMBLE(trade_time, INTERVAL '1' HOUR)) AS c GROUP BY window_start",
+        &out_path,
+    );
+    let plan = stages(&manifest);
+    assert!(plan.contains("stage 2: repartition topic 2 -> aggregation -> the sink"), "three stages:\n{plan}");
+    let out = run_within(&manifest, std::time::Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut per_hour: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();
+    for i in 0..50_000i64 {
+        let (hour, symbol) = hour_and_symbol(i);
+        *per_hour.entry(hour).or_default().entry(symbol).or_default() += 1;
+    }
+    let expected: BTreeMap<i64, (i64, i64, i64)> = per_hour
+        .iter()
+        .map(|(h, counts)| {
+            let top = counts.values().copied().max().unwrap();
+            (*h, (top, counts.len() as i64, counts.values().sum()))
+        })
+        .collect();
+    // The outer GROUP BY emits changes: the last row per hour is final.
+    let mut got: BTreeMap<i64, (i64, i64, i64)> = BTreeMap::new();
+    for line in std::fs::read_to_string(&out_path).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let row = (v["top"].as_i64().unwrap(), v["symbols"].as_i64().unwrap(), v["trades"].as_i64().unwrap());
+        got.insert(v["start_ms"].as_i64().unwrap(), row);
     }
     assert_eq!(got, expected);
     let _ = std::fs::remove_dir_all(&dir);
