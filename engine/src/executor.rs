@@ -15,6 +15,7 @@ use super::output::{EmittedRows, Output};
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
 use super::stateless::Stateless;
+use super::top_n::TopNOperator;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
 use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, TimeWindow, plan_fingerprint};
@@ -98,6 +99,7 @@ impl Engine {
                 _ => Box::new(AggregateOperator::new(a)),
             },
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
+            OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;

@@ -15,6 +15,7 @@ mod output;
 mod rows_window;
 mod session;
 mod stateless;
+mod top_n;
 
 pub use error::Error;
 pub use executor::{Engine, EngineOptions, EngineStats};

@@ -62,6 +62,7 @@ pub enum OperatorTag {
     Aggregate = 1,
     Session = 2,
     Rows = 3,
+    TopN = 4,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -35,7 +35,7 @@ pub use eval::{Value, eval, filter_rows, fold_constant};
 pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
 pub use plan::{
     AggFunc, AggregateCall, AggregatePlan, EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, RowsFunction,
-    RowsFunctionKind, RowsPlan, RowsSpec, TimeWindow, plan_fingerprint,
+    RowsFunctionKind, RowsPlan, RowsSpec, TimeWindow, TopNPlan, plan_fingerprint,
 };
 pub use schema::{EventTime, Field, Schema, SourceSchema};
 pub use types::{DataType, Scalar};

@@ -49,6 +49,7 @@ pub enum OperatorPlan {
     Stateless,
     Aggregate(AggregatePlan),
     Rows(RowsPlan),
+    TopN(TopNPlan),
 }
 
 /// GROUP BY (with an optional time window). Intermediate columns are the
@@ -121,6 +122,18 @@ pub enum TimeWindow {
 
 /// Analytic functions over ROWS frames. Intermediate columns are the source
 /// columns followed by one column per function, in `functions` order across specs.
+/// Top-N per key (`ROW_NUMBER() OVER (PARTITION BY … ORDER BY …)` filtered
+/// by `rn <= N`), and deduplication (N = 1). The intermediate columns are
+/// the source's, then the row number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopNPlan {
+    pub partition_by: Vec<PhysExpr>,
+    pub order_by: PhysExpr,
+    pub descending: bool,
+    /// Rows kept per key.
+    pub limit: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RowsPlan {
     pub specs: Vec<RowsSpec>,

@@ -24,6 +24,7 @@ use crate::views::aggregates_rows;
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
+    crate::top_n::take_top_n(&mut parsed)?;
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
     }
@@ -87,7 +88,8 @@ fn aggregate_over_aggregate(
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Dataflow, SqlError> {
-    let mut inner_parsed = ParsedQuery { query: Box::new(inner.query), window: None, emit: None, clauses: Vec::new() };
+    let mut inner_parsed =
+        ParsedQuery { query: Box::new(inner.query), window: None, emit: None, clauses: Vec::new(), top_n: None };
     let inner_plan = plan_parsed(&mut inner_parsed, sources)?;
     if !(inner_plan.is_windowed() && inner_plan.emit == EmitMode::Final) {
         return Err(SqlError::at_span(
@@ -152,7 +154,7 @@ fn split_at_state(plan: Plan) -> Option<Dataflow> {
             .map(|(i, e)| OutputColumn { name: format!("key{i}"), expr: e.clone() })
             .collect(),
         // ROWS frames are keyed by the columns every PARTITION BY shares.
-        (OperatorPlan::Rows(_), Partitioning::KeyedBy(columns)) => columns
+        (OperatorPlan::Rows(_) | OperatorPlan::TopN(_), Partitioning::KeyedBy(columns)) => columns
             .iter()
             .filter_map(|name| plan.source.schema.index_of(name))
             .map(|index| {

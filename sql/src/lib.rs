@@ -14,6 +14,7 @@ mod distinct;
 mod functions;
 mod planner;
 mod rewrite;
+mod top_n;
 mod typing;
 mod views;
 

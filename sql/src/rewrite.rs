@@ -30,6 +30,21 @@ pub struct ParsedQuery {
     /// Where top-level clauses the AST keeps no position for begin
     /// (ORDER, LIMIT, WITH, UNION...), for error messages.
     pub clauses: Vec<(&'static str, Span)>,
+    /// The query was a top-N over its subquery, which `query` now is
+    /// (see `crate::top_n`).
+    pub top_n: Option<TopNSpec>,
+}
+
+/// What a top-N query keeps of its outer SELECT once its subquery (the
+/// one with `ROW_NUMBER() OVER (…)`) is planned in its place.
+#[derive(Debug, Clone)]
+pub struct TopNSpec {
+    /// `rn <= limit`.
+    pub limit: u64,
+    /// The subquery's name for the row number.
+    pub row_number: String,
+    /// The outer SELECT list: the subquery's columns, by name.
+    pub outer: Vec<sqlparser::ast::SelectItem>,
 }
 
 /// Keywords whose clause positions [`ParsedQuery::clauses`] records.
@@ -89,7 +104,7 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         return Err(SqlError::unpositioned("expected exactly one SELECT statement"));
     };
     match first {
-        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses }),
+        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses, top_n: None }),
         other => Err(SqlError::unpositioned(format!(
             "only SELECT queries can run as stream jobs, found: {}",
             other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")

@@ -222,6 +222,7 @@ fn validate(file: &str) -> ExitCode {
                         sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
                         sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
                         sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
+                        sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
                     },
                     plan.emit,
                     outputs.join(", "),

@@ -13,6 +13,7 @@ mod aggregate;
 mod query;
 mod rows;
 mod scope;
+mod top_n;
 
 use query::Planner;
 
@@ -33,6 +34,7 @@ pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
 
 /// Plans an already parsed query (views merged, DISTINCT rewritten first).
 pub(crate) fn plan_parsed(parsed: &mut rewrite::ParsedQuery, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
+    crate::top_n::take_top_n(parsed)?;
     crate::views::inline_views(&mut parsed.query)?;
     crate::distinct::distinct_as_group_by(&mut parsed.query)?;
     Planner::new(parsed, sources)?.plan()
@@ -88,6 +90,8 @@ impl Planner<'_> {
         let emit = self.parsed.emit;
         let (operator, intermediate, outputs, keys, having, partitioning, emit_mode) = if is_aggregate {
             self.plan_aggregate(group_by)?
+        } else if self.parsed.top_n.is_some() {
+            self.plan_top_n()?
         } else if calls.window.is_some() {
             self.plan_rows()?
         } else {

@@ -1,0 +1,177 @@
+//! Top-N per key (`ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) … WHERE
+//! rn <= N`), and deduplication (N = 1).
+//!
+//! Each key keeps its best N rows, best first. A row that ranks among them
+//! is inserted; the ranks it pushed down (its own and every one after it,
+//! up to N) are emitted as upserts keyed by (key, rank), so a consumer that
+//! keeps the last row per (key, rank) — a compacted topic, a table — holds
+//! the current top N. A row that ranks below N changes nothing and emits
+//! nothing. Ties keep the earlier row ahead (arrival order), so `ORDER BY
+//! ts` with N = 1 keeps each key's first row and emits once per key, and
+//! `ORDER BY ts DESC` keeps its latest. NULL sorts after every value
+//! ascending and before every value descending, as in PostgreSQL.
+//!
+//! Keys are found through the same group table as aggregates (no
+//! allocation for a key already seen); a row is copied into state only
+//! when it enters a top N.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use sluice_plan::{Batch, Column, Scalar, TopNPlan, eval};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Kept {
+    order: Scalar,
+    /// The source columns the query reads (others are NULL).
+    row: Vec<Scalar>,
+}
+
+#[derive(Debug)]
+pub struct TopNOperator {
+    plan: TopNPlan,
+    limit: usize,
+    used: Vec<bool>,
+    table: GroupTable,
+    /// Per key id: its best rows, best first.
+    kept: Vec<Vec<Kept>>,
+    rows: usize,
+    key: Vec<u8>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TopNState {
+    table: GroupTableState,
+    kept: Vec<Vec<Kept>>,
+}
+
+/// Orders values as PostgreSQL does for one type, NULL greatest.
+fn compare(a: &Scalar, b: &Scalar) -> Ordering {
+    match (a, b) {
+        (Scalar::Null, Scalar::Null) => Ordering::Equal,
+        (Scalar::Null, _) => Ordering::Greater,
+        (_, Scalar::Null) => Ordering::Less,
+        (Scalar::Bigint(x) | Scalar::Timestamp(x), Scalar::Bigint(y) | Scalar::Timestamp(y)) => x.cmp(y),
+        (Scalar::Double(x), Scalar::Double(y)) => x.total_cmp(y),
+        (Scalar::String(x), Scalar::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Scalar::Boolean(x), Scalar::Boolean(y)) => x.cmp(y),
+        // One ORDER BY expression has one type.
+        _ => Ordering::Equal,
+    }
+}
+
+impl TopNOperator {
+    /// `used`: which source columns the query reads.
+    pub fn new(plan: &TopNPlan, used: &[bool]) -> Self {
+        Self {
+            plan: plan.clone(),
+            limit: usize::try_from(plan.limit).unwrap_or(usize::MAX).max(1),
+            used: used.to_vec(),
+            table: GroupTable::default(),
+            kept: Vec::new(),
+            rows: 0,
+            key: Vec::new(),
+        }
+    }
+
+    /// Whether `new` ranks strictly ahead of `old`.
+    fn ahead(&self, new: &Scalar, old: &Scalar) -> bool {
+        let o = compare(new, old);
+        if self.plan.descending { o == Ordering::Greater } else { o == Ordering::Less }
+    }
+
+    /// Appends rank `rank` (1-based) of key `gid` as an intermediate row.
+    fn emit(&self, gid: usize, rank: usize, out: &mut Batch) -> Result<(), Error> {
+        let kept = &self.kept[gid][rank];
+        let width = self.used.len();
+        for (c, value) in kept.row.iter().enumerate() {
+            out.columns[c].push_scalar(value)?;
+        }
+        out.columns[width].push_i64(i64::try_from(rank + 1).unwrap_or(i64::MAX))?;
+        out.len += 1;
+        Ok(())
+    }
+}
+
+impl Operator for TopNOperator {
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
+        let batch = input.batch;
+        let n = batch.len;
+        let keys: Vec<Cow<'_, Column>> =
+            self.plan.partition_by.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
+        let key_columns: Vec<&Column> = keys.iter().map(AsRef::as_ref).collect();
+        let encoder = KeyEncoder::new(&key_columns);
+        let order = eval(&self.plan.order_by, batch)?.into_column(n);
+        let mut rows = Vec::with_capacity(input.selection.len());
+        input.selection.for_each(|r| rows.push(r));
+        for r in rows {
+            self.key.clear();
+            encoder.encode(r, &mut self.key);
+            let (gid, _) = self.table.find_or_insert(&self.key);
+            let gid = gid as usize;
+            if self.kept.len() <= gid {
+                self.kept.resize_with(gid + 1, Vec::new);
+            }
+            let value = order.scalar(r);
+            let list = &self.kept[gid];
+            let at = list.iter().position(|k| self.ahead(&value, &k.order)).unwrap_or(list.len());
+            if at >= self.limit {
+                continue;
+            }
+            let row = self
+                .used
+                .iter()
+                .enumerate()
+                .map(|(c, u)| if *u { batch.columns[c].scalar(r) } else { Scalar::Null })
+                .collect();
+            let list = &mut self.kept[gid];
+            list.insert(at, Kept { order: value, row });
+            if list.len() > self.limit {
+                list.pop();
+            } else {
+                self.rows += 1;
+            }
+            for rank in at..self.kept[gid].len() {
+                self.emit(gid, rank, out.rows)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn state_size(&self) -> StateSize {
+        let per_row = size_of::<Kept>() + self.used.len() * size_of::<Scalar>();
+        StateSize { bytes: self.table.heap_bytes() + self.rows * per_row, entries: self.rows }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        write_state(OperatorTag::TopN, &TopNState { table: self.table.to_state(), kept: self.kept.clone() }, out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let state: TopNState = read_state(OperatorTag::TopN, bytes)?;
+        self.table = GroupTable::from_state(state.table);
+        self.rows = state.kept.iter().map(Vec::len).sum();
+        self.kept = state.kept;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare;
+    use sluice_plan::Scalar;
+    use std::cmp::Ordering;
+
+    #[test]
+    fn null_sorts_after_every_value_as_in_postgresql() {
+        assert_eq!(compare(&Scalar::Null, &Scalar::Bigint(i64::MAX)), Ordering::Greater);
+        assert_eq!(compare(&Scalar::Double(f64::NEG_INFINITY), &Scalar::Null), Ordering::Less);
+        assert_eq!(compare(&Scalar::String("b".into()), &Scalar::String("ab".into())), Ordering::Greater);
+        assert_eq!(compare(&Scalar::Timestamp(5), &Scalar::Timestamp(5)), Ordering::Equal);
+    }
+}
