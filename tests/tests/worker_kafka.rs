@@ -680,13 +680,14 @@ impl Schedule {
 }
 
 /// Fault suite: `kill -9` of random workers at random times, ≥ 10 times in
-/// one run (`FAULT_KILLS`, default 12), over a GROUP BY, a windowed and a
-/// ROWS job running side by side while input keeps arriving. Every job's
-/// results are checked against results computed here: GROUP BY totals and
-/// window counts exact, one correct moving minimum per input row. Prints
-/// the figures recorded in docs/reliability.md.
+/// one run (`FAULT_KILLS`, default 12), over a GROUP BY, a windowed, a ROWS
+/// job, a window re-keyed through a repartition topic and a three-stage
+/// aggregate over a re-keyed window, running side by side while input keeps
+/// arriving. Every job's results are checked against results computed
+/// here: GROUP BY totals and window counts exact, one correct moving
+/// minimum per input row. Prints the figures recorded in docs/reliability.md.
 #[test]
-fn random_kill_nine_of_group_by_windowed_and_rows_jobs_loses_nothing() {
+fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() {
     const RECORDS: u64 = 16_000;
     const PARTITIONS: i32 = 4;
     let kills: usize = std::env::var("FAULT_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
@@ -705,6 +706,23 @@ fn random_kill_nine_of_group_by_windowed_and_rows_jobs_loses_nothing() {
             "rows",
             "SELECT trader, CAST(ts AS BIGINT) AS ts_ms, qty, \
              MIN(qty) OVER (ROWS WINDOW BUFFER 5 ROWS PARTITION BY trader ORDER BY ts) AS m FROM trades"
+                .to_owned(),
+        ),
+        // Keyed by symbol over a topic keyed by trader: two stages joined
+        // by the job's repartition topic.
+        (
+            "re-keyed",
+            "SELECT symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n, SUM(qty) AS qty FROM trades \
+             GROUP BY symbol WINDOW TUMBLING (ts, INTERVAL '10' SECOND)"
+                .to_owned(),
+        ),
+        // Nexmark q5's shape: three stages, the second (stateful) one
+        // writing the second repartition topic.
+        (
+            "three-stage",
+            "SELECT CAST(window_start AS BIGINT) AS start_ms, MAX(n) AS top, SUM(n) AS trades \
+             FROM (SELECT symbol, window_start, COUNT(*) AS n FROM trades \
+                   GROUP BY symbol, TUMBLE(ts, INTERVAL '10' SECOND)) AS c GROUP BY window_start"
                 .to_owned(),
         ),
     ];
@@ -730,10 +748,10 @@ fn random_kill_nine_of_group_by_windowed_and_rows_jobs_loses_nothing() {
             }
         })
     };
-    let mut killed = [0usize; 3];
+    let mut killed = [0usize; 5];
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + schedule.below(900)));
-        let j = usize::try_from(schedule.below(3)).unwrap();
+        let j = usize::try_from(schedule.below(5)).unwrap();
         let (cfg, w) = &mut workers[j];
         w.signal("KILL");
         let _ = w.wait(Duration::from_secs(10));
@@ -833,16 +851,70 @@ fn random_kill_nine_of_group_by_windowed_and_rows_jobs_loses_nothing() {
         rows_seen.insert(key);
     }
     let rows_duplicates = rows_out - rows_seen.len();
+
+    // Re-keyed: every 10-second window per symbol, exact, though every row
+    // crossed the repartition topic and stage 0 replays after each kill.
+    let mut per_symbol: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for i in 0..RECORDS {
+        let t = trade(i);
+        let e = per_symbol.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+    }
+    let symbol_windows = |records: &[Record]| -> BTreeMap<(String, i64), (i64, i64)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .filter(|v| v["symbol"] != "F")
+            .map(|v| {
+                let key = (v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap());
+                (key, (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()))
+            })
+            .collect()
+    };
+    let results = wait_for_output(&outs[3], Duration::from_secs(120), |r| symbol_windows(r).len() >= per_symbol.len());
+    // Every row of a window is the same (a repeat after a kill repeats it).
+    for r in &results {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        if v["symbol"] == "F" {
+            continue;
+        }
+        let key = (v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap());
+        let want = per_symbol.get(&key).unwrap_or_else(|| panic!("a window that does not exist: {v}"));
+        assert_eq!((v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()), *want, "{v}");
+    }
+    assert_eq!(symbol_windows(&results), per_symbol, "re-keyed windows");
+
+    // Three stages: per 10-second window, the busiest symbol's count and the total.
+    let mut q5: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for ((_, start), (n, _)) in &per_symbol {
+        let e = q5.entry(*start).or_default();
+        e.0 = e.0.max(*n);
+        e.1 += n;
+    }
+    let last_per_window = |records: &[Record]| -> BTreeMap<i64, (i64, i64)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| (v["start_ms"].as_i64().unwrap(), (v["top"].as_i64().unwrap(), v["trades"].as_i64().unwrap())))
+            .collect()
+    };
+    let results = wait_for_output(&outs[4], Duration::from_secs(120), |r| last_per_window(r) == q5);
+    assert_eq!(last_per_window(&results), q5, "three-stage windows");
     println!(
-        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}) input={RECORDS} \
+        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}) input={RECORDS} \
          group_by_results={group_by_records} keys_exact={} windows={} window_rows={window_rows} \
-         rows={} rows_duplicated={rows_duplicates} lost=0 wedged=0",
+         rows={} rows_duplicated={rows_duplicates} re_keyed_windows={} three_stage_windows={} lost=0 wedged=0",
         killed[0],
         killed[1],
         killed[2],
+        killed[3],
+        killed[4],
         expected.len(),
         windows.len(),
-        rows_seen.len()
+        rows_seen.len(),
+        per_symbol.len(),
+        q5.len()
     );
     for (_, w) in &mut workers {
         w.signal("TERM");
