@@ -23,6 +23,13 @@ pub struct Dataflow {
     /// In data order: stage 0 reads the source; each later stage reads the
     /// exchange written by the one before it; the last writes the sink.
     pub stages: Vec<Stage>,
+    /// `UNION ALL`: plans beside stage 0's, each over a source of its own,
+    /// with the same output columns, writing where stage 0 writes (the
+    /// sink, or the first exchange). Their partitions follow stage 0's as
+    /// upstream partitions of that exchange: stage 0's source partitions
+    /// are upstreams 0‥n₀, the first branch's n₀‥n₀+n₁, and so on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub branches: Vec<Plan>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,12 +50,17 @@ pub enum StageOutput {
 impl Dataflow {
     /// A query that needs no exchange.
     pub fn single(plan: Plan) -> Self {
-        Self { stages: vec![Stage { plan, output: StageOutput::Sink }] }
+        Self { stages: vec![Stage { plan, output: StageOutput::Sink }], branches: Vec::new() }
     }
 
     /// The stage that writes the sink.
     pub fn last(&self) -> Option<&Plan> {
         self.stages.last().map(|s| &s.plan)
+    }
+
+    /// The plans that read sources: stage 0's, then the branches'.
+    pub fn source_plans(&self) -> impl Iterator<Item = &Plan> {
+        self.stages.first().map(|s| &s.plan).into_iter().chain(&self.branches)
     }
 
     /// Whether records cross an exchange.

@@ -8,22 +8,24 @@
 //! is the query itself, minus the WHERE already applied. When the source is
 //! already keyed right (`partitionKey`), there is one stage and no exchange.
 
-use sluice_crds::{ColumnSpec, ColumnType, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    DataType, Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage,
-    StageOutput,
+    Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage, StageOutput,
 };
-use sqlparser::ast::{Ident, ObjectName, Query, SetExpr, Spanned, TableFactor};
+use sqlparser::ast::{Ident, Query, SetExpr, Spanned, TableFactor};
 use sqlparser::tokenizer::Span;
 
 use crate::diagnostic::Located;
 use crate::planner::plan_parsed;
 use crate::rewrite::{self, ParsedQuery};
-use crate::views::aggregates_rows;
+use crate::views::{aggregates_rows, column_type, table_named};
 
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
+    if let Some(flow) = crate::union::plan_union(&mut parsed, sources)? {
+        return Ok(flow);
+    }
     crate::top_n::take_top_n(&mut parsed)?;
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
@@ -61,18 +63,7 @@ fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
     let name = alias.as_ref().map_or_else(|| Ident::new("subquery"), |a| a.name.clone());
     let span = Spanned::span(subquery.as_ref());
     let inner = subquery.as_ref().clone();
-    from.relation = TableFactor::Table {
-        name: ObjectName::from(vec![name.clone()]),
-        alias: None,
-        args: None,
-        with_hints: Vec::new(),
-        version: None,
-        with_ordinality: false,
-        partitions: Vec::new(),
-        json_path: None,
-        sample: None,
-        index_hints: Vec::new(),
-    };
+    from.relation = table_named(name.clone());
     Some(InnerQuery { query: inner, name: name.value, span })
 }
 
@@ -125,17 +116,6 @@ fn aggregate_over_aggregate(
     plan.partitioning = Partitioning::ByExchange;
     flow.stages.push(Stage { plan, output: StageOutput::Sink });
     Ok(flow)
-}
-
-/// The declared type a plan's output column travels as.
-fn column_type(t: DataType) -> ColumnType {
-    match t {
-        DataType::Bigint => ColumnType::Bigint,
-        DataType::Double => ColumnType::Double,
-        DataType::Boolean => ColumnType::Boolean,
-        DataType::Timestamp => ColumnType::Timestamp,
-        DataType::String | DataType::Null => ColumnType::String,
-    }
 }
 
 /// The two stages of a query whose state needs an exchange; `None` when
@@ -199,6 +179,7 @@ fn split_at_state(plan: Plan) -> Option<Dataflow> {
             Stage { plan: exchange, output: StageOutput::Exchange },
             Stage { plan: stateful, output: StageOutput::Sink },
         ],
+        branches: Vec::new(),
     })
 }
 

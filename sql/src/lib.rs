@@ -16,6 +16,7 @@ mod planner;
 mod rewrite;
 mod top_n;
 mod typing;
+mod union;
 mod views;
 
 pub use dataflow::plan_dataflow;

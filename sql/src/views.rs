@@ -273,6 +273,37 @@ pub(crate) fn aggregates(e: &Expr) -> bool {
     found
 }
 
+/// `FROM name`: where a derived table stood, the source its rows are
+/// planned as.
+pub(crate) fn table_named(name: Ident) -> TableFactor {
+    TableFactor::Table {
+        name: sqlparser::ast::ObjectName::from(vec![name]),
+        alias: None,
+        args: None,
+        with_hints: Vec::new(),
+        version: None,
+        with_ordinality: false,
+        partitions: Vec::new(),
+        json_path: None,
+        sample: None,
+        index_hints: Vec::new(),
+    }
+}
+
+/// The declared type a plan's output column travels as (across an exchange,
+/// as the columns of a source).
+pub(crate) fn column_type(t: sluice_plan::DataType) -> sluice_crds::ColumnType {
+    use sluice_crds::ColumnType;
+    use sluice_plan::DataType;
+    match t {
+        DataType::Bigint => ColumnType::Bigint,
+        DataType::Double => ColumnType::Double,
+        DataType::Boolean => ColumnType::Boolean,
+        DataType::Timestamp => ColumnType::Timestamp,
+        DataType::String | DataType::Null => ColumnType::String,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::inline_views;

@@ -27,7 +27,7 @@ use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{EncodedRows, JsonEncoder};
 use sluice_plan::{Batch, Plan, StageOutput};
-use sluice_sql::{plan_dataflow, plan_query};
+use sluice_sql::plan_dataflow;
 use sluice_worker::runtime::exchange::{ExchangePartition, LocalExchange, UpstreamWatermarks};
 
 #[derive(Debug, Deserialize)]
@@ -44,10 +44,15 @@ struct Case {
     #[serde(default)]
     key: Vec<String>,
     source: Source,
+    /// A second source (UNION ALL cases), table `input2` to the oracle.
+    #[serde(default)]
+    second_source: Option<Source>,
     #[serde(default)]
     engine: EngineSettings,
     #[serde(default)]
     input: String,
+    #[serde(default)]
+    second_input: String,
     #[serde(default)]
     expect_error: Option<ExpectError>,
 }
@@ -229,9 +234,9 @@ fn run_stage(
     results
 }
 
-fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
-    let source = source_spec(&case.source);
-    let mut inputs: Vec<ExchangePartition> = partitions(&case.input)
+/// A source's input lines as exchange partitions (payloads back to back).
+fn source_input(text: &str) -> Vec<ExchangePartition> {
+    partitions(text)
         .iter()
         .map(|lines| {
             let mut part = ExchangePartition::default();
@@ -241,18 +246,40 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
             }
             part
         })
-        .collect();
-    // The exchange has as many partitions as the source, as a repartition
-    // topic gets by default.
-    let n = inputs.len().max(1);
-    let dataflow =
-        plan_dataflow(&case.sql, &[source], i32::try_from(n).unwrap()).unwrap_or_else(|e| panic!("plan: {e}"));
+        .collect()
+}
+
+fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcome {
+    let mut sources = vec![source_spec(&case.source)];
+    sources.extend(case.second_source.as_ref().map(source_spec));
+    let mut inputs = source_input(&case.input);
+    let second = source_input(&case.second_input);
+    // The exchange has as many partitions as the largest source, as a
+    // repartition topic gets by default.
+    let n = inputs.len().max(second.len()).max(1);
+    let dataflow = plan_dataflow(&case.sql, &sources, i32::try_from(inputs.len().max(1)).unwrap())
+        .unwrap_or_else(|e| panic!("plan: {e}"));
     let mut outcome = Outcome::default();
     let mut upstreams = 0;
     for (index, stage) in dataflow.stages.iter().enumerate() {
         let mut stage_outcome = Outcome::default();
-        let results =
+        let mut results =
             run_stage(case, &stage.plan, &inputs, upstreams, batch_size, snapshot_between_batches, &mut stage_outcome);
+        if index == 0 {
+            // UNION ALL: the branches' partitions follow stage 0's as
+            // upstreams of the same output.
+            for branch in &dataflow.branches {
+                results.extend(run_stage(
+                    case,
+                    branch,
+                    &second,
+                    0,
+                    batch_size,
+                    snapshot_between_batches,
+                    &mut stage_outcome,
+                ));
+            }
+        }
         if index == 0 {
             outcome.dead_letter = stage_outcome.dead_letter;
         } else {
@@ -355,7 +382,10 @@ fn golden_cases() {
         let case: Case = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!case.description.is_empty(), "{name}: description");
         if let Some(err) = &case.expect_error {
-            match plan_query(&case.sql, &[source_spec(&case.source)]) {
+            // Planned as the workers and the operator plan it.
+            let mut sources = vec![source_spec(&case.source)];
+            sources.extend(case.second_source.as_ref().map(source_spec));
+            match plan_dataflow(&case.sql, &sources, 1) {
                 Ok(_) => failures.push(format!("{name}: planned, but expected error {:?}", err.message)),
                 Err(e) => {
                     let position_ok = err.line.is_none_or(|l| l == e.line) && err.column.is_none_or(|c| c == e.column);

@@ -81,6 +81,12 @@ pub fn run_job(
     // Cut where the query's state is keyed differently from the source:
     // later stages read repartition topics.
     let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, total_partitions)?);
+    if let Some(branch) = dataflow.branches.first() {
+        return Err(Error::Config(format!(
+            "UNION ALL with source {}: several sources in one job are planned but not run by this worker yet",
+            branch.source.name
+        )));
+    }
     let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(total_partitions).max(1);
     // Every topic's partitions go to cores by the same function: the
     // source's as the operator reports them, each repartition topic's alike.

@@ -221,8 +221,8 @@ def json_value(v):
     raise SystemExit(f"oracle returned a {type(v).__name__} ({v!r}): cast it to a number or a string (ts_text)")
 
 
-def compute(case: dict) -> dict:
-    source = case["source"]
+def load(con, table: str, source: dict, text: str) -> int:
+    """Decodes a source's input lines into `table`; returns the dead letters."""
     columns = source["columns"]
     for c in columns:
         if c["type"] not in SQL_TYPES:
@@ -241,7 +241,7 @@ def compute(case: dict) -> dict:
     dead_letter = 0
     seq: dict[int, int] = {}
     max_event: dict[int, int] = {}
-    for partition, payload in partitions(case.get("input", "")):
+    for partition, payload in partitions(text):
         try:
             values = decode(payload, columns, required)
         except Invalid:
@@ -257,19 +257,27 @@ def compute(case: dict) -> dict:
             max_event[partition] = ts if before is None else max(before, ts)
         rows.append(values + extra)
 
+    defs = [f'"{c["name"]}" {SQL_TYPES[c["type"]]}' for c in columns]
+    defs += ["_partition INTEGER", "_seq BIGINT"]
+    if et_index is not None:
+        defs.append("_watermark BIGINT")
+    con.execute(f"CREATE TABLE {table} ({', '.join(defs)})")
+    if rows:
+        placeholders = ", ".join("?" for _ in defs)
+        con.executemany(f"INSERT INTO {table} VALUES ({placeholders})", rows)
+    return dead_letter
+
+
+def compute(case: dict) -> dict:
     con = duckdb.connect(":memory:")
     con.execute("SET threads = 1")  # deterministic floating-point sums
     con.execute("SET TimeZone = 'UTC'")
     for macro in MACROS:
         con.execute(macro)
-    defs = [f'"{c["name"]}" {SQL_TYPES[c["type"]]}' for c in columns]
-    defs += ["_partition INTEGER", "_seq BIGINT"]
-    if et_index is not None:
-        defs.append("_watermark BIGINT")
-    con.execute(f"CREATE TABLE input ({', '.join(defs)})")
-    if rows:
-        placeholders = ", ".join("?" for _ in defs)
-        con.executemany(f"INSERT INTO input VALUES ({placeholders})", rows)
+    dead_letter = load(con, "input", case["source"], case.get("input", ""))
+    # A case over two sources (UNION ALL) has the second as table input2.
+    if case.get("second_source"):
+        dead_letter += load(con, "input2", case["second_source"], case.get("second_input", ""))
 
     cur = con.execute(case["oracle"])
     names = [d[0] for d in cur.description]
