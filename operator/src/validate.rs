@@ -34,17 +34,10 @@ pub fn source_name(dataflow: &Dataflow) -> &str {
 pub fn check_partitioning(spec: &StreamJobSpec, partitions: i32) -> Result<Dataflow, Invalid> {
     let dataflow = plan_dataflow(&spec.sql, &spec.sources, partitions)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
-    if let Some(branch) = dataflow.branches.first() {
-        return Err(Invalid {
-            reason: reasons::INVALID_SQL,
-            message: format!(
-                "UNION ALL with source {}: several sources in one job are not run by the workers yet",
-                branch.source.name
-            ),
-        });
-    }
     let source = source_name(&dataflow);
-    if dataflow.has_exchange() && spec.source(source).is_some_and(|s| s.kafka.is_none()) {
+    if dataflow.has_exchange()
+        && dataflow.source_plans().any(|p| spec.source(&p.source.name).is_some_and(|s| s.kafka.is_none()))
+    {
         return Err(Invalid {
             reason: reasons::PARTITION_KEY_MISMATCH,
             message: format!(

@@ -225,6 +225,41 @@ fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic(
     }
 }
 
+/// UNION ALL of two Kafka topics (4 and 2 partitions) feeding a GROUP BY:
+/// every source partition of both writes the repartition topic as an
+/// upstream of it, and the totals per symbol are exact.
+#[test]
+fn a_union_all_of_two_topics_feeds_one_re_keyed_aggregate() {
+    let (first, second, out) = (unique_name("trades"), unique_name("more-trades"), unique_name("per-symbol"));
+    kafka::create_topic(&first, 4);
+    kafka::create_topic(&second, 2);
+    kafka::create_topic(&out, 1);
+    produce_trades(&first, 0..12_000, 4);
+    produce_trades(&second, 0..5_000, 2);
+    let sql = "SELECT symbol, COUNT(*) AS n, SUM(qty) AS qty \
+               FROM (SELECT symbol, qty FROM trades UNION ALL SELECT symbol, qty FROM more) AS t GROUP BY symbol";
+    let m = manifest(&unique_name("union"), sql, &first, &out, "");
+    // The second source: the first's declaration, renamed and on its own topic.
+    let block = &m[m.find("    - name: trades").unwrap()..m.find("  sink:").unwrap()];
+    let more = block.replace("- name: trades", "- name: more").replace(&first, &second);
+    let m = m.replace("  sink:", &format!("{more}  sink:"));
+    let path = write_temp("job.yaml", &m);
+    let mut w = Worker::run(&path, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("records in: 17000"), "{}", w.log());
+    let got: BTreeMap<String, (i64, i64)> = final_per_key(&kafka::consume(&out, usize::MAX, Duration::from_secs(5)))
+        .values()
+        .map(|v| (v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap())))
+        .collect();
+    let mut expected = expected_per_symbol(0..12_000);
+    for (k, (n, q)) in expected_per_symbol(0..5_000) {
+        let e = expected.entry(k).or_default();
+        e.0 += n;
+        e.1 += q;
+    }
+    assert_eq!(got, expected);
+}
+
 /// Which live worker (by index in `workers`) reports reading each
 /// `(topic, partition)`; every one must be read by exactly one.
 fn owners(workers: &[&Worker]) -> BTreeMap<(String, String), Vec<usize>> {

@@ -444,3 +444,73 @@ fn an_aggregate_over_a_re_keyed_windowed_aggregate_runs_in_three_stages() {
     assert_eq!(got, expected);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// UNION ALL of two sources locally: 40,000 generated trades in 4
+/// partitions and 10,000 in 3, counted per symbol after the union (both
+/// sources' partitions write the in-process exchange as upstreams of one
+/// stage), and the same union written as it is (no exchange).
+#[test]
+fn a_union_all_of_two_sources_runs_locally_with_and_without_an_exchange() {
+    let dir = temp_dir("union");
+    let schema = r#"
+      schema:
+        columns:
+          - { name: trader_id, type: string, required: true }
+          - { name: symbol, type: string, required: true }
+          - { name: price, type: double, required: true }
+          - { name: quantity, type: bigint, required: true }
+          - { name: trade_time, type: timestamp, required: true }
+      partitionKey: [trader_id]"#;
+    let manifest = |name: &str, sql: &str, out: &Path| {
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  sql: |\n    {sql}\n  \
+                 sources:\n    - name: a\n      datagen: {{ scenario: Trades, records: 40000, partitions: 4 }}{schema}\n    \
+                 - name: b\n      datagen: {{ scenario: Trades, records: 10000, partitions: 3 }}{schema}\n  sink:\n    \
+                 file: {{ path: {} }}\n  coresPerWorker: 2\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let counted = dir.join("counted.jsonl");
+    let m = manifest(
+        "union-counted",
+        "SELECT symbol, COUNT(*) AS n FROM (SELECT symbol FROM a UNION ALL SELECT symbol FROM b) AS t GROUP BY symbol",
+        &counted,
+    );
+    let out = run_within(&m, std::time::Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    for i in (0..40_000i64).chain(0..10_000) {
+        *expected.entry(format!("SYM{}", i % 10)).or_default() += 1;
+    }
+    let mut got: BTreeMap<String, i64> = BTreeMap::new();
+    for line in std::fs::read_to_string(&counted).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        got.insert(v["symbol"].as_str().unwrap().to_owned(), v["n"].as_i64().unwrap());
+    }
+    assert_eq!(got, expected, "the last count per symbol covers both sources");
+
+    let rows = dir.join("rows.jsonl");
+    let m = manifest(
+        "union-rows",
+        "SELECT symbol, quantity, 'a' AS src FROM a WHERE quantity >= 600 UNION ALL SELECT symbol, quantity, 'b' FROM b",
+        &rows,
+    );
+    let plan = stages(&m);
+    assert!(!plan.contains("stage 1"), "no exchange:\n{plan}");
+    let out = run_within(&m, std::time::Duration::from_secs(120));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut from = BTreeMap::<String, i64>::new();
+    for line in std::fs::read_to_string(&rows).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        *from.entry(v["src"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    // quantity is 100 + i % 1000: 500 of every 1000 are >= 600.
+    assert_eq!(from, BTreeMap::from([("a".to_owned(), 20_000), ("b".to_owned(), 10_000)]));
+    let _ = std::fs::remove_dir_all(&dir);
+}

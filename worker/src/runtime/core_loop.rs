@@ -47,12 +47,9 @@ pub struct CoreSetup {
     pub pin_to: Option<core_affinity::CoreId>,
     pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
-    pub source: SourceSpec,
-    /// Per stage, the partitions of its input this core owns: the source's
-    /// for the first, the repartition topic's for each later one.
-    pub partitions: Vec<Vec<i32>>,
-    /// How many partitions the source topic has.
-    pub total_partitions: i32,
+    /// What this core reads, in stage order: the sources (stage 0's and
+    /// the UNION ALL branches'), then each repartition topic.
+    pub inputs: Vec<CoreInput>,
     /// How many partitions each repartition topic has.
     pub exchange_partitions: i32,
     pub bounded: bool,
@@ -64,15 +61,37 @@ pub struct CoreSetup {
     pub local_exchange: std::sync::Mutex<Option<LocalEnds>>,
 }
 
+/// One topic a core reads some partitions of.
+#[derive(Debug, Clone)]
+pub struct CoreInput {
+    /// The stage whose engines process it.
+    pub stage: usize,
+    /// The plan its partitions run: a source's own (stage 0, branches) or
+    /// the stage's.
+    pub plan: Arc<sluice_plan::Plan>,
+    /// The source it is; none for a repartition topic.
+    pub source: Option<SourceSpec>,
+    pub topic: String,
+    /// This core's partitions of it.
+    pub partitions: Vec<i32>,
+    /// How many partitions the topic has.
+    pub total: i32,
+    /// Its partition `p` is upstream partition `upstream_offset + p` of the
+    /// exchange its stage writes.
+    pub upstream_offset: u32,
+    /// For a repartition topic: how many upstream partitions write it.
+    pub upstreams: Option<usize>,
+}
+
 impl CoreSetup {
-    /// How many partitions stage `stage`'s input has.
-    fn input_partitions(&self, stage: usize) -> i32 {
-        if stage == 0 { self.total_partitions } else { self.exchange_partitions }
+    /// Whether the job commits offsets (its sources are Kafka topics).
+    pub fn commits(&self) -> bool {
+        self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
     }
 
-    /// The topic stage `stage` reads.
-    fn input_topic(&self, stage: usize) -> String {
-        if stage == 0 { self.source.topic().to_owned() } else { self.config.repartition_topic(stage) }
+    /// The topic stage `stage` reads (its first, for stage 0).
+    fn input_of(&self, stage: usize) -> Option<&CoreInput> {
+        self.inputs.iter().find(|i| i.stage == stage)
     }
 }
 
@@ -156,7 +175,8 @@ pub fn run_core(setup: &CoreSetup) -> Result<CoreSummary, Error> {
     }
     let mut core = Core::start(setup)?;
     setup.health.set(setup.core, CoreStatus::Running);
-    tracing::info!(core = setup.core, partitions = ?setup.partitions, "core running");
+    let reads: Vec<(&str, &[i32])> = setup.inputs.iter().map(|i| (i.topic.as_str(), &i.partitions[..])).collect();
+    tracing::info!(core = setup.core, partitions = ?reads, "core running");
     core.run()?;
     setup.health.set(setup.core, CoreStatus::Finished);
     Ok(core.summary)
@@ -174,76 +194,89 @@ impl<'a> Core<'a> {
         let capacity = usize::try_from(engine.batch_max_records).unwrap_or(4096);
         let stages = &setup.dataflow.stages;
         let mut parts = Vec::new();
-        let mut slots = Vec::new();
-        for (s, stage) in stages.iter().enumerate() {
-            let plan = Arc::new(stage.plan.clone());
-            let topic: Arc<str> = setup.input_topic(s).into();
-            let upstreams = (s > 0).then(|| usize::try_from(setup.input_partitions(s - 1)).unwrap_or(0));
-            let first = parts.len();
-            for &p in setup.partitions.get(s).map_or(&[][..], |v| &v[..]) {
+        let mut slots: Vec<Range<usize>> = stages.iter().map(|_| 0..0).collect();
+        // Per input, its first slot.
+        let mut first_slot = Vec::with_capacity(setup.inputs.len());
+        for input in &setup.inputs {
+            let topic: Arc<str> = input.topic.as_str().into();
+            first_slot.push(parts.len());
+            if slots[input.stage].is_empty() {
+                slots[input.stage] = parts.len()..parts.len();
+            }
+            for &p in &input.partitions {
                 let options = EngineOptions {
                     emit_changes: engine.emit_changes,
                     late_records: engine.late_records,
                     state_limit_bytes: state_limit,
                     partition: p,
                 };
-                let mut part = PartitionPipeline::new(&plan, Arc::clone(&topic), p, options, capacity, upstreams);
+                let mut part =
+                    PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, input.upstreams);
                 part.framed = stages.len() > 1;
+                part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
                 parts.push(part);
             }
-            slots.push(first..parts.len());
+            slots[input.stage].end = parts.len();
         }
         let multi_stage = setup.dataflow.has_exchange();
         let stateful: Vec<bool> = stages.iter().map(|s| !matches!(s.plan.operator, OperatorPlan::Stateless)).collect();
         let mut stores: Vec<Option<StateStore>> = stages.iter().map(|_| None).collect();
         let mut exchange_client = None;
-        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) =
-            match (&setup.source.kafka, &setup.source.file, &setup.source.datagen) {
-                (Some(k), _, _) => {
-                    let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
-                    for s in 1..stages.len() {
-                        open_repartition_topic(&client, &setup.input_topic(s), setup.exchange_partitions)?;
-                    }
-                    for (s, store) in stores.iter_mut().enumerate() {
-                        if stateful[s] {
-                            *store = Some(StateStore::open(
-                                &client,
-                                &config.stage_state_topic(s),
-                                &setup.input_topic(s),
-                                setup.input_partitions(s),
-                                setup.health.drain.clone(),
-                            )?);
-                        }
-                    }
-                    let inputs: Vec<TopicInput> = (0..stages.len())
-                        .map(|s| TopicInput {
-                            topic: setup.input_topic(s),
-                            partitions: setup.partitions.get(s).cloned().unwrap_or_default(),
-                            topic_partitions: setup.input_partitions(s),
-                            // A repartition topic is read from its start:
-                            // everything on it was written for this job.
-                            start_from: if s == 0 { k.start_from } else { StartFrom::Earliest },
-                            bounded: setup.bounded && s == 0,
-                        })
-                        .collect();
-                    let (source, positions) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
-                    exchange_client = Some(client);
-                    (Box::new(source), positions)
+        let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
+        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
+            Some(k) => {
+                let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                for s in 1..stages.len() {
+                    open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
-                (None, Some(f), _) => (Box::new(FileSource::open(&f.path)?), Vec::new()),
-                (None, None, Some(d)) => {
-                    let generator = Datagen::new(
-                        d.scenario,
-                        setup.source.partition_key.clone(),
-                        u32::try_from(d.partitions).unwrap_or(1),
-                        &setup.partitions[0],
-                        d.records,
-                        d.rate_per_second,
-                    );
-                    (Box::new(generator), Vec::new())
+                for (s, store) in stores.iter_mut().enumerate() {
+                    if let (true, Some(input)) = (stateful[s], setup.input_of(s)) {
+                        *store = Some(StateStore::open(
+                            &client,
+                            &config.stage_state_topic(s),
+                            &input.topic,
+                            input.total,
+                            setup.health.drain.clone(),
+                        )?);
+                    }
                 }
-                _ => return Err(Error::Config(format!("source {} has no kafka, file or datagen", setup.source.name))),
-            };
+                let inputs: Vec<TopicInput> = setup
+                    .inputs
+                    .iter()
+                    .map(|i| TopicInput {
+                        topic: i.topic.clone(),
+                        partitions: i.partitions.clone(),
+                        topic_partitions: i.total,
+                        // A repartition topic is read from its start:
+                        // everything on it was written for this job.
+                        start_from: i
+                            .source
+                            .as_ref()
+                            .and_then(|s| s.kafka.as_ref())
+                            .map_or(StartFrom::Earliest, |k| k.start_from),
+                        bounded: setup.bounded && i.source.is_some(),
+                    })
+                    .collect();
+                let (source, positions) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
+                exchange_client = Some(client);
+                (Box::new(source), positions)
+            }
+            None => {
+                let mut locals = Vec::new();
+                for (input, &slot) in setup.inputs.iter().zip(&first_slot) {
+                    let Some(spec) = &input.source else { continue };
+                    locals.push((local_source(spec, &input.partitions)?, slot));
+                }
+                let single = locals.len() == 1 && !multi_stage;
+                match locals.pop() {
+                    Some((only, 0)) if single => (only, Vec::new()),
+                    last => {
+                        locals.extend(last);
+                        (Box::new(LocalSources(locals)) as Box<dyn Source>, Vec::new())
+                    }
+                }
+            }
+        };
         let mut local_outputs = Vec::new();
         let mut backlog = None;
         let source: Box<dyn Source> = match (&exchange_client, multi_stage) {
@@ -284,7 +317,7 @@ impl<'a> Core<'a> {
                 (StageOutput::Sink, _) => StageSink::Job(job_sink(setup)?),
                 (StageOutput::Exchange, Some(client)) => StageSink::Exchange(Box::new(ExchangeSink::new(
                     client.clone(),
-                    &setup.input_topic(s + 1),
+                    &config.repartition_topic(s + 1),
                     setup.exchange_partitions,
                     setup.health.drain.clone(),
                 )?)),
@@ -326,7 +359,7 @@ impl<'a> Core<'a> {
         };
         Ok(Self {
             setup,
-            commits: setup.source.kafka.is_some(),
+            commits: setup.commits(),
             last_refresh: Instant::now(),
             source,
             stages: runs,
@@ -521,7 +554,7 @@ impl<'a> Core<'a> {
                 records += r;
                 bytes += b;
                 if let StageSink::Exchange(x) = &mut stage.sink {
-                    x.mark(Frame::Watermark { from: upstream_id(p.partition), at: END })?;
+                    x.mark(Frame::Watermark { from: p.upstream, at: END })?;
                 }
             }
         }
@@ -538,7 +571,7 @@ impl<'a> Core<'a> {
             let StageSink::Exchange(x) = &mut stage.sink else { continue };
             for p in &mut self.parts[stage.slots.clone()] {
                 if !p.idle_sent && !p.ended && p.last_input.elapsed() >= after {
-                    x.mark(Frame::Idle { from: upstream_id(p.partition) })?;
+                    x.mark(Frame::Idle { from: p.upstream })?;
                     p.idle_sent = true;
                     tracing::info!(partition = p.partition, idle_for = ?after, "partition idle: it no longer holds back the watermark after the shuffle");
                 }
@@ -611,7 +644,7 @@ impl<'a> Core<'a> {
             return;
         }
         *last = Instant::now();
-        let topics: Vec<String> = (0..self.stages.len()).map(|s| self.setup.input_topic(s)).collect();
+        let topics: Vec<String> = (0..self.stages.len()).map(|s| self.setup.config.repartition_topic(s)).collect();
         let mut before = Vec::new();
         for (s, stage) in self.stages.iter().enumerate().skip(1) {
             for p in &self.parts[stage.slots.clone()] {
@@ -640,7 +673,7 @@ fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), 
             }
         }
         StageSink::Exchange(x) => {
-            let from = upstream_id(p.partition);
+            let from = p.upstream;
             if !emitted.rows.is_empty() {
                 x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
             }
@@ -654,11 +687,6 @@ fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), 
     }
     emitted.clear();
     Ok(written)
-}
-
-/// A partition as an upstream partition of an exchange.
-fn upstream_id(partition: i32) -> u32 {
-    u32::try_from(partition).unwrap_or(0)
 }
 
 /// Creates a repartition topic (or finds it) with the partition count the
@@ -675,6 +703,51 @@ fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partition
         )));
     }
     Ok(())
+}
+
+/// A source that is not a Kafka topic (a file, the generator), for its
+/// partitions on this core.
+fn local_source(spec: &SourceSpec, partitions: &[i32]) -> Result<Box<dyn Source>, Error> {
+    match (&spec.file, &spec.datagen) {
+        (Some(f), _) => Ok(Box::new(FileSource::open(&f.path)?)),
+        (None, Some(d)) => Ok(Box::new(Datagen::new(
+            d.scenario,
+            spec.partition_key.clone(),
+            u32::try_from(d.partitions).unwrap_or(1),
+            partitions,
+            d.records,
+            d.rate_per_second,
+        ))),
+        _ => Err(Error::Config(format!("source {} has no kafka, file or datagen", spec.name))),
+    }
+}
+
+/// Several local sources read as one (UNION ALL): each delivers its records
+/// as the slots from its offset on, and the whole is exhausted when every
+/// one is.
+struct LocalSources(Vec<(Box<dyn Source>, usize)>);
+
+impl Source for LocalSources {
+    fn poll(
+        &mut self,
+        max: usize,
+        timeout: Duration,
+        f: &mut dyn FnMut(crate::source::Record<'_>),
+    ) -> Result<(usize, PollEnd), Error> {
+        let (mut n, mut open) = (0, false);
+        for (source, offset) in &mut self.0 {
+            let (got, end) = source.poll(max - n, if n == 0 { timeout } else { Duration::ZERO }, &mut |r| {
+                f(crate::source::Record { slot: r.slot + *offset, ..r });
+            })?;
+            n += got;
+            open |= end == PollEnd::Open;
+            if n >= max {
+                open = true;
+                break;
+            }
+        }
+        Ok((n, if open { PollEnd::Open } else { PollEnd::Exhausted }))
+    }
 }
 
 /// The job's sink for this core.

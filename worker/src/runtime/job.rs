@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{SourcePartitions, WorkerConfig, assign};
 
-use super::core_loop::{CoreSetup, CoreSummary, run_core};
+use super::core_loop::{CoreInput, CoreSetup, CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{LocalEnds, channels};
 use crate::Error;
@@ -60,40 +60,70 @@ pub fn run_job(
     health: &Arc<Health>,
 ) -> Result<JobSummary, Error> {
     let started = Instant::now();
-    // The source the query reads (planning is cheap; the real plan needs
-    // the source's partition count).
-    let source_name = plan_dataflow(&config.spec.sql, &config.spec.sources, 1)?
+    let partitions_of = |name: &str| {
+        config
+            .partitions
+            .iter()
+            .find(|p| p.source.eq_ignore_ascii_case(name))
+            .map(|p| p.partitions)
+            .ok_or_else(|| Error::Config(format!("no partition count for source {name}")))
+    };
+    // The source the query reads first (planning is cheap; the real plan
+    // needs its partition count).
+    let first_source = plan_dataflow(&config.spec.sql, &config.spec.sources, 1)?
         .stages
         .first()
         .map(|s| s.plan.source.name.clone())
         .ok_or_else(|| Error::Internal("a query planned into no stage".into()))?;
-    let source = config
-        .spec
-        .source(&source_name)
-        .cloned()
-        .ok_or_else(|| Error::Config(format!("source {source_name} not declared")))?;
-    let total_partitions = config
-        .partitions
-        .iter()
-        .find(|p| p.source.eq_ignore_ascii_case(&source.name))
-        .map(|p| p.partitions)
-        .ok_or_else(|| Error::Config(format!("no partition count for source {}", source.name)))?;
+    let first_partitions = partitions_of(&first_source)?;
     // Cut where the query's state is keyed differently from the source:
     // later stages read repartition topics.
-    let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, total_partitions)?);
-    if let Some(branch) = dataflow.branches.first() {
-        return Err(Error::Config(format!(
-            "UNION ALL with source {}: several sources in one job are planned but not run by this worker yet",
-            branch.source.name
-        )));
+    let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, first_partitions)?);
+    // What the job reads: its sources (stage 0's, then the UNION ALL
+    // branches'), then each repartition topic.
+    let mut inputs: Vec<CoreInput> = Vec::new();
+    let mut upstream_offset = 0u32;
+    let mut max_partitions = 1;
+    for plan in dataflow.source_plans() {
+        let spec = config
+            .spec
+            .source(&plan.source.name)
+            .cloned()
+            .ok_or_else(|| Error::Config(format!("source {} not declared", plan.source.name)))?;
+        let total = partitions_of(&spec.name)?;
+        max_partitions = max_partitions.max(total);
+        inputs.push(CoreInput {
+            stage: 0,
+            plan: Arc::new(plan.clone()),
+            topic: spec.topic().to_owned(),
+            source: Some(spec),
+            partitions: Vec::new(),
+            total,
+            upstream_offset,
+            upstreams: None,
+        });
+        upstream_offset += u32::try_from(total).unwrap_or(0);
     }
-    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(total_partitions).max(1);
+    check_sources(&inputs)?;
+    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(max_partitions).max(1);
+    let mut upstreams = usize::try_from(upstream_offset).unwrap_or(0);
+    for (s, stage) in dataflow.stages.iter().enumerate().skip(1) {
+        inputs.push(CoreInput {
+            stage: s,
+            plan: Arc::new(stage.plan.clone()),
+            source: None,
+            topic: config.repartition_topic(s),
+            partitions: Vec::new(),
+            total: exchange_partitions,
+            upstream_offset: 0,
+            upstreams: Some(upstreams),
+        });
+        upstreams = usize::try_from(exchange_partitions).unwrap_or(1);
+    }
     // Every topic's partitions go to cores by the same function: the
-    // source's as the operator reports them, each repartition topic's alike.
-    let mut topics = vec![SourcePartitions { source: source.name.clone(), partitions: total_partitions }];
-    for stage in 1..dataflow.stages.len() {
-        topics.push(SourcePartitions { source: config.repartition_topic(stage), partitions: exchange_partitions });
-    }
+    // sources' as the operator reports them, each repartition topic's alike.
+    let topics: Vec<SourcePartitions> =
+        inputs.iter().map(|i| SourcePartitions { source: i.topic.clone(), partitions: i.total }).collect();
     let assignment = assign(&topics, config.spec.workers, config.spec.cores_per_worker);
     let mine = assignment.worker(options.ordinal).ok_or_else(|| {
         Error::Config(format!(
@@ -101,15 +131,14 @@ pub fn run_job(
             options.ordinal, config.spec.workers
         ))
     })?;
-    // Per core, per stage: the partitions of the stage's input it owns.
+    // Per core, per input: the partitions it owns.
     let per_core: Vec<Vec<Vec<i32>>> =
         mine.cores.iter().map(|c| c.partitions.iter().map(|s| s.partitions.clone()).collect()).collect();
-    let topic_names: Vec<String> = (0..dataflow.stages.len())
-        .map(|s| if s == 0 { source.topic().to_owned() } else { config.repartition_topic(s) })
-        .collect();
+    let sources = dataflow.source_plans().count();
     // A local run (no broker) exchanges between stages in process.
+    let local = inputs.iter().all(|i| i.source.as_ref().is_none_or(|s| s.kafka.is_none()));
     let mut local_ends: Vec<Option<LocalEnds>> = per_core.iter().map(|_| None).collect();
-    if dataflow.has_exchange() && source.kafka.is_none() {
+    if dataflow.has_exchange() && local {
         let backlog = super::local_exchange::Backlog::default();
         local_ends = per_core
             .iter()
@@ -122,12 +151,14 @@ pub fn run_job(
             }
             let (senders, receivers) = channels(usize::try_from(exchange_partitions).unwrap_or(1));
             let mut receivers: Vec<Option<_>> = receivers.into_iter().map(Some).collect();
+            // The exchange's input index: after the sources.
+            let input = sources + s;
             for (core, ends) in local_ends.iter_mut().enumerate() {
                 let Some(ends) = ends else { continue };
                 ends.outputs.resize_with(exchange, || None);
                 ends.outputs[s] = Some(senders.clone());
                 ends.inputs.resize_with(exchange, Vec::new);
-                for &p in per_core[core].get(exchange).map_or(&[][..], |v| &v[..]) {
+                for &p in per_core[core].get(input).map_or(&[][..], |v| &v[..]) {
                     let receiver =
                         receivers
                             .get_mut(usize::try_from(p).unwrap_or(usize::MAX))
@@ -149,20 +180,19 @@ pub fn run_job(
             tracing::warn!(core, "no partitions for this core: it stays idle (more cores than partitions)");
             continue;
         }
-        let labels: Vec<(&str, i32)> = partitions
-            .iter()
-            .zip(&topic_names)
-            .flat_map(|(ps, topic)| ps.iter().map(move |&p| (topic.as_str(), p)))
-            .collect();
+        let mut core_inputs = inputs.clone();
+        for (input, owned) in core_inputs.iter_mut().zip(partitions) {
+            input.partitions = owned;
+        }
+        let labels: Vec<(&str, i32)> =
+            core_inputs.iter().flat_map(|i| i.partitions.iter().map(move |&p| (i.topic.as_str(), p))).collect();
         let setup = CoreSetup {
             core,
             pin_to: (!cpus.is_empty()).then(|| cpus[core % cpus.len()]),
             dataflow: Arc::clone(&dataflow),
             config: Arc::clone(&config),
-            source: source.clone(),
             metrics: metrics.core(core, &labels),
-            partitions,
-            total_partitions,
+            inputs: core_inputs,
             exchange_partitions,
             bounded: options.bounded,
             health: Arc::clone(health),
@@ -204,11 +234,42 @@ pub fn run_job(
     })
 }
 
+/// One consumer reads all of a core's partitions, so a job's Kafka sources
+/// must be on one cluster, with the same client settings; and a job reads
+/// either Kafka topics or local sources, not both.
+fn check_sources(inputs: &[CoreInput]) -> Result<(), Error> {
+    let specs: Vec<&sluice_crds::SourceSpec> = inputs.iter().filter_map(|i| i.source.as_ref()).collect();
+    let Some((first, rest)) = specs.split_first() else { return Ok(()) };
+    for other in rest {
+        match (&first.kafka, &other.kafka) {
+            (Some(a), Some(b))
+                if a.bootstrap_servers != b.bootstrap_servers
+                    || a.properties != b.properties
+                    || a.secret_ref != b.secret_ref =>
+            {
+                return Err(Error::Config(format!(
+                    "sources {} and {} are read by one consumer per core: they need the same bootstrapServers, \
+                     properties and secretRef",
+                    first.name, other.name
+                )));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(Error::Config(format!(
+                    "sources {} and {}: a job reads Kafka topics or local sources (file, datagen), not both",
+                    first.name, other.name
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Runs a core; after a transient failure, starts it again from its last
 /// checkpoint with exponential backoff (Kafka sources only: local sources
 /// would replay from the start).
 fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
-    let restartable = setup.source.kafka.is_some();
+    let restartable = setup.commits();
     let mut backoff = Duration::from_secs(1);
     let mut attempts = 0;
     loop {

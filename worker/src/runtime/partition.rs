@@ -55,6 +55,10 @@ pub struct PartitionPipeline {
     pub idle_sent: bool,
     /// The input ended (bounded runs) and the engine was finished.
     pub ended: bool,
+    /// This partition as an upstream partition of the exchange its stage
+    /// writes (a source's partitions follow the previous sources' in a
+    /// UNION ALL).
+    pub upstream: u32,
     /// The checkpoint carries more than the engine's state: the partition
     /// belongs to a query cut into stages (see [`PartitionPipeline::snapshot`]).
     pub framed: bool,
@@ -114,6 +118,7 @@ impl PartitionPipeline {
             last_input: std::time::Instant::now(),
             idle_sent: false,
             ended: false,
+            upstream: u32::try_from(partition).unwrap_or(0),
             framed: false,
         }
     }
