@@ -205,18 +205,28 @@ fn validate(file: &str) -> ExitCode {
     match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
         Ok(dataflow) => {
             println!("{file}: ok");
-            for (i, stage) in dataflow.stages.iter().enumerate() {
-                let plan = &stage.plan;
+            // Stage 0 over each source (UNION ALL branches read their own).
+            let mut rows = Vec::new();
+            for (s, st) in dataflow.stages.iter().enumerate() {
+                rows.push((s, &st.plan, st.output));
+                if s == 0 {
+                    rows.extend(dataflow.branches.iter().map(|b| (0, b, st.output)));
+                }
+            }
+            for (stage, plan, output) in rows {
                 let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
                 let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
-                let input =
-                    if i == 0 { format!("source {}", plan.source.name) } else { format!("repartition topic {i}") };
-                let output = match stage.output {
+                let input = if stage == 0 {
+                    format!("source {}", plan.source.name)
+                } else {
+                    format!("repartition topic {stage}")
+                };
+                let output = match output {
                     sluice_plan::StageOutput::Sink => "the sink".to_owned(),
-                    sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", i + 1),
+                    sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", stage + 1),
                 };
                 println!(
-                    "  stage {i}: {input} -> {} -> {output}\n    emit: {:?}\n    output: {}\n    key: {}",
+                    "  stage {stage}: {input} -> {} -> {output}\n    emit: {:?}\n    output: {}\n    key: {}",
                     match &plan.operator {
                         sluice_plan::OperatorPlan::Stateless => "filter/project",
                         sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
