@@ -56,6 +56,11 @@ pub struct SourceSchema {
 }
 
 impl SourceSchema {
+    /// The column names, in declaration order (what `*` stands for).
+    pub fn column_names(&self) -> Vec<String> {
+        self.schema.fields.iter().map(|f| f.name.clone()).collect()
+    }
+
     pub fn from_spec(spec: &SourceSpec) -> Result<Self, SqlError> {
         let mut schema = Schema::default();
         let mut required = Vec::with_capacity(spec.schema.columns.len());

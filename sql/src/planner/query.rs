@@ -4,11 +4,11 @@
 use sluice_crds::SourceSpec;
 use sqlparser::ast::{ObjectNamePart, Select, SelectItem, SetExpr, TableFactor};
 
-use super::scope::{InputScope, find_keyword_ident, output_name};
-use crate::compile::compile;
+use super::scope::{InputScope, find_keyword_ident, select_list};
+
 use crate::diagnostic::{Located, suggestion};
 use crate::rewrite::ParsedQuery;
-use sluice_plan::{OutputColumn, PhysExpr, SourceSchema, SqlError};
+use sluice_plan::{OutputColumn, SourceSchema, SqlError};
 
 pub(super) struct Planner<'q> {
     pub(super) parsed: &'q ParsedQuery,
@@ -137,27 +137,7 @@ impl<'q> Planner<'q> {
 
     pub(super) fn stateless_outputs(&mut self) -> Result<Vec<OutputColumn>, SqlError> {
         let items = self.select.projection.clone();
-        let mut outputs = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            match item {
-                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                    for (index, f) in self.source.schema.fields.iter().enumerate() {
-                        self.used[index] = true;
-                        outputs.push(OutputColumn {
-                            name: f.name.clone(),
-                            expr: PhysExpr::Column { index, data_type: f.data_type },
-                        });
-                    }
-                }
-                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                    let expr = compile(e, &mut self.input_scope("SELECT"))?;
-                    outputs.push(OutputColumn { name: output_name(item, i), expr });
-                }
-                SelectItem::ExprWithAliases { expr, .. } => {
-                    return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
-                }
-            }
-        }
-        Ok(outputs)
+        let columns = self.source.column_names();
+        select_list(&items, &columns, &mut self.input_scope("SELECT"))
     }
 }

@@ -2,7 +2,7 @@
 //! ROWS n PRECEDING)`), and the scope they are resolved in.
 
 use crate::diagnostic::Located;
-use sqlparser::ast::{Expr, Function, Ident, OrderBySort, SelectItem, WindowFrameBound, WindowFrameUnits, WindowType};
+use sqlparser::ast::{Expr, Function, Ident, OrderBySort, WindowFrameBound, WindowFrameUnits, WindowType};
 
 use crate::compile::{Scope, call_args, compile};
 use crate::typing::cast;
@@ -12,7 +12,7 @@ use sluice_plan::{
 use sluice_plan::{DataType, PhysExpr, Schema, SourceSchema, SqlError};
 
 use super::query::Planner;
-use super::scope::{InputScope, output_name, resolve_input};
+use super::scope::{InputScope, resolve_input, select_list};
 
 impl Planner<'_> {
     #[allow(clippy::type_complexity)]
@@ -25,36 +25,18 @@ impl Planner<'_> {
         let mut intermediate = self.source.schema.clone();
         let mut specs: Vec<RowsSpec> = Vec::new();
         let items = self.select.projection.clone();
-        let mut outputs = Vec::new();
-        {
-            let mut scope = RowsScope {
+        let columns = self.source.column_names();
+        let outputs = select_list(
+            &items,
+            &columns,
+            &mut RowsScope {
                 source: &self.source,
                 qualifiers: &self.qualifiers,
                 used: &mut self.used,
                 specs: &mut specs,
                 intermediate: &mut intermediate,
-            };
-            for (i, item) in items.iter().enumerate() {
-                match item {
-                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                        for (index, f) in scope.source.schema.fields.iter().enumerate() {
-                            scope.used[index] = true;
-                            outputs.push(OutputColumn {
-                                name: f.name.clone(),
-                                expr: PhysExpr::Column { index, data_type: f.data_type },
-                            });
-                        }
-                    }
-                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        let expr = compile(e, &mut scope)?;
-                        outputs.push(OutputColumn { name: output_name(item, i), expr });
-                    }
-                    SelectItem::ExprWithAliases { expr, .. } => {
-                        return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
-                    }
-                }
-            }
-        }
+            },
+        )?;
         // State is per PARTITION BY key: the source must be partitioned by a
         // subset of the columns every spec partitions by.
         let mut keyed: Option<Vec<String>> = None;

@@ -4,10 +4,10 @@
 use crate::diagnostic::Located;
 use sqlparser::ast::{Expr, Function, Ident, SelectItem};
 
-use crate::compile::Scope;
+use crate::compile::{Scope, compile};
 use crate::diagnostic::suggestion;
 use sluice_plan::AggFunc;
-use sluice_plan::{PhysExpr, SourceSchema, SqlError};
+use sluice_plan::{OutputColumn, PhysExpr, SourceSchema, SqlError};
 
 pub(super) const WINDOW_START: &str = "window_start";
 pub(super) const WINDOW_END: &str = "window_end";
@@ -89,6 +89,36 @@ pub(super) struct InputScope<'a> {
     pub(super) qualifiers: &'a [String],
     pub(super) used: &'a mut Vec<bool>,
     pub(super) context: &'static str,
+}
+
+/// Compiles a SELECT list in `scope`: `*` as every column of the source
+/// (`columns`, resolved by name like any reference), each expression as
+/// written, named by its alias or its text.
+pub(super) fn select_list(
+    items: &[SelectItem],
+    columns: &[String],
+    scope: &mut dyn Scope,
+) -> Result<Vec<OutputColumn>, SqlError> {
+    let mut outputs = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                for name in columns {
+                    let ident = Ident::new(name);
+                    let expr = scope.resolve_column(std::slice::from_ref(&ident), &Expr::Identifier(ident.clone()))?;
+                    outputs.push(OutputColumn { name: name.clone(), expr });
+                }
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                let expr = compile(e, scope)?;
+                outputs.push(OutputColumn { name: output_name(item, i), expr });
+            }
+            SelectItem::ExprWithAliases { expr, .. } => {
+                return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
+            }
+        }
+    }
+    Ok(outputs)
 }
 
 pub(super) fn resolve_input(

@@ -11,7 +11,7 @@ use sluice_plan::{DataType, PhysExpr, Schema, SourceSchema, SqlError};
 use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, TopNPlan};
 
 use super::query::Planner;
-use super::scope::{InputScope, output_name, resolve_input};
+use super::scope::{InputScope, resolve_input, select_list};
 
 /// The PARTITION BY and ORDER BY of the row number.
 type Ranking = (Vec<PhysExpr>, PhysExpr, bool);
@@ -31,36 +31,18 @@ impl Planner<'_> {
         let row_number = intermediate.push(spec.row_number.clone(), DataType::Bigint);
         let mut ranking: Option<Ranking> = None;
         let items = self.select.projection.clone();
-        let mut inner = Vec::new();
-        {
-            let mut scope = TopNScope {
+        let columns = self.source.column_names();
+        let inner = select_list(
+            &items,
+            &columns,
+            &mut TopNScope {
                 source: &self.source,
                 qualifiers: &self.qualifiers,
                 used: &mut self.used,
                 ranking: &mut ranking,
                 row_number,
-            };
-            for (i, item) in items.iter().enumerate() {
-                match item {
-                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                        for (index, f) in scope.source.schema.fields.iter().enumerate() {
-                            scope.used[index] = true;
-                            inner.push(OutputColumn {
-                                name: f.name.clone(),
-                                expr: PhysExpr::Column { index, data_type: f.data_type },
-                            });
-                        }
-                    }
-                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                        let expr = compile(e, &mut scope)?;
-                        inner.push(OutputColumn { name: output_name(item, i), expr });
-                    }
-                    SelectItem::ExprWithAliases { expr, .. } => {
-                        return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
-                    }
-                }
-            }
-        }
+            },
+        )?;
         let Some((partition_by, order_by, descending)) = ranking else {
             return Err(SqlError::unpositioned("internal: a top-N query without its ROW_NUMBER"));
         };
