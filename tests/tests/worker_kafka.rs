@@ -716,11 +716,12 @@ impl Schedule {
 
 /// Fault suite: `kill -9` of random workers at random times, ≥ 10 times in
 /// one run (`FAULT_KILLS`, default 12), over a GROUP BY, a windowed, a ROWS
-/// job, a window re-keyed through a repartition topic and a three-stage
-/// aggregate over a re-keyed window, running side by side while input keeps
-/// arriving. Every job's results are checked against results computed
-/// here: GROUP BY totals and window counts exact, one correct moving
-/// minimum per input row. Prints the figures recorded in docs/reliability.md.
+/// job, a window re-keyed through a repartition topic, a three-stage
+/// aggregate over a re-keyed window and a re-keyed top-N, running side by
+/// side while input keeps arriving. Every job's results are checked
+/// against results computed here: GROUP BY totals and window counts exact,
+/// one correct moving minimum per input row, the top 3 per symbol. Prints
+/// the figures recorded in docs/reliability.md.
 #[test]
 fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() {
     const RECORDS: u64 = 16_000;
@@ -760,6 +761,14 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
                    GROUP BY symbol, TUMBLE(ts, INTERVAL '10' SECOND)) AS c GROUP BY window_start"
                 .to_owned(),
         ),
+        // Top-N re-keyed by symbol: a row replayed into the repartition
+        // topic and counted twice would take a second rank.
+        (
+            "top-n",
+            "SELECT symbol, trader, ts_ms, rn FROM (SELECT symbol, trader, CAST(ts AS BIGINT) AS ts_ms, \
+             ROW_NUMBER() OVER (PARTITION BY symbol ORDER BY ts DESC) AS rn FROM trades) AS latest WHERE rn <= 3"
+                .to_owned(),
+        ),
     ];
     let mut outs = Vec::new();
     let mut workers: Vec<(std::path::PathBuf, Worker)> = Vec::new();
@@ -783,10 +792,10 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
             }
         })
     };
-    let mut killed = [0usize; 5];
+    let mut killed = [0usize; 6];
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + schedule.below(900)));
-        let j = usize::try_from(schedule.below(5)).unwrap();
+        let j = usize::try_from(schedule.below(6)).unwrap();
         let (cfg, w) = &mut workers[j];
         w.signal("KILL");
         let _ = w.wait(Duration::from_secs(10));
@@ -936,20 +945,48 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
     };
     let results = wait_for_output(&outs[4], Duration::from_secs(120), |r| last_per_window(r) == q5);
     assert_eq!(last_per_window(&results), q5, "three-stage windows");
+
+    // Top-N: per symbol, the three latest trades (the flush trade is its
+    // own symbol), as the last row per (symbol, rank).
+    let mut latest: BTreeMap<(String, i64), (String, i64)> = BTreeMap::new();
+    for symbol in 0..5u64 {
+        let mut ts: Vec<(i64, u64)> = (symbol..RECORDS).step_by(5).map(|i| (trade(i).ts, i)).collect();
+        ts.sort_unstable_by(|a, b| b.cmp(a));
+        for (rank, (t, i)) in ts.into_iter().take(3).enumerate() {
+            let trader = format!("T{}", trade(i).trader);
+            latest.insert((format!("S{symbol}"), i64::try_from(rank).unwrap() + 1), (trader, t));
+        }
+    }
+    let ranks = |records: &[Record]| -> BTreeMap<(String, i64), (String, i64)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .filter(|v| v["symbol"] != "F")
+            .map(|v| {
+                let key = (v["symbol"].as_str().unwrap().to_owned(), v["rn"].as_i64().unwrap());
+                (key, (v["trader"].as_str().unwrap().to_owned(), v["ts_ms"].as_i64().unwrap()))
+            })
+            .collect()
+    };
+    let results = wait_for_output(&outs[5], Duration::from_secs(120), |r| ranks(r) == latest);
+    assert_eq!(ranks(&results), latest, "top 3 per symbol");
     println!(
-        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}) input={RECORDS} \
+        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}, top-n {}) input={RECORDS} \
          group_by_results={group_by_records} keys_exact={} windows={} window_rows={window_rows} \
-         rows={} rows_duplicated={rows_duplicates} re_keyed_windows={} three_stage_windows={} lost=0 wedged=0",
+         rows={} rows_duplicated={rows_duplicates} re_keyed_windows={} three_stage_windows={} top_n_ranks={} lost=0 \
+         wedged=0",
         killed[0],
         killed[1],
         killed[2],
         killed[3],
         killed[4],
+        killed[5],
         expected.len(),
         windows.len(),
         rows_seen.len(),
         per_symbol.len(),
-        q5.len()
+        q5.len(),
+        latest.len()
     );
     for (_, w) in &mut workers {
         w.signal("TERM");
