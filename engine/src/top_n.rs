@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use sluice_plan::{Batch, Column, Scalar, TopNPlan, eval};
+use sluice_plan::{Batch, Column, ColumnData, Scalar, TopNPlan, eval};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Kept {
@@ -48,6 +48,22 @@ pub struct TopNOperator {
 struct TopNState {
     table: GroupTableState,
     kept: Vec<Vec<Kept>>,
+}
+
+/// Orders row `r` of `column` against `b`, as [`compare`] would with the
+/// row as a scalar, without making one (no allocation for a string).
+fn compare_cell(column: &Column, r: usize, b: &Scalar) -> Ordering {
+    if !column.is_valid(r) {
+        return compare(&Scalar::Null, b);
+    }
+    match (&column.data, b) {
+        (_, Scalar::Null) => Ordering::Less,
+        (ColumnData::Int(v), Scalar::Bigint(y) | Scalar::Timestamp(y)) => v[r].cmp(y),
+        (ColumnData::Float(v), Scalar::Double(y)) => v[r].total_cmp(y),
+        (ColumnData::Str(v), Scalar::String(y)) => v.get(r).as_bytes().cmp(y.as_bytes()),
+        (ColumnData::Bool(v), Scalar::Boolean(y)) => v[r].cmp(y),
+        _ => compare(&column.scalar(r), b),
+    }
 }
 
 /// Orders values as PostgreSQL does for one type, NULL greatest.
@@ -79,9 +95,9 @@ impl TopNOperator {
         }
     }
 
-    /// Whether `new` ranks strictly ahead of `old`.
-    fn ahead(&self, new: &Scalar, old: &Scalar) -> bool {
-        let o = compare(new, old);
+    /// Whether row `r` of the ORDER BY column ranks strictly ahead of `old`.
+    fn ahead(&self, order: &Column, r: usize, old: &Scalar) -> bool {
+        let o = compare_cell(order, r, old);
         if self.plan.descending { o == Ordering::Greater } else { o == Ordering::Less }
     }
 
@@ -117,12 +133,13 @@ impl Operator for TopNOperator {
             if self.kept.len() <= gid {
                 self.kept.resize_with(gid + 1, Vec::new);
             }
-            let value = order.scalar(r);
             let list = &self.kept[gid];
-            let at = list.iter().position(|k| self.ahead(&value, &k.order)).unwrap_or(list.len());
+            let at = list.iter().position(|k| self.ahead(&order, r, &k.order)).unwrap_or(list.len());
             if at >= self.limit {
                 continue;
             }
+            // Only a row that enters the top N is copied into state.
+            let value = order.scalar(r);
             let row = self
                 .used
                 .iter()
@@ -166,6 +183,24 @@ mod tests {
     use super::compare;
     use sluice_plan::Scalar;
     use std::cmp::Ordering;
+
+    #[test]
+    fn a_cell_orders_as_its_scalar_does() {
+        use super::compare_cell;
+        use sluice_plan::{Column, DataType};
+        let mut strings = Column::with_capacity(DataType::String, 2);
+        strings.push_str("b").unwrap();
+        strings.push_null();
+        let mut ints = Column::with_capacity(DataType::Timestamp, 1);
+        ints.push_i64(7).unwrap();
+        for b in [Scalar::String("ab".into()), Scalar::String("b".into()), Scalar::String("c".into()), Scalar::Null] {
+            assert_eq!(compare_cell(&strings, 0, &b), compare(&strings.scalar(0), &b), "{b:?}");
+            assert_eq!(compare_cell(&strings, 1, &b), compare(&Scalar::Null, &b), "{b:?}");
+        }
+        for b in [Scalar::Timestamp(6), Scalar::Timestamp(7), Scalar::Bigint(8), Scalar::Null] {
+            assert_eq!(compare_cell(&ints, 0, &b), compare(&ints.scalar(0), &b), "{b:?}");
+        }
+    }
 
     #[test]
     fn null_sorts_after_every_value_as_in_postgresql() {

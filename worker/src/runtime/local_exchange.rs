@@ -206,6 +206,9 @@ impl Source for LocalStagedSource {
             if n > 0 || Instant::now() >= deadline {
                 break;
             }
+            // Nothing arrived: the source and several channels cannot be
+            // waited on together, so look again shortly (local runs only;
+            // a cluster's consumer blocks on its one queue).
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok((n, if self.source_done { PollEnd::Exhausted } else { PollEnd::Open }))
