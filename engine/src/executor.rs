@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
 use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::merge::MergeOperator;
 use super::operator::{BatchInput, Operator, OperatorOutput};
 use super::output::{EmittedRows, Output};
 use super::rows_window::RowsOperator;
@@ -100,6 +101,7 @@ impl Engine {
             },
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),
+            OperatorPlan::Merge(m) => Box::new(MergeOperator::new(m)),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;
@@ -141,6 +143,12 @@ impl Engine {
     /// results can be appended as extra columns without copying the input;
     /// it is returned unchanged.
     pub fn process(&mut self, batch: &mut Batch, out: &mut dyn Output) -> Result<(), Error> {
+        self.run(batch, &[], out)
+    }
+
+    /// [`Engine::process`], with the upstream partition of every row when
+    /// the batch came through an exchange.
+    fn run(&mut self, batch: &mut Batch, upstreams: &[u32], out: &mut dyn Output) -> Result<(), Error> {
         let n = batch.len;
         if n == 0 {
             return Ok(());
@@ -201,6 +209,7 @@ impl Engine {
                 watermark_before: &self.watermark_before,
                 per_record,
                 emit_changes,
+                upstreams,
             };
             let mut produced =
                 OperatorOutput { rows: &mut self.intermediate, columns: &mut self.columns, late: &mut self.late };
@@ -232,15 +241,17 @@ impl Engine {
     /// last. A row is late exactly when it would be with the batch cut at
     /// every mark, so results do not depend on where batches end; windows
     /// a mark closed are emitted after the batch rather than mid-batch.
+    /// `upstreams` names the upstream partition of each row.
     pub fn process_exchanged(
         &mut self,
         batch: &mut Batch,
         marks: &[(usize, i64)],
+        upstreams: &[u32],
         out: &mut dyn Output,
     ) -> Result<(), Error> {
         self.marks.clear();
         self.marks.extend_from_slice(marks);
-        let processed = self.process(batch, out);
+        let processed = self.run(batch, upstreams, out);
         self.marks.clear();
         processed?;
         match marks.iter().map(|m| m.1).max() {

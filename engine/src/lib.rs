@@ -10,6 +10,7 @@ mod aggregate;
 mod error;
 mod executor;
 mod group_keys;
+mod merge;
 mod operator;
 mod output;
 mod rows_window;

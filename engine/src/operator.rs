@@ -31,6 +31,9 @@ pub struct BatchInput<'a> {
     pub per_record: bool,
     /// Emit changed groups at all (EMIT CHANGES); otherwise only closed windows.
     pub emit_changes: bool,
+    /// For a stage fed by an exchange, the upstream partition each row
+    /// came from (empty otherwise).
+    pub upstreams: &'a [u32],
 }
 
 /// Where an operator puts what it computed for a batch.
@@ -63,6 +66,7 @@ pub enum OperatorTag {
     Session = 2,
     Rows = 3,
     TopN = 4,
+    Merge = 5,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -50,10 +50,50 @@ pub enum OperatorPlan {
     Aggregate(AggregatePlan),
     Rows(RowsPlan),
     TopN(TopNPlan),
+    /// The final phase of a global aggregate computed in two phases.
+    Merge(MergePlan),
+}
+
+/// The final phase of a global aggregate (no GROUP BY) over several
+/// partitions. Each upstream partition aggregates its own rows (the
+/// partial phase, an ordinary [`AggregatePlan`] without group
+/// expressions) and sends its running partial — per window for a windowed
+/// query — through an exchange to one partition, which keeps the latest
+/// partial of every upstream partition and combines them. A newer partial
+/// replaces the older one rather than adding to it, so a partial sent
+/// again after a crash is harmless. The intermediate columns are those
+/// the one-phase aggregate would have: `window_start`, `window_end` when
+/// windowed, then the aggregates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MergePlan {
+    /// Source columns of each partial's window start and end (windowed).
+    pub window: Option<(usize, usize)>,
+    pub calls: Vec<MergeCall>,
+}
+
+/// One aggregate of the query, combined from its partials.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MergeCall {
+    /// The query's aggregate: COUNT(*) and COUNT add partial counts, SUM
+    /// adds partial sums, MIN and MAX take the least and greatest partial,
+    /// AVG divides the sum of partial sums by the sum of partial counts.
+    pub func: AggFunc,
+    /// Source columns of its partials (two for AVG: sum, then count).
+    pub partials: Vec<usize>,
+    pub data_type: DataType,
+}
+
+impl AggFunc {
+    /// Whether a global aggregate of this function can be computed in two
+    /// phases (see [`MergePlan`]); variances and DISTINCT cannot be
+    /// combined from the partials Sluice keeps.
+    pub fn merges(self) -> bool {
+        matches!(self, Self::CountStar | Self::Count | Self::Sum | Self::Min | Self::Max | Self::Avg)
+    }
 }
 
 /// GROUP BY (with an optional time window). Intermediate columns are the
-/// group expressions, then the aggregates, then `window_start`, `window_end`.
+/// group expressions, then `window_start`, `window_end`, then the aggregates.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AggregatePlan {
     pub group_exprs: Vec<PhysExpr>,

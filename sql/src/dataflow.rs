@@ -10,13 +10,14 @@
 
 use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage, StageOutput,
+    AggFunc, AggregateCall, AggregatePlan, DataType, Dataflow, EmitMode, MergeCall, MergePlan, OperatorPlan,
+    OutputColumn, Partitioning, PhysExpr, Plan, Schema, SourceSchema, SqlError, Stage, StageOutput, TimeWindow,
 };
 use sqlparser::ast::{Ident, Query, SetExpr, Spanned, TableFactor};
 use sqlparser::tokenizer::Span;
 
 use crate::diagnostic::Located;
-use crate::planner::plan_parsed;
+use crate::planner::{WINDOW_END, WINDOW_START, plan_parsed};
 use crate::rewrite::{self, ParsedQuery};
 use crate::views::{aggregates_rows, column_type, table_named};
 
@@ -37,8 +38,67 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
 fn cut(plan: Plan, partitions: i32) -> Result<Dataflow, SqlError> {
     match plan.check_partitioning(partitions) {
         Ok(()) => Ok(Dataflow::single(plan)),
-        Err(misaligned) => split_at_state(plan).ok_or(misaligned),
+        Err(misaligned) => match split_global(&plan) {
+            Some(flow) => Ok(flow),
+            None => split_at_state(plan).ok_or(misaligned),
+        },
     }
+}
+
+/// A global aggregate (no GROUP BY, tumbling or hopping window or none)
+/// whose every aggregate can be combined from partials, in two phases:
+/// each partition aggregates its own rows, and only its running partials
+/// cross the exchange — to one partition, or for a windowed query to the
+/// partition of the window — where [`MergePlan`] combines the latest
+/// partial of every upstream partition. `None` for any other query: the
+/// rows themselves cross (to one partition, for a global aggregate).
+fn split_global(plan: &Plan) -> Option<Dataflow> {
+    let OperatorPlan::Aggregate(aggregate) = &plan.operator else { return None };
+    if let Some(flow) = split_distinct(plan, aggregate) {
+        return Some(flow);
+    }
+    let mergeable = aggregate.group_exprs.is_empty()
+        && !aggregate.aggregates.is_empty()
+        && aggregate.aggregates.iter().all(|a| a.func.merges() && !a.distinct)
+        && !matches!(aggregate.window, Some(TimeWindow::Session { .. }));
+    if !mergeable {
+        return None;
+    }
+    let mut partial_calls = Vec::new();
+    let mut calls = Vec::new();
+    for call in &aggregate.aggregates {
+        let first = partial_calls.len();
+        if call.func == AggFunc::Avg {
+            // The argument is already a DOUBLE (the planner casts it).
+            partial_calls.push(AggregateCall { func: AggFunc::Sum, data_type: DataType::Double, ..call.clone() });
+            partial_calls.push(AggregateCall { func: AggFunc::Count, data_type: DataType::Bigint, ..call.clone() });
+        } else {
+            partial_calls.push(call.clone());
+        }
+        let partials = (first..partial_calls.len()).map(|p| p + if aggregate.window.is_some() { 2 } else { 0 });
+        calls.push(MergeCall { func: call.func, partials: partials.collect(), data_type: call.data_type });
+    }
+    // The layout of an aggregate's rows: the window, then the aggregates.
+    let mut schema = Schema::default();
+    let window = aggregate.window.map(|_| {
+        let start = schema.push(WINDOW_START, DataType::Timestamp);
+        (start, schema.push(WINDOW_END, DataType::Timestamp))
+    });
+    for (i, call) in partial_calls.iter().enumerate() {
+        schema.push(format!("partial{i}"), call.data_type);
+    }
+    let columns = columns_of(&schema, |_| true);
+    // A window's partials meet on the window's partition: windows spread
+    // over the exchange's partitions.
+    let keys = window.map(|(start, _)| vec![columns[start].clone()]).unwrap_or_default();
+    let operator = OperatorPlan::Aggregate(AggregatePlan {
+        group_exprs: Vec::new(),
+        aggregates: partial_calls,
+        window: aggregate.window,
+    });
+    let partial = first_stage(plan, operator, schema.clone(), columns, keys, plan.emit);
+    let merge = last_stage(plan, schema, OperatorPlan::Merge(MergePlan { window, calls }));
+    Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })
 }
 
 /// A subquery in FROM that aggregates, taken out of `query` (its place
@@ -118,6 +178,41 @@ fn aggregate_over_aggregate(
     Ok(flow)
 }
 
+/// `COUNT(DISTINCT x)` over everything (with MIN and MAX of the same `x`,
+/// which distinct values also decide), without a window, in two phases:
+/// each partition forwards a value the first time it sees it, and one
+/// partition aggregates the values forwarded. A value crosses the
+/// exchange once per partition that has it, not once per record.
+fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
+    let arg = aggregate.aggregates.first()?.arg.clone()?;
+    let by_value = aggregate.aggregates.iter().all(|a| {
+        a.arg.as_ref() == Some(&arg)
+            && ((a.func == AggFunc::Count && a.distinct) || matches!(a.func, AggFunc::Min | AggFunc::Max))
+    });
+    if !aggregate.group_exprs.is_empty()
+        || aggregate.window.is_some()
+        || !by_value
+        || !aggregate.aggregates.iter().any(|a| a.distinct)
+    {
+        return None;
+    }
+    let data_type = arg.data_type();
+    let mut schema = Schema::default();
+    schema.push("value", data_type);
+    let value = PhysExpr::Column { index: 0, data_type };
+    // GROUP BY the value without aggregates: a group's one row is emitted
+    // when it first appears.
+    let operator =
+        OperatorPlan::Aggregate(AggregatePlan { group_exprs: vec![arg], aggregates: Vec::new(), window: None });
+    let outputs = vec![OutputColumn { name: "value".into(), expr: value.clone() }];
+    let partial = first_stage(plan, operator, schema.clone(), outputs, Vec::new(), EmitMode::Changes);
+    let aggregates =
+        aggregate.aggregates.iter().map(|a| AggregateCall { arg: Some(value.clone()), ..a.clone() }).collect();
+    let operator = OperatorPlan::Aggregate(AggregatePlan { group_exprs: Vec::new(), aggregates, window: None });
+    let merge = last_stage(plan, schema, operator);
+    Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })
+}
+
 /// The two stages of a query whose state needs an exchange; `None` when
 /// the query keeps no keyed state.
 fn split_at_state(plan: Plan) -> Option<Dataflow> {
@@ -144,43 +239,78 @@ fn split_at_state(plan: Plan) -> Option<Dataflow> {
             .collect(),
         _ => return None,
     };
-    let forwarded: Vec<OutputColumn> = plan
-        .source
-        .schema
-        .fields
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| plan.used_columns.get(*i).copied().unwrap_or(false))
-        .map(|(index, f)| OutputColumn {
-            name: f.name.clone(),
-            expr: PhysExpr::Column { index, data_type: f.data_type },
-        })
-        .collect();
-    let exchange = Plan {
-        source: plan.source.clone(),
-        used_columns: plan.used_columns.clone(),
-        filter: plan.filter.clone(),
-        operator: OperatorPlan::Stateless,
-        intermediate: plan.source.schema.clone(),
-        having: None,
-        outputs: forwarded,
-        keys,
-        emit: EmitMode::PerRecord,
-        partitioning: Partitioning::Any,
-    };
+    let forwarded = columns_of(&plan.source.schema, |i| plan.used_columns.get(i).copied().unwrap_or(false));
+    let exchange =
+        first_stage(&plan, OperatorPlan::Stateless, plan.source.schema.clone(), forwarded, keys, EmitMode::PerRecord);
     let mut stateful = plan;
     stateful.filter = None;
     // Records on the exchange were validated by the first stage; columns
     // the query does not read are not forwarded at all.
     stateful.source.required = vec![false; stateful.source.required.len()];
     stateful.partitioning = Partitioning::ByExchange;
-    Some(Dataflow {
-        stages: vec![
-            Stage { plan: exchange, output: StageOutput::Exchange },
-            Stage { plan: stateful, output: StageOutput::Sink },
-        ],
-        branches: Vec::new(),
-    })
+    Some(Dataflow { stages: vec![exchange, Stage { plan: stateful, output: StageOutput::Sink }], branches: Vec::new() })
+}
+
+/// Each column of `schema` that `keep` keeps, as an output of that name.
+fn columns_of(schema: &Schema, keep: impl Fn(usize) -> bool) -> Vec<OutputColumn> {
+    schema
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| keep(*i))
+        .map(|(index, f)| OutputColumn {
+            name: f.name.clone(),
+            expr: PhysExpr::Column { index, data_type: f.data_type },
+        })
+        .collect()
+}
+
+/// The first stage of a cut `plan`: its source and WHERE, then `operator`
+/// (complete per source partition), writing `outputs` to an exchange
+/// partitioned by `keys`.
+fn first_stage(
+    plan: &Plan,
+    operator: OperatorPlan,
+    intermediate: Schema,
+    outputs: Vec<OutputColumn>,
+    keys: Vec<OutputColumn>,
+    emit: EmitMode,
+) -> Stage {
+    let plan = Plan {
+        source: plan.source.clone(),
+        used_columns: plan.used_columns.clone(),
+        filter: plan.filter.clone(),
+        operator,
+        intermediate,
+        having: None,
+        outputs,
+        keys,
+        emit,
+        partitioning: Partitioning::Any,
+    };
+    Stage { plan, output: StageOutput::Exchange }
+}
+
+/// The last stage of a cut `plan`: `operator` over the rows of `schema`
+/// the exchange brings, then the query's own HAVING and SELECT list.
+fn last_stage(plan: &Plan, schema: Schema, operator: OperatorPlan) -> Stage {
+    let columns = schema.fields.len();
+    let source = SourceSchema {
+        name: plan.source.name.clone(),
+        schema,
+        required: vec![false; columns],
+        event_time: None,
+        partition_key: Vec::new(),
+    };
+    let plan = Plan {
+        source,
+        used_columns: vec![true; columns],
+        filter: None,
+        operator,
+        partitioning: Partitioning::ByExchange,
+        ..plan.clone()
+    };
+    Stage { plan, output: StageOutput::Sink }
 }
 
 #[cfg(test)]
@@ -238,10 +368,61 @@ mod tests {
     }
 
     #[test]
-    fn a_global_aggregate_over_several_partitions_has_no_key() {
-        let d = plan_dataflow("SELECT COUNT(*) AS n FROM trades", &[trades()], 3).unwrap();
-        assert!(d.has_exchange());
-        assert!(d.stages[0].plan.keys.is_empty(), "every record goes to one partition");
+    fn a_global_aggregate_over_several_partitions_runs_in_two_phases() {
+        let d = plan_dataflow("SELECT COUNT(*) AS n, AVG(qty) AS a FROM trades", &[trades()], 3).unwrap();
+        let [partial, merge] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
+        let OperatorPlan::Aggregate(a) = &partial.plan.operator else { panic!("{partial:?}") };
+        assert_eq!(a.aggregates.len(), 3, "COUNT(*), and a sum and a count for AVG");
+        assert!(partial.plan.keys.is_empty(), "every partial goes to one partition");
+        let OperatorPlan::Merge(m) = &merge.plan.operator else { panic!("{merge:?}") };
+        assert_eq!(m.calls[1].partials, [1, 2]);
+        assert_eq!(merge.plan.partitioning, Partitioning::ByExchange);
+        let names: Vec<&str> = merge.plan.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["n", "a"], "the query's own SELECT list, over the combined aggregates");
+    }
+
+    #[test]
+    fn a_windowed_global_aggregate_sends_each_window_to_its_own_partition() {
+        let d = plan_dataflow(
+            "SELECT window_start, COUNT(*) AS n FROM trades GROUP BY TUMBLE(ts, INTERVAL '1' MINUTE)",
+            &[trades()],
+            3,
+        )
+        .unwrap();
+        let keys: Vec<&str> = d.stages[0].plan.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(keys, ["window_start"]);
+        let OperatorPlan::Merge(m) = &d.stages[1].plan.operator else { panic!("{d:?}") };
+        assert_eq!((m.window, m.calls[0].partials.as_slice()), (Some((0, 1)), &[2][..]));
+    }
+
+    #[test]
+    fn a_global_count_distinct_forwards_each_value_once_per_partition() {
+        let d = plan_dataflow(
+            "SELECT COUNT(DISTINCT symbol) AS n, MAX(symbol) AS last FROM trades WHERE qty > 0",
+            &[trades()],
+            3,
+        )
+        .unwrap();
+        let [partial, merge] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
+        let OperatorPlan::Aggregate(a) = &partial.plan.operator else { panic!("{partial:?}") };
+        assert_eq!((a.group_exprs.len(), a.aggregates.len()), (1, 0), "a GROUP BY of the value alone");
+        assert!(partial.plan.filter.is_some() && merge.plan.filter.is_none());
+        let OperatorPlan::Aggregate(m) = &merge.plan.operator else { panic!("{merge:?}") };
+        assert!(m.aggregates[0].distinct && m.group_exprs.is_empty());
+        assert_eq!(merge.plan.source.schema.fields.len(), 1);
+    }
+
+    #[test]
+    fn a_global_aggregate_that_cannot_be_merged_sends_its_rows_to_one_partition() {
+        for sql in [
+            "SELECT COUNT(DISTINCT symbol) AS n, COUNT(*) AS c FROM trades",
+            "SELECT STDDEV(qty) AS s FROM trades",
+            "SELECT COUNT(*) AS n FROM trades GROUP BY SESSION(ts, INTERVAL '1' MINUTE)",
+        ] {
+            let d = plan_dataflow(sql, &[trades()], 3).unwrap();
+            assert!(matches!(d.stages[0].plan.operator, OperatorPlan::Stateless), "{sql}");
+            assert!(d.stages[0].plan.keys.is_empty(), "{sql}: every record goes to one partition");
+        }
     }
 
     #[test]

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::JsonDecoder;
-use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::{plan_dataflow, plan_query};
@@ -215,7 +215,9 @@ fn market_data_keyed_by(key: &str) -> SourceSpec {
     SourceSpec { partition_key: vec![key.into()], ..source(DatagenScenario::Trades) }
 }
 
-fn rekeyed(payloads: &Payloads) -> (Duration, u64) {
+/// `binary`: rows cross the exchange as binary rows, as they do in the
+/// worker; otherwise as JSON (what they did before), for comparison.
+fn rekeyed(payloads: &Payloads, binary: bool) -> (Duration, u64) {
     let partitions = i32::try_from(EXCHANGE_PARTITIONS).unwrap_or(4);
     let dataflow = plan_dataflow(REKEYED_SQL, &[market_data_keyed_by("trader_id")], partitions)
         .unwrap_or_else(|e| panic!("re-keyed S2: {e}"));
@@ -226,15 +228,22 @@ fn rekeyed(payloads: &Payloads) -> (Duration, u64) {
         let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
         JsonEncoder::new(&names, &keys)
     };
-    let (forward_encoder, aggregate_encoder) = (encoder_for(&forward), encoder_for(&aggregate));
+    let forward_encoder =
+        if binary { RowEncoder::Binary(BinaryEncoder) } else { RowEncoder::Json(encoder_for(&forward)) };
+    let aggregate_encoder = encoder_for(&aggregate);
     let mut decoder = JsonDecoder::new(&forward);
     let mut batch = decoder.new_batch(BATCH);
     let mut stage0 = Engine::new(Arc::clone(&forward), EngineOptions::default());
     let mut routed = Collect { encoder: &forward_encoder, out: EncodedRows::default() };
     let mut exchange = LocalExchange::new(EXCHANGE_PARTITIONS);
-    let mut downstream: Vec<(JsonDecoder, Batch, Engine)> = (0..EXCHANGE_PARTITIONS)
+    let writer: Vec<String> = forward.outputs.iter().map(|o| o.name.clone()).collect();
+    let mut downstream: Vec<(RowDecoder, Batch, Engine)> = (0..EXCHANGE_PARTITIONS)
         .map(|p| {
-            let d = JsonDecoder::new(&aggregate);
+            let d = if binary {
+                RowDecoder::Binary(BinaryDecoder::new(&aggregate, &writer))
+            } else {
+                RowDecoder::Json(JsonDecoder::new(&aggregate))
+            };
             let b = d.new_batch(BATCH);
             let options = EngineOptions { partition: i32::try_from(p).unwrap_or(0), ..EngineOptions::default() };
             (d, b, Engine::new(Arc::clone(&aggregate), options))
@@ -251,7 +260,7 @@ fn rekeyed(payloads: &Payloads) -> (Duration, u64) {
             eprintln!("engine error: {e}");
         }
         batch.clear();
-        exchange.route(&routed.out);
+        exchange.route(0, &routed.out);
         routed.out.clear();
         for (p, (d, b, engine)) in downstream.iter_mut().enumerate() {
             let part = exchange.take(p);
@@ -269,7 +278,7 @@ fn rekeyed(payloads: &Payloads) -> (Duration, u64) {
 
 /// Keeps what an engine emitted, encoded, for the exchange.
 struct Collect<'a> {
-    encoder: &'a JsonEncoder,
+    encoder: &'a RowEncoder,
     out: EncodedRows,
 }
 
@@ -331,15 +340,17 @@ fn main() {
         plan_query(REKEYED_SQL, &[market_data_keyed_by("symbol")]).unwrap_or_else(|e| panic!("aligned S2: {e}")),
     );
     let payloads = Payloads::generate(DatagenScenario::Trades, records);
-    let (mut aligned, mut rekeyed_runs, mut rows) = (Vec::new(), Vec::new(), (0, 0));
+    let (mut aligned, mut rekeyed_runs, mut json_runs, mut rows) = (Vec::new(), Vec::new(), Vec::new(), (0, 0, 0));
     for _ in 0..3 {
         let (t, r) = full(&aligned_plan, EmitChangesMode::Coalesced, &payloads);
         aligned.push(t);
-        let (u, q) = rekeyed(&payloads);
+        let (u, q) = rekeyed(&payloads, true);
         rekeyed_runs.push(u);
-        rows = (r, q);
+        let (v, j) = rekeyed(&payloads, false);
+        json_runs.push(v);
+        rows = (r, q, j);
     }
-    let (a, r) = (median(aligned), median(rekeyed_runs));
+    let (a, r, j) = (median(aligned), median(rekeyed_runs), median(json_runs));
     let rate = |t: Duration| records as f64 / t.as_secs_f64();
     println!(
         "\nS2 per symbol: aligned (one stage) vs re-keyed (two stages, in-process exchange of {EXCHANGE_PARTITIONS})\n"
@@ -348,5 +359,11 @@ fn main() {
     println!("|---|---:|---:|---:|");
     println!("| aligned | {:.0} | {:.0} | {} |", rate(a), a.as_nanos() as f64 / records as f64, rows.0);
     println!("| re-keyed | {:.0} | {:.0} | {} |", rate(r), r.as_nanos() as f64 / records as f64, rows.1);
-    println!("\nre-keyed ÷ aligned: {:.2}", rate(r) / rate(a));
+    println!(
+        "| re-keyed, JSON rows on the exchange | {:.0} | {:.0} | {} |",
+        rate(j),
+        j.as_nanos() as f64 / records as f64,
+        rows.2
+    );
+    println!("\nre-keyed ÷ aligned: {:.2} (JSON rows: {:.2})", rate(r) / rate(a), rate(j) / rate(a));
 }

@@ -233,6 +233,7 @@ fn validate(file: &str) -> ExitCode {
                         sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
                         sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
                         sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
+                        sluice_plan::OperatorPlan::Merge(_) => "merge of partial aggregates",
                     },
                     plan.emit,
                     outputs.join(", "),

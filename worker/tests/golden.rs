@@ -24,8 +24,8 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::JsonDecoder;
-use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::{Batch, Plan, StageOutput};
 use sluice_sql::plan_dataflow;
 use sluice_worker::runtime::exchange::{ExchangePartition, LocalExchange, UpstreamWatermarks};
@@ -114,7 +114,7 @@ struct Outcome {
 }
 
 struct Collect<'a> {
-    encoder: &'a JsonEncoder,
+    encoder: &'a RowEncoder,
     encoded: EncodedRows,
     late: usize,
 }
@@ -167,11 +167,14 @@ struct BatchResult {
 /// `batch_size` rows. A stage fed by an exchange advances its engines'
 /// watermark to the minimum over the `upstreams` partitions once each has
 /// reported one, at the rows where the markers arrived — within batches,
-/// as on a cluster.
+/// as on a cluster. Rows to and from an exchange are binary rows, as on a
+/// cluster; `writer` names the values of the rows it reads.
 #[allow(clippy::too_many_arguments)]
 fn run_stage(
     case: &Case,
     plan: &Plan,
+    output: StageOutput,
+    writer: Option<&[String]>,
     inputs: &[ExchangePartition],
     upstreams: usize,
     batch_size: usize,
@@ -181,7 +184,10 @@ fn run_stage(
     let plan = Arc::new(plan.clone());
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
     let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
-    let encoder = JsonEncoder::new(&names, &keys);
+    let encoder = match output {
+        StageOutput::Sink => RowEncoder::Json(JsonEncoder::new(&names, &keys)),
+        StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
+    };
     let options = EngineOptions {
         emit_changes: case.engine.emit_changes,
         late_records: case.engine.late_records,
@@ -191,7 +197,10 @@ fn run_stage(
     for (p, input) in inputs.iter().enumerate() {
         let new_engine = || Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
         let mut engine = new_engine();
-        let mut decoder = JsonDecoder::new(&plan);
+        let mut decoder = match writer {
+            None => RowDecoder::Json(JsonDecoder::new(&plan)),
+            Some(names) => RowDecoder::Binary(BinaryDecoder::new(&plan, names)),
+        };
         let mut batch = decoder.new_batch(batch_size);
         let mut out = Collect { encoder: &encoder, encoded: EncodedRows::default(), late: 0 };
         let mut watermarks = UpstreamWatermarks::new(upstreams);
@@ -215,8 +224,11 @@ fn run_stage(
                     outcome.dead_letter += 1;
                 }
             }
+            let upstreams = input.upstreams.get(row..end).unwrap_or_default();
             row = end;
-            engine.process_exchanged(&mut batch, &in_batch, &mut out).unwrap_or_else(|e| panic!("process: {e}"));
+            engine
+                .process_exchanged(&mut batch, &in_batch, upstreams, &mut out)
+                .unwrap_or_else(|e| panic!("process: {e}"));
             batch.clear();
             if snapshot_between_batches {
                 let state = engine.snapshot().expect("snapshot");
@@ -263,8 +275,19 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
     let mut upstreams = 0;
     for (index, stage) in dataflow.stages.iter().enumerate() {
         let mut stage_outcome = Outcome::default();
-        let mut results =
-            run_stage(case, &stage.plan, &inputs, upstreams, batch_size, snapshot_between_batches, &mut stage_outcome);
+        let writer: Option<Vec<String>> =
+            index.checked_sub(1).map(|w| dataflow.stages[w].plan.outputs.iter().map(|o| o.name.clone()).collect());
+        let mut results = run_stage(
+            case,
+            &stage.plan,
+            stage.output,
+            writer.as_deref(),
+            &inputs,
+            upstreams,
+            batch_size,
+            snapshot_between_batches,
+            &mut stage_outcome,
+        );
         if index == 0 {
             // UNION ALL: the branches' partitions follow stage 0's as
             // upstreams of the same output.
@@ -272,6 +295,8 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
                 results.extend(run_stage(
                     case,
                     branch,
+                    stage.output,
+                    None,
                     &second,
                     0,
                     batch_size,
@@ -292,7 +317,7 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool) -> Outcom
                 let mut exchange = LocalExchange::new(n);
                 for (from, batches) in results.iter().enumerate() {
                     for b in batches {
-                        exchange.route(&b.rows);
+                        exchange.route(u32::try_from(from).unwrap_or(u32::MAX), &b.rows);
                         if let Some(at) = b.watermark {
                             exchange.watermark(from, at);
                         }

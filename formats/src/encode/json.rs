@@ -8,7 +8,9 @@
 
 use sluice_engine::EmittedRows;
 use sluice_plan::time::format_timestamp;
-use sluice_plan::{Column, ColumnData, StrData, Value};
+
+use super::view::{ColumnView, Data};
+use sluice_plan::Value;
 use sluice_plan::{DataType, Scalar};
 
 /// Encoded rows: values (and keys) back to back, with end offsets.
@@ -58,21 +60,16 @@ pub struct JsonEncoder {
     key_prefixes: Vec<Vec<u8>>,
 }
 
-/// A column seen as a typed slice for the duration of one batch.
+/// A result column for one batch, or a constant encoded once.
 enum View<'a> {
-    Int(&'a [i64], Option<&'a [bool]>),
-    Ts(&'a [i64], Option<&'a [bool]>),
-    Float(&'a [f64], Option<&'a [bool]>),
-    Bool(&'a [bool], Option<&'a [bool]>),
-    Str(&'a StrData, Option<&'a [bool]>),
-    /// A constant, encoded once.
+    Column(ColumnView<'a>),
     Const(Vec<u8>),
 }
 
 impl<'a> View<'a> {
     fn of(v: &'a Value<'a>) -> Self {
         match v {
-            Value::Column(c) => Self::column(c),
+            Value::Column(c) => View::Column(ColumnView::of(c)),
             Value::Scalar(s, t) => {
                 let mut bytes = Vec::new();
                 write_scalar(s, *t, &mut bytes);
@@ -81,35 +78,24 @@ impl<'a> View<'a> {
         }
     }
 
-    fn column(c: &'a Column) -> Self {
-        let valid = c.validity.as_deref();
-        match (&c.data, c.data_type) {
-            (ColumnData::Int(v), DataType::Timestamp) => View::Ts(v, valid),
-            (ColumnData::Int(v), _) => View::Int(v, valid),
-            (ColumnData::Float(v), _) => View::Float(v, valid),
-            (ColumnData::Bool(v), _) => View::Bool(v, valid),
-            (ColumnData::Str(s), _) => View::Str(s, valid),
-            (ColumnData::Null(_), _) => View::Const(b"null".to_vec()),
-        }
-    }
-
     #[inline]
     fn write(&self, row: usize, out: &mut Vec<u8>) {
-        let null = |v: Option<&[bool]>| v.is_some_and(|v| !v[row]);
-        match self {
-            View::Int(_, v) | View::Ts(_, v) | View::Float(_, v) | View::Bool(_, v) | View::Str(_, v) if null(*v) => {
-                out.extend_from_slice(b"null");
-            }
-            View::Int(x, _) => out.extend_from_slice(itoa::Buffer::new().format(x[row]).as_bytes()),
-            View::Ts(x, _) => {
+        let column = match self {
+            View::Const(bytes) => return out.extend_from_slice(bytes),
+            View::Column(c) if c.is_null(row) => return out.extend_from_slice(b"null"),
+            View::Column(c) => c,
+        };
+        match column.data {
+            Data::Int(x) => out.extend_from_slice(itoa::Buffer::new().format(x[row]).as_bytes()),
+            Data::Ts(x) => {
                 out.push(b'"');
                 format_timestamp(x[row], out);
                 out.push(b'"');
             }
-            View::Float(x, _) => write_float(x[row], out),
-            View::Bool(x, _) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
-            View::Str(s, _) => write_str(s.get(row), out),
-            View::Const(bytes) => out.extend_from_slice(bytes),
+            Data::Float(x) => write_float(x[row], out),
+            Data::Bool(x) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
+            Data::Str(s) => write_str(s.get(row), out),
+            Data::Null => out.extend_from_slice(b"null"),
         }
     }
 }
@@ -243,7 +229,7 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_plan::Selection;
+    use sluice_plan::{Column, Selection};
     use std::borrow::Cow;
 
     #[test]

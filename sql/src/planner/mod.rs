@@ -15,6 +15,8 @@ mod rows;
 mod scope;
 mod top_n;
 
+pub(crate) use scope::{WINDOW_END, WINDOW_START};
+
 use query::Planner;
 
 use crate::diagnostic::Located;

@@ -9,8 +9,8 @@ use crate::diagnostic::suggestion;
 use sluice_plan::AggFunc;
 use sluice_plan::{OutputColumn, PhysExpr, SourceSchema, SqlError};
 
-pub(super) const WINDOW_START: &str = "window_start";
-pub(super) const WINDOW_END: &str = "window_end";
+pub(crate) const WINDOW_START: &str = "window_start";
+pub(crate) const WINDOW_END: &str = "window_end";
 
 pub(super) fn output_name(item: &SelectItem, index: usize) -> String {
     match item {

@@ -38,7 +38,7 @@ use crate::sink::{
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::JsonEncoder;
+use sluice_formats::encode::{BinaryEncoder, JsonEncoder, RowEncoder};
 use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
 /// Everything a core needs to run its share of the job.
@@ -132,7 +132,7 @@ impl StageSink {
 
 /// One stage of the query as this core runs it.
 struct StageRun {
-    encoder: JsonEncoder,
+    encoder: RowEncoder,
     sink: StageSink,
     /// Where its partitions' state is checkpointed (stateful stages).
     state: Option<StateStore>,
@@ -203,6 +203,12 @@ impl<'a> Core<'a> {
             if slots[input.stage].is_empty() {
                 slots[input.stage] = parts.len()..parts.len();
             }
+            // An exchange's rows are the previous stage's outputs, in order.
+            let writer: Vec<String> = input
+                .stage
+                .checked_sub(1)
+                .map(|s| stages[s].plan.outputs.iter().map(|o| o.name.clone()).collect())
+                .unwrap_or_default();
             for &p in &input.partitions {
                 let options = EngineOptions {
                     emit_changes: engine.emit_changes,
@@ -210,8 +216,8 @@ impl<'a> Core<'a> {
                     state_limit_bytes: state_limit,
                     partition: p,
                 };
-                let mut part =
-                    PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, input.upstreams);
+                let feed = input.upstreams.map(|n| (n, writer.as_slice()));
+                let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
                 part.framed = stages.len() > 1;
                 part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
                 parts.push(part);
@@ -330,13 +336,11 @@ impl<'a> Core<'a> {
             };
             let names: Vec<String> = stage.plan.outputs.iter().map(|o| o.name.clone()).collect();
             let keys: Vec<String> = stage.plan.keys.iter().map(|o| o.name.clone()).collect();
-            runs.push(StageRun {
-                encoder: JsonEncoder::new(&names, &keys),
-                sink,
-                state: store,
-                slots,
-                emitted: Emitted::default(),
-            });
+            let encoder = match stage.output {
+                StageOutput::Sink => RowEncoder::Json(JsonEncoder::new(&names, &keys)),
+                StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
+            };
+            runs.push(StageRun { encoder, sink, state: store, slots, emitted: Emitted::default() });
         }
         let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
             Some(d) => match (&d.kafka, &d.file) {

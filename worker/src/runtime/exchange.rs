@@ -13,7 +13,7 @@
 //!
 //! | kind | meaning | the `i64` | after the header |
 //! |------|---------|-----------|------------------|
-//! | 1 | a row | its sequence number in the upstream partition | the row (JSON) |
+//! | 1 | a row | its sequence number in the upstream partition | the row (binary: `sluice_formats::encode::BinaryEncoder`) |
 //! | 2 | a watermark marker | the upstream partition's watermark | — |
 //! | 3 | the upstream partition is idle | 0 | — |
 //!
@@ -43,6 +43,8 @@ use sluice_formats::encode::EncodedRows;
 pub struct ExchangePartition {
     /// Row values (the keys have done their work: they chose the partition).
     pub rows: EncodedRows,
+    /// The upstream partition of each row.
+    pub upstreams: Vec<u32>,
     /// `(rows before it, upstream partition, watermark)`, in arrival order.
     pub marks: Vec<(usize, usize, i64)>,
 }
@@ -61,14 +63,16 @@ impl LocalExchange {
         self.partitions.len()
     }
 
-    /// Appends each row to the partition its key hashes to.
-    pub fn route(&mut self, rows: &EncodedRows) {
+    /// Appends each row of upstream partition `from` to the partition its
+    /// key hashes to.
+    pub fn route(&mut self, from: u32, rows: &EncodedRows) {
         let n = i32::try_from(self.partitions.len()).unwrap_or(i32::MAX);
         for i in 0..rows.len() {
             let p = usize::try_from(partition_for_key(rows.key(i), n)).unwrap_or(0);
             let part = &mut self.partitions[p];
             part.rows.values.extend_from_slice(rows.value(i));
             part.rows.value_ends.push(part.rows.values.len());
+            part.upstreams.push(from);
         }
     }
 
@@ -211,8 +215,8 @@ pub struct ExchangeInput {
 /// What an exchange record means to the partition that reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accepted<'a> {
-    /// A row to process.
-    Row(&'a [u8]),
+    /// A row to process, from upstream partition `from`.
+    Row { row: &'a [u8], from: u32 },
     /// A row already processed (its upstream replayed it).
     Duplicate,
     /// A marker; the combined watermark now, if there is one.
@@ -238,7 +242,7 @@ impl ExchangeInput {
                 }
                 self.seen[from] = Some(seq);
                 self.watermarks.active(from);
-                Accepted::Row(row)
+                Accepted::Row { row, from: from as u32 }
             }
             Frame::Watermark { at, .. } => Accepted::Watermark(self.watermarks.update(from, at)),
             Frame::Idle { .. } => Accepted::Watermark(self.watermarks.set_idle(from)),
@@ -283,9 +287,9 @@ mod tests {
     #[test]
     fn rows_go_where_kafka_would_put_their_keys_with_markers_after_them() {
         let mut x = LocalExchange::new(3);
-        x.route(&rows(&[("a", "1"), ("b", "2"), ("a", "3")]));
+        x.route(0, &rows(&[("a", "1"), ("b", "2"), ("a", "3")]));
         x.watermark(0, 100);
-        x.route(&rows(&[("c", "4")]));
+        x.route(0, &rows(&[("c", "4")]));
         let where_a = usize::try_from(partition_for_key(Some(b"a"), 3)).unwrap();
         let p = x.take(where_a);
         assert_eq!(p.rows.value(0), b"1");
@@ -336,15 +340,15 @@ mod tests {
     #[test]
     fn replayed_rows_are_dropped_and_the_position_survives_a_snapshot() {
         let mut x = ExchangeInput::new(2);
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Row(b"a")));
-        assert_eq!(x.accept(Frame::Row { from: 1, seq: 3, row: b"b" }), Ok(Accepted::Row(b"b")));
+        assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Row { row: b"a", from: 0 }));
+        assert_eq!(x.accept(Frame::Row { from: 1, seq: 3, row: b"b" }), Ok(Accepted::Row { row: b"b", from: 1 }));
         assert_eq!(x.accept(Frame::Watermark { from: 0, at: 100 }), Ok(Accepted::Watermark(None)));
         let saved = postcard::to_allocvec(&x).unwrap();
         // The upstream of partition 0 crashed and replays from offset 9.
         let mut x = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().resized(2);
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 9, row: b"z" }), Ok(Accepted::Duplicate));
         assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Duplicate));
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 11, row: b"c" }), Ok(Accepted::Row(b"c")));
+        assert_eq!(x.accept(Frame::Row { from: 0, seq: 11, row: b"c" }), Ok(Accepted::Row { row: b"c", from: 0 }));
         assert_eq!(x.accept(Frame::Watermark { from: 1, at: 80 }), Ok(Accepted::Watermark(Some(80))));
         assert!(x.accept(Frame::Idle { from: 2 }).unwrap_err().contains("upstream partition 2, but there are 2"));
         assert!(!x.ended());

@@ -12,8 +12,8 @@ use crate::Error;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::JsonDecoder;
-use sluice_formats::encode::{EncodedRows, JsonEncoder};
+use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 
@@ -21,7 +21,7 @@ pub struct PartitionPipeline {
     pub partition: i32,
     topic: Arc<str>,
     pub engine: Engine,
-    decoder: JsonDecoder,
+    decoder: RowDecoder,
     batch: Batch,
     /// Source offset and timestamp of each row of `batch`.
     offsets: Vec<i64>,
@@ -43,6 +43,8 @@ pub struct PartitionPipeline {
     /// Where the exchange's combined watermark moved during the batch:
     /// `(row, watermark)` (see `Engine::process_exchanged`).
     marks: Vec<(usize, i64)>,
+    /// The upstream partition of each row in the batch (fed by an exchange).
+    upstreams: Vec<u32>,
     /// Rows this partition emitted that came from no input row (aggregate
     /// results), counted so that, written to an exchange, each has a
     /// sequence number a replay after a restore repeats (it is checkpointed).
@@ -74,17 +76,20 @@ pub struct BatchCounters {
 }
 
 impl PartitionPipeline {
-    /// `upstreams`: for a partition of a repartition topic, how many
-    /// partitions write to it.
+    /// `feed`: for a partition of a repartition topic, how many partitions
+    /// write to it and the names of the values of their (binary) rows.
     pub fn new(
         plan: &Arc<Plan>,
         topic: Arc<str>,
         partition: i32,
         options: EngineOptions,
         capacity: usize,
-        upstreams: Option<usize>,
+        feed: Option<(usize, &[String])>,
     ) -> Self {
-        let decoder = JsonDecoder::new(plan);
+        let decoder = match feed {
+            None => RowDecoder::Json(JsonDecoder::new(plan)),
+            Some((_, writer)) => RowDecoder::Binary(BinaryDecoder::new(plan, writer)),
+        };
         let batch = decoder.new_batch(capacity);
         let used: Vec<String> = plan
             .source
@@ -111,8 +116,9 @@ impl PartitionPipeline {
             late_encoder: JsonEncoder::new(&used, &[]),
             late_rows: Vec::new(),
             counters: BatchCounters::default(),
-            exchange: upstreams.map(ExchangeInput::new),
+            exchange: feed.map(|(upstreams, _)| ExchangeInput::new(upstreams)),
             marks: Vec::new(),
+            upstreams: Vec::new(),
             emitted: 0,
             marked: None,
             last_input: std::time::Instant::now(),
@@ -155,10 +161,14 @@ impl PartitionPipeline {
         self.next_offset = Some(record.offset + 1);
         self.counters.records += 1;
         self.counters.bytes += record.payload.len() as u64;
+        let mut upstream = None;
         let payload = match &mut self.exchange {
             None => record.payload,
             Some(exchange) => match parse_frame(record.payload).and_then(|f| exchange.accept(f)) {
-                Ok(Accepted::Row(row)) => row,
+                Ok(Accepted::Row { row, from }) => {
+                    upstream = Some(from);
+                    row
+                }
                 Ok(Accepted::Duplicate) => return Ok(()),
                 Ok(Accepted::Watermark(w)) => {
                     if let Some(w) = w {
@@ -185,6 +195,7 @@ impl PartitionPipeline {
             Ok(()) => {
                 self.offsets.push(record.offset);
                 self.timestamps.push(record.timestamp_ms);
+                self.upstreams.extend(upstream);
                 Ok(())
             }
             Err(reason) => {
@@ -206,7 +217,7 @@ impl PartitionPipeline {
     /// when the policy says so.
     pub fn process(
         &mut self,
-        encoder: &JsonEncoder,
+        encoder: &RowEncoder,
         out: &mut Emitted,
         dead_letter: &mut dyn DeadLetterSink,
     ) -> Result<(), Error> {
@@ -224,7 +235,7 @@ impl PartitionPipeline {
             newest,
             late: &mut self.late_rows,
         };
-        self.engine.process_exchanged(&mut self.batch, &self.marks, &mut sink)?;
+        self.engine.process_exchanged(&mut self.batch, &self.marks, &self.upstreams, &mut sink)?;
         self.marks.clear();
         self.dirty = true;
         self.counters.late += self.late_rows.len() as u64;
@@ -234,11 +245,12 @@ impl PartitionPipeline {
         self.batch.clear();
         self.offsets.clear();
         self.timestamps.clear();
+        self.upstreams.clear();
         Ok(())
     }
 
     /// Closes every window (end of a bounded run).
-    pub fn finish(&mut self, encoder: &JsonEncoder, out: &mut Emitted) -> Result<(), Error> {
+    pub fn finish(&mut self, encoder: &RowEncoder, out: &mut Emitted) -> Result<(), Error> {
         let mut sink = BatchOutput {
             encoder,
             out,
@@ -314,7 +326,7 @@ impl Emitted {
 
 /// Adapts the engine's output to the encoder.
 struct BatchOutput<'a> {
-    encoder: &'a JsonEncoder,
+    encoder: &'a RowEncoder,
     out: &'a mut Emitted,
     input_timestamps: &'a [i64],
     input_offsets: &'a [i64],

@@ -1,0 +1,307 @@
+//! Binary rows of an exchange → columns (the format is described in
+//! `encode::BinaryEncoder`).
+//!
+//! The writer is another stage of the same query, so the values have the
+//! types its plan gave them; what is checked is what a record of some
+//! other writer (something else producing to an internal topic) would get
+//! wrong — a short record, an unknown tag, a value of the wrong kind — and
+//! it is reported like a malformed source record, never a panic.
+
+use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
+
+use super::json::DecodeError;
+use crate::encode::{BOOL, FLOAT, INT, NULL, STR};
+
+#[derive(Debug, Clone)]
+pub struct BinaryDecoder {
+    /// For each value of a row, in order: the column it fills, when the
+    /// plan reads that column.
+    targets: Vec<Option<usize>>,
+    names: Vec<String>,
+    used: Vec<bool>,
+    types: Vec<DataType>,
+    /// Columns filled by the row in progress (scratch).
+    filled: Vec<bool>,
+}
+
+impl BinaryDecoder {
+    /// A decoder of rows written by a plan whose outputs are `writer`, in
+    /// order, for `plan`, which reads them as its source's columns of the
+    /// same names.
+    pub fn new(plan: &Plan, writer: &[String]) -> Self {
+        let schema = &plan.source.schema;
+        let targets = writer
+            .iter()
+            .map(|name| schema.index_of(name).filter(|&i| plan.used_columns.get(i).copied().unwrap_or(false)))
+            .collect();
+        Self {
+            targets,
+            names: writer.to_vec(),
+            used: plan.used_columns.clone(),
+            types: schema.fields.iter().map(|f| f.data_type).collect(),
+            filled: vec![false; schema.fields.len()],
+        }
+    }
+
+    /// An empty batch with a builder for each used column.
+    pub fn new_batch(&self, capacity: usize) -> Batch {
+        let columns =
+            self.types
+                .iter()
+                .zip(&self.used)
+                .map(|(t, used)| {
+                    if *used { Column::with_capacity(*t, capacity) } else { Column::new(*t, ColumnData::Null(0), None) }
+                })
+                .collect();
+        Batch::new(columns, 0)
+    }
+
+    /// Appends `payload` as one row of `batch`, or explains why it cannot.
+    pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let rows = batch.len;
+        match self.fill(payload, batch) {
+            Ok(()) => {
+                batch.len = rows + 1;
+                Ok(())
+            }
+            Err(e) => {
+                for (c, used) in batch.columns.iter_mut().zip(&self.used) {
+                    if *used {
+                        c.truncate(rows);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn fill(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        self.filled.fill(false);
+        let mut at = 0;
+        for (field, target) in self.targets.iter().enumerate() {
+            let Some(&tag) = payload.get(at) else {
+                return Err(self.error(field, "the row ends before it"));
+            };
+            at += 1;
+            let width = match tag {
+                NULL => 0,
+                INT | FLOAT => 8,
+                BOOL => 1,
+                STR => {
+                    4 + payload.get(at..at + 4).map_or(0, |n| {
+                        usize::try_from(u32::from_le_bytes([n[0], n[1], n[2], n[3]])).unwrap_or(usize::MAX)
+                    })
+                }
+                other => return Err(self.error(field, &format!("unknown value tag {other}"))),
+            };
+            let Some(bytes) = payload.get(at..at.saturating_add(width)) else {
+                return Err(self.error(field, "the row ends inside it"));
+            };
+            at += width;
+            let Some(column) = *target else { continue };
+            let c = &mut batch.columns[column];
+            let eight = || {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&bytes[..8]);
+                b
+            };
+            let pushed = match (tag, c.data_type) {
+                (NULL, _) => {
+                    c.push_null();
+                    Ok(())
+                }
+                (INT, DataType::Double) => {
+                    #[allow(clippy::cast_precision_loss)]
+                    let x = i64::from_le_bytes(eight()) as f64;
+                    c.push_f64(x)
+                }
+                (INT, DataType::Bigint | DataType::Timestamp) => c.push_i64(i64::from_le_bytes(eight())),
+                (FLOAT, DataType::Double) => c.push_f64(f64::from_le_bytes(eight())),
+                (BOOL, DataType::Boolean) => c.push_bool(bytes[0] != 0),
+                (STR, DataType::String) => match std::str::from_utf8(&bytes[4..]) {
+                    Ok(s) => c.push_str(s),
+                    Err(_) => return Err(self.error(field, "a string that is not UTF-8")),
+                },
+                (_, t) => return Err(self.error(field, &format!("{} for a {t} column", kind(tag)))),
+            };
+            pushed.map_err(|e| self.error(field, &e.to_string()))?;
+            self.filled[column] = true;
+        }
+        if at != payload.len() {
+            return Err(DecodeError(format!(
+                "exchange row: {} bytes after the {} values of the row",
+                payload.len() - at,
+                self.targets.len()
+            )));
+        }
+        // Columns the writer does not send are NULL (nothing on an
+        // exchange is required: the first stage checked the records).
+        for (i, used) in self.used.iter().enumerate() {
+            if *used && !self.filled[i] {
+                batch.columns[i].push_null();
+            }
+        }
+        Ok(())
+    }
+
+    fn error(&self, field: usize, what: &str) -> DecodeError {
+        let name = self.names.get(field).map_or("?", String::as_str);
+        DecodeError(format!("exchange row, value {} (`{name}`): {what}", field + 1))
+    }
+}
+
+fn kind(tag: u8) -> &'static str {
+    match tag {
+        INT => "an integer",
+        FLOAT => "a double",
+        BOOL => "a boolean",
+        STR => "a string",
+        _ => "NULL",
+    }
+}
+
+/// How a partition reads its records: JSON from a source, binary rows
+/// from an exchange.
+#[derive(Debug, Clone)]
+pub enum RowDecoder {
+    Json(super::JsonDecoder),
+    Binary(BinaryDecoder),
+}
+
+impl RowDecoder {
+    pub fn new_batch(&self, capacity: usize) -> Batch {
+        match self {
+            Self::Json(d) => d.new_batch(capacity),
+            Self::Binary(d) => d.new_batch(capacity),
+        }
+    }
+
+    pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        match self {
+            Self::Json(d) => d.decode(payload, batch),
+            Self::Binary(d) => d.decode(payload, batch),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use sluice_crds::{ColumnType, SourceSpec};
+    use sluice_engine::EmittedRows;
+    use sluice_plan::{Column, DataType, Plan, Scalar, Selection, Value};
+    use sluice_sql::plan_query;
+
+    use super::BinaryDecoder;
+    use crate::encode::{BinaryEncoder, EncodedRows};
+
+    fn plan(sql: &str) -> Plan {
+        let source = SourceSpec::table(
+            "t",
+            &[
+                ("id", ColumnType::Bigint, true),
+                ("name", ColumnType::String, false),
+                ("price", ColumnType::Double, false),
+                ("ts", ColumnType::Timestamp, false),
+                ("flag", ColumnType::Boolean, false),
+            ],
+        );
+        plan_query(sql, &[source]).unwrap()
+    }
+
+    fn encode(columns: &[Value<'_>], rows: usize) -> EncodedRows {
+        let mut out = EncodedRows::default();
+        let emitted = EmittedRows { columns, keys: &[], selection: Selection::All(rows), from_input: false };
+        BinaryEncoder.encode(&emitted, &mut out);
+        out
+    }
+
+    fn column(data_type: DataType, values: &[Scalar]) -> Value<'static> {
+        let mut c = Column::with_capacity(data_type, values.len());
+        for v in values {
+            c.push_scalar(v).unwrap();
+        }
+        Value::Column(Cow::Owned(c))
+    }
+
+    #[test]
+    fn rows_round_trip_by_name_with_nulls_constants_and_columns_not_sent() {
+        let p = plan("SELECT id, name, price, ts, flag FROM t");
+        // The writer sends `price` as a constant, `name` before `id`,
+        // `extra` (which this plan does not read) and no `flag`.
+        let rows = encode(
+            &[
+                column(DataType::String, &[Scalar::String("é\"x".into()), Scalar::Null]),
+                column(DataType::Bigint, &[Scalar::Bigint(i64::MIN), Scalar::Bigint(7)]),
+                column(DataType::Bigint, &[Scalar::Bigint(1), Scalar::Bigint(2)]),
+                Value::Scalar(Scalar::Double(-0.5), DataType::Double),
+                column(DataType::Timestamp, &[Scalar::Timestamp(1_700_000_000_123), Scalar::Null]),
+            ],
+            2,
+        );
+        let writer: Vec<String> = ["name", "id", "extra", "price", "ts"].map(String::from).to_vec();
+        let mut d = BinaryDecoder::new(&p, &writer);
+        let mut b = d.new_batch(2);
+        for i in 0..rows.len() {
+            d.decode(rows.value(i), &mut b).unwrap();
+        }
+        assert_eq!(b.len, 2);
+        let row = |r: usize| (0..5).map(|c| b.columns[c].scalar(r)).collect::<Vec<_>>();
+        assert_eq!(
+            row(0),
+            [
+                Scalar::Bigint(i64::MIN),
+                Scalar::String("é\"x".into()),
+                Scalar::Double(-0.5),
+                Scalar::Timestamp(1_700_000_000_123),
+                Scalar::Null
+            ]
+        );
+        assert_eq!(row(1), [Scalar::Bigint(7), Scalar::Null, Scalar::Double(-0.5), Scalar::Null, Scalar::Null]);
+    }
+
+    #[test]
+    fn a_bigint_is_read_into_a_double_column() {
+        let p = plan("SELECT price FROM t");
+        let rows = encode(&[column(DataType::Bigint, &[Scalar::Bigint(3)])], 1);
+        let mut d = BinaryDecoder::new(&p, &["price".to_owned()]);
+        let mut b = d.new_batch(1);
+        d.decode(rows.value(0), &mut b).unwrap();
+        assert_eq!(b.columns[2].scalar(0), Scalar::Double(3.0));
+    }
+
+    #[test]
+    fn a_record_no_stage_wrote_is_an_error_naming_the_value_and_leaves_the_batch_as_it_was() {
+        let p = plan("SELECT id, name FROM t");
+        let writer = ["id".to_owned(), "name".to_owned()];
+        let good = encode(
+            &[column(DataType::Bigint, &[Scalar::Bigint(1)]), column(DataType::String, &[Scalar::String("a".into())])],
+            1,
+        );
+        let mut d = BinaryDecoder::new(&p, &writer);
+        let mut b = d.new_batch(4);
+        d.decode(good.value(0), &mut b).unwrap();
+        let row = good.value(0).to_vec();
+        let mut not_utf8 = row.clone();
+        let last = not_utf8.len() - 1;
+        not_utf8[last] = 0xff;
+        let cases: [(&[u8], &str); 6] = [
+            (&[], "value 1 (`id`): the row ends before it"),
+            (&row[..5], "value 1 (`id`): the row ends inside it"),
+            (&row[..row.len() - 1], "value 2 (`name`): the row ends inside it"),
+            (&[9], "value 1 (`id`): unknown value tag 9"),
+            (&[4, 1, 0, 0, 0, b'x'], "value 1 (`id`): a string for a bigint column"),
+            (&not_utf8, "value 2 (`name`): a string that is not UTF-8"),
+        ];
+        for (bytes, want) in cases {
+            let err = d.decode(bytes, &mut b).unwrap_err();
+            assert!(err.0.contains(want), "{bytes:?}: {err}");
+        }
+        let mut trailing = row.clone();
+        trailing.push(0);
+        assert!(d.decode(&trailing, &mut b).unwrap_err().0.contains("1 bytes after the 2 values"));
+        assert_eq!(b.len, 1, "a bad record adds no row");
+        assert!(b.columns.iter().take(2).all(|c| c.len() == 1), "and leaves no partial row behind");
+    }
+}

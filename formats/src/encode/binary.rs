@@ -1,0 +1,119 @@
+//! Result rows → the binary rows of an exchange.
+//!
+//! A row that crosses a repartition topic is written by one Sluice stage
+//! and read by another, never by a user, so it need not be JSON: no field
+//! names, no number or timestamp text to format and parse again. A row is
+//! its values in the writing plan's output order, each a tag byte and then
+//!
+//! | tag | value |
+//! |-----|-------|
+//! | [`NULL`] | — |
+//! | [`INT`] | `i64`, little-endian (BIGINT and TIMESTAMP, epoch ms) |
+//! | [`FLOAT`] | `f64` bits, little-endian |
+//! | [`BOOL`] | one byte, 0 or 1 |
+//! | [`STR`] | `u32` byte length, little-endian, then UTF-8 |
+//!
+//! The reader maps positions to its own columns by the writer's output
+//! names (`decode::BinaryDecoder`). Keys are written the same way: on an
+//! exchange they only choose the partition.
+
+use sluice_engine::EmittedRows;
+use sluice_plan::{Scalar, Value};
+
+use super::json::EncodedRows;
+use super::view::{ColumnView, Data};
+
+pub const NULL: u8 = 0;
+pub const INT: u8 = 1;
+pub const FLOAT: u8 = 2;
+pub const BOOL: u8 = 3;
+pub const STR: u8 = 4;
+
+/// Writes [`EmittedRows`] as binary rows (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BinaryEncoder;
+
+/// A result column for one batch, or a constant encoded once.
+enum View<'a> {
+    Column(ColumnView<'a>),
+    Const(Vec<u8>),
+}
+
+impl<'a> View<'a> {
+    fn of(v: &'a Value<'a>) -> Self {
+        match v {
+            Value::Column(c) => View::Column(ColumnView::of(c)),
+            Value::Scalar(s, _) => {
+                let mut bytes = Vec::new();
+                write_scalar(s, &mut bytes);
+                View::Const(bytes)
+            }
+        }
+    }
+
+    #[inline]
+    fn write(&self, row: usize, out: &mut Vec<u8>) {
+        let column = match self {
+            View::Const(bytes) => return out.extend_from_slice(bytes),
+            View::Column(c) if c.is_null(row) => return out.push(NULL),
+            View::Column(c) => c,
+        };
+        match column.data {
+            Data::Int(x) | Data::Ts(x) => {
+                out.push(INT);
+                out.extend_from_slice(&x[row].to_le_bytes());
+            }
+            Data::Float(x) => {
+                out.push(FLOAT);
+                out.extend_from_slice(&x[row].to_le_bytes());
+            }
+            Data::Bool(x) => out.extend_from_slice(&[BOOL, u8::from(x[row])]),
+            Data::Str(s) => write_str(s.get(row), out),
+            Data::Null => out.push(NULL),
+        }
+    }
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    // A string over 4 GiB cannot be in a batch: records are far smaller.
+    out.push(STR);
+    out.extend_from_slice(&u32::try_from(s.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn write_scalar(s: &Scalar, out: &mut Vec<u8>) {
+    match s {
+        Scalar::Null => out.push(NULL),
+        Scalar::Bigint(x) | Scalar::Timestamp(x) => {
+            out.push(INT);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        Scalar::Double(x) => {
+            out.push(FLOAT);
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        Scalar::Boolean(x) => out.extend_from_slice(&[BOOL, u8::from(*x)]),
+        Scalar::String(x) => write_str(x, out),
+    }
+}
+
+impl BinaryEncoder {
+    /// Appends the emitted rows to `out`.
+    pub fn encode(self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
+        let values: Vec<View<'_>> = rows.columns.iter().map(View::of).collect();
+        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of).collect();
+        out.values.reserve(rows.selection.len() * 10 * values.len().max(1));
+        rows.selection.for_each(|row| {
+            for v in &values {
+                v.write(row, &mut out.values);
+            }
+            out.value_ends.push(out.values.len());
+            if !keys.is_empty() {
+                for k in &keys {
+                    k.write(row, &mut out.keys);
+                }
+                out.key_ends.push(out.keys.len());
+            }
+        });
+    }
+}
