@@ -384,11 +384,15 @@ impl<'a> Core<'a> {
         let idle_after = Duration::from_millis(u64::try_from(engine.idle_timeout_millis).unwrap_or(0));
         let idle_wait = Duration::from_millis(100);
         let mut last_checkpoint = Instant::now();
+        let mut rows_per_record = 1;
         while !self.all_ended() && !self.setup.health.stopping() {
             // One root span per batch: exported (and sampled) when OTLP is on.
             let span = tracing::info_span!("batch", core = self.setup.core, records = tracing::field::Empty);
             let _entered = span.enter();
-            // Collect one batch.
+            // Collect one batch of up to `batch_max` rows. A packed exchange
+            // record holds many rows, so records are asked for by the rows
+            // per record of the last poll (a pack is small next to a batch:
+            // see `exchange::PACK_MAX_ROWS`).
             let mut collected = 0;
             let mut first_at: Option<Instant> = None;
             let mut push_error = None;
@@ -398,11 +402,14 @@ impl<'a> Core<'a> {
                     Some(t) => linger.saturating_sub(t.elapsed()),
                 };
                 let (parts, dead_letter) = (&mut self.parts, &mut self.dead_letter);
-                let (n, end) = self.source.poll(batch_max - collected, timeout, &mut |record| {
-                    if push_error.is_none()
-                        && let Err(e) = parts[record.slot].push(&record, dead_letter.as_mut())
-                    {
-                        push_error = Some(e);
+                let want = ((batch_max - collected) / rows_per_record).max(1);
+                let mut rows = 0;
+                let (n, end) = self.source.poll(want, timeout, &mut |record| {
+                    if push_error.is_none() {
+                        match parts[record.slot].push(&record, dead_letter.as_mut()) {
+                            Ok(added) => rows += added,
+                            Err(e) => push_error = Some(e),
+                        }
                     }
                 })?;
                 if let Some(e) = push_error.take() {
@@ -411,7 +418,10 @@ impl<'a> Core<'a> {
                 if n > 0 && first_at.is_none() {
                     first_at = Some(Instant::now());
                 }
-                collected += n;
+                if let Some(ratio) = rows.checked_div(n) {
+                    rows_per_record = ratio.max(1);
+                }
+                collected = (collected + rows.max(n)).min(batch_max);
                 if end == PollEnd::Exhausted {
                     self.source_done = true;
                     break;

@@ -16,6 +16,18 @@
 //! | 1 | a row | its sequence number in the upstream partition | the row (binary: `sluice_formats::encode::BinaryEncoder`) |
 //! | 2 | a watermark marker | the upstream partition's watermark | — |
 //! | 3 | the upstream partition is idle | 0 | — |
+//! | 4 | rows, packed | the first row's sequence number | per row: its sequence number minus the previous row's (zigzag LEB128), its length (LEB128), the row |
+//!
+//! Writers pack: a batch's rows for one partition travel as one record of
+//! kind 4 ([`Packer`], at most [`PACK_MAX_ROWS`] rows or
+//! [`PACK_MAX_BYTES`]), so the per-record costs of producing, storing and
+//! consuming (librdkafka bookkeeping, delivery reports, record headers) are
+//! paid once per pack instead of once per row — the difference between a
+//! shuffle that costs most of a job's throughput and one that does not
+//! (docs/benchmarks.md). Kind 1 is still read, so records written by an
+//! older worker in a repartition topic survive an upgrade. The record's
+//! timestamp is the pack's oldest row's, so latency measured at the sink
+//! never looks better than it was.
 //!
 //! A row's sequence number is the source offset it came from (stages that
 //! read a source) or its position in the upstream partition's output
@@ -36,6 +48,8 @@
 use serde::{Deserialize, Serialize};
 use sluice_crds::partition_for_key;
 use sluice_formats::encode::EncodedRows;
+
+use crate::Error;
 
 /// One partition of an exchange: rows in arrival order, and the upstream
 /// watermarks that arrived between them.
@@ -162,27 +176,219 @@ pub const FRAME_HEADER: usize = 13;
 const ROW: u8 = 1;
 const WATERMARK: u8 = 2;
 const IDLE: u8 = 3;
+const ROWS: u8 = 4;
+
+/// Rows in one packed record at most: a reader's batch is counted in rows,
+/// and one poll may bring a pack per record before the count is checked,
+/// so a pack must stay small next to a batch; 64 rows already pay the
+/// per-record costs 64 times less often.
+pub const PACK_MAX_ROWS: usize = 64;
+/// Bytes of rows in one packed record at most (wide rows): far below the
+/// broker's default `message.max.bytes` (1 MiB).
+pub const PACK_MAX_BYTES: usize = 64 * 1024;
 
 /// One record of a repartition topic, parsed (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame<'a> {
-    Row { from: u32, seq: i64, row: &'a [u8] },
-    Watermark { from: u32, at: i64 },
-    Idle { from: u32 },
+    Row {
+        from: u32,
+        seq: i64,
+        row: &'a [u8],
+    },
+    /// Rows packed by a [`Packer`]: read them with [`Frame::rows`].
+    Rows {
+        from: u32,
+        first: i64,
+        body: &'a [u8],
+    },
+    Watermark {
+        from: u32,
+        at: i64,
+    },
+    Idle {
+        from: u32,
+    },
 }
 
-impl Frame<'_> {
+impl<'a> Frame<'a> {
     /// Appends the frame's bytes to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
         let (kind, from, n, row): (u8, u32, i64, &[u8]) = match *self {
             Frame::Row { from, seq, row } => (ROW, from, seq, row),
+            Frame::Rows { from, first, body } => (ROWS, from, first, body),
             Frame::Watermark { from, at } => (WATERMARK, from, at, &[]),
             Frame::Idle { from } => (IDLE, from, 0, &[]),
         };
-        out.push(kind);
-        out.extend_from_slice(&from.to_be_bytes());
-        out.extend_from_slice(&n.to_be_bytes());
+        write_header(out, kind, from, n);
         out.extend_from_slice(row);
+    }
+
+    /// The upstream partition the frame came from.
+    pub fn from(&self) -> u32 {
+        match *self {
+            Frame::Row { from, .. }
+            | Frame::Rows { from, .. }
+            | Frame::Watermark { from, .. }
+            | Frame::Idle { from } => from,
+        }
+    }
+
+    /// The rows of a row frame, one or packed, with their sequence numbers
+    /// (none for a marker). A pack that ends inside a row yields an error
+    /// naming the row, after the rows before it.
+    pub fn rows(&self) -> PackedRows<'a> {
+        match *self {
+            Frame::Row { seq, row, .. } => PackedRows { single: Some((seq, row)), body: &[], seq: 0, index: 0 },
+            Frame::Rows { first, body, .. } => PackedRows { single: None, body, seq: first, index: 0 },
+            Frame::Watermark { .. } | Frame::Idle { .. } => PackedRows { single: None, body: &[], seq: 0, index: 0 },
+        }
+    }
+}
+
+fn write_header(out: &mut Vec<u8>, kind: u8, from: u32, n: i64) {
+    out.push(kind);
+    out.extend_from_slice(&from.to_be_bytes());
+    out.extend_from_slice(&n.to_be_bytes());
+}
+
+/// The rows of a frame: `(sequence number, row)`.
+#[derive(Debug, Clone)]
+pub struct PackedRows<'a> {
+    single: Option<(i64, &'a [u8])>,
+    body: &'a [u8],
+    seq: i64,
+    index: usize,
+}
+
+impl<'a> Iterator for PackedRows<'a> {
+    type Item = Result<(i64, &'a [u8]), String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(row) = self.single.take() {
+            return Some(Ok(row));
+        }
+        if self.body.is_empty() {
+            return None;
+        }
+        let index = self.index;
+        self.index += 1;
+        let parsed = (|| {
+            let (delta, used) = read_varint(self.body)?;
+            let (len, more) = read_varint(&self.body[used..])?;
+            let start = used + more;
+            let end = usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|e| *e <= self.body.len())?;
+            Some((unzigzag(delta), start, end))
+        })();
+        let Some((delta, start, end)) = parsed else {
+            self.body = &[];
+            return Some(Err(format!("packed row {index} is cut short")));
+        };
+        self.seq = self.seq.wrapping_add(delta);
+        let row = &self.body[start..end];
+        self.body = &self.body[end..];
+        Some(Ok((self.seq, row)))
+    }
+}
+
+fn write_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// A LEB128 value and the bytes it took; `None` when cut short or longer
+/// than a `u64`.
+fn read_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// Takes a finished pack: `(partition, record, timestamp)`.
+pub type EmitPack<'a> = dyn FnMut(usize, &[u8], i64) -> Result<(), Error> + 'a;
+
+/// Packs the rows of an upstream partition's batch by destination
+/// partition into records of kind 4 (see the module docs), reusing its
+/// buffers from batch to batch.
+#[derive(Debug)]
+pub struct Packer {
+    packs: Vec<Pack>,
+}
+
+#[derive(Debug, Default)]
+struct Pack {
+    bytes: Vec<u8>,
+    rows: usize,
+    last_seq: i64,
+    /// The oldest row's timestamp (0: none known).
+    timestamp: i64,
+}
+
+impl Packer {
+    pub fn new(partitions: usize) -> Self {
+        Self { packs: (0..partitions.max(1)).map(|_| Pack::default()).collect() }
+    }
+
+    /// Packs upstream partition `from`'s rows and hands every finished
+    /// pack to `emit(partition, record, timestamp)`; all of them are
+    /// handed over before it returns (a batch's rows are never held back
+    /// for the next one: they would wait a whole batch).
+    pub fn pack(
+        &mut self,
+        from: u32,
+        rows: &EncodedRows,
+        seqs: &[i64],
+        timestamps: &[i64],
+        emit: &mut EmitPack<'_>,
+    ) -> Result<(), Error> {
+        let n = i32::try_from(self.packs.len()).unwrap_or(i32::MAX);
+        for i in 0..rows.len() {
+            let p = usize::try_from(partition_for_key(rows.key(i), n)).unwrap_or(0);
+            let seq = seqs.get(i).copied().unwrap_or_default();
+            let ts = timestamps.get(i).copied().unwrap_or(0);
+            let pack = &mut self.packs[p];
+            if pack.rows == 0 {
+                pack.bytes.clear();
+                write_header(&mut pack.bytes, ROWS, from, seq);
+                pack.last_seq = seq;
+                pack.timestamp = 0;
+            }
+            let row = rows.value(i);
+            write_varint(&mut pack.bytes, zigzag(seq.wrapping_sub(pack.last_seq)));
+            write_varint(&mut pack.bytes, row.len() as u64);
+            pack.bytes.extend_from_slice(row);
+            pack.last_seq = seq;
+            pack.rows += 1;
+            if ts > 0 && (pack.timestamp == 0 || ts < pack.timestamp) {
+                pack.timestamp = ts;
+            }
+            if pack.rows >= PACK_MAX_ROWS || pack.bytes.len() >= PACK_MAX_BYTES {
+                pack.rows = 0;
+                emit(p, &pack.bytes, pack.timestamp)?;
+            }
+        }
+        for (p, pack) in self.packs.iter_mut().enumerate() {
+            if pack.rows > 0 {
+                pack.rows = 0;
+                emit(p, &pack.bytes, pack.timestamp)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -196,6 +402,7 @@ pub fn parse_frame(bytes: &[u8]) -> Result<Frame<'_>, String> {
     let n = i64::from_be_bytes(n.try_into().map_err(|_| "frame header".to_owned())?);
     match kind {
         ROW => Ok(Frame::Row { from, seq: n, row: &bytes[FRAME_HEADER..] }),
+        ROWS => Ok(Frame::Rows { from, first: n, body: &bytes[FRAME_HEADER..] }),
         WATERMARK => Ok(Frame::Watermark { from, at: n }),
         IDLE => Ok(Frame::Idle { from }),
         other => Err(format!("unknown repartition frame kind {other}")),
@@ -212,41 +419,40 @@ pub struct ExchangeInput {
     watermarks: UpstreamWatermarks,
 }
 
-/// What an exchange record means to the partition that reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accepted<'a> {
-    /// A row to process, from upstream partition `from`.
-    Row { row: &'a [u8], from: u32 },
-    /// A row already processed (its upstream replayed it).
-    Duplicate,
-    /// A marker; the combined watermark now, if there is one.
-    Watermark(Option<i64>),
-}
-
 impl ExchangeInput {
     pub fn new(upstreams: usize) -> Self {
         Self { seen: vec![None; upstreams], watermarks: UpstreamWatermarks::new(upstreams) }
     }
 
-    pub fn accept<'a>(&mut self, frame: Frame<'a>) -> Result<Accepted<'a>, String> {
-        let from = match frame {
-            Frame::Row { from, .. } | Frame::Watermark { from, .. } | Frame::Idle { from } => from as usize,
-        };
-        if from >= self.seen.len() {
+    fn upstream(&self, from: u32) -> Result<usize, String> {
+        let i = from as usize;
+        if i >= self.seen.len() {
             return Err(format!("a record from upstream partition {from}, but there are {}", self.seen.len()));
         }
-        Ok(match frame {
-            Frame::Row { seq, row, .. } => {
-                if self.seen[from].is_some_and(|s| seq <= s) {
-                    return Ok(Accepted::Duplicate);
-                }
-                self.seen[from] = Some(seq);
-                self.watermarks.active(from);
-                Accepted::Row { row, from: from as u32 }
-            }
-            Frame::Watermark { at, .. } => Accepted::Watermark(self.watermarks.update(from, at)),
-            Frame::Idle { .. } => Accepted::Watermark(self.watermarks.set_idle(from)),
-        })
+        Ok(i)
+    }
+
+    /// A row numbered `seq` from upstream partition `from`: whether it is
+    /// new (`false`: its upstream replayed it, it was processed already).
+    pub fn accept_row(&mut self, from: u32, seq: i64) -> Result<bool, String> {
+        let from = self.upstream(from)?;
+        if self.seen[from].is_some_and(|s| seq <= s) {
+            return Ok(false);
+        }
+        self.seen[from] = Some(seq);
+        self.watermarks.active(from);
+        Ok(true)
+    }
+
+    /// A marker; the combined watermark now, if there is one. A row frame
+    /// is not a marker (an error: see [`ExchangeInput::accept_row`]).
+    pub fn accept_marker(&mut self, frame: Frame<'_>) -> Result<Option<i64>, String> {
+        let from = self.upstream(frame.from())?;
+        match frame {
+            Frame::Watermark { at, .. } => Ok(self.watermarks.update(from, at)),
+            Frame::Idle { .. } => Ok(self.watermarks.set_idle(from)),
+            Frame::Row { .. } | Frame::Rows { .. } => Err("a row where a marker was expected".into()),
+        }
     }
 
     pub fn upstreams(&self) -> usize {
@@ -340,22 +546,101 @@ mod tests {
     #[test]
     fn replayed_rows_are_dropped_and_the_position_survives_a_snapshot() {
         let mut x = ExchangeInput::new(2);
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Row { row: b"a", from: 0 }));
-        assert_eq!(x.accept(Frame::Row { from: 1, seq: 3, row: b"b" }), Ok(Accepted::Row { row: b"b", from: 1 }));
-        assert_eq!(x.accept(Frame::Watermark { from: 0, at: 100 }), Ok(Accepted::Watermark(None)));
+        assert_eq!(x.accept_row(0, 10), Ok(true));
+        assert_eq!(x.accept_row(1, 3), Ok(true));
+        assert_eq!(x.accept_marker(Frame::Watermark { from: 0, at: 100 }), Ok(None));
         let saved = postcard::to_allocvec(&x).unwrap();
         // The upstream of partition 0 crashed and replays from offset 9.
         let mut x = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().resized(2);
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 9, row: b"z" }), Ok(Accepted::Duplicate));
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 10, row: b"a" }), Ok(Accepted::Duplicate));
-        assert_eq!(x.accept(Frame::Row { from: 0, seq: 11, row: b"c" }), Ok(Accepted::Row { row: b"c", from: 0 }));
-        assert_eq!(x.accept(Frame::Watermark { from: 1, at: 80 }), Ok(Accepted::Watermark(Some(80))));
-        assert!(x.accept(Frame::Idle { from: 2 }).unwrap_err().contains("upstream partition 2, but there are 2"));
+        assert_eq!(x.accept_row(0, 9), Ok(false));
+        assert_eq!(x.accept_row(0, 10), Ok(false));
+        assert_eq!(x.accept_row(0, 11), Ok(true));
+        assert_eq!(x.accept_marker(Frame::Watermark { from: 1, at: 80 }), Ok(Some(80)));
+        assert!(
+            x.accept_marker(Frame::Idle { from: 2 }).unwrap_err().contains("upstream partition 2, but there are 2")
+        );
+        assert!(x.accept_row(2, 1).unwrap_err().contains("upstream partition 2"));
         assert!(!x.ended());
-        x.accept(Frame::Watermark { from: 0, at: END }).unwrap();
-        x.accept(Frame::Watermark { from: 1, at: END }).unwrap();
+        x.accept_marker(Frame::Watermark { from: 0, at: END }).unwrap();
+        x.accept_marker(Frame::Watermark { from: 1, at: END }).unwrap();
         assert!(x.ended());
         let grown = x.resized(3);
         assert!(!grown.ended(), "a new upstream partition has not ended");
+    }
+
+    fn packed(rows: &EncodedRows, seqs: &[i64], ts: &[i64], partitions: usize) -> Vec<(usize, Vec<u8>, i64)> {
+        let mut out = Vec::new();
+        Packer::new(partitions)
+            .pack(7, rows, seqs, ts, &mut |p, bytes, t| {
+                out.push((p, bytes.to_vec(), t));
+                Ok(())
+            })
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn packed_rows_keep_their_partition_order_sequence_numbers_and_oldest_timestamp() {
+        let items: Vec<(String, String)> = (0..10).map(|i| (format!("k{}", i % 3), format!("row{i}"))).collect();
+        let refs: Vec<(&str, &str)> = items.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let r = rows(&refs);
+        // Sequence numbers need not be contiguous, nor even rise.
+        let seqs: Vec<i64> = (0..10).map(|i| if i == 4 { -5 } else { 1_000 + i * 7 }).collect();
+        let ts: Vec<i64> = (0..10).map(|i| if i == 0 { 0 } else { 500 - i }).collect();
+        let packs = packed(&r, &seqs, &ts, 4);
+        let mut seen = 0;
+        for (p, bytes, t) in &packs {
+            let frame = parse_frame(bytes).unwrap();
+            assert_eq!(frame.from(), 7);
+            let got: Vec<(i64, &[u8])> = frame.rows().map(Result::unwrap).collect();
+            let want: Vec<(i64, &[u8])> = (0..10)
+                .filter(|&i| usize::try_from(partition_for_key(r.key(i), 4)).unwrap() == *p)
+                .map(|i| (seqs[i], r.value(i)))
+                .collect();
+            assert_eq!(got, want, "partition {p}");
+            let oldest = (0..10)
+                .filter(|&i| usize::try_from(partition_for_key(r.key(i), 4)).unwrap() == *p && ts[i] > 0)
+                .map(|i| ts[i])
+                .min()
+                .unwrap_or(0);
+            assert_eq!(*t, oldest);
+            seen += got.len();
+        }
+        assert_eq!(seen, 10);
+    }
+
+    #[test]
+    fn a_pack_holds_at_most_its_row_limit_and_a_cut_pack_is_named() {
+        let items: Vec<(String, String)> = (0..PACK_MAX_ROWS * 2 + 1).map(|i| ("same".into(), i.to_string())).collect();
+        let refs: Vec<(&str, &str)> = items.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let seqs: Vec<i64> = (0..refs.len() as i64).collect();
+        let packs = packed(&rows(&refs), &seqs, &[], 2);
+        assert_eq!(
+            packs.iter().map(|(_, b, _)| parse_frame(b).unwrap().rows().count()).collect::<Vec<_>>(),
+            [PACK_MAX_ROWS, PACK_MAX_ROWS, 1]
+        );
+        let all: Vec<i64> = packs
+            .iter()
+            .flat_map(|(_, b, _)| parse_frame(b).unwrap().rows().map(|r| r.unwrap().0).collect::<Vec<_>>())
+            .collect();
+        assert_eq!(all, seqs, "sequence numbers run on across packs");
+        let bytes = &packs[0].1;
+        let cut = parse_frame(&bytes[..bytes.len() - 1]).unwrap();
+        let rows: Vec<_> = cut.rows().collect();
+        assert_eq!(rows.len(), PACK_MAX_ROWS);
+        assert_eq!(
+            rows.last().unwrap().as_ref().unwrap_err(),
+            &format!("packed row {} is cut short", PACK_MAX_ROWS - 1)
+        );
+    }
+
+    #[test]
+    fn varints_round_trip_at_the_extremes() {
+        for v in [0, 1, -1, 63, -64, 64, i64::MAX, i64::MIN] {
+            let mut out = Vec::new();
+            write_varint(&mut out, zigzag(v));
+            assert_eq!(read_varint(&out).map(|(u, n)| (unzigzag(u), n)), Some((v, out.len())));
+        }
+        assert_eq!(read_varint(&[0x80; 11]), None, "longer than a u64");
     }
 }

@@ -4,10 +4,11 @@
 //!
 //! Records are the repartition topic's frames ([`super::exchange`]), so the
 //! reading side is the same code as on a cluster: rows are decoded, markers
-//! move the watermark, end markers finish bounded runs. A writer collects
-//! a batch's frames per destination partition and sends each partition one
-//! message per batch (length-prefixed frames back to back), so the channel
-//! costs one allocation per batch and partition, not one per record.
+//! move the watermark, end markers finish bounded runs (and packed rows
+//! are unpacked by the same code too). A writer collects a batch's frames
+//! per destination partition and sends each partition one message per batch
+//! (length-prefixed frames back to back), so the channel costs one
+//! allocation per batch and partition, not one per record.
 //!
 //! Channels are unbounded, so a writer never blocks (two cores each
 //! waiting for room in the other's partition would wedge); instead, while
@@ -24,11 +25,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
-use super::exchange::Frame;
+use super::exchange::{Frame, Packer};
 use crate::Error;
 use crate::sink::ExchangeOutput;
 use crate::source::{PollEnd, Record, Source};
-use sluice_crds::partition_for_key;
 use sluice_formats::encode::EncodedRows;
 
 /// Frames for one partition, each preceded by its length (`u32`, little-endian).
@@ -53,6 +53,7 @@ pub type Backlog = Arc<AtomicUsize>;
 pub struct LocalExchangeWriter {
     to: Vec<Sender<Chunk>>,
     pending: Vec<Chunk>,
+    packer: Packer,
     frame: Vec<u8>,
     backlog: Backlog,
 }
@@ -60,27 +61,30 @@ pub struct LocalExchangeWriter {
 impl LocalExchangeWriter {
     pub fn new(to: Vec<Sender<Chunk>>, backlog: Backlog) -> Self {
         let pending = to.iter().map(|_| Vec::new()).collect();
-        Self { to, pending, frame: Vec::new(), backlog }
+        let packer = Packer::new(to.len());
+        Self { to, pending, packer, frame: Vec::new(), backlog }
     }
 
     fn push(&mut self, partition: usize, frame: Frame<'_>) {
         self.frame.clear();
         frame.write(&mut self.frame);
-        let chunk = &mut self.pending[partition];
-        chunk.extend_from_slice(&u32::try_from(self.frame.len()).unwrap_or(u32::MAX).to_le_bytes());
-        chunk.extend_from_slice(&self.frame);
+        push_frame(&mut self.pending[partition], &self.frame);
     }
 }
 
+/// Appends a frame to a chunk, after its length.
+fn push_frame(chunk: &mut Chunk, frame: &[u8]) {
+    chunk.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(u32::MAX).to_le_bytes());
+    chunk.extend_from_slice(frame);
+}
+
 impl ExchangeOutput for LocalExchangeWriter {
-    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], _timestamps: &[i64]) -> Result<(), Error> {
-        let n = i32::try_from(self.to.len()).unwrap_or(i32::MAX);
-        for i in 0..rows.len() {
-            let p = usize::try_from(partition_for_key(rows.key(i), n)).unwrap_or(0);
-            let seq = seqs.get(i).copied().unwrap_or_default();
-            self.push(p, Frame::Row { from, seq, row: rows.value(i) });
-        }
-        Ok(())
+    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
+        let pending = &mut self.pending;
+        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, _| {
+            push_frame(&mut pending[p], pack);
+            Ok(())
+        })
     }
 
     fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluice_crds::LateRecordPolicy;
 
-use super::exchange::{Accepted, ExchangeInput, parse_frame};
+use super::exchange::{ExchangeInput, Frame, parse_frame};
 use crate::Error;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
@@ -46,7 +46,7 @@ pub struct PartitionPipeline {
     /// The upstream partition of each row in the batch (fed by an exchange).
     upstreams: Vec<u32>,
     /// Rows this partition emitted that came from no input row (aggregate
-    /// results), counted so that, written to an exchange, each has a
+    /// results) or from an exchange's (whose offsets are shared by a pack), counted so that, written to an exchange, each has a
     /// sequence number a replay after a restore repeats (it is checkpointed).
     pub emitted: i64,
     /// The watermark last sent downstream as a marker (writing to an exchange).
@@ -156,60 +156,92 @@ impl PartitionPipeline {
         Ok(())
     }
 
-    /// Decodes one record into the batch, or dead-letters it with the reason.
-    pub fn push(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<(), Error> {
+    /// Decodes one record into the batch (a packed exchange record: all its
+    /// rows), or dead-letters it with the reason; the rows it added.
+    pub fn push(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
         self.next_offset = Some(record.offset + 1);
-        self.counters.records += 1;
         self.counters.bytes += record.payload.len() as u64;
-        let mut upstream = None;
-        let payload = match &mut self.exchange {
-            None => record.payload,
-            Some(exchange) => match parse_frame(record.payload).and_then(|f| exchange.accept(f)) {
-                Ok(Accepted::Row { row, from }) => {
-                    upstream = Some(from);
-                    row
-                }
-                Ok(Accepted::Duplicate) => return Ok(()),
-                Ok(Accepted::Watermark(w)) => {
-                    if let Some(w) = w {
-                        self.marks.push((self.batch.len, w));
-                    }
-                    return Ok(());
-                }
-                Err(reason) => {
-                    // Not a record Sluice wrote: something else produced to
-                    // the job's internal topic.
-                    self.counters.malformed += 1;
-                    return dead_letter.send(&DeadLetter {
-                        topic: &self.topic,
-                        partition: self.partition,
-                        offset: record.offset,
-                        timestamp_ms: record.timestamp_ms,
-                        reason: &reason,
-                        payload: record.payload,
-                    });
-                }
-            },
+        let Some(exchange) = &mut self.exchange else {
+            self.counters.records += 1;
+            return self.decode(record.payload, record, None, dead_letter);
         };
+        let frame = match parse_frame(record.payload) {
+            Ok(frame) => frame,
+            Err(reason) => return self.reject(record, &reason, dead_letter).map(|()| 0),
+        };
+        if let Frame::Watermark { .. } | Frame::Idle { .. } = frame {
+            return match exchange.accept_marker(frame) {
+                Ok(w) => {
+                    self.marks.extend(w.map(|w| (self.batch.len, w)));
+                    Ok(0)
+                }
+                Err(reason) => self.reject(record, &reason, dead_letter).map(|()| 0),
+            };
+        }
+        let from = frame.from();
+        let mut added = 0;
+        for row in frame.rows() {
+            self.counters.records += 1;
+            let fresh = match row {
+                Ok((seq, row)) => self.exchange.as_mut().map(|x| x.accept_row(from, seq).map(|new| new.then_some(row))),
+                Err(reason) => Some(Err(reason)),
+            };
+            match fresh {
+                Some(Ok(Some(row))) => added += self.decode(row, record, Some(from), dead_letter)?,
+                Some(Ok(None)) | None => {}
+                // Not a record Sluice wrote: something else produced to
+                // the job's internal topic.
+                Some(Err(reason)) => {
+                    self.reject(record, &reason, dead_letter)?;
+                    break;
+                }
+            }
+        }
+        Ok(added)
+    }
+
+    /// Decodes one row into the batch, or dead-letters it with the reason.
+    fn decode(
+        &mut self,
+        payload: &[u8],
+        record: &Record<'_>,
+        upstream: Option<u32>,
+        dead_letter: &mut dyn DeadLetterSink,
+    ) -> Result<usize, Error> {
         match self.decoder.decode(payload, &mut self.batch) {
             Ok(()) => {
                 self.offsets.push(record.offset);
                 self.timestamps.push(record.timestamp_ms);
                 self.upstreams.extend(upstream);
-                Ok(())
+                Ok(1)
             }
             Err(reason) => {
                 self.counters.malformed += 1;
-                dead_letter.send(&DeadLetter {
-                    topic: &self.topic,
-                    partition: self.partition,
-                    offset: record.offset,
-                    timestamp_ms: record.timestamp_ms,
-                    reason: &reason.0,
-                    payload: record.payload,
-                })
+                dead_letter
+                    .send(&DeadLetter {
+                        topic: &self.topic,
+                        partition: self.partition,
+                        offset: record.offset,
+                        timestamp_ms: record.timestamp_ms,
+                        reason: &reason.0,
+                        payload,
+                    })
+                    .map(|()| 0)
             }
         }
+    }
+
+    /// Dead-letters a whole record with the reason.
+    fn reject(&mut self, record: &Record<'_>, reason: &str, dead_letter: &mut dyn DeadLetterSink) -> Result<(), Error> {
+        self.counters.malformed += 1;
+        dead_letter.send(&DeadLetter {
+            topic: &self.topic,
+            partition: self.partition,
+            offset: record.offset,
+            timestamp_ms: record.timestamp_ms,
+            reason,
+            payload: record.payload,
+        })
     }
 
     /// Runs the batch through the engine: results are encoded into `out`
@@ -230,7 +262,9 @@ impl PartitionPipeline {
             encoder,
             out,
             input_timestamps: &self.timestamps,
-            input_offsets: &self.offsets,
+            // Rows from an exchange share their packed record's offset:
+            // numbered by the count of this partition's output instead.
+            input_offsets: if self.exchange.is_some() { None } else { Some(&self.offsets) },
             emitted: &mut self.emitted,
             newest,
             late: &mut self.late_rows,
@@ -255,7 +289,7 @@ impl PartitionPipeline {
             encoder,
             out,
             input_timestamps: &[],
-            input_offsets: &[],
+            input_offsets: None,
             emitted: &mut self.emitted,
             newest: super::now_ms(),
             late: &mut self.late_rows,
@@ -329,7 +363,8 @@ struct BatchOutput<'a> {
     encoder: &'a RowEncoder,
     out: &'a mut Emitted,
     input_timestamps: &'a [i64],
-    input_offsets: &'a [i64],
+    /// The offset of each input row when it is unique to the row (a source's).
+    input_offsets: Option<&'a [i64]>,
     emitted: &'a mut i64,
     newest: i64,
     late: &'a mut Vec<u32>,
@@ -339,18 +374,21 @@ impl Output for BatchOutput<'_> {
     fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
         self.encoder.encode(rows, &mut self.out.rows);
         let out = &mut *self.out;
-        if rows.from_input && !self.input_timestamps.is_empty() {
-            let (ts, offsets) = (self.input_timestamps, self.input_offsets);
-            rows.selection.for_each(|r| {
-                out.timestamps.push(ts[r]);
-                out.seqs.push(offsets[r]);
-            });
+        let n = rows.selection.len();
+        let from_input = rows.from_input && !self.input_timestamps.is_empty();
+        if from_input {
+            let ts = self.input_timestamps;
+            rows.selection.for_each(|r| out.timestamps.push(ts[r]));
         } else {
-            let n = rows.selection.len();
             out.timestamps.extend(std::iter::repeat_n(self.newest, n));
-            let first = *self.emitted + 1;
-            *self.emitted += i64::try_from(n).unwrap_or(i64::MAX);
-            out.seqs.extend(first..=*self.emitted);
+        }
+        match self.input_offsets.filter(|_| from_input) {
+            Some(offsets) => rows.selection.for_each(|r| out.seqs.push(offsets[r])),
+            None => {
+                let first = *self.emitted + 1;
+                *self.emitted += i64::try_from(n).unwrap_or(i64::MAX);
+                out.seqs.extend(first..=*self.emitted);
+            }
         }
         Ok(())
     }

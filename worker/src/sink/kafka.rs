@@ -20,8 +20,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use super::{DeadLetter, DeadLetterSink, DrainDeadline, ExchangeOutput, Sink};
 use crate::Error;
 use crate::metrics::LatencyHistogram;
-use crate::runtime::exchange::Frame;
-use sluice_crds::partition_for_key;
+use crate::runtime::exchange::{Frame, Packer};
 use sluice_formats::encode::EncodedRows;
 
 /// Delivery reports of one producer.
@@ -295,14 +294,15 @@ impl Sink for KafkaSink {
 /// `linger.ms` of a repartition topic's producer (see [`ExchangeSink::new`]).
 const EXCHANGE_LINGER_MS: &str = "5";
 
-/// A stage's results to the repartition topic the next stage reads: each
-/// row to the partition Kafka's partitioner gives its key, framed with its
-/// upstream partition and sequence number; markers to every partition (see
-/// [`crate::runtime::exchange`]).
+/// A stage's results to the repartition topic the next stage reads: a
+/// batch's rows packed per partition Kafka's partitioner gives their keys,
+/// each with its upstream partition and sequence number; markers to every
+/// partition (see [`crate::runtime::exchange`]).
 pub struct ExchangeSink {
     out: Producing,
     partitions: i32,
-    /// The frame being written (reused: no allocation per record).
+    packer: Packer,
+    /// The marker being written (reused: no allocation per marker).
     frame: Vec<u8>,
 }
 
@@ -318,27 +318,30 @@ impl ExchangeSink {
         // twice more than without a shuffle, and on a busy broker batching
         // is what it costs least to buy (measured in docs/benchmarks.md).
         crate::kafka::set_default(&mut config, "linger.ms", EXCHANGE_LINGER_MS);
-        Ok(Self { out: Producing::new(config, topic, None, drain)?, partitions: partitions.max(1), frame: Vec::new() })
+        let partitions = partitions.max(1);
+        Ok(Self {
+            out: Producing::new(config, topic, None, drain)?,
+            partitions,
+            packer: Packer::new(usize::try_from(partitions).unwrap_or(1)),
+            frame: Vec::new(),
+        })
     }
 }
 
 impl ExchangeOutput for ExchangeSink {
     fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
-        for i in 0..rows.len() {
-            let seq = seqs.get(i).copied().unwrap_or_default();
-            self.frame.clear();
-            Frame::Row { from, seq, row: rows.value(i) }.write(&mut self.frame);
-            // The key chose the partition; it is not written (the row holds
-            // its columns), which saves its bytes twice over the broker.
-            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.out.topic, 0)
-                .partition(partition_for_key(rows.key(i), self.partitions))
-                .payload(&self.frame);
-            if let Some(&ts) = timestamps.get(i).filter(|t| **t > 0) {
+        let out = &self.out;
+        // The keys chose the partitions; they are not written (the rows
+        // hold their columns), which saves their bytes twice over the broker.
+        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, ts| {
+            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&out.topic, 0)
+                .partition(i32::try_from(p).unwrap_or(0))
+                .payload(pack);
+            if ts > 0 {
                 record = record.timestamp(ts);
             }
-            self.out.send(record)?;
-        }
-        Ok(())
+            out.send(record)
+        })
     }
 
     fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
