@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
 use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::join::JoinOperator;
 use super::merge::MergeOperator;
 use super::operator::{BatchInput, Operator, OperatorOutput};
 use super::output::{EmittedRows, Output};
@@ -102,6 +103,10 @@ impl Engine {
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),
             OperatorPlan::Merge(m) => Box::new(MergeOperator::new(m)),
+            OperatorPlan::Join(j) => Box::new(JoinOperator::new(
+                j,
+                &plan.source.schema.fields.iter().map(|f| f.data_type).collect::<Vec<_>>(),
+            )),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;
@@ -154,7 +159,7 @@ impl Engine {
             return Ok(());
         }
         self.stats.records_in += n as u64;
-        let windowed = self.plan.is_windowed();
+        let windowed = self.plan.judges_lateness();
         let mut event_times: &[i64] = &[];
         if let Some(et) = self.plan.source.event_time
             && let Some(ts) = batch.columns.get(et.column).and_then(int_values)

@@ -10,6 +10,7 @@ mod aggregate;
 mod error;
 mod executor;
 mod group_keys;
+mod join;
 mod merge;
 mod operator;
 mod output;

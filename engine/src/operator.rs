@@ -67,6 +67,7 @@ pub enum OperatorTag {
     Rows = 3,
     TopN = 4,
     Merge = 5,
+    Join = 6,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

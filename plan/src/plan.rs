@@ -52,6 +52,58 @@ pub enum OperatorPlan {
     TopN(TopNPlan),
     /// The final phase of a global aggregate computed in two phases.
     Merge(MergePlan),
+    /// A stream–stream interval join of two sources.
+    Join(JoinPlan),
+}
+
+/// A stream–stream interval join: `a JOIN b ON a.k = b.k AND b.ts BETWEEN
+/// a.ts - INTERVAL … AND a.ts + INTERVAL …`. Both sides' rows reach the
+/// join's stage through one exchange, keyed by the join key, in one layout
+/// (the source schema): the left side's columns, the right side's, a
+/// BOOLEAN that is true on right rows and the row's event time (its side's).
+/// A row fills its own side's columns; the join fills both. The
+/// intermediate schema is the source schema.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JoinPlan {
+    pub kind: JoinKind,
+    /// Source columns of the left side's row (`start..end`).
+    pub left: (usize, usize),
+    /// Source columns of the right side's row.
+    pub right: (usize, usize),
+    /// The BOOLEAN source column that is true on right rows.
+    pub side: usize,
+    /// The source column holding each row's event time.
+    pub time: usize,
+    /// `left_keys[i] = right_keys[i]`, over the source schema.
+    pub left_keys: Vec<PhysExpr>,
+    pub right_keys: Vec<PhysExpr>,
+    /// The right row's event time minus the left row's lies in
+    /// `lower..=upper` (milliseconds).
+    pub lower: i64,
+    pub upper: i64,
+    /// The rest of ON, over a joined row.
+    pub residual: Option<PhysExpr>,
+}
+
+/// Which unmatched rows a join emits, NULL-extended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Right,
+    Full,
+}
+
+impl JoinKind {
+    /// Whether unmatched rows of the side (`right`: the right side) are emitted.
+    pub fn keeps_unmatched(self, right: bool) -> bool {
+        match self {
+            Self::Inner => false,
+            Self::Left => !right,
+            Self::Right => right,
+            Self::Full => true,
+        }
+    }
 }
 
 /// The final phase of a global aggregate (no GROUP BY) over several
@@ -229,6 +281,13 @@ pub enum Partitioning {
 impl Plan {
     pub fn is_windowed(&self) -> bool {
         matches!(&self.operator, OperatorPlan::Aggregate(a) if a.window.is_some())
+    }
+
+    /// Whether rows are judged against the watermark as they arrive: a
+    /// windowed aggregate's (late for a closed window) and a join's (late
+    /// rows could miss partners that were already let go).
+    pub fn judges_lateness(&self) -> bool {
+        self.is_windowed() || matches!(self.operator, OperatorPlan::Join(_))
     }
 
     /// Checks that the declared partitioning of the source gives complete

@@ -12,6 +12,7 @@ mod dataflow;
 mod diagnostic;
 mod distinct;
 mod functions;
+mod join;
 mod planner;
 mod rewrite;
 mod top_n;

@@ -234,6 +234,7 @@ fn validate(file: &str) -> ExitCode {
                         sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
                         sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
                         sluice_plan::OperatorPlan::Merge(_) => "merge of partial aggregates",
+                        sluice_plan::OperatorPlan::Join(_) => "interval join",
                     },
                     plan.emit,
                     outputs.join(", "),

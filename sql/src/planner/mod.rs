@@ -42,6 +42,18 @@ pub(crate) fn plan_parsed(parsed: &mut rewrite::ParsedQuery, sources: &[SourceSp
     Planner::new(parsed, sources)?.plan()
 }
 
+/// Compiles `expr` over `source`'s columns (a join's ON condition, over
+/// the joined row).
+pub(crate) fn compile_over(
+    expr: &Expr,
+    source: &sluice_plan::SourceSchema,
+    context: &'static str,
+) -> Result<sluice_plan::PhysExpr, SqlError> {
+    let qualifiers = vec![source.name.to_ascii_lowercase()];
+    let mut used = vec![false; source.schema.fields.len()];
+    compile(expr, &mut scope::InputScope { source, qualifiers: &qualifiers, used: &mut used, context })
+}
+
 impl Planner<'_> {
     fn plan(mut self) -> Result<Plan, SqlError> {
         let filter = match &self.select.selection {

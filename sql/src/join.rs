@@ -1,0 +1,666 @@
+//! Stream–stream interval joins:
+//!
+//! ```sql
+//! SELECT o.id, o.amount, p.method
+//! FROM orders o LEFT JOIN payments p
+//!   ON o.id = p.order_id AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '10' MINUTE
+//! ```
+//!
+//! Planned as two sources writing one exchange, as a UNION ALL feeding an
+//! aggregate is: each side's stage projects its source into one row layout
+//! — the left side's columns, the right side's, a BOOLEAN saying which side
+//! the row is from, and the row's event time — with the other side's
+//! columns NULL, keyed by its side of the equality key, so both sides of a
+//! key meet on one partition. The join's stage reads that exchange and
+//! joins (`sluice_engine`'s `join.rs`); its WHERE applies to joined rows.
+//!
+//! Names: `alias.column` or `source.column`; a bare column name if only one
+//! side has it. In the joined layout a column is named `alias.column`
+//! (the alias, or the source's name), and references are rewritten to
+//! those names before the outer query is planned over the layout.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
+use sluice_plan::{DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, Partitioning, SqlError, Stage, StageOutput};
+use sqlparser::ast::{
+    BinaryOperator, Expr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, SelectItem,
+    SelectItemQualifiedWildcardKind, SetExpr, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
+};
+
+use crate::diagnostic::{Located, suggestion};
+use crate::planner::{compile_over, plan_parsed};
+use crate::rewrite::{ParsedQuery, interval_millis, parse};
+use crate::views::{aggregates_rows, has_group_by, table_named};
+
+/// The joined layout's BOOLEAN column: true on the right side's rows.
+const RIGHT: &str = "__right";
+/// The joined layout's event-time column: each row's own side's.
+const TIME: &str = "__time";
+/// The name the outer query reads the joined layout by.
+const JOINED: &str = "__join";
+
+/// One side of a join: a source and the names it goes by.
+struct Side<'a> {
+    spec: &'a SourceSpec,
+    /// What its columns are prefixed with in the joined layout.
+    prefix: String,
+    /// Lower-case names a qualified reference may use.
+    names: Vec<String>,
+}
+
+impl Side<'_> {
+    fn column(&self, name: &str) -> Option<usize> {
+        self.spec.schema.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    fn joined_name(&self, column: usize) -> String {
+        format!("{}.{}", self.prefix, self.spec.schema.columns[column].name)
+    }
+
+    fn event_time(&self) -> Option<usize> {
+        self.spec.event_time.as_ref().and_then(|et| self.column(&et.column))
+    }
+}
+
+/// Plans `parsed` if its FROM joins two sources.
+pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Option<Dataflow>, SqlError> {
+    let SetExpr::Select(select) = parsed.query.body.as_mut() else { return Ok(None) };
+    let [from] = select.from.as_slice() else { return Ok(None) };
+    let Some(join) = from.joins.first() else { return Ok(None) };
+    if let Some(third) = from.joins.get(1) {
+        return Err(SqlError::at_node(&third.relation, "a join of more than two sources is not supported yet"));
+    }
+    if parsed.window.is_some() || has_group_by(select) || aggregates_rows(select) {
+        return Err(SqlError::at_span(
+            select.select_token.0.span,
+            "aggregating the rows of a join is not supported yet: the join's rows go to the sink as they are",
+        ));
+    }
+    let left = side(&from.relation, sources)?;
+    let right = side(&join.relation, sources)?;
+    if left.spec.name.eq_ignore_ascii_case(&right.spec.name) {
+        return Err(SqlError::at_node(&join.relation, "a join of a source with itself is not supported yet"));
+    }
+    if left.prefix.eq_ignore_ascii_case(&right.prefix) {
+        return Err(SqlError::at_node(&join.relation, format!("both sides are named `{}`: alias one", left.prefix)));
+    }
+    let (kind, constraint) = match &join.join_operator {
+        JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
+        JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
+        JoinOperator::Right(c) | JoinOperator::RightOuter(c) => (JoinKind::Right, c),
+        JoinOperator::FullOuter(c) => (JoinKind::Full, c),
+        _ => {
+            return Err(SqlError::at_node(
+                &join.relation,
+                "this kind of join is not supported: INNER, LEFT, RIGHT and FULL [OUTER] JOIN … ON are",
+            ));
+        }
+    };
+    let sides = [left, right];
+    let on = match constraint {
+        JoinConstraint::On(e) => e.clone(),
+        JoinConstraint::Using(names) => using(names, &sides, &join.relation)?,
+        JoinConstraint::Natural | JoinConstraint::None => {
+            return Err(SqlError::at_node(
+                &join.relation,
+                "a join needs an equality key: add ON a.key = b.key (NATURAL and CROSS joins are not supported)",
+            ));
+        }
+    };
+    let resolver = Resolver { sides: &sides };
+    // Classify the conjuncts of ON: equality keys, the time bound, the rest.
+    let mut conjuncts = Vec::new();
+    split_and(&on, &mut conjuncts);
+    let (mut keys, mut residual) = (Vec::new(), Vec::new());
+    let (mut lower, mut upper) = (None::<i64>, None::<i64>);
+    for c in conjuncts {
+        if let Some(bounds) = resolver.time_bound(c)? {
+            for (is_lower, v) in bounds {
+                if is_lower {
+                    lower = Some(lower.map_or(v, |l| l.max(v)));
+                } else {
+                    upper = Some(upper.map_or(v, |u| u.min(v)));
+                }
+            }
+            continue;
+        }
+        if let Expr::BinaryOp { left: a, op: BinaryOperator::Eq, right: b } = c {
+            match (resolver.sides_of(a)?, resolver.sides_of(b)?) {
+                ((true, false), (false, true)) => {
+                    keys.push((a.as_ref().clone(), b.as_ref().clone(), c));
+                    continue;
+                }
+                ((false, true), (true, false)) => {
+                    keys.push((b.as_ref().clone(), a.as_ref().clone(), c));
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        residual.push(c.clone());
+    }
+    if keys.is_empty() {
+        return Err(SqlError::at_node(
+            &on,
+            "a join needs an equality key between its sides (ON a.key = b.key): rows meet on the partition of their key",
+        ));
+    }
+    for s in &sides {
+        if s.event_time().is_none() {
+            return Err(SqlError::at_node(
+                &on,
+                format!(
+                    "a stream–stream join needs event time on both sides: source `{}` declares no eventTime",
+                    s.spec.name
+                ),
+            ));
+        }
+    }
+    let (Some(lower), Some(upper)) = (lower, upper) else {
+        let (l, r) = (&sides[0], &sides[1]);
+        let (lt, rt) = (
+            &l.spec.schema.columns[l.event_time().unwrap_or(0)].name,
+            &r.spec.schema.columns[r.event_time().unwrap_or(0)].name,
+        );
+        return Err(SqlError::at_node(
+            &on,
+            format!(
+                "a stream–stream join needs a time bound on both sides, or its state would grow forever: add \
+                 AND {rp}.{rt} BETWEEN {lp}.{lt} - INTERVAL '1' MINUTE AND {lp}.{lt} + INTERVAL '1' MINUTE \
+                 (the sides' event-time columns)",
+                rp = r.prefix,
+                lp = l.prefix
+            ),
+        ));
+    };
+    if lower > upper {
+        return Err(SqlError::at_node(&on, "the join's time bound is empty: its lower end is above its upper end"));
+    }
+
+    // Each side's stage: its columns into the joined layout, keyed by its
+    // side of the equality key.
+    let mut branches = Vec::with_capacity(2);
+    for (i, s) in sides.iter().enumerate() {
+        let mut items = Vec::new();
+        for (j, other) in sides.iter().enumerate() {
+            for (c, column) in other.spec.schema.columns.iter().enumerate() {
+                let name = quote(&other.joined_name(c));
+                if i == j {
+                    items.push(format!("{}.{} AS {name}", quote(&s.prefix), quote(&column.name)));
+                } else {
+                    items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
+                }
+            }
+        }
+        items.push(format!("{} AS {RIGHT}", if i == 1 { "TRUE" } else { "FALSE" }));
+        let time = s.event_time().map_or_else(String::new, |c| s.spec.schema.columns[c].name.clone());
+        items.push(format!("{}.{} AS {TIME}", quote(&s.prefix), quote(&time)));
+        for (k, key) in keys.iter().enumerate() {
+            items.push(format!("({}) AS __k{k}", if i == 0 { &key.0 } else { &key.1 }));
+        }
+        let sql = format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
+        let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(s.spec))?;
+        let width = plan.outputs.len() - keys.len();
+        plan.keys = plan.outputs.split_off(width);
+        branches.push(plan);
+    }
+    for (k, (left_key, _, _)) in keys.iter().enumerate() {
+        let (l, r) = (branches[0].keys[k].expr.data_type(), branches[1].keys[k].expr.data_type());
+        if l != r && l != DataType::Null && r != DataType::Null {
+            return Err(SqlError::at_node(
+                left_key,
+                format!("the sides of this join key are {l} and {r}: CAST one side so both are of one type"),
+            ));
+        }
+    }
+
+    // The join's stage: the outer query over the joined layout.
+    let joined = joined_spec(&sides);
+    let rewrite = |e: &Expr| -> Result<Expr, SqlError> {
+        let mut e = e.clone();
+        resolver.rewrite(&mut e)?;
+        Ok(e)
+    };
+    let projection = expand_projection(&select.projection, &sides, constraint, kind)?;
+    let mut items = Vec::with_capacity(projection.len());
+    for item in projection {
+        items.push(match item {
+            SelectItem::UnnamedExpr(e) => match column_name(&e) {
+                Some(name) => SelectItem::ExprWithAlias { expr: rewrite(&e)?, alias: name },
+                None => SelectItem::UnnamedExpr(rewrite(&e)?),
+            },
+            SelectItem::ExprWithAlias { expr, alias } => SelectItem::ExprWithAlias { expr: rewrite(&expr)?, alias },
+            other => other,
+        });
+    }
+    select.projection = items;
+    select.selection = select.selection.as_ref().map(rewrite).transpose()?;
+    select.from = vec![TableWithJoins { relation: table_named(Ident::new(JOINED)), joins: Vec::new() }];
+    let mut outer = plan_parsed(parsed, std::slice::from_ref(&joined))?;
+    if !matches!(outer.operator, OperatorPlan::Stateless) {
+        return Err(SqlError::unpositioned("internal: the query over a join planned as more than a projection"));
+    }
+    let source = &outer.source;
+    let index = |name: &str| source.schema.index_of(name).unwrap_or(0);
+    let left_width = sides[0].spec.schema.columns.len();
+    let right_width = sides[1].spec.schema.columns.len();
+    let compile_side = |e: &Expr| compile_over(&rewrite(e)?, source, "ON");
+    let left_keys = keys.iter().map(|k| compile_side(&k.0)).collect::<Result<Vec<_>, _>>()?;
+    let right_keys = keys.iter().map(|k| compile_side(&k.1)).collect::<Result<Vec<_>, _>>()?;
+    let residual = match residual.into_iter().reduce(|a, b| Expr::BinaryOp {
+        left: Box::new(a),
+        op: BinaryOperator::And,
+        right: Box::new(b),
+    }) {
+        None => None,
+        Some(e) => {
+            let compiled = compile_side(&e)?;
+            if !matches!(compiled.data_type(), DataType::Boolean | DataType::Null) {
+                return Err(SqlError::at_node(&e, "ON needs a boolean condition"));
+            }
+            Some(compiled)
+        }
+    };
+    let plan = JoinPlan {
+        kind,
+        left: (0, left_width),
+        right: (left_width, left_width + right_width),
+        side: index(RIGHT),
+        time: index(TIME),
+        left_keys,
+        right_keys,
+        lower,
+        upper,
+        residual,
+    };
+    // WHERE filters joined rows (for outer joins, after NULL-extension).
+    outer.having = outer.filter.take();
+    outer.operator = OperatorPlan::Join(plan);
+    outer.intermediate = outer.source.schema.clone();
+    outer.used_columns = vec![true; outer.used_columns.len()];
+    outer.source.required = vec![false; outer.source.required.len()];
+    outer.partitioning = Partitioning::ByExchange;
+    let right_plan = branches.pop();
+    let left_plan = branches.pop();
+    let (Some(left_plan), Some(right_plan)) = (left_plan, right_plan) else {
+        return Err(SqlError::unpositioned("internal: a join without its two sides"));
+    };
+    Ok(Some(Dataflow {
+        stages: vec![
+            Stage { plan: left_plan, output: StageOutput::Exchange },
+            Stage { plan: outer, output: StageOutput::Sink },
+        ],
+        branches: vec![right_plan],
+    }))
+}
+
+fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
+    let TableFactor::Table { name, alias, args: None, .. } = relation else {
+        return Err(SqlError::at_node(
+            relation,
+            "each side of a join must name a source (a subquery there is not supported yet)",
+        ));
+    };
+    let Some(ObjectNamePart::Identifier(ident)) = name.0.last() else {
+        return Err(SqlError::at_node(relation, "expected a source name"));
+    };
+    let spec = sources.iter().find(|s| s.name.eq_ignore_ascii_case(&ident.value)).ok_or_else(|| {
+        let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        SqlError::at_span(
+            ident.span,
+            format!(
+                "unknown source `{}`{}; declared sources: {}",
+                ident.value,
+                suggestion(&ident.value, names.iter().copied()),
+                names.join(", ")
+            ),
+        )
+    })?;
+    let prefix = alias.as_ref().map_or_else(|| spec.name.clone(), |a| a.name.value.clone());
+    let mut names = vec![spec.name.to_ascii_lowercase(), ident.value.to_ascii_lowercase()];
+    if let Some(a) = alias {
+        names.push(a.name.value.to_ascii_lowercase());
+    }
+    Ok(Side { spec, prefix, names })
+}
+
+/// `USING (a, b)`: `l.a = r.a AND l.b = r.b`.
+fn using(names: &[sqlparser::ast::ObjectName], sides: &[Side<'_>; 2], at: &TableFactor) -> Result<Expr, SqlError> {
+    let mut on: Option<Expr> = None;
+    for name in names {
+        let Some(ObjectNamePart::Identifier(column)) = name.0.last() else {
+            return Err(SqlError::at_node(at, "USING lists column names"));
+        };
+        for s in sides {
+            if s.column(&column.value).is_none() {
+                return Err(SqlError::at_span(
+                    column.span,
+                    format!("USING column `{}` is not a column of `{}`", column.value, s.spec.name),
+                ));
+            }
+        }
+        let refer = |s: &Side<'_>| {
+            Expr::CompoundIdentifier(vec![
+                Ident::with_quote('"', s.prefix.clone()),
+                Ident::with_span(column.span, column.value.clone()),
+            ])
+        };
+        let eq = Expr::BinaryOp {
+            left: Box::new(refer(&sides[0])),
+            op: BinaryOperator::Eq,
+            right: Box::new(refer(&sides[1])),
+        };
+        on = Some(match on {
+            None => eq,
+            Some(prev) => Expr::BinaryOp { left: Box::new(prev), op: BinaryOperator::And, right: Box::new(eq) },
+        });
+    }
+    on.ok_or_else(|| SqlError::at_node(at, "USING needs at least one column"))
+}
+
+fn split_and<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::BinaryOp { left, op: BinaryOperator::And, right } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        Expr::Nested(inner) => split_and(inner, out),
+        other => out.push(other),
+    }
+}
+
+struct Resolver<'s, 'a> {
+    sides: &'s [Side<'a>; 2],
+}
+
+impl Resolver<'_, '_> {
+    /// The side and column a reference names; `None` for a bare name
+    /// neither side has (left for the planner to report).
+    fn resolve(&self, idents: &[Ident], node: &Expr) -> Result<Option<(usize, usize)>, SqlError> {
+        match idents {
+            [name] => {
+                let found: Vec<(usize, usize)> =
+                    self.sides.iter().enumerate().filter_map(|(i, s)| s.column(&name.value).map(|c| (i, c))).collect();
+                match found.as_slice() {
+                    [] => Ok(None),
+                    [one] => Ok(Some(*one)),
+                    _ => Err(SqlError::at_span(
+                        name.span,
+                        format!(
+                            "column `{}` is on both sides of the join: write {}.{0} or {}.{0}",
+                            name.value, self.sides[0].prefix, self.sides[1].prefix
+                        ),
+                    )),
+                }
+            }
+            [q, name] => {
+                let lower = q.value.to_ascii_lowercase();
+                let Some(i) = self.sides.iter().position(|s| s.names.contains(&lower)) else {
+                    return Err(SqlError::at_span(
+                        q.span,
+                        format!(
+                            "unknown table `{}` (the join reads `{}` and `{}`)",
+                            q.value, self.sides[0].prefix, self.sides[1].prefix
+                        ),
+                    ));
+                };
+                let s = &self.sides[i];
+                match s.column(&name.value) {
+                    Some(c) => Ok(Some((i, c))),
+                    None => Err(SqlError::at_span(
+                        name.span,
+                        format!(
+                            "unknown column `{}` in source `{}`{}",
+                            name.value,
+                            s.spec.name,
+                            suggestion(&name.value, s.spec.schema.columns.iter().map(|c| c.name.as_str()))
+                        ),
+                    )),
+                }
+            }
+            _ => Err(SqlError::at_node(node, "nested field access is not supported")),
+        }
+    }
+
+    /// Whether `e` reads the left side, the right side.
+    fn sides_of(&self, e: &Expr) -> Result<(bool, bool), SqlError> {
+        let mut found = (false, false);
+        let mut error = None;
+        let _ = visit_expressions(e, |x| {
+            let idents: &[Ident] = match x {
+                Expr::Identifier(id) => std::slice::from_ref(id),
+                Expr::CompoundIdentifier(ids) => ids,
+                _ => return ControlFlow::<()>::Continue(()),
+            };
+            match self.resolve(idents, x) {
+                Ok(Some((0, _))) => found.0 = true,
+                Ok(Some(_)) => found.1 = true,
+                Ok(None) => {}
+                Err(e) => {
+                    error = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        error.map_or(Ok(found), Err)
+    }
+
+    /// Rewrites every reference to a side's column to its joined name.
+    fn rewrite(&self, e: &mut Expr) -> Result<(), SqlError> {
+        let mut error = None;
+        let _ = visit_expressions_mut(e, |x| {
+            let idents: Vec<Ident> = match x {
+                Expr::Identifier(id) => vec![id.clone()],
+                Expr::CompoundIdentifier(ids) => ids.clone(),
+                _ => return ControlFlow::<()>::Continue(()),
+            };
+            match self.resolve(&idents, x) {
+                Ok(Some((s, c))) => {
+                    let span = idents.last().map_or(sqlparser::tokenizer::Span::empty(), |i| i.span);
+                    let mut id = Ident::with_quote('"', self.sides[s].joined_name(c));
+                    id.span = span;
+                    *x = Expr::Identifier(id);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    error = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        error.map_or(Ok(()), Err)
+    }
+
+    /// `side.time ± INTERVAL …` for a side's event-time column: the side
+    /// and the offset in milliseconds.
+    fn time_term(&self, e: &Expr) -> Result<Option<(usize, i64)>, SqlError> {
+        Ok(match e {
+            Expr::Nested(inner) => self.time_term(inner)?,
+            Expr::BinaryOp { left, op: op @ (BinaryOperator::Plus | BinaryOperator::Minus), right } => {
+                let Some((side, offset)) = self.time_term(left)? else { return Ok(None) };
+                if !matches!(right.as_ref(), Expr::Interval(_)) {
+                    return Ok(None);
+                }
+                let ms = interval_millis(right)?;
+                Some((
+                    side,
+                    if *op == BinaryOperator::Plus { offset.saturating_add(ms) } else { offset.saturating_sub(ms) },
+                ))
+            }
+            Expr::Identifier(id) => self.event_time_ref(std::slice::from_ref(id), e)?,
+            Expr::CompoundIdentifier(ids) => self.event_time_ref(ids, e)?,
+            _ => None,
+        })
+    }
+
+    fn event_time_ref(&self, idents: &[Ident], node: &Expr) -> Result<Option<(usize, i64)>, SqlError> {
+        Ok(self.resolve(idents, node)?.filter(|(s, c)| self.sides[*s].event_time() == Some(*c)).map(|(s, _)| (s, 0)))
+    }
+
+    /// A conjunct comparing the sides' event times: bounds on `right −
+    /// left`, each `(is_lower, value)`; `None` if it is not one.
+    fn time_bound(&self, e: &Expr) -> Result<Option<Vec<(bool, i64)>>, SqlError> {
+        let compare = |x: &Expr, op: &BinaryOperator, y: &Expr| -> Result<Option<(bool, i64)>, SqlError> {
+            let (Some((sx, ox)), Some((sy, oy))) = (self.time_term(x)?, self.time_term(y)?) else { return Ok(None) };
+            if sx == sy {
+                return Ok(None);
+            }
+            // t_x + ox  op  t_y + oy. As right − left:
+            let (d, flip) = if sx == 1 { (oy.saturating_sub(ox), false) } else { (ox.saturating_sub(oy), true) };
+            let op = match (op, flip) {
+                (BinaryOperator::GtEq, false) | (BinaryOperator::LtEq, true) => (true, d),
+                (BinaryOperator::Gt, false) | (BinaryOperator::Lt, true) => (true, d.saturating_add(1)),
+                (BinaryOperator::LtEq, false) | (BinaryOperator::GtEq, true) => (false, d),
+                (BinaryOperator::Lt, false) | (BinaryOperator::Gt, true) => (false, d.saturating_sub(1)),
+                _ => return Ok(None),
+            };
+            Ok(Some(op))
+        };
+        match e {
+            Expr::Between { expr, negated: false, low, high } => {
+                let (Some(a), Some(b)) =
+                    (compare(expr, &BinaryOperator::GtEq, low)?, compare(expr, &BinaryOperator::LtEq, high)?)
+                else {
+                    return Ok(None);
+                };
+                Ok(Some(vec![a, b]))
+            }
+            Expr::BinaryOp { left, op, right } => Ok(compare(left, op, right)?.map(|b| vec![b])),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `*` and `side.*` expanded to each column, named by its bare name (the
+/// `USING` columns once, and `alias.column` where both sides have a name).
+fn expand_projection(
+    items: &[SelectItem],
+    sides: &[Side<'_>; 2],
+    constraint: &JoinConstraint,
+    kind: JoinKind,
+) -> Result<Vec<SelectItem>, SqlError> {
+    let using: HashSet<String> = match constraint {
+        JoinConstraint::Using(names) => names
+            .iter()
+            .filter_map(|n| match n.0.last() {
+                Some(ObjectNamePart::Identifier(i)) => Some(i.value.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect(),
+        _ => HashSet::new(),
+    };
+    let both = |name: &str| sides.iter().all(|s| s.column(name).is_some());
+    let refer = |s: &Side<'_>, column: &str| {
+        Expr::CompoundIdentifier(vec![
+            Ident::with_quote('"', s.prefix.clone()),
+            Ident::with_quote('"', column.to_owned()),
+        ])
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let chosen: Vec<usize> = match item {
+            SelectItem::Wildcard(_) => vec![0, 1],
+            SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(name), _) => {
+                let q = name.to_string().to_ascii_lowercase().trim_matches('"').to_owned();
+                match sides.iter().position(|s| s.names.contains(&q)) {
+                    Some(i) => vec![i],
+                    None => return Err(SqlError::at_node(item, format!("unknown table `{name}` in {name}.*"))),
+                }
+            }
+            other => {
+                out.push(other.clone());
+                continue;
+            }
+        };
+        for &i in &chosen {
+            let s = &sides[i];
+            for column in &s.spec.schema.columns {
+                let lower = column.name.to_ascii_lowercase();
+                let shared = chosen.len() == 2 && using.contains(&lower);
+                if shared && i == 1 {
+                    continue;
+                }
+                let expr = if shared {
+                    // The USING column once: either side's value, as PostgreSQL.
+                    let (l, r) = (refer(&sides[0], &column.name), refer(&sides[1], &column.name));
+                    match kind {
+                        JoinKind::Inner | JoinKind::Left => l,
+                        JoinKind::Right => r,
+                        JoinKind::Full => Expr::Function(coalesce(l, r)),
+                    }
+                } else {
+                    refer(s, &column.name)
+                };
+                let name = if !shared && chosen.len() == 2 && both(&column.name) {
+                    format!("{}.{}", s.prefix, column.name)
+                } else {
+                    column.name.clone()
+                };
+                out.push(SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', name) });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn coalesce(a: Expr, b: Expr) -> sqlparser::ast::Function {
+    use sqlparser::ast::{Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, ObjectName};
+    Function {
+        name: ObjectName::from(vec![Ident::new("COALESCE")]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(a)), FunctionArg::Unnamed(FunctionArgExpr::Expr(b))],
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    }
+}
+
+/// The output name of an unaliased column reference: the column's own.
+fn column_name(e: &Expr) -> Option<Ident> {
+    match e {
+        Expr::Identifier(id) => Some(id.clone()),
+        Expr::CompoundIdentifier(ids) => ids.last().cloned(),
+        _ => None,
+    }
+}
+
+/// The joined layout as a source the outer query is planned over.
+fn joined_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
+    let mut columns = Vec::new();
+    for s in sides {
+        for (c, column) in s.spec.schema.columns.iter().enumerate() {
+            columns.push(ColumnSpec { name: s.joined_name(c), type_: column.type_, required: false });
+        }
+    }
+    columns.push(ColumnSpec { name: RIGHT.into(), type_: ColumnType::Boolean, required: false });
+    columns.push(ColumnSpec { name: TIME.into(), type_: ColumnType::Timestamp, required: false });
+    SourceSpec {
+        schema: SchemaSpec { columns },
+        event_time: Some(EventTimeSpec { column: TIME.into(), watermark_delay_millis: 0 }),
+        ..SourceSpec::table(JOINED, &[])
+    }
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn sql_type(t: ColumnType) -> &'static str {
+    match t {
+        ColumnType::Bigint => "BIGINT",
+        ColumnType::Double => "DOUBLE",
+        ColumnType::String => "VARCHAR",
+        ColumnType::Boolean => "BOOLEAN",
+        ColumnType::Timestamp => "TIMESTAMP",
+    }
+}
