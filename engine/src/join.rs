@@ -331,3 +331,144 @@ impl Operator for JoinOperator {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::empty_batch;
+    use sluice_plan::{JoinKind, PhysExpr, Selection};
+
+    /// Layout: left (k, v), right (k, v), __right, __time.
+    const TYPES: [DataType; 6] = [
+        DataType::Bigint,
+        DataType::Bigint,
+        DataType::Bigint,
+        DataType::Bigint,
+        DataType::Boolean,
+        DataType::Timestamp,
+    ];
+
+    fn plan(kind: JoinKind) -> JoinPlan {
+        let col = |index| PhysExpr::Column { index, data_type: DataType::Bigint };
+        JoinPlan {
+            kind,
+            left: (0, 2),
+            right: (2, 4),
+            side: 4,
+            time: 5,
+            left_keys: vec![col(0)],
+            right_keys: vec![col(2)],
+            lower: 0,
+            upper: 10,
+            residual: None,
+        }
+    }
+
+    /// `(right, key, value, time)` rows.
+    fn batch(rows: &[(bool, i64, i64, i64)]) -> Batch {
+        let mut b = empty_batch(&TYPES);
+        for &(right, k, v, t) in rows {
+            let (own, other) = if right { (2, 0) } else { (0, 2) };
+            b.columns[own].push_i64(k).unwrap();
+            b.columns[own + 1].push_i64(v).unwrap();
+            b.columns[other].push_null();
+            b.columns[other + 1].push_null();
+            b.columns[4].push_bool(right).unwrap();
+            b.columns[5].push_i64(t).unwrap();
+            b.len += 1;
+        }
+        b
+    }
+
+    /// Runs a batch whose rows all saw `watermark`; the joined rows as
+    /// `(left value, right value)` and the late rows.
+    fn run(op: &mut JoinOperator, rows: &[(bool, i64, i64, i64)], watermark: i64) -> (Vec<(Scalar, Scalar)>, Vec<u32>) {
+        let b = batch(rows);
+        let times: Vec<i64> = rows.iter().map(|r| r.3).collect();
+        let before = vec![watermark; rows.len()];
+        let input = BatchInput {
+            batch: &b,
+            selection: Selection::All(b.len),
+            event_times: &times,
+            watermark_before: &before,
+            per_record: false,
+            emit_changes: false,
+            upstreams: &[],
+        };
+        let mut rows_out = empty_batch(&TYPES);
+        let (mut columns, mut late) = (Vec::new(), Vec::new());
+        op.process(&input, &mut OperatorOutput { rows: &mut rows_out, columns: &mut columns, late: &mut late })
+            .unwrap();
+        op.on_watermark(watermark, true, &mut rows_out).unwrap();
+        (pairs(&rows_out), late)
+    }
+
+    fn pairs(b: &Batch) -> Vec<(Scalar, Scalar)> {
+        (0..b.len).map(|r| (b.columns[1].scalar(r), b.columns[3].scalar(r))).collect()
+    }
+
+    #[test]
+    fn rows_in_range_join_and_late_rows_are_reported_not_joined() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Inner), &TYPES);
+        let (joined, late) = run(&mut op, &[(false, 1, 100, 1_000), (true, 1, 200, 1_005), (true, 1, 201, 1_011)], 0);
+        assert_eq!(joined, [(Scalar::Bigint(100), Scalar::Bigint(200))], "1_011 is past the upper bound");
+        assert!(late.is_empty());
+        // The watermark is at 1_003: a right row at 1_002 is late, though
+        // it is in the left row's range.
+        let (joined, late) = run(&mut op, &[(true, 1, 202, 1_002)], 1_003);
+        assert!(joined.is_empty());
+        assert_eq!(late, [0]);
+    }
+
+    #[test]
+    fn an_unmatched_outer_row_comes_out_once_the_watermark_passes_its_range_and_survives_a_restore() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Full), &TYPES);
+        let (joined, _) = run(&mut op, &[(false, 1, 100, 1_000), (true, 2, 200, 1_000)], 0);
+        assert!(joined.is_empty(), "neither can be emitted while a partner may still come");
+        let saved = op.snapshot(Vec::new()).unwrap();
+        let mut op = JoinOperator::new(&plan(JoinKind::Full), &TYPES);
+        op.restore(&saved).unwrap();
+        assert_eq!(op.state_size().entries, 2);
+        // The right row may still meet a left row from 990 on: it goes once
+        // the watermark passes 1_000 (its time minus the lower bound).
+        let (joined, _) = run(&mut op, &[], 1_001);
+        assert_eq!(joined, [(Scalar::Null, Scalar::Bigint(200))]);
+        let (joined, _) = run(&mut op, &[], 1_010);
+        assert!(joined.is_empty(), "the left row may still meet a right row at 1_010");
+        let (joined, _) = run(&mut op, &[], 1_011);
+        assert_eq!(joined, [(Scalar::Bigint(100), Scalar::Null)]);
+        assert_eq!(op.state_size().entries, 0, "nothing kept once both ranges passed");
+    }
+
+    #[test]
+    fn a_null_key_never_matches_and_an_outer_side_emits_it_at_once() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Left), &TYPES);
+        let mut b = batch(&[(false, 0, 100, 1_000), (true, 0, 200, 1_000)]);
+        b.columns[0] = {
+            let mut c = Column::with_capacity(DataType::Bigint, 2);
+            c.push_null();
+            c.push_null();
+            c
+        };
+        b.columns[2] = {
+            let mut c = Column::with_capacity(DataType::Bigint, 2);
+            c.push_null();
+            c.push_null();
+            c
+        };
+        let input = BatchInput {
+            batch: &b,
+            selection: Selection::All(2),
+            event_times: &[1_000, 1_000],
+            watermark_before: &[0, 0],
+            per_record: false,
+            emit_changes: false,
+            upstreams: &[],
+        };
+        let mut out = empty_batch(&TYPES);
+        let (mut columns, mut late) = (Vec::new(), Vec::new());
+        op.process(&input, &mut OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late }).unwrap();
+        assert_eq!(pairs(&out), [(Scalar::Bigint(100), Scalar::Null)], "LEFT keeps the left row; the right is dropped");
+        assert_eq!(op.state_size().entries, 0);
+    }
+}

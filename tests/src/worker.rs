@@ -237,11 +237,12 @@ pub fn worker_config(
     let mut spec = job.spec;
     spec.workers = workers;
     spec.cores_per_worker = cores;
-    let source = spec.sources.first().map(|s| s.name.clone()).unwrap_or_default();
+    // Every source with the same partition count (as the tests create them).
+    let partitions = spec.sources.iter().map(|s| SourcePartitions { source: s.name.clone(), partitions }).collect();
     WorkerConfig {
         job: JobIdentity { name: job.metadata.name.unwrap_or_default(), namespace: "test".into() },
         spec,
-        partitions: vec![SourcePartitions { source, partitions }],
+        partitions,
         assignment_epoch: 1,
         worker: WorkerSettings {
             ordinal: Some(ordinal),

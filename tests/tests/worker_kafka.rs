@@ -370,6 +370,92 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
 
+/// A LEFT interval join of two 4-partition topics keyed by trader, joined
+/// by symbol, on 2 workers × 2 cores: both sides cross the repartition
+/// topic keyed by symbol. Trade i of `trades` meets trade i of `fills` (same
+/// symbol, same time; the next fill with that symbol is 500 ms later, out
+/// of the 200 ms bound). One worker is killed with SIGKILL mid-run and
+/// restarted: every pair is still emitted, and every trade past the end of
+/// `fills` once NULL-extended — at least once (a replay after the kill may
+/// repeat a row), never a wrong pair.
+#[test]
+fn a_left_interval_join_on_two_workers_survives_kill_nine_with_every_row() {
+    let (trades, fills, out) = (unique_name("trades"), unique_name("fills"), unique_name("joined"));
+    kafka::create_topic(&trades, 4);
+    kafka::create_topic(&fills, 4);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let sql = "SELECT CAST(a.ts AS BIGINT) AS ats, a.qty, b.qty AS bq FROM trades a LEFT JOIN fills b \
+               ON a.symbol = b.symbol AND b.ts BETWEEN a.ts AND a.ts + INTERVAL '200' MILLISECOND";
+    let m = manifest(&unique_name("join"), sql, &trades, &out, "");
+    let block = &m[m.find("    - name: trades").unwrap()..m.find("  sink:").unwrap()];
+    let second = block.replace("- name: trades", "- name: fills").replace(&trades, &fills);
+    let m = m.replace("  sink:", &format!("{second}  sink:"));
+    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(&m, 4, 2, 2, o, &group))).collect();
+    let mut first = Worker::serve(&configs[0], &[]);
+    let mut second = Worker::serve(&configs[1], &[]);
+    first.wait_ready(Duration::from_secs(60));
+    second.wait_ready(Duration::from_secs(60));
+    const TRADES: u64 = 8_000;
+    const FILLS: u64 = 6_000;
+    let producer = {
+        let (trades, fills) = (trades.clone(), fills.clone());
+        std::thread::spawn(move || {
+            for chunk in 0..16u64 {
+                produce_trades(&trades, chunk * 500..(chunk + 1) * 500, 4);
+                if chunk * 500 < FILLS {
+                    produce_trades(&fills, chunk * 500..((chunk + 1) * 500).min(FILLS), 4);
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    let repartition = format!("{group}.repartition-1");
+    let mine: Vec<i32> =
+        owners(&[&second]).keys().filter(|(t, _)| *t == repartition).filter_map(|(_, p)| p.parse().ok()).collect();
+    assert!(!mine.is_empty(), "the second worker owns a repartition partition");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kafka::committed_offsets(&group, &repartition, 4).iter().all(|(p, o)| *o == 0 || !mine.contains(p)) {
+        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", second.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+    second.signal("KILL");
+    let _ = second.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = Worker::serve(&configs[1], &[]);
+    second.wait_ready(Duration::from_secs(60));
+    producer.join().unwrap();
+    // Far ahead on both sides: every watermark passes the last range.
+    produce_trades(&trades, 100_000_000..100_000_008, 4);
+    produce_trades(&fills, 100_000_000..100_000_008, 4);
+    let last = trade(TRADES - 1).ts;
+    // Distinct rows: a trade both paired and NULL-extended would show twice.
+    let rows = |records: &[Record]| -> BTreeSet<(i64, Option<i64>)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| (v["ats"].as_i64().unwrap(), v["bq"].as_i64()))
+            .filter(|(ats, _)| *ats <= last)
+            .collect()
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| rows(r).len() >= TRADES as usize);
+    let expected: BTreeSet<(i64, Option<i64>)> =
+        (0..TRADES).map(|i| (trade(i).ts, (i < FILLS).then(|| trade(i).qty))).collect();
+    assert_eq!(rows(&results), expected, "every pair, and every trade past the fills NULL-extended");
+    for r in &results {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        if let Some(bq) = v["bq"].as_i64() {
+            assert_eq!(Some(bq), v["qty"].as_i64(), "a wrong pair: {v}");
+        }
+    }
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
 /// A source partition with no records holds back the watermark after the
 /// shuffle (it is the minimum over all upstream partitions) until the
 /// idleness timeout says it is idle: with the timeout windows close, and a
