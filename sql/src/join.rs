@@ -30,7 +30,7 @@ use sqlparser::ast::{
 };
 
 use crate::diagnostic::{Located, suggestion};
-use crate::planner::{compile_over, plan_parsed};
+use crate::planner::{compile_over, find_source, plan_parsed};
 use crate::rewrite::{ParsedQuery, interval_millis, parse};
 use crate::views::{aggregates_rows, has_group_by, table_named};
 
@@ -306,18 +306,7 @@ fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a
     let Some(ObjectNamePart::Identifier(ident)) = name.0.last() else {
         return Err(SqlError::at_node(relation, "expected a source name"));
     };
-    let spec = sources.iter().find(|s| s.name.eq_ignore_ascii_case(&ident.value)).ok_or_else(|| {
-        let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
-        SqlError::at_span(
-            ident.span,
-            format!(
-                "unknown source `{}`{}; declared sources: {}",
-                ident.value,
-                suggestion(&ident.value, names.iter().copied()),
-                names.join(", ")
-            ),
-        )
-    })?;
+    let spec = find_source(ident, sources)?;
     let prefix = alias.as_ref().map_or_else(|| spec.name.clone(), |a| a.name.value.clone());
     let mut names = vec![spec.name.to_ascii_lowercase(), ident.value.to_ascii_lowercase()];
     if let Some(a) = alias {

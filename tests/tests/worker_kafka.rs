@@ -278,6 +278,21 @@ fn owners(workers: &[&Worker]) -> BTreeMap<(String, String), Vec<usize>> {
     owners
 }
 
+/// Waits until `worker` checkpointed one of the partitions of the
+/// 4-partition `topic` it owns (a commit by another worker would leave a
+/// restart of this one nothing to restore), so killing it then tests a
+/// restore.
+fn wait_for_own_checkpoint(worker: &Worker, group: &str, topic: &str) {
+    let mine: Vec<i32> =
+        owners(&[worker]).keys().filter(|(t, _)| t == topic).filter_map(|(_, p)| p.parse().ok()).collect();
+    assert!(!mine.is_empty(), "the worker owns a partition of {topic}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kafka::committed_offsets(group, topic, 4).iter().all(|(p, o)| *o == 0 || !mine.contains(p)) {
+        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The acceptance run of the shuffle: a tumbling-window GROUP BY symbol
 /// over a 4-partition topic keyed by trader, on 2 workers × 2 cores, so
 /// every row crosses the repartition topic and every window's watermark is
@@ -320,17 +335,7 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
             }
         })
     };
-    // Kill the second worker once the stage after the shuffle checkpointed
-    // on one of the repartition partitions it owns (a commit by the first
-    // worker would leave it nothing to restore).
-    let mine: Vec<i32> =
-        owners(&[&second]).keys().filter(|(t, _)| *t == repartition).filter_map(|(_, p)| p.parse().ok()).collect();
-    assert!(!mine.is_empty(), "the second worker owns a repartition partition");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while kafka::committed_offsets(&group, &repartition, 4).iter().all(|(p, o)| *o == 0 || !mine.contains(p)) {
-        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", second.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_own_checkpoint(&second, &group, &repartition);
     assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
     second.signal("KILL");
     let _ = second.wait(Duration::from_secs(10));
@@ -410,15 +415,7 @@ fn a_left_interval_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    let repartition = format!("{group}.repartition-1");
-    let mine: Vec<i32> =
-        owners(&[&second]).keys().filter(|(t, _)| *t == repartition).filter_map(|(_, p)| p.parse().ok()).collect();
-    assert!(!mine.is_empty(), "the second worker owns a repartition partition");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while kafka::committed_offsets(&group, &repartition, 4).iter().all(|(p, o)| *o == 0 || !mine.contains(p)) {
-        assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", second.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_own_checkpoint(&second, &group, &format!("{group}.repartition-1"));
     assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
     second.signal("KILL");
     let _ = second.wait(Duration::from_secs(10));

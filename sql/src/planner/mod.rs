@@ -15,6 +15,7 @@ mod rows;
 mod scope;
 mod top_n;
 
+pub(crate) use query::find_source;
 pub(crate) use scope::{WINDOW_END, WINDOW_START};
 
 use query::Planner;

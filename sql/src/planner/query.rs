@@ -106,18 +106,7 @@ impl<'q> Planner<'q> {
         let Some(ObjectNamePart::Identifier(source_ident)) = table.0.last() else {
             return Err(SqlError::at_node(table, "expected a source name"));
         };
-        let spec = sources.iter().find(|s| s.name.eq_ignore_ascii_case(&source_ident.value)).ok_or_else(|| {
-            let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
-            SqlError::at_span(
-                source_ident.span,
-                format!(
-                    "unknown source `{}`{}; declared sources: {}",
-                    source_ident.value,
-                    suggestion(&source_ident.value, names.iter().copied()),
-                    names.join(", ")
-                ),
-            )
-        })?;
+        let spec = find_source(source_ident, sources)?;
         let source = SourceSchema::from_spec(spec)?;
         let mut qualifiers = vec![source.name.to_ascii_lowercase(), source_ident.value.to_ascii_lowercase()];
         if let Some(a) = alias {
@@ -140,4 +129,23 @@ impl<'q> Planner<'q> {
         let columns = self.source.column_names();
         select_list(&items, &columns, &mut self.input_scope("SELECT"))
     }
+}
+
+/// The declared source `ident` names, or an error at it listing them.
+pub(crate) fn find_source<'s>(
+    ident: &sqlparser::ast::Ident,
+    sources: &'s [SourceSpec],
+) -> Result<&'s SourceSpec, SqlError> {
+    sources.iter().find(|s| s.name.eq_ignore_ascii_case(&ident.value)).ok_or_else(|| {
+        let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        SqlError::at_span(
+            ident.span,
+            format!(
+                "unknown source `{}`{}; declared sources: {}",
+                ident.value,
+                suggestion(&ident.value, names.iter().copied()),
+                names.join(", ")
+            ),
+        )
+    })
 }
