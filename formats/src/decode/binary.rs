@@ -188,27 +188,12 @@ impl RowDecoder {
 mod tests {
     use std::borrow::Cow;
 
-    use sluice_crds::{ColumnType, SourceSpec};
     use sluice_engine::EmittedRows;
-    use sluice_plan::{Column, DataType, Plan, Scalar, Selection, Value};
-    use sluice_sql::plan_query;
+    use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
     use super::BinaryDecoder;
+    use crate::decode::test_plan as plan;
     use crate::encode::{BinaryEncoder, EncodedRows};
-
-    fn plan(sql: &str) -> Plan {
-        let source = SourceSpec::table(
-            "t",
-            &[
-                ("id", ColumnType::Bigint, true),
-                ("name", ColumnType::String, false),
-                ("price", ColumnType::Double, false),
-                ("ts", ColumnType::Timestamp, false),
-                ("flag", ColumnType::Boolean, false),
-            ],
-        );
-        plan_query(sql, &[source]).unwrap()
-    }
 
     fn encode(columns: &[Value<'_>], rows: usize) -> EncodedRows {
         let mut out = EncodedRows::default();

@@ -397,23 +397,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_crds::{ColumnType, SourceSpec};
+    use crate::decode::test_plan as plan;
     use sluice_plan::Scalar;
-    use sluice_sql::plan_query;
-
-    fn plan(sql: &str) -> Plan {
-        let source = SourceSpec::table(
-            "t",
-            &[
-                ("id", ColumnType::Bigint, true),
-                ("name", ColumnType::String, false),
-                ("price", ColumnType::Double, false),
-                ("ts", ColumnType::Timestamp, false),
-                ("flag", ColumnType::Boolean, false),
-            ],
-        );
-        plan_query(sql, &[source]).unwrap()
-    }
 
     #[test]
     fn decodes_types_nulls_and_any_field_order() {

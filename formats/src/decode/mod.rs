@@ -6,3 +6,22 @@ mod json;
 
 pub use binary::{BinaryDecoder, RowDecoder};
 pub use json::{DecodeError, JsonDecoder};
+
+/// The plan of `sql` over a source `t` of one column of each type, for the
+/// decoders' tests.
+#[cfg(test)]
+fn test_plan(sql: &str) -> sluice_plan::Plan {
+    use sluice_crds::{ColumnType, SourceSpec};
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("name", ColumnType::String, false),
+            ("price", ColumnType::Double, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+        ],
+    );
+    #[allow(clippy::unwrap_used)]
+    sluice_sql::plan_query(sql, &[source]).unwrap()
+}

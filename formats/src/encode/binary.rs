@@ -18,10 +18,10 @@
 //! exchange they only choose the partition.
 
 use sluice_engine::EmittedRows;
-use sluice_plan::{Scalar, Value};
+use sluice_plan::{DataType, Scalar};
 
 use super::json::EncodedRows;
-use super::view::{ColumnView, Data};
+use super::view::{Cells, Data, View};
 
 pub const NULL: u8 = 0;
 pub const INT: u8 = 1;
@@ -33,32 +33,17 @@ pub const STR: u8 = 4;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BinaryEncoder;
 
-/// A result column for one batch, or a constant encoded once.
-enum View<'a> {
-    Column(ColumnView<'a>),
-    Const(Vec<u8>),
-}
+/// The binary encoding of one value.
+struct Binary;
 
-impl<'a> View<'a> {
-    fn of(v: &'a Value<'a>) -> Self {
-        match v {
-            Value::Column(c) => View::Column(ColumnView::of(c)),
-            Value::Scalar(s, _) => {
-                let mut bytes = Vec::new();
-                write_scalar(s, &mut bytes);
-                View::Const(bytes)
-            }
-        }
+impl Cells for Binary {
+    fn null(out: &mut Vec<u8>) {
+        out.push(NULL);
     }
 
     #[inline]
-    fn write(&self, row: usize, out: &mut Vec<u8>) {
-        let column = match self {
-            View::Const(bytes) => return out.extend_from_slice(bytes),
-            View::Column(c) if c.is_null(row) => return out.push(NULL),
-            View::Column(c) => c,
-        };
-        match column.data {
+    fn cell(data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
+        match data {
             Data::Int(x) | Data::Ts(x) => {
                 out.push(INT);
                 out.extend_from_slice(&x[row].to_le_bytes());
@@ -72,6 +57,22 @@ impl<'a> View<'a> {
             Data::Null => out.push(NULL),
         }
     }
+
+    fn scalar(s: &Scalar, _: DataType, out: &mut Vec<u8>) {
+        match s {
+            Scalar::Null => out.push(NULL),
+            Scalar::Bigint(x) | Scalar::Timestamp(x) => {
+                out.push(INT);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Scalar::Double(x) => {
+                out.push(FLOAT);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Scalar::Boolean(x) => out.extend_from_slice(&[BOOL, u8::from(*x)]),
+            Scalar::String(x) => write_str(x, out),
+        }
+    }
 }
 
 fn write_str(s: &str, out: &mut Vec<u8>) {
@@ -81,36 +82,20 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn write_scalar(s: &Scalar, out: &mut Vec<u8>) {
-    match s {
-        Scalar::Null => out.push(NULL),
-        Scalar::Bigint(x) | Scalar::Timestamp(x) => {
-            out.push(INT);
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-        Scalar::Double(x) => {
-            out.push(FLOAT);
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-        Scalar::Boolean(x) => out.extend_from_slice(&[BOOL, u8::from(*x)]),
-        Scalar::String(x) => write_str(x, out),
-    }
-}
-
 impl BinaryEncoder {
     /// Appends the emitted rows to `out`.
     pub fn encode(self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
-        let values: Vec<View<'_>> = rows.columns.iter().map(View::of).collect();
-        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of).collect();
+        let values: Vec<View<'_>> = rows.columns.iter().map(View::of::<Binary>).collect();
+        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Binary>).collect();
         out.values.reserve(rows.selection.len() * 10 * values.len().max(1));
         rows.selection.for_each(|row| {
             for v in &values {
-                v.write(row, &mut out.values);
+                v.write::<Binary>(row, &mut out.values);
             }
             out.value_ends.push(out.values.len());
             if !keys.is_empty() {
                 for k in &keys {
-                    k.write(row, &mut out.keys);
+                    k.write::<Binary>(row, &mut out.keys);
                 }
                 out.key_ends.push(out.keys.len());
             }

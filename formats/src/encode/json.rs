@@ -9,8 +9,7 @@
 use sluice_engine::EmittedRows;
 use sluice_plan::time::format_timestamp;
 
-use super::view::{ColumnView, Data};
-use sluice_plan::Value;
+use super::view::{Cells, Data, View};
 use sluice_plan::{DataType, Scalar};
 
 /// Encoded rows: values (and keys) back to back, with end offsets.
@@ -60,44 +59,43 @@ pub struct JsonEncoder {
     key_prefixes: Vec<Vec<u8>>,
 }
 
-/// A result column for one batch, or a constant encoded once.
-enum View<'a> {
-    Column(ColumnView<'a>),
-    Const(Vec<u8>),
-}
+/// The JSON encoding of one value.
+struct Json;
 
-impl<'a> View<'a> {
-    fn of(v: &'a Value<'a>) -> Self {
-        match v {
-            Value::Column(c) => View::Column(ColumnView::of(c)),
-            Value::Scalar(s, t) => {
-                let mut bytes = Vec::new();
-                write_scalar(s, *t, &mut bytes);
-                View::Const(bytes)
-            }
-        }
+impl Cells for Json {
+    fn null(out: &mut Vec<u8>) {
+        out.extend_from_slice(b"null");
     }
 
     #[inline]
-    fn write(&self, row: usize, out: &mut Vec<u8>) {
-        let column = match self {
-            View::Const(bytes) => return out.extend_from_slice(bytes),
-            View::Column(c) if c.is_null(row) => return out.extend_from_slice(b"null"),
-            View::Column(c) => c,
-        };
-        match column.data {
+    fn cell(data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
+        match data {
             Data::Int(x) => out.extend_from_slice(itoa::Buffer::new().format(x[row]).as_bytes()),
-            Data::Ts(x) => {
-                out.push(b'"');
-                format_timestamp(x[row], out);
-                out.push(b'"');
-            }
+            Data::Ts(x) => write_timestamp(x[row], out),
             Data::Float(x) => write_float(x[row], out),
             Data::Bool(x) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.extend_from_slice(b"null"),
         }
     }
+
+    fn scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>) {
+        match s {
+            Scalar::Null => out.extend_from_slice(b"null"),
+            Scalar::Bigint(x) if t == DataType::Timestamp => write_timestamp(*x, out),
+            Scalar::Bigint(x) => out.extend_from_slice(itoa::Buffer::new().format(*x).as_bytes()),
+            Scalar::Timestamp(x) => write_timestamp(*x, out),
+            Scalar::Double(x) => write_float(*x, out),
+            Scalar::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Scalar::String(x) => write_str(x, out),
+        }
+    }
+}
+
+fn write_timestamp(ms: i64, out: &mut Vec<u8>) {
+    out.push(b'"');
+    format_timestamp(ms, out);
+    out.push(b'"');
 }
 
 fn prefixes(names: &[String]) -> Vec<Vec<u8>> {
@@ -120,8 +118,8 @@ impl JsonEncoder {
 
     /// Appends the emitted rows to `out`.
     pub fn encode(&self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
-        let values: Vec<View<'_>> = rows.columns.iter().map(View::of).collect();
-        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of).collect();
+        let values: Vec<View<'_>> = rows.columns.iter().map(View::of::<Json>).collect();
+        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
         out.values.reserve(rows.selection.len() * 16 * values.len().max(1));
         rows.selection.for_each(|row| {
             write_object(&self.value_prefixes, &values, row, &mut out.values);
@@ -142,7 +140,7 @@ fn write_object(prefixes: &[Vec<u8>], views: &[View<'_>], row: usize, out: &mut 
     }
     for (p, v) in prefixes.iter().zip(views) {
         out.extend_from_slice(p);
-        v.write(row, out);
+        v.write::<Json>(row, out);
     }
     out.push(b'}');
 }
@@ -161,26 +159,6 @@ pub fn write_float(x: f64, out: &mut Vec<u8>) {
         out.extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
     } else {
         out.extend_from_slice(b"null");
-    }
-}
-
-fn write_scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>) {
-    match s {
-        Scalar::Null => out.extend_from_slice(b"null"),
-        Scalar::Bigint(x) if t == DataType::Timestamp => {
-            out.push(b'"');
-            format_timestamp(*x, out);
-            out.push(b'"');
-        }
-        Scalar::Bigint(x) => out.extend_from_slice(itoa::Buffer::new().format(*x).as_bytes()),
-        Scalar::Timestamp(x) => {
-            out.push(b'"');
-            format_timestamp(*x, out);
-            out.push(b'"');
-        }
-        Scalar::Double(x) => write_float(*x, out),
-        Scalar::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-        Scalar::String(x) => write_str(x, out),
     }
 }
 
@@ -229,7 +207,7 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_plan::{Column, Selection};
+    use sluice_plan::{Column, Selection, Value};
     use std::borrow::Cow;
 
     #[test]

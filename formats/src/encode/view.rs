@@ -2,7 +2,7 @@
 //! so that each encoder matches on the type once per batch and value, not
 //! through the column's accessors.
 
-use sluice_plan::{Column, ColumnData, DataType, StrData};
+use sluice_plan::{Column, ColumnData, DataType, Scalar, StrData, Value};
 
 pub(super) enum Data<'a> {
     Int(&'a [i64]),
@@ -36,5 +36,43 @@ impl<'a> ColumnView<'a> {
     #[inline]
     pub fn is_null(&self, row: usize) -> bool {
         matches!(self.data, Data::Null) || self.valid.is_some_and(|v| !v[row])
+    }
+}
+
+/// How one encoding writes a value: each encoder is a [`Cells`], and
+/// [`View`] does the rest the same way for all of them.
+pub(super) trait Cells {
+    fn null(out: &mut Vec<u8>);
+    /// Row `row` of a column that is not NULL there.
+    fn cell(data: &Data<'_>, row: usize, out: &mut Vec<u8>);
+    /// A constant of type `t` (written once per batch).
+    fn scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>);
+}
+
+/// A result column for one batch, or a constant encoded once.
+pub(super) enum View<'a> {
+    Column(ColumnView<'a>),
+    Const(Vec<u8>),
+}
+
+impl<'a> View<'a> {
+    pub fn of<C: Cells>(v: &'a Value<'a>) -> Self {
+        match v {
+            Value::Column(c) => View::Column(ColumnView::of(c)),
+            Value::Scalar(s, t) => {
+                let mut bytes = Vec::new();
+                C::scalar(s, *t, &mut bytes);
+                View::Const(bytes)
+            }
+        }
+    }
+
+    #[inline]
+    pub fn write<C: Cells>(&self, row: usize, out: &mut Vec<u8>) {
+        match self {
+            View::Const(bytes) => out.extend_from_slice(bytes),
+            View::Column(c) if c.is_null(row) => C::null(out),
+            View::Column(c) => C::cell(&c.data, row, out),
+        }
     }
 }
