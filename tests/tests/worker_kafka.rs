@@ -278,6 +278,18 @@ fn owners(workers: &[&Worker]) -> BTreeMap<(String, String), Vec<usize>> {
     owners
 }
 
+/// `(count, sum of qty)` per symbol and 10-second window of trades `range`.
+fn symbol_windows_of(range: std::ops::Range<u64>) -> BTreeMap<(String, i64), (i64, i64)> {
+    let mut windows: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
+    for i in range {
+        let t = trade(i);
+        let e = windows.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default();
+        e.0 += 1;
+        e.1 += t.qty;
+    }
+    windows
+}
+
 /// Waits until `worker` checkpointed one of the partitions of the
 /// 4-partition `topic` it owns (a commit by another worker would leave a
 /// restart of this one nothing to restore), so killing it then tests a
@@ -347,13 +359,7 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
     // One late trade per partition, far ahead, moves every watermark past
     // the last window of the data set.
     produce_trades(&topic, 100_000_000..100_000_008, 4);
-    let mut expected: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
-    for i in 0..RECORDS {
-        let t = trade(i);
-        let e = expected.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default();
-        e.0 += 1;
-        e.1 += t.qty;
-    }
+    let expected = symbol_windows_of(0..RECORDS);
     let windows = |records: &[Record]| -> BTreeMap<(String, i64), (i64, i64)> {
         final_per_key(records)
             .values()
@@ -996,13 +1002,7 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
 
     // Re-keyed: every 10-second window per symbol, exact, though every row
     // crossed the repartition topic and stage 0 replays after each kill.
-    let mut per_symbol: BTreeMap<(String, i64), (i64, i64)> = BTreeMap::new();
-    for i in 0..RECORDS {
-        let t = trade(i);
-        let e = per_symbol.entry((format!("S{}", t.symbol), t.ts - t.ts.rem_euclid(10_000))).or_default();
-        e.0 += 1;
-        e.1 += t.qty;
-    }
+    let per_symbol = symbol_windows_of(0..RECORDS);
     let symbol_windows = |records: &[Record]| -> BTreeMap<(String, i64), (i64, i64)> {
         records
             .iter()

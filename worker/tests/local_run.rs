@@ -445,6 +445,36 @@ fn an_aggregate_over_a_re_keyed_windowed_aggregate_runs_in_three_stages() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A manifest in `dir` running `sql` over two generated trade sources, `a`
+/// (40,000 records in 4 partitions) and `b` (10,000 in 3), keyed by trader,
+/// on 2 cores, into the file `out`; `extra` is added to each source.
+fn two_generated_sources(dir: &Path, name: &str, sql: &str, out: &Path, extra: &str) -> PathBuf {
+    let schema = format!(
+        r#"
+      schema:
+        columns:
+          - {{ name: trader_id, type: string, required: true }}
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: price, type: double, required: true }}
+          - {{ name: quantity, type: bigint, required: true }}
+          - {{ name: trade_time, type: timestamp, required: true }}
+      partitionKey: [trader_id]{extra}"#
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  sql: |\n    {sql}\n  \
+             sources:\n    - name: a\n      datagen: {{ scenario: Trades, records: 40000, partitions: 4 }}{schema}\n    \
+             - name: b\n      datagen: {{ scenario: Trades, records: 10000, partitions: 3 }}{schema}\n  sink:\n    \
+             file: {{ path: {} }}\n  coresPerWorker: 2\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
 /// UNION ALL of two sources locally: 40,000 generated trades in 4
 /// partitions and 10,000 in 3, counted per symbol after the union (both
 /// sources' partitions write the in-process exchange as upstreams of one
@@ -452,30 +482,7 @@ fn an_aggregate_over_a_re_keyed_windowed_aggregate_runs_in_three_stages() {
 #[test]
 fn a_union_all_of_two_sources_runs_locally_with_and_without_an_exchange() {
     let dir = temp_dir("union");
-    let schema = r#"
-      schema:
-        columns:
-          - { name: trader_id, type: string, required: true }
-          - { name: symbol, type: string, required: true }
-          - { name: price, type: double, required: true }
-          - { name: quantity, type: bigint, required: true }
-          - { name: trade_time, type: timestamp, required: true }
-      partitionKey: [trader_id]"#;
-    let manifest = |name: &str, sql: &str, out: &Path| {
-        let path = dir.join(format!("{name}.yaml"));
-        std::fs::write(
-            &path,
-            format!(
-                "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  sql: |\n    {sql}\n  \
-                 sources:\n    - name: a\n      datagen: {{ scenario: Trades, records: 40000, partitions: 4 }}{schema}\n    \
-                 - name: b\n      datagen: {{ scenario: Trades, records: 10000, partitions: 3 }}{schema}\n  sink:\n    \
-                 file: {{ path: {} }}\n  coresPerWorker: 2\n",
-                out.display()
-            ),
-        )
-        .unwrap();
-        path
-    };
+    let manifest = |name: &str, sql: &str, out: &Path| two_generated_sources(&dir, name, sql, out, "");
     let counted = dir.join("counted.jsonl");
     let m = manifest(
         "union-counted",
@@ -524,31 +531,11 @@ fn a_union_all_of_two_sources_runs_locally_with_and_without_an_exchange() {
 #[test]
 fn a_left_interval_join_runs_locally_through_the_in_process_exchange() {
     let dir = temp_dir("join");
-    let schema = r#"
-      schema:
-        columns:
-          - { name: trader_id, type: string, required: true }
-          - { name: symbol, type: string, required: true }
-          - { name: price, type: double, required: true }
-          - { name: quantity, type: bigint, required: true }
-          - { name: trade_time, type: timestamp, required: true }
-      eventTime: { column: trade_time, watermarkDelayMillis: 2000 }
-      partitionKey: [trader_id]"#;
     let out = dir.join("joined.jsonl");
-    let path = dir.join("join.yaml");
     let sql = "SELECT a.symbol, a.quantity, b.quantity AS bq FROM a LEFT JOIN b \
                ON a.symbol = b.symbol AND b.trade_time BETWEEN a.trade_time AND a.trade_time + INTERVAL '1' SECOND";
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: join\nspec:\n  sql: |\n    {sql}\n  \
-             sources:\n    - name: a\n      datagen: {{ scenario: Trades, records: 40000, partitions: 4 }}{schema}\n    \
-             - name: b\n      datagen: {{ scenario: Trades, records: 10000, partitions: 3 }}{schema}\n  sink:\n    \
-             file: {{ path: {} }}\n  coresPerWorker: 2\n",
-            out.display()
-        ),
-    )
-    .unwrap();
+    let event_time = "\n      eventTime: { column: trade_time, watermarkDelayMillis: 2000 }";
+    let path = two_generated_sources(&dir, "join", sql, &out, event_time);
     let plan = stages(&path);
     assert!(plan.contains("interval join"), "{plan}");
     let result = run_within(&path, std::time::Duration::from_secs(120));
