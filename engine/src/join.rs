@@ -29,11 +29,90 @@ use std::collections::BinaryHeap;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::aggregate::int_values;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, Scalar, eval};
 
-/// A kept row: its side's columns only.
+/// The kept rows of one side, column by column in arrival order: keeping
+/// a row copies its cells into these columns (no allocation per row), and
+/// a row is its slot. Let-go slots stay until at least half of the store
+/// is let go; then a compaction drops them and renumbers the rest.
+#[derive(Debug)]
+struct Store {
+    columns: Vec<Column>,
+    time: Vec<i64>,
+    matched: Vec<bool>,
+    live: usize,
+}
+
+impl Store {
+    fn new(types: &[DataType]) -> Self {
+        Self {
+            columns: types.iter().map(|t| Column::with_capacity(*t, 0)).collect(),
+            time: Vec::new(),
+            matched: Vec::new(),
+            live: 0,
+        }
+    }
+
+    /// Keeps row `r` of `columns` (the side's columns of a batch).
+    fn push(&mut self, columns: &[Column], r: usize, time: i64) -> Result<u32, Error> {
+        for (kept, column) in self.columns.iter_mut().zip(columns) {
+            kept.push_from(column, r)?;
+        }
+        self.time.push(time);
+        self.matched.push(false);
+        self.live += 1;
+        Ok(u32::try_from(self.time.len() - 1).unwrap_or(u32::MAX))
+    }
+
+    /// Keeps a row given as its cells (restoring a checkpoint).
+    fn push_scalars(&mut self, row: &[Scalar], time: i64) -> Result<u32, Error> {
+        for (kept, value) in self.columns.iter_mut().zip(row) {
+            kept.push_scalar(value)?;
+        }
+        self.time.push(time);
+        self.matched.push(false);
+        self.live += 1;
+        Ok(u32::try_from(self.time.len() - 1).unwrap_or(u32::MAX))
+    }
+
+    fn clear(&mut self) {
+        self.columns.iter_mut().for_each(Column::clear);
+        self.time.clear();
+        self.matched.clear();
+        self.live = 0;
+    }
+
+    fn row(&self, slot: u32) -> Row<'_> {
+        Row { columns: &self.columns, index: slot as usize, time: self.time[slot as usize] }
+    }
+
+    /// Keeps only the `live` slots, in order; returns each old slot's new one.
+    fn compact(&mut self, live: &[u32]) -> Vec<u32> {
+        let mut moved = vec![u32::MAX; self.time.len()];
+        for (new, &old) in live.iter().enumerate() {
+            moved[old as usize] = u32::try_from(new).unwrap_or(u32::MAX);
+        }
+        for c in &mut self.columns {
+            *c = c.take(live);
+        }
+        self.time = live.iter().map(|&s| self.time[s as usize]).collect();
+        self.matched = live.iter().map(|&s| self.matched[s as usize]).collect();
+        moved
+    }
+}
+
+/// One side's row: a row of some columns (a store's, or the input's).
+#[derive(Clone, Copy)]
+struct Row<'a> {
+    columns: &'a [Column],
+    index: usize,
+    time: i64,
+}
+
+/// A kept row as a checkpoint holds it: its side's cells.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Kept {
     time: i64,
@@ -41,7 +120,8 @@ struct Kept {
     row: Vec<Scalar>,
 }
 
-/// The kept rows of one key: left side, right side.
+/// The kept rows of one key, left side and right side, as a checkpoint
+/// holds them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct KeyRows {
     sides: [Vec<Kept>; 2],
@@ -53,56 +133,52 @@ struct JoinState {
     keys: Vec<KeyRows>,
 }
 
-/// A candidate pair found in a batch: key, the new row's side and index in
-/// its list, the partner's index in the other side's list.
+/// A candidate pair found in a batch: the left and right rows' slots.
 #[derive(Debug, Clone, Copy)]
 struct Pair {
-    key: u32,
-    right: bool,
-    new: u32,
-    other: u32,
+    left: u32,
+    right: u32,
 }
 
 #[derive(Debug)]
 pub struct JoinOperator {
     plan: JoinPlan,
-    types: Vec<DataType>,
     table: GroupTable,
-    keys: Vec<KeyRows>,
+    /// Left side, right side.
+    stores: [Store; 2],
+    /// Per key id, per side: the slots of its kept rows, in arrival order.
+    keys: Vec<[Vec<u32>; 2]>,
     /// `(time at which a kept row of the key may be let go, key)`: the
     /// watermark visits only keys that have something to let go.
     expiry: BinaryHeap<Reverse<(i64, u32)>>,
-    rows: usize,
     key: Vec<u8>,
     pairs: Vec<Pair>,
     /// Candidate pairs, joined, when a residual condition must pass first.
     candidates: Batch,
+    passed: Vec<bool>,
 }
 
 impl JoinOperator {
     /// `types`: the source (= intermediate) schema's column types.
     pub fn new(plan: &JoinPlan, types: &[DataType]) -> Self {
+        let side = |(start, end): (usize, usize)| Store::new(types.get(start..end).unwrap_or_default());
         Self {
             plan: plan.clone(),
-            types: types.to_vec(),
             table: GroupTable::default(),
+            stores: [side(plan.left), side(plan.right)],
             keys: Vec::new(),
             expiry: BinaryHeap::new(),
-            rows: 0,
             key: Vec::new(),
             pairs: Vec::new(),
             candidates: Batch::new(types.iter().map(|t| Column::with_capacity(*t, 0)).collect(), 0),
+            passed: Vec::new(),
         }
-    }
-
-    fn range(&self, right: bool) -> (usize, usize) {
-        if right { self.plan.right } else { self.plan.left }
     }
 
     /// When a kept row of the side may be let go: once the watermark is
     /// past it, no row of the other side still to come can match it.
-    fn expires(&self, right: bool, time: i64) -> i64 {
-        if right { time.saturating_sub(self.plan.lower) } else { time.saturating_add(self.plan.upper) }
+    fn expires(plan: &JoinPlan, right: bool, time: i64) -> i64 {
+        if right { time.saturating_sub(plan.lower) } else { time.saturating_add(plan.upper) }
     }
 
     /// Whether a left row at `left` and a right row at `right` are in range.
@@ -111,79 +187,96 @@ impl JoinOperator {
         d >= i128::from(self.plan.lower) && d <= i128::from(self.plan.upper)
     }
 
-    /// Appends a joined row (either side may be absent: NULL-extended).
-    fn push_joined(&self, left: Option<&Kept>, right: Option<&Kept>, out: &mut Batch) -> Result<(), Error> {
-        for (side, kept) in [(false, left), (true, right)] {
-            let (start, end) = self.range(side);
-            match kept {
-                Some(k) => {
-                    for (c, value) in (start..end).zip(&k.row) {
-                        out.columns[c].push_scalar(value)?;
-                    }
-                }
-                None => (start..end).for_each(|c| out.columns[c].push_null()),
+    /// Files a kept row's slot under its key, with the time it may be let go.
+    fn file(&mut self, gid: u32, right: bool, slot: u32, time: i64) {
+        let g = gid as usize;
+        if self.keys.len() <= g {
+            self.keys.resize_with(g + 1, Default::default);
+        }
+        self.keys[g][usize::from(right)].push(slot);
+        self.expiry.push(Reverse((Self::expires(&self.plan, right, time), gid)));
+    }
+
+    /// Compacts a side's store once most of its slots were let go.
+    fn compact(&mut self, right: bool) {
+        let store = &self.stores[usize::from(right)];
+        if store.time.len() < 1024 || store.live * 2 > store.time.len() {
+            return;
+        }
+        let mut live: Vec<u32> = self.keys.iter().flat_map(|k| k[usize::from(right)].iter().copied()).collect();
+        live.sort_unstable();
+        let moved = self.stores[usize::from(right)].compact(&live);
+        for k in &mut self.keys {
+            for slot in &mut k[usize::from(right)] {
+                *slot = moved[*slot as usize];
             }
         }
-        out.columns[self.plan.side].push_bool(left.is_none())?;
-        let time = [left, right].into_iter().flatten().map(|k| k.time).max().unwrap_or(0);
-        out.columns[self.plan.time].push_i64(time)?;
-        out.len += 1;
-        Ok(())
     }
+}
 
-    /// Appends a row that matched nothing, if its side keeps those.
-    fn push_unmatched(&self, right: bool, kept: &Kept, out: &mut Batch) -> Result<(), Error> {
-        if !self.plan.kind.keeps_unmatched(right) {
-            return Ok(());
+/// Appends a joined row (either side may be absent: NULL-extended).
+fn push_joined(plan: &JoinPlan, left: Option<Row<'_>>, right: Option<Row<'_>>, out: &mut Batch) -> Result<(), Error> {
+    for ((start, end), row) in [(plan.left, left), (plan.right, right)] {
+        match row {
+            Some(row) => {
+                for (c, column) in (start..end).zip(row.columns) {
+                    out.columns[c].push_from(column, row.index)?;
+                }
+            }
+            None => (start..end).for_each(|c| out.columns[c].push_null()),
         }
-        if right { self.push_joined(None, Some(kept), out) } else { self.push_joined(Some(kept), None, out) }
     }
+    out.columns[plan.side].push_bool(left.is_none())?;
+    let time = [left, right].into_iter().flatten().map(|r| r.time).max().unwrap_or(0);
+    out.columns[plan.time].push_i64(time)?;
+    out.len += 1;
+    Ok(())
+}
 
+/// Appends a row that matched nothing, if its side keeps those.
+fn push_unmatched(plan: &JoinPlan, right: bool, row: Row<'_>, out: &mut Batch) -> Result<(), Error> {
+    if !plan.kind.keeps_unmatched(right) {
+        return Ok(());
+    }
+    if right { push_joined(plan, None, Some(row), out) } else { push_joined(plan, Some(row), None, out) }
+}
+
+impl JoinOperator {
     /// Joins the batch's candidate pairs into `out`, marking both rows of
     /// every pair that passes the residual condition as matched.
     fn emit_pairs(&mut self, out: &mut Batch) -> Result<(), Error> {
-        let pairs = std::mem::take(&mut self.pairs);
-        let mut target = std::mem::replace(&mut self.candidates, Batch::new(Vec::new(), 0));
-        target.clear();
-        let direct = self.plan.residual.is_none();
-        for p in &pairs {
-            let rows = &self.keys[p.key as usize];
-            let (new, other) = (
-                &rows.sides[usize::from(p.right)][p.new as usize],
-                &rows.sides[usize::from(!p.right)][p.other as usize],
-            );
-            let (left, right) = if p.right { (other, new) } else { (new, other) };
-            self.push_joined(Some(left), Some(right), if direct { &mut *out } else { &mut target })?;
-        }
-        let passed: Vec<bool> = match &self.plan.residual {
-            None => vec![true; pairs.len()],
-            Some(residual) => {
-                let n = target.len;
-                let value = eval(residual, &target)?.into_column(n);
-                let passed: Vec<bool> = match &value.data {
-                    ColumnData::Bool(b) => (0..n).map(|r| value.is_valid(r) && b[r]).collect(),
-                    _ => vec![false; n],
-                };
-                for (r, ok) in passed.iter().enumerate() {
-                    if *ok {
-                        for (c, column) in out.columns.iter_mut().enumerate() {
-                            column.push_from(&target.columns[c], r)?;
-                        }
-                        out.len += 1;
-                    }
-                }
-                passed
+        let [left, right] = &mut self.stores;
+        let Some(residual) = &self.plan.residual else {
+            for p in &self.pairs {
+                push_joined(&self.plan, Some(left.row(p.left)), Some(right.row(p.right)), out)?;
+                left.matched[p.left as usize] = true;
+                right.matched[p.right as usize] = true;
             }
+            self.pairs.clear();
+            return Ok(());
         };
-        for (p, ok) in pairs.iter().zip(passed) {
-            if ok {
-                let rows = &mut self.keys[p.key as usize];
-                rows.sides[usize::from(p.right)][p.new as usize].matched = true;
-                rows.sides[usize::from(!p.right)][p.other as usize].matched = true;
+        let target = &mut self.candidates;
+        target.clear();
+        for p in &self.pairs {
+            push_joined(&self.plan, Some(left.row(p.left)), Some(right.row(p.right)), target)?;
+        }
+        let n = target.len;
+        let value = eval(residual, target)?.into_column(n);
+        self.passed.clear();
+        match &value.data {
+            ColumnData::Bool(b) => self.passed.extend((0..n).map(|r| value.is_valid(r) && b[r])),
+            _ => self.passed.resize(n, false),
+        }
+        for (r, (p, ok)) in self.pairs.iter().zip(&self.passed).enumerate() {
+            if *ok {
+                for (column, from) in out.columns.iter_mut().zip(&target.columns) {
+                    column.push_from(from, r)?;
+                }
+                out.len += 1;
+                left.matched[p.left as usize] = true;
+                right.matched[p.right as usize] = true;
             }
         }
-        self.candidates = target;
-        self.pairs = pairs;
         self.pairs.clear();
         Ok(())
     }
@@ -196,13 +289,6 @@ fn bools(column: &Column) -> Option<&[bool]> {
     }
 }
 
-fn ints(column: &Column) -> Option<&[i64]> {
-    match &column.data {
-        ColumnData::Int(v) => Some(v),
-        _ => None,
-    }
-}
-
 impl Operator for JoinOperator {
     fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
         let batch = input.batch;
@@ -210,8 +296,7 @@ impl Operator for JoinOperator {
         let internal = |what: &str| Error::Internal(format!("join input without its {what} column"));
         let side = batch.columns.get(self.plan.side).ok_or_else(|| internal("side"))?;
         let sides = bools(side).ok_or_else(|| internal("side"))?;
-        let time = batch.columns.get(self.plan.time).ok_or_else(|| internal("time"))?;
-        let times = ints(time).ok_or_else(|| internal("time"))?;
+        let times = batch.columns.get(self.plan.time).and_then(int_values).ok_or_else(|| internal("time"))?;
         let eval_keys = |exprs: &[sluice_plan::PhysExpr]| -> Result<Vec<Cow<'_, Column>>, Error> {
             exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect()
         };
@@ -220,6 +305,10 @@ impl Operator for JoinOperator {
         let left_refs: Vec<&Column> = left_keys.iter().map(AsRef::as_ref).collect();
         let right_refs: Vec<&Column> = right_keys.iter().map(AsRef::as_ref).collect();
         let encoders = [KeyEncoder::new(&left_refs), KeyEncoder::new(&right_refs)];
+        let (left_columns, right_columns) = (
+            batch.columns.get(self.plan.left.0..self.plan.left.1).unwrap_or_default(),
+            batch.columns.get(self.plan.right.0..self.plan.right.1).unwrap_or_default(),
+        );
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
         for r in rows {
@@ -229,32 +318,26 @@ impl Operator for JoinOperator {
                 out.late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
-            let (start, end) = self.range(right);
-            let kept =
-                Kept { time: t, matched: false, row: (start..end).map(|c| batch.columns[c].scalar(r)).collect() };
+            let columns = if right { right_columns } else { left_columns };
             let key_columns = if right { &right_refs } else { &left_refs };
             if key_columns.iter().any(|c| !c.is_valid(r)) {
                 // NULL equals nothing: the row can never match.
-                self.push_unmatched(right, &kept, out.rows)?;
+                push_unmatched(&self.plan, right, Row { columns, index: r, time: t }, out.rows)?;
                 continue;
             }
             self.key.clear();
             encoders[usize::from(right)].encode(r, &mut self.key);
             let (gid, _) = self.table.find_or_insert(&self.key);
-            let g = gid as usize;
-            if self.keys.len() <= g {
-                self.keys.resize_with(g + 1, KeyRows::default);
-            }
-            let new = u32::try_from(self.keys[g].sides[usize::from(right)].len()).unwrap_or(u32::MAX);
-            for (j, other) in self.keys[g].sides[usize::from(!right)].iter().enumerate() {
-                let ok = if right { self.in_range(other.time, t) } else { self.in_range(t, other.time) };
-                if ok {
-                    self.pairs.push(Pair { key: gid, right, new, other: u32::try_from(j).unwrap_or(u32::MAX) });
+            let new = self.stores[usize::from(right)].push(columns, r, t)?;
+            self.file(gid, right, new, t);
+            let other = &self.stores[usize::from(!right)];
+            for &slot in &self.keys[gid as usize][usize::from(!right)] {
+                let (l, rt) = if right { (other.time[slot as usize], t) } else { (t, other.time[slot as usize]) };
+                if self.in_range(l, rt) {
+                    let (left, right) = if right { (slot, new) } else { (new, slot) };
+                    self.pairs.push(Pair { left, right });
                 }
             }
-            self.expiry.push(Reverse((self.expires(right, t), gid)));
-            self.keys[g].sides[usize::from(right)].push(kept);
-            self.rows += 1;
         }
         self.emit_pairs(out.rows)
     }
@@ -265,66 +348,98 @@ impl Operator for JoinOperator {
                 break;
             }
             self.expiry.pop();
-            let g = gid as usize;
-            let Some(entry) = self.keys.get_mut(g) else { continue };
-            let mut taken = std::mem::take(entry);
+            let Some(entry) = self.keys.get_mut(gid as usize) else { continue };
             for right in [false, true] {
-                let list = std::mem::take(&mut taken.sides[usize::from(right)]);
-                for kept in list {
-                    if self.expires(right, kept.time) >= watermark {
-                        taken.sides[usize::from(right)].push(kept);
-                        continue;
+                let store = &mut self.stores[usize::from(right)];
+                let (mut result, mut gone) = (Ok(()), 0);
+                entry[usize::from(right)].retain(|&slot| {
+                    let row = store.row(slot);
+                    if Self::expires(&self.plan, right, row.time) >= watermark {
+                        return true;
                     }
-                    self.rows -= 1;
-                    if !kept.matched {
-                        self.push_unmatched(right, &kept, rows)?;
+                    gone += 1;
+                    if !store.matched[slot as usize] && result.is_ok() {
+                        result = push_unmatched(&self.plan, right, row, rows);
                     }
-                }
+                    false
+                });
+                store.live -= gone;
+                result?;
             }
-            if taken.sides.iter().all(Vec::is_empty) {
+            if entry.iter().all(Vec::is_empty) {
                 self.table.remove(gid);
             }
-            self.keys[g] = taken;
         }
+        self.compact(false);
+        self.compact(true);
         Ok(())
     }
 
     fn finish(&mut self, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        for entry in std::mem::take(&mut self.keys) {
+        for entry in &self.keys {
             for right in [false, true] {
-                for kept in entry.sides[usize::from(right)].iter().filter(|k| !k.matched) {
-                    self.push_unmatched(right, kept, rows)?;
+                let store = &self.stores[usize::from(right)];
+                for &slot in &entry[usize::from(right)] {
+                    if !store.matched[slot as usize] {
+                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
+                    }
                 }
             }
         }
+        self.stores.iter_mut().for_each(Store::clear);
+        self.keys.clear();
         self.table = GroupTable::default();
         self.expiry.clear();
-        self.rows = 0;
         Ok(())
     }
 
     fn state_size(&self) -> StateSize {
-        let width = self.types.len() / 2 + 1;
-        let per_row = size_of::<Kept>() + width * size_of::<Scalar>();
-        StateSize { bytes: self.table.heap_bytes() + self.rows * per_row, entries: self.rows }
+        let rows = self.stores[0].live + self.stores[1].live;
+        let bytes = self.stores.iter().flat_map(|s| &s.columns).map(Column::heap_bytes).sum::<usize>()
+            + self.stores.iter().map(|s| s.time.capacity() * 9).sum::<usize>()
+            + self.keys.capacity() * size_of::<[Vec<u32>; 2]>()
+            + rows * size_of::<u32>();
+        StateSize { bytes: self.table.heap_bytes() + bytes, entries: rows }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys: self.keys.clone() }, out)
+        let keys = self
+            .keys
+            .iter()
+            .map(|entry| KeyRows {
+                sides: [false, true].map(|right| {
+                    let store = &self.stores[usize::from(right)];
+                    entry[usize::from(right)]
+                        .iter()
+                        .map(|&slot| Kept {
+                            time: store.time[slot as usize],
+                            matched: store.matched[slot as usize],
+                            row: store.columns.iter().map(|c| c.scalar(slot as usize)).collect(),
+                        })
+                        .collect()
+                }),
+            })
+            .collect();
+        write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let state: JoinState = read_state(OperatorTag::Join, bytes)?;
         self.table = GroupTable::from_state(state.table);
-        self.keys = state.keys;
+        self.stores.iter_mut().for_each(Store::clear);
+        self.keys.clear();
         self.expiry.clear();
-        self.rows = 0;
-        for (g, entry) in self.keys.iter().enumerate() {
-            for right in [false, true] {
-                for kept in &entry.sides[usize::from(right)] {
-                    let gid = u32::try_from(g).unwrap_or(u32::MAX);
-                    self.expiry.push(Reverse((self.expires(right, kept.time), gid)));
-                    self.rows += 1;
+        for (g, entry) in state.keys.into_iter().enumerate() {
+            let gid = u32::try_from(g).unwrap_or(u32::MAX);
+            if self.keys.len() <= g {
+                self.keys.resize_with(g + 1, Default::default);
+            }
+            for (right, kept) in [false, true].into_iter().zip(entry.sides) {
+                for k in kept {
+                    let store = &mut self.stores[usize::from(right)];
+                    let slot = store.push_scalars(&k.row, k.time)?;
+                    store.matched[slot as usize] = k.matched;
+                    self.file(gid, right, slot, k.time);
                 }
             }
         }
@@ -438,6 +553,21 @@ mod tests {
         let (joined, _) = run(&mut op, &[], 1_011);
         assert_eq!(joined, [(Scalar::Bigint(100), Scalar::Null)]);
         assert_eq!(op.state_size().entries, 0, "nothing kept once both ranges passed");
+    }
+
+    #[test]
+    fn state_stays_bounded_and_rows_keep_their_partners_through_compactions() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Inner), &TYPES);
+        let mut joined = 0;
+        for i in 0..5_000i64 {
+            let (pairs, late) = run(&mut op, &[(false, i % 7, i, i * 10), (true, i % 7, -i, i * 10 + 5)], i * 10 - 100);
+            assert!(late.is_empty());
+            assert_eq!(pairs, [(Scalar::Bigint(i), Scalar::Bigint(-i))], "row {i}");
+            joined += pairs.len();
+        }
+        assert_eq!(joined, 5_000);
+        assert!(op.state_size().entries < 50, "{:?}", op.state_size());
+        assert!(op.stores.iter().all(|s| s.time.len() < 2_100), "let-go slots are compacted away");
     }
 
     #[test]
