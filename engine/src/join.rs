@@ -570,6 +570,18 @@ mod tests {
         assert!(op.stores.iter().all(|s| s.time.len() < 2_100), "let-go slots are compacted away");
     }
 
+    /// The size the engine checks against `stateMemoryLimit` and reports as
+    /// `sluice_state_bytes` grows with the rows kept.
+    #[test]
+    fn state_size_counts_every_kept_row() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Inner), &TYPES);
+        let rows: Vec<(bool, i64, i64, i64)> = (0..1_000).map(|i| (false, i, i, 1_000)).collect();
+        run(&mut op, &rows, 0);
+        let size = op.state_size();
+        assert_eq!(size.entries, 1_000);
+        assert!(size.bytes >= 1_000 * (2 * 8 + 8), "two cells and a time per row at least: {size:?}");
+    }
+
     #[test]
     fn a_null_key_never_matches_and_an_outer_side_emits_it_at_once() {
         let mut op = JoinOperator::new(&plan(JoinKind::Left), &TYPES);
