@@ -38,7 +38,7 @@ pub use quantity::parse_quantity_bytes;
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, SchemaSpec,
-    SecretRef, SourceFormat, SourceSpec, StartFrom,
+    SecretRef, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
 pub use stream_job::{StreamJob, StreamJobSpec};

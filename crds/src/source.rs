@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 #[x_kube(
     validation = Rule::new("[has(self.kafka), has(self.file), has(self.datagen)].filter(x, x).size() == 1").message("exactly one of kafka, file or datagen must be set"),
     validation = Rule::new("!has(self.partitionKey) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
-    validation = Rule::new("!has(self.eventTime) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns")
+    validation = Rule::new("!has(self.eventTime) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns"),
+    validation = Rule::new("!has(self.table) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns")
 )]
 pub struct SourceSpec {
     /// Table name used in the SQL FROM clause.
@@ -43,6 +44,29 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16), inner(length(max = 63)))]
     pub partition_key: Vec<String>,
+    /// Read the source as a table, not a stream: each record is the latest
+    /// version of the row with its primary key (an upsert), and a deletion
+    /// removes it — as a ksqlDB TABLE or a Flink upsert-kafka source over a
+    /// compacted topic. A table can only be the right side of a join
+    /// (`FROM stream JOIN table ON …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableSpec>,
+}
+
+/// How a source's records make a table.
+///
+/// A deletion is a Kafka tombstone (a record with a key and no value: the
+/// key is a JSON object of the primary-key columns, or, for a one-column
+/// key, the bare value; its event time is the record's timestamp), or a
+/// record whose `__deleted` field is `true` — which is how a file source
+/// deletes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TableSpec {
+    /// The columns that identify a row: the topic's record key. A join with
+    /// the table must equate each of them with a column of the stream.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 63)))]
+    pub primary_key: Vec<String>,
 }
 
 /// A Kafka topic to consume.
@@ -199,6 +223,7 @@ impl SourceSpec {
             },
             event_time: None,
             partition_key: Vec::new(),
+            table: None,
         }
     }
 

@@ -56,6 +56,19 @@ impl StreamJobSpec {
                     et.column
                 ));
             }
+            if let Some(t) = &s.table {
+                if t.primary_key.is_empty() {
+                    problems.push(format!("{at}.table.primaryKey: at least one column is required"));
+                }
+                for k in &t.primary_key {
+                    if !columns.contains(k.as_str()) {
+                        problems.push(format!(
+                            "{at}.table.primaryKey: every table.primaryKey column must be declared in \
+                             schema.columns (`{k}` is not)"
+                        ));
+                    }
+                }
+            }
             if let Some(d) = &s.datagen
                 && d.partitions < 1
             {

@@ -17,6 +17,7 @@ use super::output::{EmittedRows, Output};
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
 use super::stateless::Stateless;
+use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
@@ -88,6 +89,10 @@ pub struct Engine {
 
 const SNAPSHOT_VERSION: u32 = 1;
 
+fn source_types(plan: &Plan) -> Vec<sluice_plan::DataType> {
+    plan.source.schema.fields.iter().map(|f| f.data_type).collect()
+}
+
 /// A checkpoint: this header (postcard), then the operator's tag and state
 /// (see [`crate::operator::write_state`]).
 type SnapshotHeader = (u32, u64, i64);
@@ -103,10 +108,8 @@ impl Engine {
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),
             OperatorPlan::Merge(m) => Box::new(MergeOperator::new(m)),
-            OperatorPlan::Join(j) => Box::new(JoinOperator::new(
-                j,
-                &plan.source.schema.fields.iter().map(|f| f.data_type).collect::<Vec<_>>(),
-            )),
+            OperatorPlan::Join(j) => Box::new(JoinOperator::new(j, &source_types(&plan))),
+            OperatorPlan::TableJoin(j) => Box::new(TableJoinOperator::new(j, &source_types(&plan))),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;

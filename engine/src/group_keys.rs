@@ -60,6 +60,18 @@ impl GroupTable {
         if len == FREE { &[] } else { &self.arena[off as usize..(off + len) as usize] }
     }
 
+    /// The id of `key`, if it has one.
+    #[inline]
+    pub fn find(&self, key: &[u8]) -> Option<u32> {
+        let (arena, ranges) = (&self.arena, &self.ranges);
+        self.table
+            .find(hash_key(key), |&gid: &u32| {
+                let (off, len) = ranges[gid as usize];
+                len != FREE && &arena[off as usize..(off + len) as usize] == key
+            })
+            .copied()
+    }
+
     /// The id of `key`, creating the group if needed; `true` when new.
     #[inline]
     pub fn find_or_insert(&mut self, key: &[u8]) -> (u32, bool) {

@@ -32,22 +32,23 @@ use crate::Error;
 use crate::aggregate::int_values;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, Scalar, eval};
+use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, Scalar, eval};
 
 /// The kept rows of one side, column by column in arrival order: keeping
 /// a row copies its cells into these columns (no allocation per row), and
 /// a row is its slot. Let-go slots stay until at least half of the store
 /// is let go; then a compaction drops them and renumbers the rest.
 #[derive(Debug)]
-struct Store {
-    columns: Vec<Column>,
-    time: Vec<i64>,
+pub(crate) struct Store {
+    pub(crate) columns: Vec<Column>,
+    pub(crate) time: Vec<i64>,
     matched: Vec<bool>,
-    live: usize,
+    /// Slots not let go.
+    pub(crate) live: usize,
 }
 
 impl Store {
-    fn new(types: &[DataType]) -> Self {
+    pub(crate) fn new(types: &[DataType]) -> Self {
         Self {
             columns: types.iter().map(|t| Column::with_capacity(*t, 0)).collect(),
             time: Vec::new(),
@@ -57,7 +58,7 @@ impl Store {
     }
 
     /// Keeps row `r` of `columns` (the side's columns of a batch).
-    fn push(&mut self, columns: &[Column], r: usize, time: i64) -> Result<u32, Error> {
+    pub(crate) fn push(&mut self, columns: &[Column], r: usize, time: i64) -> Result<u32, Error> {
         for (kept, column) in self.columns.iter_mut().zip(columns) {
             kept.push_from(column, r)?;
         }
@@ -68,7 +69,7 @@ impl Store {
     }
 
     /// Keeps a row given as its cells (restoring a checkpoint).
-    fn push_scalars(&mut self, row: &[Scalar], time: i64) -> Result<u32, Error> {
+    pub(crate) fn push_scalars(&mut self, row: &[Scalar], time: i64) -> Result<u32, Error> {
         for (kept, value) in self.columns.iter_mut().zip(row) {
             kept.push_scalar(value)?;
         }
@@ -78,19 +79,19 @@ impl Store {
         Ok(u32::try_from(self.time.len() - 1).unwrap_or(u32::MAX))
     }
 
-    fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.columns.iter_mut().for_each(Column::clear);
         self.time.clear();
         self.matched.clear();
         self.live = 0;
     }
 
-    fn row(&self, slot: u32) -> Row<'_> {
+    pub(crate) fn row(&self, slot: u32) -> Row<'_> {
         Row { columns: &self.columns, index: slot as usize, time: self.time[slot as usize] }
     }
 
     /// Keeps only the `live` slots, in order; returns each old slot's new one.
-    fn compact(&mut self, live: &[u32]) -> Vec<u32> {
+    pub(crate) fn compact(&mut self, live: &[u32]) -> Vec<u32> {
         let mut moved = vec![u32::MAX; self.time.len()];
         for (new, &old) in live.iter().enumerate() {
             moved[old as usize] = u32::try_from(new).unwrap_or(u32::MAX);
@@ -106,10 +107,10 @@ impl Store {
 
 /// One side's row: a row of some columns (a store's, or the input's).
 #[derive(Clone, Copy)]
-struct Row<'a> {
-    columns: &'a [Column],
-    index: usize,
-    time: i64,
+pub(crate) struct Row<'a> {
+    pub(crate) columns: &'a [Column],
+    pub(crate) index: usize,
+    pub(crate) time: i64,
 }
 
 /// A kept row as a checkpoint holds it: its side's cells.
@@ -214,9 +215,26 @@ impl JoinOperator {
     }
 }
 
-/// Appends a joined row (either side may be absent: NULL-extended).
-fn push_joined(plan: &JoinPlan, left: Option<Row<'_>>, right: Option<Row<'_>>, out: &mut Batch) -> Result<(), Error> {
-    for ((start, end), row) in [(plan.left, left), (plan.right, right)] {
+/// Where a joined row's parts go, in the layout every join's rows share:
+/// the left side's columns, the right side's, which side, the event time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Joined {
+    pub(crate) left: (usize, usize),
+    pub(crate) right: (usize, usize),
+    pub(crate) side: usize,
+    pub(crate) time: usize,
+}
+
+/// Appends a joined row (either side may be absent: NULL-extended) at
+/// event time `time`; the caller fills any column beyond the layout.
+pub(crate) fn push_joined_at(
+    at: Joined,
+    left: Option<Row<'_>>,
+    right: Option<Row<'_>>,
+    time: i64,
+    out: &mut Batch,
+) -> Result<(), Error> {
+    for ((start, end), row) in [(at.left, left), (at.right, right)] {
         match row {
             Some(row) => {
                 for (c, column) in (start..end).zip(row.columns) {
@@ -226,10 +244,29 @@ fn push_joined(plan: &JoinPlan, left: Option<Row<'_>>, right: Option<Row<'_>>, o
             None => (start..end).for_each(|c| out.columns[c].push_null()),
         }
     }
-    out.columns[plan.side].push_bool(left.is_none())?;
-    let time = [left, right].into_iter().flatten().map(|r| r.time).max().unwrap_or(0);
-    out.columns[plan.time].push_i64(time)?;
+    out.columns[at.side].push_bool(left.is_none())?;
+    out.columns[at.time].push_i64(time)?;
     out.len += 1;
+    Ok(())
+}
+
+/// Appends a joined row at the later of its sides' event times.
+fn push_joined(plan: &JoinPlan, left: Option<Row<'_>>, right: Option<Row<'_>>, out: &mut Batch) -> Result<(), Error> {
+    let at = Joined { left: plan.left, right: plan.right, side: plan.side, time: plan.time };
+    let time = [left, right].into_iter().flatten().map(|r| r.time).max().unwrap_or(0);
+    push_joined_at(at, left, right, time, out)
+}
+
+/// Evaluates a join's residual condition over candidate joined rows:
+/// `passed[r]` is whether row `r` passes (NULL does not).
+pub(crate) fn residual_passes(residual: &PhysExpr, candidates: &Batch, passed: &mut Vec<bool>) -> Result<(), Error> {
+    let n = candidates.len;
+    let value = eval(residual, candidates)?.into_column(n);
+    passed.clear();
+    match &value.data {
+        ColumnData::Bool(b) => passed.extend((0..n).map(|r| value.is_valid(r) && b[r])),
+        _ => passed.resize(n, false),
+    }
     Ok(())
 }
 
@@ -260,13 +297,7 @@ impl JoinOperator {
         for p in &self.pairs {
             push_joined(&self.plan, Some(left.row(p.left)), Some(right.row(p.right)), target)?;
         }
-        let n = target.len;
-        let value = eval(residual, target)?.into_column(n);
-        self.passed.clear();
-        match &value.data {
-            ColumnData::Bool(b) => self.passed.extend((0..n).map(|r| value.is_valid(r) && b[r])),
-            _ => self.passed.resize(n, false),
-        }
+        residual_passes(residual, target, &mut self.passed)?;
         for (r, (p, ok)) in self.pairs.iter().zip(&self.passed).enumerate() {
             if *ok {
                 for (column, from) in out.columns.iter_mut().zip(&target.columns) {
@@ -282,7 +313,7 @@ impl JoinOperator {
     }
 }
 
-fn bools(column: &Column) -> Option<&[bool]> {
+pub(crate) fn bools(column: &Column) -> Option<&[bool]> {
     match &column.data {
         ColumnData::Bool(b) => Some(b),
         _ => None,
@@ -297,7 +328,7 @@ impl Operator for JoinOperator {
         let side = batch.columns.get(self.plan.side).ok_or_else(|| internal("side"))?;
         let sides = bools(side).ok_or_else(|| internal("side"))?;
         let times = batch.columns.get(self.plan.time).and_then(int_values).ok_or_else(|| internal("time"))?;
-        let eval_keys = |exprs: &[sluice_plan::PhysExpr]| -> Result<Vec<Cow<'_, Column>>, Error> {
+        let eval_keys = |exprs: &[PhysExpr]| -> Result<Vec<Cow<'_, Column>>, Error> {
             exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect()
         };
         let left_keys = eval_keys(&self.plan.left_keys)?;

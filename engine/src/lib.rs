@@ -17,6 +17,7 @@ mod output;
 mod rows_window;
 mod session;
 mod stateless;
+mod table_join;
 mod top_n;
 
 pub use error::Error;

@@ -68,6 +68,7 @@ pub enum OperatorTag {
     TopN = 4,
     Merge = 5,
     Join = 6,
+    TableJoin = 7,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -54,6 +54,51 @@ pub enum OperatorPlan {
     Merge(MergePlan),
     /// A stream–stream interval join of two sources.
     Join(JoinPlan),
+    /// A stream joined with a table (the latest or the event-time version
+    /// of the row with the key). Appended last: variant numbers are part of
+    /// the plan fingerprint.
+    TableJoin(TableJoinPlan),
+}
+
+/// A stream–table join: `FROM s [LEFT] JOIN t [FOR SYSTEM_TIME AS OF
+/// s.ts] ON s.x = t.id`, where `t` is a table source (each record the
+/// latest version of the row with its primary key, or its deletion). Both
+/// sides' rows reach the join's stage through one exchange keyed by the
+/// key — the table's primary key, the stream's side of the equality — in
+/// the layout of [`JoinPlan`], plus a BOOLEAN saying a table row deletes
+/// its key. The stream is the left side, the table the right.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableJoinPlan {
+    /// INNER or LEFT.
+    pub kind: JoinKind,
+    pub left: (usize, usize),
+    pub right: (usize, usize),
+    /// The BOOLEAN source column that is true on table rows.
+    pub side: usize,
+    /// The source column holding each row's event time.
+    pub time: usize,
+    /// The BOOLEAN source column that is true on a table row that deletes
+    /// its key.
+    pub deleted: usize,
+    /// `left_keys[i] = right_keys[i]`; the right keys are the table's
+    /// primary key.
+    pub left_keys: Vec<PhysExpr>,
+    pub right_keys: Vec<PhysExpr>,
+    /// The rest of ON, over a joined row.
+    pub residual: Option<PhysExpr>,
+    pub version: TableVersion,
+}
+
+/// Which version of a table row a stream row joins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TableVersion {
+    /// The version current when the stream row is processed (ksqlDB's
+    /// stream–table join): rows are joined as they arrive.
+    Latest,
+    /// `FOR SYSTEM_TIME AS OF s.ts`: the version valid at the stream row's
+    /// event time (Flink's event-time temporal join): stream rows wait
+    /// until the watermark passes them.
+    AsOfEventTime,
 }
 
 /// A stream–stream interval join: `a JOIN b ON a.k = b.k AND b.ts BETWEEN
@@ -284,10 +329,16 @@ impl Plan {
     }
 
     /// Whether rows are judged against the watermark as they arrive: a
-    /// windowed aggregate's (late for a closed window) and a join's (late
-    /// rows could miss partners that were already let go).
+    /// windowed aggregate's (late for a closed window), an interval join's
+    /// (late rows could miss partners that were already let go) and a
+    /// temporal join's (the stream rows before the watermark were joined).
     pub fn judges_lateness(&self) -> bool {
-        self.is_windowed() || matches!(self.operator, OperatorPlan::Join(_))
+        self.is_windowed()
+            || matches!(
+                self.operator,
+                OperatorPlan::Join(_)
+                    | OperatorPlan::TableJoin(TableJoinPlan { version: TableVersion::AsOfEventTime, .. })
+            )
     }
 
     /// Checks that the declared partitioning of the source gives complete

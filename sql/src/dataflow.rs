@@ -142,8 +142,14 @@ fn aggregate_over_aggregate(
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Dataflow, SqlError> {
-    let mut inner_parsed =
-        ParsedQuery { query: Box::new(inner.query), window: None, emit: None, clauses: Vec::new(), top_n: None };
+    let mut inner_parsed = ParsedQuery {
+        query: Box::new(inner.query),
+        window: None,
+        emit: None,
+        clauses: Vec::new(),
+        top_n: None,
+        as_of: None,
+    };
     let inner_plan = plan_parsed(&mut inner_parsed, sources)?;
     if !(inner_plan.is_windowed() && inner_plan.emit == EmitMode::Final) {
         return Err(SqlError::at_span(

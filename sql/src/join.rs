@@ -23,7 +23,10 @@ use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
-use sluice_plan::{DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, Partitioning, SqlError, Stage, StageOutput};
+use sluice_plan::{
+    DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, Partitioning, SqlError, Stage, StageOutput, TableJoinPlan,
+    TableVersion,
+};
 use sqlparser::ast::{
     BinaryOperator, Expr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
@@ -40,6 +43,9 @@ const RIGHT: &str = "__right";
 const TIME: &str = "__time";
 /// The name the outer query reads the joined layout by.
 const JOINED: &str = "__join";
+/// A table's field, and the joined layout's BOOLEAN column, that marks a
+/// deletion of the row with the key.
+const DELETED: &str = "__deleted";
 
 /// One side of a join: a source and the names it goes by.
 struct Side<'a> {
@@ -66,9 +72,13 @@ impl Side<'_> {
 
 /// Plans `parsed` if its FROM joins two sources.
 pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Option<Dataflow>, SqlError> {
+    let as_of = parsed.as_of.take();
     let SetExpr::Select(select) = parsed.query.body.as_mut() else { return Ok(None) };
     let [from] = select.from.as_slice() else { return Ok(None) };
-    let Some(join) = from.joins.first() else { return Ok(None) };
+    let Some(join) = from.joins.first() else {
+        parsed.as_of = as_of;
+        return Ok(None);
+    };
     if let Some(third) = from.joins.get(1) {
         return Err(SqlError::at_node(&third.relation, "a join of more than two sources is not supported yet"));
     }
@@ -98,6 +108,39 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
             ));
         }
     };
+    let table = match (left.spec.table.is_some(), right.spec.table.is_some()) {
+        (false, false) => false,
+        (false, true) => true,
+        (true, false) => {
+            return Err(SqlError::at_node(
+                &from.relation,
+                format!(
+                    "`{}` is a table: a table is the right side of a join with a stream (FROM stream s JOIN {} t ON …)",
+                    left.spec.name, left.spec.name
+                ),
+            ));
+        }
+        (true, true) => {
+            return Err(SqlError::at_node(&join.relation, "a join of two tables is not supported: join a stream"));
+        }
+    };
+    if table && !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+        return Err(SqlError::at_node(
+            &join.relation,
+            "a join with a table is INNER or LEFT: each stream row is enriched from the table, and the table's \
+             rows are not emitted on their own",
+        ));
+    }
+    if let (Some(a), false) = (&as_of, table) {
+        return Err(SqlError::at_span(
+            a.span,
+            format!(
+                "FOR SYSTEM_TIME AS OF applies to a table: `{}` is a stream (declare `table` on the source to read \
+                 it as one)",
+                right.spec.name
+            ),
+        ));
+    }
     let sides = [left, right];
     let on = match constraint {
         JoinConstraint::On(e) => e.clone(),
@@ -110,74 +153,32 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
         }
     };
     let resolver = Resolver { sides: &sides };
-    // Classify the conjuncts of ON: equality keys, the time bound, the rest.
-    let mut conjuncts = Vec::new();
-    split_and(&on, &mut conjuncts);
-    let (mut keys, mut residual) = (Vec::new(), Vec::new());
-    let (mut lower, mut upper) = (None::<i64>, None::<i64>);
-    for c in conjuncts {
-        if let Some(bounds) = resolver.time_bound(c)? {
-            for (is_lower, v) in bounds {
-                if is_lower {
-                    lower = Some(lower.map_or(v, |l| l.max(v)));
-                } else {
-                    upper = Some(upper.map_or(v, |u| u.min(v)));
+    let conditions = classify(&on, &resolver, !table)?;
+    let layout = if table {
+        let version = match &as_of {
+            None => TableVersion::Latest,
+            Some(a) => {
+                let time = Expr::CompoundIdentifier(a.column.clone());
+                match resolver.event_time_ref(&a.column, &time)? {
+                    Some((0, _)) => TableVersion::AsOfEventTime,
+                    _ => {
+                        return Err(SqlError::at_span(
+                            a.span,
+                            format!(
+                                "FOR SYSTEM_TIME AS OF takes the stream's event-time column: {}.{}",
+                                sides[0].prefix,
+                                sides[0].event_time().map_or("<eventTime>", |c| &sides[0].spec.schema.columns[c].name)
+                            ),
+                        ));
+                    }
                 }
             }
-            continue;
-        }
-        if let Expr::BinaryOp { left: a, op: BinaryOperator::Eq, right: b } = c {
-            match (resolver.sides_of(a)?, resolver.sides_of(b)?) {
-                ((true, false), (false, true)) => {
-                    keys.push((a.as_ref().clone(), b.as_ref().clone(), c));
-                    continue;
-                }
-                ((false, true), (true, false)) => {
-                    keys.push((b.as_ref().clone(), a.as_ref().clone(), c));
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        residual.push(c.clone());
-    }
-    if keys.is_empty() {
-        return Err(SqlError::at_node(
-            &on,
-            "a join needs an equality key between its sides (ON a.key = b.key): rows meet on the partition of their key",
-        ));
-    }
-    for s in &sides {
-        if s.event_time().is_none() {
-            return Err(SqlError::at_node(
-                &on,
-                format!(
-                    "a stream–stream join needs event time on both sides: source `{}` declares no eventTime",
-                    s.spec.name
-                ),
-            ));
-        }
-    }
-    let (Some(lower), Some(upper)) = (lower, upper) else {
-        let (l, r) = (&sides[0], &sides[1]);
-        let (lt, rt) = (
-            &l.spec.schema.columns[l.event_time().unwrap_or(0)].name,
-            &r.spec.schema.columns[r.event_time().unwrap_or(0)].name,
-        );
-        return Err(SqlError::at_node(
-            &on,
-            format!(
-                "a stream–stream join needs a time bound on both sides, or its state would grow forever: add \
-                 AND {rp}.{rt} BETWEEN {lp}.{lt} - INTERVAL '1' MINUTE AND {lp}.{lt} + INTERVAL '1' MINUTE \
-                 (the sides' event-time columns)",
-                rp = r.prefix,
-                lp = l.prefix
-            ),
-        ));
+        };
+        Layout::Table(table_keys(conditions, &sides, version, &on)?)
+    } else {
+        Layout::Interval(interval_bounds(conditions, &sides, &on)?)
     };
-    if lower > upper {
-        return Err(SqlError::at_node(&on, "the join's time bound is empty: its lower end is above its upper end"));
-    }
+    let keys = layout.keys();
 
     // Each side's stage: its columns into the joined layout, keyed by its
     // side of the equality key.
@@ -195,18 +196,29 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
             }
         }
         items.push(format!("{} AS {RIGHT}", if i == 1 { "TRUE" } else { "FALSE" }));
-        let time = s.event_time().map_or_else(String::new, |c| s.spec.schema.columns[c].name.clone());
-        items.push(format!("{}.{} AS {TIME}", quote(&s.prefix), quote(&time)));
+        match s.event_time() {
+            Some(c) => items.push(format!("{}.{} AS {TIME}", quote(&s.prefix), quote(&s.spec.schema.columns[c].name))),
+            None => items.push(format!("CAST(NULL AS TIMESTAMP) AS {TIME}")),
+        }
+        let mut spec = std::borrow::Cow::Borrowed(s.spec);
+        if table {
+            if i == 1 {
+                items.push(format!("COALESCE({}.{DELETED}, FALSE) AS {DELETED}", quote(&s.prefix)));
+                spec = std::borrow::Cow::Owned(table_source(s.spec));
+            } else {
+                items.push(format!("FALSE AS {DELETED}"));
+            }
+        }
         for (k, key) in keys.iter().enumerate() {
             items.push(format!("({}) AS __k{k}", if i == 0 { &key.0 } else { &key.1 }));
         }
         let sql = format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
-        let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(s.spec))?;
+        let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(spec.as_ref()))?;
         let width = plan.outputs.len() - keys.len();
         plan.keys = plan.outputs.split_off(width);
         branches.push(plan);
     }
-    for (k, (left_key, _, _)) in keys.iter().enumerate() {
+    for (k, (left_key, _)) in keys.iter().enumerate() {
         let (l, r) = (branches[0].keys[k].expr.data_type(), branches[1].keys[k].expr.data_type());
         if l != r && l != DataType::Null && r != DataType::Null {
             return Err(SqlError::at_node(
@@ -217,7 +229,7 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
     }
 
     // The join's stage: the outer query over the joined layout.
-    let joined = joined_spec(&sides);
+    let joined = joined_spec(&sides, table);
     let rewrite = |e: &Expr| -> Result<Expr, SqlError> {
         let mut e = e.clone();
         resolver.rewrite(&mut e)?;
@@ -249,7 +261,7 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
     let compile_side = |e: &Expr| compile_over(&rewrite(e)?, source, "ON");
     let left_keys = keys.iter().map(|k| compile_side(&k.0)).collect::<Result<Vec<_>, _>>()?;
     let right_keys = keys.iter().map(|k| compile_side(&k.1)).collect::<Result<Vec<_>, _>>()?;
-    let residual = match residual.into_iter().reduce(|a, b| Expr::BinaryOp {
+    let residual = match layout.residual().into_iter().reduce(|a, b| Expr::BinaryOp {
         left: Box::new(a),
         op: BinaryOperator::And,
         right: Box::new(b),
@@ -263,21 +275,36 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
             Some(compiled)
         }
     };
-    let plan = JoinPlan {
-        kind,
-        left: (0, left_width),
-        right: (left_width, left_width + right_width),
-        side: index(RIGHT),
-        time: index(TIME),
-        left_keys,
-        right_keys,
-        lower,
-        upper,
-        residual,
+    let (left, right) = ((0, left_width), (left_width, left_width + right_width));
+    let (side, time) = (index(RIGHT), index(TIME));
+    outer.operator = match layout {
+        Layout::Interval(Interval { lower, upper, .. }) => OperatorPlan::Join(JoinPlan {
+            kind,
+            left,
+            right,
+            side,
+            time,
+            left_keys,
+            right_keys,
+            lower,
+            upper,
+            residual,
+        }),
+        Layout::Table(TableKeys { version, .. }) => OperatorPlan::TableJoin(TableJoinPlan {
+            kind,
+            left,
+            right,
+            side,
+            time,
+            deleted: index(DELETED),
+            left_keys,
+            right_keys,
+            residual,
+            version,
+        }),
     };
     // WHERE filters joined rows (for outer joins, after NULL-extension).
     outer.having = outer.filter.take();
-    outer.operator = OperatorPlan::Join(plan);
     outer.intermediate = outer.source.schema.clone();
     outer.used_columns = vec![true; outer.used_columns.len()];
     outer.source.required = vec![false; outer.source.required.len()];
@@ -294,6 +321,200 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
         ],
         branches: vec![right_plan],
     }))
+}
+
+/// The conjuncts of ON, sorted: equality keys between the sides (left
+/// expression, right expression), bounds on the event times' difference,
+/// and the rest.
+struct Conditions {
+    keys: Vec<(Expr, Expr)>,
+    lower: Option<i64>,
+    upper: Option<i64>,
+    residual: Vec<Expr>,
+}
+
+fn classify(on: &Expr, resolver: &Resolver<'_, '_>, time_bounds: bool) -> Result<Conditions, SqlError> {
+    let mut conjuncts = Vec::new();
+    split_and(on, &mut conjuncts);
+    let mut out = Conditions { keys: Vec::new(), lower: None, upper: None, residual: Vec::new() };
+    for c in conjuncts {
+        if time_bounds && let Some(bounds) = resolver.time_bound(c)? {
+            for (is_lower, v) in bounds {
+                if is_lower {
+                    out.lower = Some(out.lower.map_or(v, |l| l.max(v)));
+                } else {
+                    out.upper = Some(out.upper.map_or(v, |u| u.min(v)));
+                }
+            }
+            continue;
+        }
+        if let Expr::BinaryOp { left: a, op: BinaryOperator::Eq, right: b } = c {
+            match (resolver.sides_of(a)?, resolver.sides_of(b)?) {
+                ((true, false), (false, true)) => {
+                    out.keys.push((a.as_ref().clone(), b.as_ref().clone()));
+                    continue;
+                }
+                ((false, true), (true, false)) => {
+                    out.keys.push((b.as_ref().clone(), a.as_ref().clone()));
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        out.residual.push(c.clone());
+    }
+    if out.keys.is_empty() {
+        return Err(SqlError::at_node(
+            on,
+            "a join needs an equality key between its sides (ON a.key = b.key): rows meet on the partition of their key",
+        ));
+    }
+    Ok(out)
+}
+
+/// How a join's sides meet: its keys, the rest of ON, and what decides
+/// which rows join.
+enum Layout {
+    Interval(Interval),
+    Table(TableKeys),
+}
+
+struct Interval {
+    keys: Vec<(Expr, Expr)>,
+    lower: i64,
+    upper: i64,
+    residual: Vec<Expr>,
+}
+
+struct TableKeys {
+    /// In the order of the table's primary key.
+    keys: Vec<(Expr, Expr)>,
+    residual: Vec<Expr>,
+    version: TableVersion,
+}
+
+impl Layout {
+    fn keys(&self) -> Vec<(Expr, Expr)> {
+        match self {
+            Self::Interval(i) => i.keys.clone(),
+            Self::Table(t) => t.keys.clone(),
+        }
+    }
+
+    fn residual(&self) -> Vec<Expr> {
+        match self {
+            Self::Interval(i) => i.residual.clone(),
+            Self::Table(t) => t.residual.clone(),
+        }
+    }
+}
+
+/// A stream–stream join: both sides need event time and a bound on how
+/// far apart their times may be.
+fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<Interval, SqlError> {
+    for s in sides {
+        if s.event_time().is_none() {
+            return Err(SqlError::at_node(
+                on,
+                format!(
+                    "a stream–stream join needs event time on both sides: source `{}` declares no eventTime",
+                    s.spec.name
+                ),
+            ));
+        }
+    }
+    let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
+        let (l, r) = (&sides[0], &sides[1]);
+        let (lt, rt) = (
+            &l.spec.schema.columns[l.event_time().unwrap_or(0)].name,
+            &r.spec.schema.columns[r.event_time().unwrap_or(0)].name,
+        );
+        return Err(SqlError::at_node(
+            on,
+            format!(
+                "a stream–stream join needs a time bound on both sides, or its state would grow forever: add \
+                 AND {rp}.{rt} BETWEEN {lp}.{lt} - INTERVAL '1' MINUTE AND {lp}.{lt} + INTERVAL '1' MINUTE \
+                 (the sides' event-time columns; or declare `table` on a source whose records update rows)",
+                rp = r.prefix,
+                lp = l.prefix
+            ),
+        ));
+    };
+    if lower > upper {
+        return Err(SqlError::at_node(on, "the join's time bound is empty: its lower end is above its upper end"));
+    }
+    Ok(Interval { keys: c.keys, lower, upper, residual: c.residual })
+}
+
+/// A stream–table join: the equality keys must cover the table's primary
+/// key — the rows of a key are on one partition, and a stream row meets
+/// at most one table row — in its order; other equalities are residual.
+fn table_keys(
+    mut c: Conditions,
+    sides: &[Side<'_>; 2],
+    version: TableVersion,
+    on: &Expr,
+) -> Result<TableKeys, SqlError> {
+    let table = &sides[1];
+    let primary_key = table.spec.table.as_ref().map(|t| t.primary_key.as_slice()).unwrap_or_default();
+    let resolver = Resolver { sides };
+    let mut keys = Vec::with_capacity(primary_key.len());
+    for column in primary_key {
+        let at = table.column(column);
+        let found = c.keys.iter().position(|(_, r)| {
+            let idents: &[Ident] = match r {
+                Expr::Identifier(id) => std::slice::from_ref(id),
+                Expr::CompoundIdentifier(ids) => ids,
+                _ => return false,
+            };
+            matches!(resolver.resolve(idents, r), Ok(Some((1, c))) if Some(c) == at)
+        });
+        let Some(found) = found else {
+            return Err(SqlError::at_node(
+                on,
+                format!(
+                    "a join with table `{}` equates each column of its primary key ({}) with the stream's: add \
+                     AND {}.{column} = <a column of {}>",
+                    table.spec.name,
+                    primary_key.join(", "),
+                    table.prefix,
+                    sides[0].prefix
+                ),
+            ));
+        };
+        keys.push(c.keys.remove(found));
+    }
+    for (l, r) in c.keys {
+        c.residual.push(Expr::BinaryOp { left: Box::new(l), op: BinaryOperator::Eq, right: Box::new(r) });
+    }
+    if version == TableVersion::AsOfEventTime {
+        for s in sides {
+            if s.event_time().is_none() {
+                return Err(SqlError::at_node(
+                    on,
+                    format!(
+                        "FOR SYSTEM_TIME AS OF joins the table version valid at the stream row's event time: \
+                         source `{}` declares no eventTime",
+                        s.spec.name
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(TableKeys { keys, residual: c.residual, version })
+}
+
+/// A table source as its side of a join reads it: with the `__deleted`
+/// field that marks a deletion, and its value columns optional (a
+/// deletion carries only the key).
+fn table_source(spec: &SourceSpec) -> SourceSpec {
+    let primary_key = spec.table.as_ref().map(|t| t.primary_key.as_slice()).unwrap_or_default();
+    let mut spec = spec.clone();
+    for column in &mut spec.schema.columns {
+        column.required &= primary_key.iter().any(|k| k == &column.name);
+    }
+    spec.schema.columns.push(ColumnSpec { name: DELETED.into(), type_: ColumnType::Boolean, required: false });
+    spec
 }
 
 fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
@@ -624,7 +845,7 @@ fn column_name(e: &Expr) -> Option<Ident> {
 }
 
 /// The joined layout as a source the outer query is planned over.
-fn joined_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
+fn joined_spec(sides: &[Side<'_>; 2], table: bool) -> SourceSpec {
     let mut columns = Vec::new();
     for s in sides {
         for (c, column) in s.spec.schema.columns.iter().enumerate() {
@@ -633,6 +854,9 @@ fn joined_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
     }
     columns.push(ColumnSpec { name: RIGHT.into(), type_: ColumnType::Boolean, required: false });
     columns.push(ColumnSpec { name: TIME.into(), type_: ColumnType::Timestamp, required: false });
+    if table {
+        columns.push(ColumnSpec { name: DELETED.into(), type_: ColumnType::Boolean, required: false });
+    }
     SourceSpec {
         schema: SchemaSpec { columns },
         event_time: Some(EventTimeSpec { column: TIME.into(), watermark_delay_millis: 0 }),
@@ -651,5 +875,70 @@ fn sql_type(t: ColumnType) -> &'static str {
         ColumnType::String => "VARCHAR",
         ColumnType::Boolean => "BOOLEAN",
         ColumnType::Timestamp => "TIMESTAMP",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec, TableSpec};
+    use sluice_plan::{OperatorPlan, TableVersion};
+
+    use crate::plan_dataflow;
+
+    fn sources() -> Vec<SourceSpec> {
+        let time = Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 });
+        vec![
+            SourceSpec {
+                event_time: time.clone(),
+                ..SourceSpec::table(
+                    "orders",
+                    &[
+                        ("id", ColumnType::Bigint, true),
+                        ("cid", ColumnType::Bigint, false),
+                        ("ts", ColumnType::Timestamp, true),
+                    ],
+                )
+            },
+            SourceSpec {
+                event_time: time,
+                table: Some(TableSpec { primary_key: vec!["id".into()] }),
+                ..SourceSpec::table(
+                    "customers",
+                    &[
+                        ("id", ColumnType::Bigint, true),
+                        ("name", ColumnType::String, true),
+                        ("ts", ColumnType::Timestamp, true),
+                    ],
+                )
+            },
+        ]
+    }
+
+    #[test]
+    fn a_join_with_a_table_is_a_table_join_as_of_event_time_only_when_asked() {
+        for (sql, version) in [
+            ("SELECT o.id, c.name FROM orders o JOIN customers c ON o.cid = c.id", TableVersion::Latest),
+            (
+                "SELECT o.id, c.name FROM orders o JOIN customers FOR SYSTEM_TIME AS OF o.ts AS c ON o.cid = c.id",
+                TableVersion::AsOfEventTime,
+            ),
+        ] {
+            let flow = plan_dataflow(sql, &sources(), 2).unwrap();
+            let OperatorPlan::TableJoin(join) = &flow.stages[1].plan.operator else { panic!("{flow:?}") };
+            assert_eq!(join.version, version, "{sql}");
+            let table = &flow.branches[0];
+            assert!(table.source.schema.index_of("__deleted").is_some(), "the table's side reads the deletion marker");
+            assert!(
+                table.source.required.iter().filter(|r| **r).count() == 2,
+                "only the key and the event time are required of a table row"
+            );
+        }
+    }
+
+    #[test]
+    fn for_system_time_as_of_outside_a_table_join_is_refused_where_it_is() {
+        let err = plan_dataflow("SELECT id FROM orders FOR SYSTEM_TIME AS OF ts", &sources(), 1).unwrap_err();
+        assert_eq!((err.line, err.column), (1, 23), "{err}");
+        assert!(err.message.contains("applies to a table joined to a stream"), "{err}");
     }
 }

@@ -11,6 +11,8 @@
 //! * `WINDOW HOPPING ([time_col,] size, advance)` (also `SIZE …, ADVANCE BY …`)
 //! * `WINDOW SESSION ([time_col,] gap)`
 //! * `EMIT CHANGES`, `EMIT FINAL`
+//! * after a joined table's name: `FOR SYSTEM_TIME AS OF s.ts` (sqlparser's
+//!   generic dialect does not parse it)
 //! * inside `OVER (…)`: `ROWS WINDOW BUFFER n ROWS` = `ROWS BETWEEN n-1 PRECEDING AND CURRENT ROW`
 
 use crate::diagnostic::Located;
@@ -33,6 +35,17 @@ pub struct ParsedQuery {
     /// The query was a top-N over its subquery, which `query` now is
     /// (see `crate::top_n`).
     pub top_n: Option<TopNSpec>,
+    /// `FOR SYSTEM_TIME AS OF <column>` after a table in FROM.
+    pub as_of: Option<AsOf>,
+}
+
+/// `FOR SYSTEM_TIME AS OF <column>`: the temporal join's version time.
+#[derive(Debug, Clone)]
+pub struct AsOf {
+    /// The column, as written (`s.ts` or `ts`).
+    pub column: Vec<sqlparser::ast::Ident>,
+    /// Where `FOR` is.
+    pub span: Span,
 }
 
 /// What a top-N query keeps of its outer SELECT once its subquery (the
@@ -92,9 +105,9 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         .tokenize_with_location()
         .map_err(|e| SqlError::at(e.location, format!("syntax error: {}", e.message)))?;
     let clauses = top_level_clauses(&tokens);
-    let mut rewriter = Rewriter { tokens, window: None, emit: None };
+    let mut rewriter = Rewriter { tokens, window: None, emit: None, as_of: None };
     rewriter.rewrite()?;
-    let Rewriter { tokens, window, emit } = rewriter;
+    let Rewriter { tokens, window, emit, as_of } = rewriter;
     let statements = Parser::new(&dialect)
         .with_tokens_with_locations(tokens)
         .parse_statements()
@@ -104,7 +117,7 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         return Err(SqlError::unpositioned("expected exactly one SELECT statement"));
     };
     match first {
-        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses, top_n: None }),
+        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses, top_n: None, as_of }),
         other => Err(SqlError::unpositioned(format!(
             "only SELECT queries can run as stream jobs, found: {}",
             other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
@@ -135,6 +148,7 @@ struct Rewriter {
     tokens: Vec<TokenWithSpan>,
     window: Option<WindowClause>,
     emit: Option<EmitClause>,
+    as_of: Option<AsOf>,
 }
 
 fn word_is(t: &TokenWithSpan, value: &str) -> bool {
@@ -186,6 +200,11 @@ impl Rewriter {
             }
             if word_is(&self.tokens[i], "OVER") {
                 self.rewrite_rows_buffer(i)?;
+            } else if word_is(&self.tokens[i], "FOR")
+                && let Some(end) = self.take_as_of(i)?
+            {
+                self.tokens.drain(i..=end);
+                continue;
             } else if depth == 0 && word_is(&self.tokens[i], "WINDOW") {
                 if let Some(kind_at) = self.next_significant(i + 1)
                     && ["TUMBLING", "HOPPING", "SESSION"].iter().any(|k| word_is(&self.tokens[kind_at], k))
@@ -218,6 +237,43 @@ impl Rewriter {
             i += 1;
         }
         Ok(())
+    }
+
+    /// Takes `FOR SYSTEM_TIME AS OF <column>` starting at `start`, if that
+    /// is what is there; returns the index of its last token.
+    fn take_as_of(&mut self, start: usize) -> Result<Option<usize>, SqlError> {
+        let mut at = start;
+        for word in ["SYSTEM_TIME", "AS", "OF"] {
+            match self.next_significant(at + 1) {
+                Some(next) if word_is(&self.tokens[next], word) => at = next,
+                _ => return Ok(None),
+            }
+        }
+        let span = self.tokens[start].span;
+        let mut column = Vec::new();
+        while let Some(next) = self.next_significant(at + 1) {
+            match &self.tokens[next].token {
+                Token::Word(w) if column.is_empty() || matches!(self.tokens[at].token, Token::Period) => {
+                    let mut ident = w.to_ident(self.tokens[next].span);
+                    ident.span = self.tokens[next].span;
+                    column.push(ident);
+                }
+                Token::Period if !column.is_empty() && !matches!(self.tokens[at].token, Token::Period) => {}
+                _ => break,
+            }
+            at = next;
+        }
+        if column.is_empty() || matches!(self.tokens[at].token, Token::Period) {
+            return Err(SqlError::at_span(
+                span,
+                "FOR SYSTEM_TIME AS OF takes the stream's event-time column, as in FOR SYSTEM_TIME AS OF o.order_time",
+            ));
+        }
+        if self.as_of.is_some() {
+            return Err(SqlError::at_span(span, "FOR SYSTEM_TIME AS OF given twice"));
+        }
+        self.as_of = Some(AsOf { column, span });
+        Ok(Some(at))
     }
 
     /// Parses `WINDOW <kind> ( args )` starting at `start`; returns the index

@@ -37,8 +37,14 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
         return Ok(None);
     }
     let name = alias.as_ref().map_or_else(|| Ident::new("union_all"), |a| a.name.clone());
-    let mut inner =
-        ParsedQuery { query: subquery.clone(), window: None, emit: None, clauses: parsed.clauses.clone(), top_n: None };
+    let mut inner = ParsedQuery {
+        query: subquery.clone(),
+        window: None,
+        emit: None,
+        clauses: parsed.clauses.clone(),
+        top_n: None,
+        as_of: None,
+    };
     inner.query.with.clone_from(&parsed.query.with);
     from.relation = table_named(name.clone());
     let body = inner.query.body.as_ref().clone();
@@ -91,6 +97,7 @@ fn plan_branches(parsed: &ParsedQuery, body: &SetExpr, sources: &[SourceSpec]) -
             emit: parsed.emit,
             clauses: parsed.clauses.clone(),
             top_n: None,
+            as_of: None,
         };
         let mut plan = plan_parsed(&mut one, sources)?;
         if !matches!(plan.operator, OperatorPlan::Stateless) {

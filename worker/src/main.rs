@@ -235,6 +235,7 @@ fn validate(file: &str) -> ExitCode {
                         sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
                         sluice_plan::OperatorPlan::Merge(_) => "merge of partial aggregates",
                         sluice_plan::OperatorPlan::Join(_) => "interval join",
+                        sluice_plan::OperatorPlan::TableJoin(_) => "stream–table join",
                     },
                     plan.emit,
                     outputs.join(", "),

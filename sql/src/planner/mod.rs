@@ -37,6 +37,14 @@ pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
 
 /// Plans an already parsed query (views merged, DISTINCT rewritten first).
 pub(crate) fn plan_parsed(parsed: &mut rewrite::ParsedQuery, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
+    if let Some(as_of) = &parsed.as_of {
+        // A temporal join takes it out before planning its sides.
+        return Err(SqlError::at_span(
+            as_of.span,
+            "FOR SYSTEM_TIME AS OF applies to a table joined to a stream: FROM s JOIN t FOR SYSTEM_TIME AS OF \
+             s.ts ON …, where source t declares `table`",
+        ));
+    }
     crate::top_n::take_top_n(parsed)?;
     crate::views::inline_views(&mut parsed.query)?;
     crate::distinct::distinct_as_group_by(&mut parsed.query)?;

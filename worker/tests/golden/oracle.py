@@ -18,6 +18,8 @@ BOOLEAN, timestamp -> BIGINT epoch milliseconds), plus
 * ``_partition`` (INTEGER): the Kafka partition the record came from;
 * ``_seq`` (BIGINT): 0-based arrival index among the valid records of that
   partition;
+* ``_deleted`` (BOOLEAN, only for a source declared as a table): the record
+  deletes the row with its primary key (its ``__deleted`` field is true);
 * ``_watermark`` (BIGINT, only when the source declares eventTime): the
   partition's watermark just before the record arrived, i.e. the largest
   event time of the preceding valid records of the partition minus
@@ -228,7 +230,13 @@ def load(con, table: str, source: dict, text: str) -> int:
         if c["type"] not in SQL_TYPES:
             raise SystemExit(f"unknown column type {c['type']!r}")
     event_time = source.get("eventTime")
+    as_table = source.get("table")
     required = [bool(c.get("required", False)) for c in columns]
+    if as_table:
+        # A table's deletion carries only its key: the other columns may be
+        # absent (docs/sql.md, "Stream-table joins").
+        key = set(as_table["primaryKey"])
+        required = [r and c["name"] in key for r, c in zip(required, columns)]
     et_index = None
     delay = 0
     if event_time:
@@ -250,6 +258,8 @@ def load(con, table: str, source: dict, text: str) -> int:
         s = seq.get(partition, 0)
         seq[partition] = s + 1
         extra = [partition, s]
+        if as_table:
+            extra.append(json.loads(payload).get("__deleted") is True)
         if et_index is not None:
             before = max_event.get(partition)
             extra.append(I64_MIN if before is None else before - delay)
@@ -259,6 +269,8 @@ def load(con, table: str, source: dict, text: str) -> int:
 
     defs = [f'"{c["name"]}" {SQL_TYPES[c["type"]]}' for c in columns]
     defs += ["_partition INTEGER", "_seq BIGINT"]
+    if as_table:
+        defs.append("_deleted BOOLEAN")
     if et_index is not None:
         defs.append("_watermark BIGINT")
     con.execute(f"CREATE TABLE {table} ({', '.join(defs)})")
