@@ -553,3 +553,84 @@ fn a_left_interval_join_runs_locally_through_the_in_process_exchange() {
     assert_eq!((matched, unmatched), (10_000, 30_000));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stream–table join locally, no broker: 20,000 generated trades (4
+/// partitions) enriched from a table read from a file — versions of a
+/// symbol's row, a deletion — as of each trade's event time. SYM5 is
+/// renamed halfway through the trades' times, SYM3 deleted before them,
+/// and SYM9 never listed: every trade comes out once, with the name valid
+/// at its time, or NULL.
+#[test]
+fn a_temporal_table_join_runs_locally_from_a_file_table() {
+    let dir = temp_dir("table-join");
+    let out = dir.join("joined.jsonl");
+    let table = dir.join("symbols.jsonl");
+    let half = 1_700_000_000_000_i64 + 10_000 * 900;
+    let mut lines: Vec<String> =
+        (0..9).map(|s| format!(r#"{{"symbol":"SYM{s}","name":"Symbol {s}","ts":1600000000000}}"#)).collect();
+    lines.push(r#"{"symbol":"SYM3","ts":1650000000000,"__deleted":true}"#.into());
+    lines.push(format!(r#"{{"symbol":"SYM5","name":"Renamed 5","ts":{half}}}"#));
+    lines.push(r#"{"name":"no key","ts":1}"#.into());
+    std::fs::write(&table, lines.join("\n") + "\n").unwrap();
+    let path = dir.join("table-join.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: table-join
+spec:
+  sql: |
+    SELECT t.symbol, CAST(t.trade_time AS BIGINT) AS ms, s.name
+    FROM trades t LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.trade_time AS s ON t.symbol = s.symbol
+  sources:
+    - name: trades
+      datagen: {{ scenario: Trades, records: 20000, partitions: 4 }}
+      schema:
+        columns:
+          - {{ name: trader_id, type: string, required: true }}
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: trade_time, type: timestamp, required: true }}
+      partitionKey: [trader_id]
+      eventTime: {{ column: trade_time, watermarkDelayMillis: 2000 }}
+    - name: symbols
+      file: {{ path: {table} }}
+      table: {{ primaryKey: [symbol] }}
+      schema:
+        columns:
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: name, type: string, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+  sink:
+    file: {{ path: {out} }}
+  coresPerWorker: 2
+"#,
+            table = table.display(),
+            out = out.display()
+        ),
+    )
+    .unwrap();
+    let plan = stages(&path);
+    assert!(plan.contains("stream–table join"), "{plan}");
+    let result = run_within(&path, std::time::Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "{stderr}");
+    assert!(stderr.contains("dead-lettered: 1"), "the table row without its key: {stderr}");
+    let mut rows = 0;
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let symbol = v["symbol"].as_str().unwrap();
+        let time = v["ms"].as_i64().unwrap();
+        let expected = match symbol {
+            "SYM3" | "SYM9" => Value::Null,
+            "SYM5" if time >= half => Value::from("Renamed 5"),
+            s => Value::from(format!("Symbol {}", &s[3..])),
+        };
+        assert_eq!(v["name"], expected, "{line}");
+        rows += 1;
+    }
+    assert_eq!(rows, 20_000, "every trade once");
+    let _ = std::fs::remove_dir_all(&dir);
+}

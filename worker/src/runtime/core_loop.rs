@@ -219,6 +219,7 @@ impl<'a> Core<'a> {
                 let feed = input.upstreams.map(|n| (n, writer.as_slice()));
                 let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
                 part.framed = stages.len() > 1;
+                part.tombstones = input.source.as_ref().and_then(super::tombstone::Tombstones::of);
                 part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
                 parts.push(part);
             }

@@ -172,7 +172,13 @@ impl LocalStagedSource {
                     let len = usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX);
                     let start = *read + 4;
                     let end = start.saturating_add(len).min(chunk.len());
-                    f(Record { slot: input.slot, offset: *offset, timestamp_ms: now, payload: &chunk[start..end] });
+                    f(Record {
+                        slot: input.slot,
+                        offset: *offset,
+                        timestamp_ms: now,
+                        payload: &chunk[start..end],
+                        key: None,
+                    });
                     *offset += 1;
                     *read = end;
                     n += 1;

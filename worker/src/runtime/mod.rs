@@ -9,6 +9,7 @@ mod job;
 pub mod local_exchange;
 mod partition;
 mod state_store;
+mod tombstone;
 
 pub use health::{CoreStatus, Health};
 pub use job::{JobSummary, RunOptions, run_job};

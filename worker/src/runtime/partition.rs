@@ -8,6 +8,7 @@ use std::sync::Arc;
 use sluice_crds::LateRecordPolicy;
 
 use super::exchange::{ExchangeInput, Frame, parse_frame};
+use super::tombstone::Tombstones;
 use crate::Error;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
@@ -64,6 +65,8 @@ pub struct PartitionPipeline {
     /// The checkpoint carries more than the engine's state: the partition
     /// belongs to a query cut into stages (see [`PartitionPipeline::snapshot`]).
     pub framed: bool,
+    /// A table source's: how a record without a value deletes a row.
+    pub tombstones: Option<Tombstones>,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -126,6 +129,7 @@ impl PartitionPipeline {
             ended: false,
             upstream: u32::try_from(partition).unwrap_or(0),
             framed: false,
+            tombstones: None,
         }
     }
 
@@ -163,6 +167,16 @@ impl PartitionPipeline {
         self.counters.bytes += record.payload.len() as u64;
         let Some(exchange) = &mut self.exchange else {
             self.counters.records += 1;
+            if record.payload.is_empty()
+                && let Some(mut tombstones) = self.tombstones.take()
+            {
+                let decoded = match tombstones.value(record.key, record.timestamp_ms) {
+                    Ok(value) => self.decode(value, record, None, dead_letter),
+                    Err(reason) => self.reject(record, &reason, dead_letter).map(|()| 0),
+                };
+                self.tombstones = Some(tombstones);
+                return decoded;
+            }
             return self.decode(record.payload, record, None, dead_letter);
         };
         let frame = match parse_frame(record.payload) {

@@ -41,6 +41,7 @@ pub struct Fetched<'a> {
     /// CreateTime or LogAppendTime, when the message carries one.
     pub timestamp_ms: Option<i64>,
     pub payload: &'a [u8],
+    pub key: Option<&'a [u8]>,
 }
 
 /// A consumer whose assigned partitions are read through one batch queue.
@@ -166,6 +167,12 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
                 // SAFETY: librdkafka guarantees `len` readable bytes at `payload`.
                 unsafe { std::slice::from_raw_parts(msg.payload.cast::<u8>(), msg.len) }
             };
+            let key = if msg.key.is_null() {
+                None
+            } else {
+                // SAFETY: librdkafka guarantees `key_len` readable bytes at `key`.
+                Some(unsafe { std::slice::from_raw_parts(msg.key.cast::<u8>(), msg.key_len) })
+            };
             let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
             // SAFETY: `m` is a live message; `kind` is a valid out-pointer.
             let ts = unsafe { rd::rd_kafka_message_timestamp(m, &mut kind) };
@@ -176,7 +183,7 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
                 error.get_or_insert(RDKafkaErrorCode::UnknownTopicOrPartition);
                 continue;
             };
-            f(Fetched { topic, partition: msg.partition, offset: msg.offset, timestamp_ms, payload });
+            f(Fetched { topic, partition: msg.partition, offset: msg.offset, timestamp_ms, payload, key });
             delivered += 1;
         }
         for &m in &self.slots {

@@ -278,7 +278,7 @@ impl KafkaSource {
             }
         }
         let timestamp_ms = m.timestamp_ms.unwrap_or_else(crate::runtime::now_ms);
-        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload });
+        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key });
         true
     }
 
@@ -298,6 +298,7 @@ impl KafkaSource {
                         offset: m.offset(),
                         timestamp_ms: m.timestamp().to_millis(),
                         payload: m.payload().unwrap_or_default(),
+                        key: m.key(),
                     };
                     let bounds = (&self.end_offsets[..], &mut self.done[..]);
                     n += usize::from(Self::deliver(&self.slot_of, bounds, fetched, f));

@@ -25,6 +25,9 @@ pub struct Record<'a> {
     /// Record timestamp (Kafka CreateTime / LogAppendTime, or generation time).
     pub timestamp_ms: i64,
     pub payload: &'a [u8],
+    /// The record's key (Kafka); a table source reads a deletion's row
+    /// from it.
+    pub key: Option<&'a [u8]>,
 }
 
 /// What a poll ended with.
