@@ -40,8 +40,16 @@ fn config() -> ClientConfig {
 
 /// Creates `topic` with `partitions` partitions and waits until it exists.
 pub fn create_topic(topic: &str, partitions: i32) {
+    create_topic_with(topic, partitions, &[]);
+}
+
+/// [`create_topic`] with topic configs (`cleanup.policy=compact` for a table).
+pub fn create_topic_with(topic: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = config().create().expect("admin client");
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
     let result = futures_block_on(admin.create_topics([&new], &AdminOptions::new()));
     for r in result.expect("create_topics request") {
         if let Err((name, code)) = r {
@@ -112,6 +120,36 @@ pub fn produce(topic: &str, records: &[Outgoing<'_>]) {
                     producer.poll(Duration::from_millis(10));
                     rec = Some(r);
                 }
+            }
+        }
+    }
+    producer.flush(Timeout::After(Duration::from_secs(30))).expect("flush");
+}
+
+/// A keyed record with its timestamp, to a partition; no value makes it a
+/// tombstone (what deletes a key from a compacted topic).
+pub type Timed<'a> = (&'a [u8], Option<&'a [u8]>, i32, i64);
+
+/// Produces `records` in order and waits for every delivery.
+pub fn produce_timed(topic: &str, records: &[Timed<'_>]) {
+    let producer: BaseProducer = config().set("linger.ms", "5").create().expect("producer");
+    for (key, value, partition, timestamp) in records {
+        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).key(*key).partition(*partition).timestamp(*timestamp);
+        if let Some(v) = value {
+            rec = rec.payload(*v);
+        }
+        let mut rec = Some(rec);
+        while let Some(r) = rec.take() {
+            if let Err((e, r)) = producer.send(r) {
+                assert!(
+                    matches!(
+                        e,
+                        rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                    ),
+                    "produce to {topic}: {e}"
+                );
+                producer.poll(Duration::from_millis(10));
+                rec = Some(r);
             }
         }
     }

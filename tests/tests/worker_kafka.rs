@@ -1115,3 +1115,113 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
         let _ = w.wait(Duration::from_secs(30));
     }
 }
+
+/// A stream–table enrichment against the broker, as of event time: 8,000
+/// trades on 4 partitions, each joined with the version of its symbol's
+/// row valid at its time, from a compacted topic on which a new version of
+/// every symbol arrives each 1,000 trades' worth of time — and a tombstone
+/// deletes S4 for one of those spans. 2 workers × 2 cores; one worker is
+/// killed with SIGKILL mid-run and restarted: every trade is still emitted,
+/// with the one right name (or NULL while S4 is deleted) — at least once,
+/// never a wrong version.
+#[test]
+fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
+    let (trades, symbols, out) = (unique_name("trades"), unique_name("symbols"), unique_name("enriched"));
+    kafka::create_topic(&trades, 4);
+    kafka::create_topic_with(&symbols, 4, &[("cleanup.policy", "compact")]);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let sql = "SELECT CAST(t.ts AS BIGINT) AS ats, t.qty, s.name FROM trades t \
+               LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.ts AS s ON t.symbol = s.symbol";
+    let m = manifest(&unique_name("enrich"), sql, &trades, &out, "");
+    let bootstrap = &harness().bootstrap;
+    let table = format!(
+        r#"    - name: symbols
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {symbols} }}
+      table: {{ primaryKey: [symbol] }}
+      schema:
+        columns:
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: name, type: string, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 1000 }}
+"#
+    );
+    let m = m.replace("  sink:", &format!("{table}  sink:"));
+    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(&m, 4, 2, 2, o, &group))).collect();
+    let mut first = Worker::serve(&configs[0], &[]);
+    let mut second = Worker::serve(&configs[1], &[]);
+    first.wait_ready(Duration::from_secs(60));
+    second.wait_ready(Duration::from_secs(60));
+    const TRADES: u64 = 8_000;
+    let base = trade(0).ts;
+    // Version k of every symbol from base + k·100 s (trades k·1000 on);
+    // S4 deleted from version 5's time until version 6.
+    let versions = move |k: i64, far: bool| {
+        let ts = if far { base + 10_000_000_000 } else { base + k * 100_000 };
+        let mut rows: Vec<(String, Option<String>, i32, i64)> = (0..5)
+            .map(|s| {
+                let v = format!(r#"{{"symbol":"S{s}","name":"S{s}-v{k}","ts":{ts}}}"#);
+                (format!("S{s}"), Some(v), s % 4, ts)
+            })
+            .collect();
+        if k == 5 && !far {
+            rows[4].1 = None;
+        }
+        rows
+    };
+    let publish = move |topic: &str, rows: Vec<(String, Option<String>, i32, i64)>| {
+        let timed: Vec<kafka::Timed<'_>> =
+            rows.iter().map(|(k, v, p, ts)| (k.as_bytes(), v.as_deref().map(str::as_bytes), *p, *ts)).collect();
+        kafka::produce_timed(topic, &timed);
+    };
+    let producer = {
+        let (trades, symbols) = (trades.clone(), symbols.clone());
+        std::thread::spawn(move || {
+            for chunk in 0..16u64 {
+                if chunk % 2 == 0 {
+                    publish(&symbols, versions(i64::try_from(chunk / 2).unwrap(), false));
+                }
+                produce_trades(&trades, chunk * 500..(chunk + 1) * 500, 4);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    wait_for_own_checkpoint(&second, &group, &format!("{group}.repartition-1"));
+    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+    second.signal("KILL");
+    let _ = second.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = Worker::serve(&configs[1], &[]);
+    second.wait_ready(Duration::from_secs(60));
+    producer.join().unwrap();
+    // Far ahead on both sides: every watermark passes the last trade.
+    publish(&symbols, versions(99, true));
+    produce_trades(&trades, 100_000_000..100_000_008, 4);
+    let last = trade(TRADES - 1).ts;
+    let rows = |records: &[Record]| -> BTreeSet<(i64, Option<String>)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| (v["ats"].as_i64().unwrap(), v["name"].as_str().map(str::to_owned)))
+            .filter(|(ats, _)| *ats <= last)
+            .collect()
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| rows(r).len() >= TRADES as usize);
+    let expected: BTreeSet<(i64, Option<String>)> = (0..TRADES)
+        .map(|i| {
+            let (t, k) = (trade(i), i / 1000);
+            let deleted = t.symbol == 4 && k == 5;
+            (t.ts, (!deleted).then(|| format!("S{}-v{k}", t.symbol)))
+        })
+        .collect();
+    let got = rows(&results);
+    let wrong: Vec<_> = got.difference(&expected).take(5).collect();
+    assert!(wrong.is_empty(), "wrong versions: {wrong:?}");
+    assert_eq!(got, expected, "every trade, with the version valid at its time");
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
