@@ -188,13 +188,20 @@ impl JoinOperator {
         d >= i128::from(self.plan.lower) && d <= i128::from(self.plan.upper)
     }
 
-    /// Files a kept row's slot under its key, with the time it may be let go.
+    /// Files a kept row's slot under its key, in time order (rows mostly
+    /// arrive in order, so this is mostly an append), with the time it may
+    /// be let go. Time order lets a probe find the rows in range by binary
+    /// search, however many rows of its key are kept — when one side runs
+    /// far ahead of the other, a key can hold many.
     fn file(&mut self, gid: u32, right: bool, slot: u32, time: i64) {
         let g = gid as usize;
         if self.keys.len() <= g {
             self.keys.resize_with(g + 1, Default::default);
         }
-        self.keys[g][usize::from(right)].push(slot);
+        let times = &self.stores[usize::from(right)].time;
+        let list = &mut self.keys[g][usize::from(right)];
+        let at = list.partition_point(|&s| times[s as usize] <= time);
+        list.insert(at, slot);
         self.expiry.push(Reverse((Self::expires(&self.plan, right, time), gid)));
     }
 
@@ -362,12 +369,18 @@ impl Operator for JoinOperator {
             let new = self.stores[usize::from(right)].push(columns, r, t)?;
             self.file(gid, right, new, t);
             let other = &self.stores[usize::from(!right)];
-            for &slot in &self.keys[gid as usize][usize::from(!right)] {
+            let list = &self.keys[gid as usize][usize::from(!right)];
+            // The other side's rows whose time is in range, from the first.
+            let (lower, upper) = (self.plan.lower, self.plan.upper);
+            let first = if right { t.saturating_sub(upper) } else { t.saturating_add(lower) };
+            let start = list.partition_point(|&s| other.time[s as usize] < first);
+            for &slot in &list[start..] {
                 let (l, rt) = if right { (other.time[slot as usize], t) } else { (t, other.time[slot as usize]) };
-                if self.in_range(l, rt) {
-                    let (left, right) = if right { (slot, new) } else { (new, slot) };
-                    self.pairs.push(Pair { left, right });
+                if !self.in_range(l, rt) {
+                    break;
                 }
+                let (left, right) = if right { (slot, new) } else { (new, slot) };
+                self.pairs.push(Pair { left, right });
             }
         }
         self.emit_pairs(out.rows)
@@ -382,20 +395,17 @@ impl Operator for JoinOperator {
             let Some(entry) = self.keys.get_mut(gid as usize) else { continue };
             for right in [false, true] {
                 let store = &mut self.stores[usize::from(right)];
-                let (mut result, mut gone) = (Ok(()), 0);
-                entry[usize::from(right)].retain(|&slot| {
-                    let row = store.row(slot);
-                    if Self::expires(&self.plan, right, row.time) >= watermark {
-                        return true;
+                let list = &mut entry[usize::from(right)];
+                // In time order, so the rows to let go are a prefix.
+                let gone =
+                    list.partition_point(|&s| Self::expires(&self.plan, right, store.time[s as usize]) < watermark);
+                for &slot in &list[..gone] {
+                    if !store.matched[slot as usize] {
+                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
                     }
-                    gone += 1;
-                    if !store.matched[slot as usize] && result.is_ok() {
-                        result = push_unmatched(&self.plan, right, row, rows);
-                    }
-                    false
-                });
+                }
+                list.drain(..gone);
                 store.live -= gone;
-                result?;
             }
             if entry.iter().all(Vec::is_empty) {
                 self.table.remove(gid);
@@ -599,6 +609,29 @@ mod tests {
         assert_eq!(joined, 5_000);
         assert!(op.state_size().entries < 50, "{:?}", op.state_size());
         assert!(op.stores.iter().all(|s| s.time.len() < 2_100), "let-go slots are compacted away");
+    }
+
+    /// Kept rows are found by time, however they arrived: rows of a key
+    /// out of order, and one side far ahead of the other.
+    #[test]
+    fn a_probe_finds_exactly_the_rows_in_range_among_many_kept_out_of_order() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Inner), &TYPES);
+        // 20,000 left rows of key 1, times 0, 10, 20, … shuffled in blocks.
+        let mut times: Vec<i64> = (0..20_000).map(|i| i * 10).collect();
+        for block in times.chunks_mut(7) {
+            block.reverse();
+        }
+        let lefts: Vec<(bool, i64, i64, i64)> = times.iter().map(|&t| (false, 1, t, t)).collect();
+        let (joined, _) = run(&mut op, &lefts, 0);
+        assert!(joined.is_empty());
+        // A right row at 100_005 is in range of left rows at 99_995‥100_005.
+        let (mut joined, _) = run(&mut op, &[(true, 1, -1, 100_005)], 0);
+        joined.sort_by_key(|p| format!("{p:?}"));
+        assert_eq!(joined, [(Scalar::Bigint(100_000), Scalar::Bigint(-1))]);
+        let (joined, _) = run(&mut op, &[(true, 1, -2, 100_000)], 0);
+        let mut got: Vec<Scalar> = joined.into_iter().map(|p| p.0).collect();
+        got.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(got, [Scalar::Bigint(100_000), Scalar::Bigint(99_990)], "the left rows at 99_990 and 100_000");
     }
 
     /// The size the engine checks against `stateMemoryLimit` and reports as

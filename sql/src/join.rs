@@ -24,18 +24,18 @@ use std::ops::ControlFlow;
 
 use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, Partitioning, SqlError, Stage, StageOutput, TableJoinPlan,
-    TableVersion,
+    DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, OutputColumn, Partitioning, SqlError, Stage, StageOutput,
+    TableJoinPlan, TableVersion,
 };
 use sqlparser::ast::{
-    BinaryOperator, Expr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, SelectItem,
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
 };
 
 use crate::diagnostic::{Located, suggestion};
 use crate::planner::{compile_over, find_source, plan_parsed};
 use crate::rewrite::{ParsedQuery, interval_millis, parse};
-use crate::views::{aggregates_rows, has_group_by, table_named};
+use crate::views::{aggregates_rows, table_named};
 
 /// The joined layout's BOOLEAN column: true on the right side's rows.
 const RIGHT: &str = "__right";
@@ -82,12 +82,13 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
     if let Some(third) = from.joins.get(1) {
         return Err(SqlError::at_node(&third.relation, "a join of more than two sources is not supported yet"));
     }
-    if parsed.window.is_some() || has_group_by(select) || aggregates_rows(select) {
+    if let Some(w) = &parsed.window {
         return Err(SqlError::at_span(
-            select.select_token.0.span,
-            "aggregating the rows of a join is not supported yet: the join's rows go to the sink as they are",
+            w.span,
+            "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no window)",
         ));
     }
+    let aggregating = aggregates_rows(select);
     let left = side(&from.relation, sources)?;
     let right = side(&join.relation, sources)?;
     if left.spec.name.eq_ignore_ascii_case(&right.spec.name) {
@@ -247,9 +248,57 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
             other => other,
         });
     }
-    select.projection = items;
+    // An aggregate over the join's rows is a stage of its own after the
+    // join's, planned over the joined rows; WHERE stays with the join.
+    let joined_rows = rows_spec(&sides);
+    let mut aggregate_select = None;
+    if aggregating {
+        let mut a = select.clone();
+        a.projection = items;
+        if let GroupByExpr::Expressions(exprs, _) = &mut a.group_by {
+            for e in exprs {
+                *e = rewrite(e)?;
+            }
+        }
+        a.having = a.having.as_ref().map(rewrite).transpose()?;
+        a.selection = None;
+        a.from = vec![TableWithJoins { relation: table_named(Ident::new(JOINED)), joins: Vec::new() }];
+        aggregate_select = Some(a);
+        select.projection = joined_rows
+            .schema
+            .columns
+            .iter()
+            .map(|c| SelectItem::UnnamedExpr(Expr::Identifier(Ident::with_quote('"', c.name.clone()))))
+            .collect();
+        select.group_by = GroupByExpr::Expressions(Vec::new(), Vec::new());
+        select.having = None;
+    } else {
+        select.projection = items;
+    }
     select.selection = select.selection.as_ref().map(rewrite).transpose()?;
     select.from = vec![TableWithJoins { relation: table_named(Ident::new(JOINED)), joins: Vec::new() }];
+    let emit = if aggregating { parsed.emit.take() } else { None };
+    let aggregate = match aggregate_select {
+        None => None,
+        Some(a) => {
+            let mut query = parsed.query.clone();
+            *query.body = SetExpr::Select(a);
+            let mut p =
+                ParsedQuery { query, window: None, emit, clauses: parsed.clauses.clone(), top_n: None, as_of: None };
+            let plan = plan_parsed(&mut p, std::slice::from_ref(&joined_rows))?;
+            let OperatorPlan::Aggregate(a) = &plan.operator else {
+                return Err(SqlError::unpositioned(
+                    "only GROUP BY aggregates may read a join's rows (no OVER window, no top-N) for now",
+                ));
+            };
+            if a.window.is_some() {
+                return Err(SqlError::unpositioned(
+                    "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no window)",
+                ));
+            }
+            Some(plan)
+        }
+    };
     let mut outer = plan_parsed(parsed, std::slice::from_ref(&joined))?;
     if !matches!(outer.operator, OperatorPlan::Stateless) {
         return Err(SqlError::unpositioned("internal: the query over a join planned as more than a projection"));
@@ -314,13 +363,52 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
     let (Some(left_plan), Some(right_plan)) = (left_plan, right_plan) else {
         return Err(SqlError::unpositioned("internal: a join without its two sides"));
     };
-    Ok(Some(Dataflow {
-        stages: vec![
-            Stage { plan: left_plan, output: StageOutput::Exchange },
-            Stage { plan: outer, output: StageOutput::Sink },
-        ],
-        branches: vec![right_plan],
-    }))
+    let mut stages = vec![Stage { plan: left_plan, output: StageOutput::Exchange }];
+    match aggregate {
+        None => stages.push(Stage { plan: outer, output: StageOutput::Sink }),
+        Some(mut aggregate) => {
+            // The joined rows' columns are the layout's first ones, in
+            // order: the aggregate's expressions over them hold over the
+            // layout too. Only the columns it reads cross, keyed by its
+            // group expressions (one partition for a global aggregate).
+            let OperatorPlan::Aggregate(a) = &aggregate.operator else {
+                return Err(SqlError::unpositioned("internal: an aggregate over a join without its aggregate"));
+            };
+            outer.keys = a
+                .group_exprs
+                .iter()
+                .enumerate()
+                .map(|(i, e)| OutputColumn { name: format!("key{i}"), expr: e.clone() })
+                .collect();
+            let used = aggregate.used_columns.clone();
+            let mut i = 0;
+            outer.outputs.retain(|_| {
+                i += 1;
+                used.get(i - 1).copied().unwrap_or(false)
+            });
+            aggregate.source.required = vec![false; aggregate.source.required.len()];
+            aggregate.partitioning = Partitioning::ByExchange;
+            stages.push(Stage { plan: outer, output: StageOutput::Exchange });
+            stages.push(Stage { plan: aggregate, output: StageOutput::Sink });
+        }
+    }
+    Ok(Some(Dataflow { stages, branches: vec![right_plan] }))
+}
+
+/// The joined rows as an aggregate after the join reads them: both
+/// sides' columns, named `alias.column`, without the layout's own.
+fn rows_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
+    let columns = sides
+        .iter()
+        .flat_map(|s| {
+            s.spec.schema.columns.iter().enumerate().map(|(c, column)| ColumnSpec {
+                name: s.joined_name(c),
+                type_: column.type_,
+                required: false,
+            })
+        })
+        .collect();
+    SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(JOINED, &[]) }
 }
 
 /// The conjuncts of ON, sorted: equality keys between the sides (left
@@ -933,6 +1021,32 @@ mod tests {
                 "only the key and the event time are required of a table row"
             );
         }
+    }
+
+    #[test]
+    fn an_aggregate_over_a_join_is_a_third_stage_keyed_by_its_group() {
+        let flow = plan_dataflow(
+            "SELECT c.name, COUNT(*) AS n FROM orders o JOIN customers c ON o.cid = c.id WHERE o.id > 0 GROUP BY c.name",
+            &sources(),
+            2,
+        )
+        .unwrap();
+        let [_, join, aggregate] = flow.stages.as_slice() else { panic!("three stages: {flow:?}") };
+        assert!(matches!(join.plan.operator, OperatorPlan::TableJoin(_)));
+        assert!(join.plan.having.is_some(), "WHERE filters the joined rows before they cross");
+        let forwarded: Vec<&str> = join.plan.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(forwarded, ["c.name"], "only what the aggregate reads crosses");
+        assert_eq!(join.plan.keys.len(), 1, "keyed by the group");
+        assert!(matches!(aggregate.plan.operator, OperatorPlan::Aggregate(_)));
+        assert!(aggregate.plan.filter.is_none());
+        let err = plan_dataflow(
+            "SELECT COUNT(*) AS n FROM orders o JOIN customers c ON o.cid = c.id \
+             WINDOW TUMBLING (o.ts, INTERVAL '1' MINUTE)",
+            &sources(),
+            2,
+        )
+        .unwrap_err();
+        assert!(err.message.contains("time window over a join"), "{err}");
     }
 
     #[test]
