@@ -24,7 +24,7 @@ use crate::views::{aggregates_rows, column_type, table_named};
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
-    if let Some(flow) = crate::join::plan_join(&mut parsed, sources)? {
+    if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
         return Ok(flow);
     }
     if let Some(flow) = crate::union::plan_union(&mut parsed, sources)? {

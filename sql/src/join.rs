@@ -19,23 +19,25 @@
 //! (the alias, or the source's name), and references are rewritten to
 //! those names before the outer query is planned over the layout.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    DataType, Dataflow, JoinKind, JoinPlan, OperatorPlan, OutputColumn, Partitioning, SqlError, Stage, StageOutput,
-    TableJoinPlan, TableVersion,
+    DataType, Dataflow, EmitMode, JoinKind, JoinPlan, OperatorPlan, OutputColumn, Partitioning, SqlError, Stage,
+    StageOutput, TableJoinPlan, TableVersion,
 };
 use sqlparser::ast::{
-    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, SelectItem,
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, Query, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
 };
 
 use crate::diagnostic::{Located, suggestion};
+use crate::planner::{WINDOW_END, WINDOW_START};
 use crate::planner::{compile_over, find_source, plan_parsed};
 use crate::rewrite::{ParsedQuery, interval_millis, parse};
-use crate::views::{aggregates_rows, table_named};
+use crate::views::{aggregates_rows, column_type, table_named};
 
 /// The joined layout's BOOLEAN column: true on the right side's rows.
 const RIGHT: &str = "__right";
@@ -47,9 +49,13 @@ const JOINED: &str = "__join";
 /// deletion of the row with the key.
 const DELETED: &str = "__deleted";
 
-/// One side of a join: a source and the names it goes by.
+/// One side of a join: a source (or a windowed subquery, as a source of
+/// its output columns) and the names it goes by.
 struct Side<'a> {
-    spec: &'a SourceSpec,
+    spec: Cow<'a, SourceSpec>,
+    /// A subquery side: its query, and per output column the expression
+    /// its SELECT list computes it with.
+    subquery: Option<(Query, Vec<Expr>)>,
     /// What its columns are prefixed with in the joined layout.
     prefix: String,
     /// Lower-case names a qualified reference may use.
@@ -71,7 +77,11 @@ impl Side<'_> {
 }
 
 /// Plans `parsed` if its FROM joins two sources.
-pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Option<Dataflow>, SqlError> {
+pub fn plan_join(
+    parsed: &mut ParsedQuery,
+    sources: &[SourceSpec],
+    partitions: i32,
+) -> Result<Option<Dataflow>, SqlError> {
     let as_of = parsed.as_of.take();
     let SetExpr::Select(select) = parsed.query.body.as_mut() else { return Ok(None) };
     let [from] = select.from.as_slice() else { return Ok(None) };
@@ -89,8 +99,19 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
         ));
     }
     let aggregating = aggregates_rows(select);
-    let left = side(&from.relation, sources)?;
-    let right = side(&join.relation, sources)?;
+    let left = side(&from.relation, sources, partitions)?;
+    let right = side(&join.relation, sources, partitions)?;
+    let windowed = match (&left.subquery, &right.subquery) {
+        (None, None) => false,
+        (Some(_), Some(_)) => true,
+        _ => {
+            return Err(SqlError::at_node(
+                &join.relation,
+                "a join of a windowed subquery is with another windowed subquery (Nexmark q8's shape); \
+                 joining one with a source is not supported yet",
+            ));
+        }
+    };
     if left.spec.name.eq_ignore_ascii_case(&right.spec.name) {
         return Err(SqlError::at_node(&join.relation, "a join of a source with itself is not supported yet"));
     }
@@ -155,7 +176,9 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
     };
     let resolver = Resolver { sides: &sides };
     let conditions = classify(&on, &resolver, !table)?;
-    let layout = if table {
+    let layout = if windowed {
+        Layout::Interval(window_keys(conditions, &sides, &on)?)
+    } else if table {
         let version = match &as_of {
             None => TableVersion::Latest,
             Some(a) => {
@@ -190,22 +213,58 @@ pub fn plan_join(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Opt
             for (c, column) in other.spec.schema.columns.iter().enumerate() {
                 let name = quote(&other.joined_name(c));
                 if i == j {
-                    items.push(format!("{}.{} AS {name}", quote(&s.prefix), quote(&column.name)));
+                    match &s.subquery {
+                        Some((_, exprs)) => items.push(format!("{} AS {name}", exprs[c])),
+                        None => items.push(format!("{}.{} AS {name}", quote(&s.prefix), quote(&column.name))),
+                    }
                 } else {
                     items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
                 }
             }
         }
         items.push(format!("{} AS {RIGHT}", if i == 1 { "TRUE" } else { "FALSE" }));
+        if let Some((query, exprs)) = &s.subquery {
+            // A window's row is final once the watermark passes its end:
+            // its time is the end, which no watermark before it passed.
+            items.push(format!("{WINDOW_END} AS {TIME}"));
+            for (k, key) in keys.iter().enumerate() {
+                let mut e = if i == 0 { key.0.clone() } else { key.1.clone() };
+                resolver.inline(&mut e, exprs)?;
+                items.push(format!("({e}) AS __k{k}"));
+            }
+            let mut query = query.clone();
+            let SetExpr::Select(select) = query.body.as_mut() else {
+                return Err(SqlError::unpositioned("internal: a windowed subquery that is not a SELECT"));
+            };
+            select.projection = parse(&format!("SELECT {}", items.join(", ")))?
+                .query
+                .body
+                .as_select()
+                .map(|s| s.projection.clone())
+                .unwrap_or_default();
+            let mut p = ParsedQuery {
+                query: Box::new(query),
+                window: None,
+                emit: None,
+                clauses: Vec::new(),
+                top_n: None,
+                as_of: None,
+            };
+            let mut plan = plan_parsed(&mut p, sources)?;
+            let width = plan.outputs.len() - keys.len();
+            plan.keys = plan.outputs.split_off(width);
+            branches.push(plan);
+            continue;
+        }
         match s.event_time() {
             Some(c) => items.push(format!("{}.{} AS {TIME}", quote(&s.prefix), quote(&s.spec.schema.columns[c].name))),
             None => items.push(format!("CAST(NULL AS TIMESTAMP) AS {TIME}")),
         }
-        let mut spec = std::borrow::Cow::Borrowed(s.spec);
+        let mut spec = Cow::Borrowed(s.spec.as_ref());
         if table {
             if i == 1 {
                 items.push(format!("COALESCE({}.{DELETED}, FALSE) AS {DELETED}", quote(&s.prefix)));
-                spec = std::borrow::Cow::Owned(table_source(s.spec));
+                spec = Cow::Owned(table_source(&s.spec));
             } else {
                 items.push(format!("FALSE AS {DELETED}"));
             }
@@ -605,11 +664,14 @@ fn table_source(spec: &SourceSpec) -> SourceSpec {
     spec
 }
 
-fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
+fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec], partitions: i32) -> Result<Side<'a>, SqlError> {
+    if let TableFactor::Derived { lateral: false, subquery, alias: Some(alias), .. } = relation {
+        return windowed_side(subquery, &alias.name, sources, partitions);
+    }
     let TableFactor::Table { name, alias, args: None, .. } = relation else {
         return Err(SqlError::at_node(
             relation,
-            "each side of a join must name a source (a subquery there is not supported yet)",
+            "each side of a join names a source, or an aliased subquery that aggregates per time window",
         ));
     };
     let Some(ObjectNamePart::Identifier(ident)) = name.0.last() else {
@@ -621,7 +683,107 @@ fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a
     if let Some(a) = alias {
         names.push(a.name.value.to_ascii_lowercase());
     }
-    Ok(Side { spec, prefix, names })
+    Ok(Side { spec: Cow::Borrowed(spec), subquery: None, prefix, names })
+}
+
+/// A subquery side, `(SELECT … GROUP BY …, TUMBLE(ts, …)) AS p` (Nexmark
+/// q8's shape): a windowed aggregate emitting each window's rows once,
+/// when the watermark passes its end, so its rows join as an interval
+/// join's would. It runs on its source's partitions before the exchange,
+/// so the source must be keyed by its GROUP BY (or have one partition).
+fn windowed_side<'a>(
+    subquery: &Query,
+    alias: &Ident,
+    sources: &'a [SourceSpec],
+    partitions: i32,
+) -> Result<Side<'a>, SqlError> {
+    let SetExpr::Select(select) = subquery.body.as_ref() else {
+        return Err(SqlError::at_node(subquery, "a subquery side of a join is one SELECT"));
+    };
+    let mut exprs = Vec::with_capacity(select.projection.len());
+    let mut names = Vec::with_capacity(select.projection.len());
+    for item in &select.projection {
+        let (expr, name) = match item {
+            SelectItem::ExprWithAlias { expr, alias } => (expr, alias.value.clone()),
+            SelectItem::UnnamedExpr(expr) => match column_name(expr) {
+                Some(name) => (expr, name.value),
+                None => {
+                    return Err(SqlError::at_node(item, "name this column of a joined subquery: <expression> AS name"));
+                }
+            },
+            _ => return Err(SqlError::at_node(item, "list the columns of a joined subquery (no *)")),
+        };
+        exprs.push(expr.clone());
+        names.push(name);
+    }
+    let mut parsed = ParsedQuery {
+        query: Box::new(subquery.clone()),
+        window: None,
+        emit: None,
+        clauses: Vec::new(),
+        top_n: None,
+        as_of: None,
+    };
+    let plan = plan_parsed(&mut parsed, sources)?;
+    if !(plan.is_windowed() && plan.emit == EmitMode::Final) {
+        return Err(SqlError::at_node(
+            subquery,
+            "a subquery side of a join aggregates per time window with EMIT FINAL (GROUP BY …, TUMBLE(ts, \
+             INTERVAL …)): each of its rows must be final",
+        ));
+    }
+    if let Err(e) = plan.check_partitioning(partitions) {
+        return Err(SqlError::at_node(
+            subquery,
+            format!(
+                "a windowed subquery in a join runs on its source's partitions, so it needs the source keyed by its GROUP BY: {}",
+                e.message
+            ),
+        ));
+    }
+    let columns = names
+        .iter()
+        .zip(&plan.outputs)
+        .map(|(name, o)| ColumnSpec { name: name.clone(), type_: column_type(o.expr.data_type()), required: false })
+        .collect();
+    let spec = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&alias.value, &[]) };
+    Ok(Side {
+        spec: Cow::Owned(spec),
+        subquery: Some((subquery.clone(), exprs)),
+        prefix: alias.value.clone(),
+        names: vec![alias.value.to_ascii_lowercase()],
+    })
+}
+
+/// A join of two windowed subqueries: its keys must equate their windows
+/// (a `window_start` or `window_end` column of each), so rows meet only
+/// within one window; their times (the window's end) are then equal.
+fn window_keys(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<Interval, SqlError> {
+    let resolver = Resolver { sides };
+    let is_window = |e: &Expr, side: usize| -> bool {
+        let idents: &[Ident] = match e {
+            Expr::Identifier(id) => std::slice::from_ref(id),
+            Expr::CompoundIdentifier(ids) => ids,
+            _ => return false,
+        };
+        match resolver.resolve(idents, e) {
+            Ok(Some((s, col))) if s == side => sides[s].subquery.as_ref().is_some_and(|(_, exprs)| {
+                matches!(&exprs[col], Expr::Identifier(id)
+                    if id.value.eq_ignore_ascii_case(WINDOW_START) || id.value.eq_ignore_ascii_case(WINDOW_END))
+            }),
+            _ => false,
+        }
+    };
+    if !c.keys.iter().any(|(l, r)| is_window(l, 0) && is_window(r, 1)) {
+        return Err(SqlError::at_node(
+            on,
+            format!(
+                "a join of windowed subqueries equates their windows: add AND {}.<its window_start> = {}.<its window_start>",
+                sides[0].prefix, sides[1].prefix
+            ),
+        ));
+    }
+    Ok(Interval { keys: c.keys, lower: 0, upper: 0, residual: c.residual })
 }
 
 /// `USING (a, b)`: `l.a = r.a AND l.b = r.b`.
@@ -744,6 +906,29 @@ impl Resolver<'_, '_> {
             ControlFlow::Continue(())
         });
         error.map_or(Ok(found), Err)
+    }
+
+    /// Replaces every reference to a subquery side's column in `e` with
+    /// the expression its SELECT list computes it with.
+    fn inline(&self, e: &mut Expr, exprs: &[Expr]) -> Result<(), SqlError> {
+        let mut error = None;
+        let _ = visit_expressions_mut(e, |x| {
+            let idents: Vec<Ident> = match x {
+                Expr::Identifier(id) => vec![id.clone()],
+                Expr::CompoundIdentifier(ids) => ids.clone(),
+                _ => return ControlFlow::<()>::Continue(()),
+            };
+            match self.resolve(&idents, x) {
+                Ok(Some((_, c))) => *x = Expr::Nested(Box::new(exprs[c].clone())),
+                Ok(None) => {}
+                Err(e) => {
+                    error = Some(e);
+                    return ControlFlow::Break(());
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        error.map_or(Ok(()), Err)
     }
 
     /// Rewrites every reference to a side's column to its joined name.
@@ -1047,6 +1232,53 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message.contains("time window over a join"), "{err}");
+    }
+
+    fn people_and_auctions() -> Vec<SourceSpec> {
+        let time = Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 });
+        vec![
+            SourceSpec {
+                event_time: time.clone(),
+                partition_key: vec!["id".into()],
+                ..SourceSpec::table("person", &[("id", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)])
+            },
+            SourceSpec {
+                event_time: time,
+                partition_key: vec!["seller".into()],
+                ..SourceSpec::table(
+                    "auction",
+                    &[("seller", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)],
+                )
+            },
+        ]
+    }
+
+    const Q8: &str = "SELECT p.id, p.s FROM (SELECT id, window_start AS s FROM person GROUP BY id, \
+        TUMBLE(ts, INTERVAL '10' SECOND)) AS p JOIN (SELECT seller, window_start AS s FROM auction GROUP BY seller, \
+        TUMBLE(ts, INTERVAL '10' SECOND)) AS a ON p.id = a.seller";
+
+    #[test]
+    fn a_join_of_windowed_aggregates_aggregates_each_side_on_its_partitions_then_joins_by_window() {
+        let flow = plan_dataflow(&format!("{Q8} AND p.s = a.s"), &people_and_auctions(), 4).unwrap();
+        let [side, join] = flow.stages.as_slice() else { panic!("two stages: {flow:?}") };
+        assert!(side.plan.is_windowed() && flow.branches[0].is_windowed(), "each side aggregates before the exchange");
+        assert_eq!(side.plan.keys.len(), 2, "keyed by the id and the window");
+        let OperatorPlan::Join(j) = &join.plan.operator else { panic!("{join:?}") };
+        assert_eq!((j.lower, j.upper), (0, 0), "rows of one window have one time, its end");
+        let err = plan_dataflow(Q8, &people_and_auctions(), 4).unwrap_err();
+        assert!(err.message.contains("equates their windows"), "{err}");
+        let mut misaligned = people_and_auctions();
+        misaligned[1].partition_key = vec!["ts".into()];
+        let err = plan_dataflow(&format!("{Q8} AND p.s = a.s"), &misaligned, 4).unwrap_err();
+        assert!(err.message.contains("keyed by its GROUP BY"), "{err}");
+        let err = plan_dataflow(
+            "SELECT p.id FROM (SELECT id, COUNT(*) AS n FROM person GROUP BY id) AS p JOIN \
+             (SELECT seller, COUNT(*) AS n FROM auction GROUP BY seller) AS a ON p.id = a.seller",
+            &people_and_auctions(),
+            4,
+        )
+        .unwrap_err();
+        assert!(err.message.contains("per time window"), "{err}");
     }
 
     #[test]
