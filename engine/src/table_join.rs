@@ -628,6 +628,22 @@ mod tests {
         assert!(op.table.time.len() < 2_100 && op.stream.time.len() < 2_100, "let-go slots are compacted away");
     }
 
+    /// The table is the state: what `stateMemoryLimit` checks and
+    /// `sluice_state_bytes` reports grows with its rows, and a deletion
+    /// gives a row's share back.
+    #[test]
+    fn state_size_counts_every_table_row() {
+        let mut op = TableJoinOperator::new(&plan(JoinKind::Left, TableVersion::Latest), &TYPES);
+        let rows: Vec<In> = (0..1_000).map(|k| In::T(k, k, 0)).collect();
+        run(&mut op, &rows, 0);
+        let size = op.state_size();
+        assert_eq!(size.entries, 1_000);
+        assert!(size.bytes >= 1_000 * (2 * 8 + 8), "two cells and a time per row at least: {size:?}");
+        let deletions: Vec<In> = (0..500).map(|k| In::D(k, 0)).collect();
+        run(&mut op, &deletions, 0);
+        assert_eq!(op.state_size().entries, 500);
+    }
+
     #[test]
     fn a_left_join_null_extends_a_row_whose_version_fails_the_residual() {
         let mut p = plan(JoinKind::Left, TableVersion::Latest);
