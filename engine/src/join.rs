@@ -492,6 +492,7 @@ impl Operator for JoinOperator {
 mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
+    use crate::operator::run_at_watermark;
     use sluice_plan::{JoinKind, PhysExpr, Selection};
 
     /// Layout: left (k, v), right (k, v), __right, __time.
@@ -541,22 +542,8 @@ mod tests {
     fn run(op: &mut JoinOperator, rows: &[(bool, i64, i64, i64)], watermark: i64) -> (Vec<(Scalar, Scalar)>, Vec<u32>) {
         let b = batch(rows);
         let times: Vec<i64> = rows.iter().map(|r| r.3).collect();
-        let before = vec![watermark; rows.len()];
-        let input = BatchInput {
-            batch: &b,
-            selection: Selection::All(b.len),
-            event_times: &times,
-            watermark_before: &before,
-            per_record: false,
-            emit_changes: false,
-            upstreams: &[],
-        };
-        let mut rows_out = empty_batch(&TYPES);
-        let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput { rows: &mut rows_out, columns: &mut columns, late: &mut late })
-            .unwrap();
-        op.on_watermark(watermark, true, &mut rows_out).unwrap();
-        (pairs(&rows_out), late)
+        let (out, late) = run_at_watermark(op, &b, &times, watermark, &TYPES);
+        (pairs(&out), late)
     }
 
     fn pairs(b: &Batch) -> Vec<(Scalar, Scalar)> {

@@ -119,6 +119,34 @@ pub fn read_state<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result
     Ok(state)
 }
 
+/// Runs one batch through `op` as the engine would, every row having seen
+/// `watermark`, then the watermark: what it emitted and the late rows.
+#[cfg(test)]
+pub(crate) fn run_at_watermark(
+    op: &mut dyn Operator,
+    batch: &Batch,
+    times: &[i64],
+    watermark: i64,
+    types: &[sluice_plan::DataType],
+) -> (Batch, Vec<u32>) {
+    let before = vec![watermark; batch.len];
+    let input = BatchInput {
+        batch,
+        selection: Selection::All(batch.len),
+        event_times: times,
+        watermark_before: &before,
+        per_record: false,
+        emit_changes: false,
+        upstreams: &[],
+    };
+    let mut out = crate::aggregate::empty_batch(types);
+    let (mut columns, mut late) = (Vec::new(), Vec::new());
+    let mut output = OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late };
+    op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
+    op.on_watermark(watermark, true, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
+    (out, late)
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Serialize;

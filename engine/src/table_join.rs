@@ -470,7 +470,8 @@ impl Operator for TableJoinOperator {
 mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
-    use sluice_plan::{CmpOp, Selection};
+    use crate::operator::run_at_watermark;
+    use sluice_plan::CmpOp;
 
     /// Layout: stream (k, v), table (k, v), __right, __time, __deleted.
     const TYPES: [DataType; 7] = [
@@ -538,20 +539,7 @@ mod tests {
     fn run(op: &mut TableJoinOperator, rows: &[In], watermark: i64) -> (Vec<(Scalar, Scalar)>, Vec<u32>) {
         let b = batch(rows);
         let times: Vec<i64> = (0..b.len).map(|r| int_values(&b.columns[5]).unwrap()[r]).collect();
-        let before = vec![watermark; b.len];
-        let input = BatchInput {
-            batch: &b,
-            selection: Selection::All(b.len),
-            event_times: &times,
-            watermark_before: &before,
-            per_record: false,
-            emit_changes: false,
-            upstreams: &[],
-        };
-        let mut out = empty_batch(&TYPES);
-        let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late }).unwrap();
-        op.on_watermark(watermark, true, &mut out).unwrap();
+        let (out, late) = run_at_watermark(op, &b, &times, watermark, &TYPES);
         assert!(out.columns.iter().all(|c| c.len() == out.len), "every column has a cell per row");
         let mut pairs: Vec<(Scalar, Scalar)> =
             (0..out.len).map(|r| (out.columns[1].scalar(r), out.columns[3].scalar(r))).collect();

@@ -911,28 +911,21 @@ impl Resolver<'_, '_> {
     /// Replaces every reference to a subquery side's column in `e` with
     /// the expression its SELECT list computes it with.
     fn inline(&self, e: &mut Expr, exprs: &[Expr]) -> Result<(), SqlError> {
-        let mut error = None;
-        let _ = visit_expressions_mut(e, |x| {
-            let idents: Vec<Ident> = match x {
-                Expr::Identifier(id) => vec![id.clone()],
-                Expr::CompoundIdentifier(ids) => ids.clone(),
-                _ => return ControlFlow::<()>::Continue(()),
-            };
-            match self.resolve(&idents, x) {
-                Ok(Some((_, c))) => *x = Expr::Nested(Box::new(exprs[c].clone())),
-                Ok(None) => {}
-                Err(e) => {
-                    error = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        });
-        error.map_or(Ok(()), Err)
+        self.replace_references(e, |_, c, _| Expr::Nested(Box::new(exprs[c].clone())))
     }
 
     /// Rewrites every reference to a side's column to its joined name.
     fn rewrite(&self, e: &mut Expr) -> Result<(), SqlError> {
+        self.replace_references(e, |s, c, idents| {
+            let mut id = Ident::with_quote('"', self.sides[s].joined_name(c));
+            id.span = idents.last().map_or(sqlparser::tokenizer::Span::empty(), |i| i.span);
+            Expr::Identifier(id)
+        })
+    }
+
+    /// Replaces each reference in `e` to a side's column (side, column, as
+    /// written) with what `with` makes of it.
+    fn replace_references(&self, e: &mut Expr, with: impl Fn(usize, usize, &[Ident]) -> Expr) -> Result<(), SqlError> {
         let mut error = None;
         let _ = visit_expressions_mut(e, |x| {
             let idents: Vec<Ident> = match x {
@@ -941,12 +934,7 @@ impl Resolver<'_, '_> {
                 _ => return ControlFlow::<()>::Continue(()),
             };
             match self.resolve(&idents, x) {
-                Ok(Some((s, c))) => {
-                    let span = idents.last().map_or(sqlparser::tokenizer::Span::empty(), |i| i.span);
-                    let mut id = Ident::with_quote('"', self.sides[s].joined_name(c));
-                    id.span = span;
-                    *x = Expr::Identifier(id);
-                }
+                Ok(Some((s, c))) => *x = with(s, c, &idents),
                 Ok(None) => {}
                 Err(e) => {
                     error = Some(e);
