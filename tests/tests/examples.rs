@@ -112,7 +112,7 @@ fn every_example_runs_on_the_cluster() {
     let checked: BTreeSet<&str> =
         ["quickstart", "s0-pure-select", "s1-rows-window", "s2-group-by", "s2r-group-by-symbol", "s3a-tumbling"]
             .into_iter()
-            .chain(["s3b-tumbling-emit-changes"])
+            .chain(["s3b-tumbling-emit-changes", "enrich-orders"])
             .collect();
     assert_eq!(topics.keys().map(String::as_str).collect::<BTreeSet<_>>(), checked, "a new example needs a check here");
     for name in topics.keys() {
@@ -215,6 +215,41 @@ fn every_example_runs_on_the_cluster() {
             remaining.iter().position(|e| *e == row).unwrap_or_else(|| panic!("S3a: {v} is not a complete window"));
         remaining.remove(at);
     }
+
+    // Enrichment: each order with its customer's row as of the order's
+    // time (customers 10 and 11 have none); a record far ahead on every
+    // partition of both topics moves the watermark past every order.
+    let enrich = &topics["enrich-orders"];
+    let customers: Vec<(String, String, i32)> = (0..10)
+        .chain(100..102)
+        .map(|c| {
+            let at = if c < 100 { 1_700_000_000_000_i64 } else { 1_800_000_000_000 };
+            (c.to_string(), format!(r#"{{"id":{c},"name":"c{c}","updated_at":{at}}}"#), c % 2)
+        })
+        .collect();
+    let records: Vec<_> = customers.iter().map(|(k, v, p)| (Some(k.as_bytes()), v.as_bytes(), Some(*p))).collect();
+    kafka::produce(&enrich["customers"], &records);
+    let orders: Vec<(String, i32)> = (0..100)
+        .chain(1_000..1_002)
+        .map(|i: i64| {
+            let at = if i < 1_000 { 1_700_000_100_000 + i * 100 } else { 1_800_000_000_000 };
+            (format!(r#"{{"order_id":{i},"customer_id":{},"amount":1.5,"ts":{at}}}"#, i % 12), i32::from(i % 2 == 1))
+        })
+        .collect();
+    let records: Vec<_> = orders.iter().map(|(v, p)| (None, v.as_bytes(), Some(*p))).collect();
+    kafka::produce(&enrich["orders"], &records);
+    let got = wait_for(&enrich["enriched-orders"], "enriched orders", Duration::from_secs(90), |v| {
+        v.iter().filter(|r| r["order_id"].as_i64().is_some_and(|i| i < 1_000)).count() >= 100
+    });
+    let names: BTreeMap<i64, Value> = got
+        .iter()
+        .filter(|r| r["order_id"].as_i64().is_some_and(|i| i < 1_000))
+        .map(|r| (r["order_id"].as_i64().unwrap(), r["name"].clone()))
+        .collect();
+    let expected: BTreeMap<i64, Value> = (0..100)
+        .map(|i: i64| (i, if i % 12 < 10 { Value::String(format!("c{}", i % 12)) } else { Value::Null }))
+        .collect();
+    assert_eq!(names, expected, "every order once, with its customer's name or NULL");
 
     // The quickstart's datagen source is bounded: the job finishes, says
     // so, and its worker stays up rather than being restarted.
