@@ -320,6 +320,11 @@ impl JoinOperator {
     }
 }
 
+/// A join's key expressions over a batch, column by column.
+pub(crate) fn eval_keys<'b>(exprs: &[PhysExpr], batch: &'b Batch) -> Result<Vec<Cow<'b, Column>>, Error> {
+    exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(batch.len))).collect()
+}
+
 pub(crate) fn bools(column: &Column) -> Option<&[bool]> {
     match &column.data {
         ColumnData::Bool(b) => Some(b),
@@ -330,16 +335,12 @@ pub(crate) fn bools(column: &Column) -> Option<&[bool]> {
 impl Operator for JoinOperator {
     fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
         let batch = input.batch;
-        let n = batch.len;
         let internal = |what: &str| Error::Internal(format!("join input without its {what} column"));
         let side = batch.columns.get(self.plan.side).ok_or_else(|| internal("side"))?;
         let sides = bools(side).ok_or_else(|| internal("side"))?;
         let times = batch.columns.get(self.plan.time).and_then(int_values).ok_or_else(|| internal("time"))?;
-        let eval_keys = |exprs: &[PhysExpr]| -> Result<Vec<Cow<'_, Column>>, Error> {
-            exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect()
-        };
-        let left_keys = eval_keys(&self.plan.left_keys)?;
-        let right_keys = eval_keys(&self.plan.right_keys)?;
+        let left_keys = eval_keys(&self.plan.left_keys, batch)?;
+        let right_keys = eval_keys(&self.plan.right_keys, batch)?;
         let left_refs: Vec<&Column> = left_keys.iter().map(AsRef::as_ref).collect();
         let right_refs: Vec<&Column> = right_keys.iter().map(AsRef::as_ref).collect();
         let encoders = [KeyEncoder::new(&left_refs), KeyEncoder::new(&right_refs)];

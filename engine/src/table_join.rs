@@ -27,7 +27,6 @@
 //! join emits a stream row whose version fails it, or that has none (a
 //! deleted or never seen key, a NULL key), NULL-extended.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -36,9 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::aggregate::int_values;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
-use crate::join::{Joined, Row, Store, bools, push_joined_at, residual_passes};
+use crate::join::{Joined, Row, Store, bools, eval_keys, push_joined_at, residual_passes};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use sluice_plan::{Batch, Column, DataType, JoinKind, PhysExpr, Scalar, TableJoinPlan, TableVersion, eval};
+use sluice_plan::{Batch, Column, DataType, JoinKind, Scalar, TableJoinPlan, TableVersion};
 
 /// One version of a key's table row: from `time` on, the row in `slot`
 /// of the table store, or none (deleted).
@@ -258,16 +257,12 @@ impl TableJoinOperator {
 impl Operator for TableJoinOperator {
     fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
         let batch = input.batch;
-        let n = batch.len;
         let internal = |what: &str| Error::Internal(format!("table join input without its {what} column"));
         let sides = batch.columns.get(self.plan.side).and_then(bools).ok_or_else(|| internal("side"))?;
         let deletes = batch.columns.get(self.plan.deleted).and_then(bools).ok_or_else(|| internal("deleted"))?;
         let times = batch.columns.get(self.plan.time).and_then(int_values).ok_or_else(|| internal("time"))?;
-        let eval_keys = |exprs: &[PhysExpr]| -> Result<Vec<Cow<'_, Column>>, Error> {
-            exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect()
-        };
-        let left_keys = eval_keys(&self.plan.left_keys)?;
-        let right_keys = eval_keys(&self.plan.right_keys)?;
+        let left_keys = eval_keys(&self.plan.left_keys, batch)?;
+        let right_keys = eval_keys(&self.plan.right_keys, batch)?;
         let left_refs: Vec<&Column> = left_keys.iter().map(AsRef::as_ref).collect();
         let right_refs: Vec<&Column> = right_keys.iter().map(AsRef::as_ref).collect();
         let encoders = [KeyEncoder::new(&left_refs), KeyEncoder::new(&right_refs)];
@@ -471,7 +466,7 @@ mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
     use crate::operator::run_at_watermark;
-    use sluice_plan::CmpOp;
+    use sluice_plan::{CmpOp, PhysExpr};
 
     /// Layout: stream (k, v), table (k, v), __right, __time, __deleted.
     const TYPES: [DataType; 7] = [
