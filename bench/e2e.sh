@@ -44,30 +44,15 @@ while [ $# -gt 0 ]; do
 done
 OUT="$REPO/bench/out"
 mkdir -p "$OUT"
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+source bench/lib.sh
 
 # Tools: the broker, rdkafka_performance, GNU time, the Python Kafka client.
-bash tests/infra/kafka.sh start >/dev/null
+bench_kafka
 bash tests/infra/tools.sh rdkafka-perf
 PERF=$(bash tests/infra/tools.sh path rdkafka-perf)
-BOOTSTRAP=$(bash tests/infra/kafka.sh bootstrap)
 [ -x /usr/bin/time ] || { source tests/infra/lib.sh; apt_install time; }
-VENV="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/venv-bench"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q -r bench/requirements.txt
-fi
-PY="$VENV/bin/python bench/tools.py"
-
-TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
-if [ "$PROFILE" = release ]; then
-  log "building sluice-worker (release)"
-  cargo build --release --locked -p sluice-worker --bin sluice-worker >&2
-  WORKER="$TARGET/release/sluice-worker"
-else
-  cargo build --locked -p sluice-worker --bin sluice-worker >&2
-  WORKER="$TARGET/debug/sluice-worker"
-fi
+bench_python
+bench_worker "$PROFILE"
 RUN="bench-$(date +%s)"
 # Topics of earlier runs go first; this run's go when it ends.
 $PY delete "$BOOTSTRAP" bench- >&2

@@ -35,20 +35,10 @@ while [ $# -gt 0 ]; do
 done
 OUT="$REPO/bench/out"
 mkdir -p "$OUT"
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-
-bash tests/infra/kafka.sh start >/dev/null
-BOOTSTRAP=$(bash tests/infra/kafka.sh bootstrap)
-VENV="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/venv-bench"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q -r bench/requirements.txt
-fi
-PY="$VENV/bin/python bench/tools.py"
-TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
-log "building sluice-worker (release)"
-cargo build --release --locked -p sluice-worker --bin sluice-worker >&2
-WORKER="$TARGET/release/sluice-worker"
+source bench/lib.sh
+bench_kafka
+bench_python
+bench_worker release
 RUN="bench-joins-$(date +%s)"
 $PY delete "$BOOTSTRAP" bench-joins- >&2
 trap '$PY delete "$BOOTSTRAP" "$RUN" >&2 || true' EXIT

@@ -96,34 +96,19 @@ pub type Outgoing<'a> = (Option<&'a [u8]>, &'a [u8], Option<i32>);
 
 /// Produces `records` and waits for every delivery.
 pub fn produce(topic: &str, records: &[Outgoing<'_>]) {
-    let producer: BaseProducer = config().set("linger.ms", "5").create().expect("producer");
-    for (key, value, partition) in records {
-        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).payload(*value);
-        if let Some(k) = key {
-            rec = rec.key(*k);
-        }
-        if let Some(p) = partition {
-            rec = rec.partition(*p);
-        }
-        let mut rec = Some(rec);
-        while let Some(r) = rec.take() {
-            match producer.send(r) {
-                Ok(()) => {}
-                Err((e, r)) => {
-                    assert!(
-                        matches!(
-                            e,
-                            rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
-                        ),
-                        "produce to {topic}: {e}"
-                    );
-                    producer.poll(Duration::from_millis(10));
-                    rec = Some(r);
-                }
+    send_all(
+        topic,
+        records.iter().map(|(key, value, partition)| {
+            let mut rec = BaseRecord::<[u8], [u8]>::to(topic).payload(*value);
+            if let Some(k) = key {
+                rec = rec.key(*k);
             }
-        }
-    }
-    producer.flush(Timeout::After(Duration::from_secs(30))).expect("flush");
+            if let Some(p) = partition {
+                rec = rec.partition(*p);
+            }
+            rec
+        }),
+    );
 }
 
 /// A keyed record with its timestamp, to a partition; no value makes it a
@@ -132,12 +117,22 @@ pub type Timed<'a> = (&'a [u8], Option<&'a [u8]>, i32, i64);
 
 /// Produces `records` in order and waits for every delivery.
 pub fn produce_timed(topic: &str, records: &[Timed<'_>]) {
+    send_all(
+        topic,
+        records.iter().map(|(key, value, partition, timestamp)| {
+            let rec = BaseRecord::<[u8], [u8]>::to(topic).key(*key).partition(*partition).timestamp(*timestamp);
+            match value {
+                Some(v) => rec.payload(*v),
+                None => rec,
+            }
+        }),
+    );
+}
+
+/// Sends every record, waiting out a full local queue, then flushes.
+fn send_all<'a>(topic: &str, records: impl Iterator<Item = BaseRecord<'a, [u8], [u8]>>) {
     let producer: BaseProducer = config().set("linger.ms", "5").create().expect("producer");
-    for (key, value, partition, timestamp) in records {
-        let mut rec = BaseRecord::<[u8], [u8]>::to(topic).key(*key).partition(*partition).timestamp(*timestamp);
-        if let Some(v) = value {
-            rec = rec.payload(*v);
-        }
+    for rec in records {
         let mut rec = Some(rec);
         while let Some(r) = rec.take() {
             if let Err((e, r)) = producer.send(r) {

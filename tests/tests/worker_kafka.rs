@@ -9,6 +9,7 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{SourcePartitions, assign};
@@ -305,6 +306,26 @@ fn wait_for_own_checkpoint(worker: &Worker, group: &str, topic: &str) {
     }
 }
 
+/// The fault the kill -9 tests inject: once `worker` has checkpointed a
+/// partition of `topic` that it owns, and while `producer` is still
+/// writing, SIGKILL it; then start it again from `config`, ready.
+fn kill_nine_mid_run(
+    mut worker: Worker,
+    config: &Path,
+    group: &str,
+    topic: &str,
+    producer: &std::thread::JoinHandle<()>,
+) -> Worker {
+    wait_for_own_checkpoint(&worker, group, topic);
+    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(2));
+    let mut restarted = Worker::serve(config, &[]);
+    restarted.wait_ready(Duration::from_secs(60));
+    restarted
+}
+
 /// The acceptance run of the shuffle: a tumbling-window GROUP BY symbol
 /// over a 4-partition topic keyed by trader, on 2 workers × 2 cores, so
 /// every row crosses the repartition topic and every window's watermark is
@@ -347,13 +368,7 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
             }
         })
     };
-    wait_for_own_checkpoint(&second, &group, &repartition);
-    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
-    second.signal("KILL");
-    let _ = second.wait(Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(2));
-    let mut second = Worker::serve(&configs[1], &[]);
-    second.wait_ready(Duration::from_secs(60));
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &repartition, &producer);
     check_owners(&[&first, &second]);
     producer.join().unwrap();
     // One late trade per partition, far ahead, moves every watermark past
@@ -421,13 +436,7 @@ fn a_left_interval_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    wait_for_own_checkpoint(&second, &group, &format!("{group}.repartition-1"));
-    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
-    second.signal("KILL");
-    let _ = second.wait(Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(2));
-    let mut second = Worker::serve(&configs[1], &[]);
-    second.wait_ready(Duration::from_secs(60));
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer);
     producer.join().unwrap();
     // Far ahead on both sides: every watermark passes the last range.
     produce_trades(&trades, 100_000_000..100_000_008, 4);
@@ -1187,13 +1196,7 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    wait_for_own_checkpoint(&second, &group, &format!("{group}.repartition-1"));
-    assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
-    second.signal("KILL");
-    let _ = second.wait(Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(2));
-    let mut second = Worker::serve(&configs[1], &[]);
-    second.wait_ready(Duration::from_secs(60));
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer);
     producer.join().unwrap();
     // Far ahead on both sides: every watermark passes the last trade.
     publish(&symbols, versions(99, true));

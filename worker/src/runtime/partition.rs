@@ -412,3 +412,60 @@ impl Output for BatchOutput<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // Test code: failing loudly is its job.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use sluice_crds::{ColumnType, SourceSpec, TableSpec};
+    use sluice_engine::EngineOptions;
+
+    use super::PartitionPipeline;
+    use crate::Error;
+    use crate::runtime::tombstone::Tombstones;
+    use crate::sink::{DeadLetter, DeadLetterSink};
+    use crate::source::Record;
+
+    #[derive(Default)]
+    struct Reasons(Vec<String>);
+
+    impl DeadLetterSink for Reasons {
+        fn send(&mut self, record: &DeadLetter<'_>) -> Result<(), Error> {
+            self.0.push(record.reason.to_owned());
+            Ok(())
+        }
+    }
+
+    /// A table source's partition reads a tombstone as the deletion of
+    /// its key's row, and dead-letters one whose key names no row.
+    #[test]
+    fn a_tombstone_of_a_table_source_becomes_a_deletion_or_a_dead_letter() {
+        let orders =
+            SourceSpec::table("orders", &[("id", ColumnType::Bigint, true), ("cid", ColumnType::Bigint, true)]);
+        let customers = SourceSpec {
+            table: Some(TableSpec { primary_key: vec!["id".into()] }),
+            ..SourceSpec::table("customers", &[("id", ColumnType::Bigint, true), ("name", ColumnType::String, true)])
+        };
+        let sources = [orders, customers];
+        let flow = sluice_sql::plan_dataflow(
+            "SELECT o.id, c.name FROM orders o LEFT JOIN customers c ON o.cid = c.id",
+            &sources,
+            1,
+        )
+        .unwrap();
+        let plan = Arc::new(flow.branches[0].clone());
+        let mut part = PartitionPipeline::new(&plan, "customers".into(), 0, EngineOptions::default(), 16, None);
+        part.tombstones = Tombstones::of(&sources[1]);
+        let mut dead = Reasons::default();
+        let tombstone = |key| Record { slot: 0, offset: 0, timestamp_ms: 5, payload: &[], key };
+        assert_eq!(part.push(&tombstone(Some(b"7")), &mut dead).unwrap(), 1, "a row that deletes key 7");
+        assert_eq!(part.batch.len, 1);
+        assert_eq!(part.push(&tombstone(None), &mut dead).unwrap(), 0);
+        assert_eq!(dead.0.len(), 1, "{:?}", dead.0);
+        assert!(dead.0[0].contains("has no key"), "{:?}", dead.0);
+        assert_eq!(part.counters.malformed, 1);
+    }
+}
