@@ -131,7 +131,13 @@ pub fn produce_timed(topic: &str, records: &[Timed<'_>]) {
 
 /// Sends every record, waiting out a full local queue, then flushes.
 fn send_all<'a>(topic: &str, records: impl Iterator<Item = BaseRecord<'a, [u8], [u8]>>) {
-    let producer: BaseProducer = config().set("linger.ms", "5").create().expect("producer");
+    let producer: BaseProducer = config()
+        .set("linger.ms", "5")
+        // In order per partition even when a batch is retried: tests rely on
+        // the event times they wrote arriving in the order they wrote them.
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
     for rec in records {
         let mut rec = Some(rec);
         while let Some(r) = rec.take() {
