@@ -147,6 +147,14 @@ impl Engine {
         (self.max_event_time != i64::MIN).then(|| self.max_event_time.saturating_sub(delay))
     }
 
+    /// The watermark of what this engine emits: no row it emits later is
+    /// older. Its input's watermark, unless the operator may still emit
+    /// rows older than that (see [`Operator::output_watermark`]). This is
+    /// what a stage writing an exchange tells the next stage.
+    pub fn output_watermark(&self) -> Option<i64> {
+        self.watermark().map(|w| if w == i64::MAX { w } else { self.operator.output_watermark(w) })
+    }
+
     /// Processes one batch. `batch` is borrowed mutably only so ROWS window
     /// results can be appended as extra columns without copying the input;
     /// it is returned unchanged.

@@ -417,6 +417,16 @@ impl Operator for JoinOperator {
         Ok(())
     }
 
+    /// A joined row carries the left row's time. A left row is kept until
+    /// the watermark passes its time + the upper bound, and may join (or,
+    /// in an outer join, come out unmatched) until then: so what comes out
+    /// from now on is at least `watermark − upper`. A row joining a kept
+    /// left row arrives at or above the watermark, so its partner's time is
+    /// at least `watermark − upper` too.
+    fn output_watermark(&self, watermark: i64) -> i64 {
+        watermark.saturating_sub(self.plan.upper.max(0))
+    }
+
     fn finish(&mut self, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
         for entry in &self.keys {
             for right in [false, true] {

@@ -87,6 +87,15 @@ pub trait Operator: std::fmt::Debug + Send {
         Ok(())
     }
 
+    /// The watermark of its output when its input's stands at `watermark`:
+    /// the oldest event time (of the rows' time column) it may still emit.
+    /// An operator that holds rows and emits them later with their own
+    /// time holds its output's watermark back, so the next stage does not
+    /// find them late.
+    fn output_watermark(&self, watermark: i64) -> i64 {
+        watermark
+    }
+
     /// The input ended (a bounded run): close everything still open.
     fn finish(&mut self, _emit: bool, _rows: &mut Batch) -> Result<(), Error> {
         Ok(())

@@ -23,13 +23,23 @@ pub struct Dataflow {
     /// In data order: stage 0 reads the source; each later stage reads the
     /// exchange written by the one before it; the last writes the sink.
     pub stages: Vec<Stage>,
-    /// `UNION ALL`: plans beside stage 0's, each over a source of its own,
-    /// with the same output columns, writing where stage 0 writes (the
-    /// sink, or the first exchange). Their partitions follow stage 0's as
-    /// upstream partitions of that exchange: stage 0's source partitions
-    /// are upstreams 0‥n₀, the first branch's n₀‥n₀+n₁, and so on.
+    /// Plans over sources of their own that write where a stage writes:
+    /// the other branches of a `UNION ALL`, the right side of a join (the
+    /// right side of a join of a join writes beside the first join's stage).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub branches: Vec<Plan>,
+    pub branches: Vec<Branch>,
+}
+
+/// A plan that reads a source and writes where stage `beside` writes (the
+/// sink, or the exchange stage `beside + 1` reads), with the same output
+/// columns. Its partitions follow the stage's own input partitions as
+/// upstream partitions of that exchange: the stage's are upstreams 0‥n₀,
+/// the first branch beside it n₀‥n₀+n₁, and so on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Branch {
+    pub plan: Plan,
+    #[serde(default)]
+    pub beside: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -60,7 +70,12 @@ impl Dataflow {
 
     /// The plans that read sources: stage 0's, then the branches'.
     pub fn source_plans(&self) -> impl Iterator<Item = &Plan> {
-        self.stages.first().map(|s| &s.plan).into_iter().chain(&self.branches)
+        self.stages.first().map(|s| &s.plan).into_iter().chain(self.branches.iter().map(|b| &b.plan))
+    }
+
+    /// The branches that write where stage `stage` writes.
+    pub fn beside(&self, stage: usize) -> impl Iterator<Item = &Branch> {
+        self.branches.iter().filter(move |b| b.beside == stage)
     }
 
     /// Whether records cross an exchange.

@@ -29,7 +29,7 @@ mod types;
 
 pub use batch::{Batch, Selection};
 pub use column::{Column, ColumnData, StrData, broadcast};
-pub use dataflow::{Dataflow, Stage, StageOutput};
+pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
 pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};

@@ -148,7 +148,7 @@ fn aggregate_over_aggregate(
         emit: None,
         clauses: Vec::new(),
         top_n: None,
-        as_of: None,
+        as_of: Vec::new(),
     };
     let inner_plan = plan_parsed(&mut inner_parsed, sources)?;
     if !(inner_plan.is_windowed() && inner_plan.emit == EmitMode::Final) {

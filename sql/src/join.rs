@@ -25,18 +25,19 @@ use std::ops::ControlFlow;
 
 use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    DataType, Dataflow, EmitMode, JoinKind, JoinPlan, OperatorPlan, OutputColumn, Partitioning, SqlError, Stage,
-    StageOutput, TableJoinPlan, TableVersion,
+    Branch, DataType, Dataflow, EmitMode, JoinKind, JoinPlan, OperatorPlan, OutputColumn, Partitioning, Plan, SqlError,
+    Stage, StageOutput, TableJoinPlan, TableVersion,
 };
 use sqlparser::ast::{
-    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectNamePart, Query, SelectItem,
-    SelectItemQualifiedWildcardKind, SetExpr, TableFactor, TableWithJoins, visit_expressions, visit_expressions_mut,
+    BinaryOperator, Expr, GroupByExpr, Ident, Join, JoinConstraint, JoinOperator, ObjectNamePart, Query, SelectItem,
+    SelectItemQualifiedWildcardKind, SetExpr, Spanned, TableFactor, TableWithJoins, visit_expressions,
+    visit_expressions_mut,
 };
 
 use crate::diagnostic::{Located, suggestion};
 use crate::planner::{WINDOW_END, WINDOW_START};
 use crate::planner::{compile_over, find_source, plan_parsed};
-use crate::rewrite::{ParsedQuery, interval_millis, parse};
+use crate::rewrite::{AsOf, ParsedQuery, interval_millis, parse};
 use crate::views::{aggregates_rows, column_type, table_named};
 
 /// The joined layout's BOOLEAN column: true on the right side's rows.
@@ -49,49 +50,180 @@ const JOINED: &str = "__join";
 /// deletion of the row with the key.
 const DELETED: &str = "__deleted";
 
-/// One side of a join: a source (or a windowed subquery, as a source of
-/// its output columns) and the names it goes by.
+/// One side of a join: a source, a windowed subquery (as a source of its
+/// output columns), or the rows of a join joined again (`a JOIN b ON …
+/// JOIN c ON …`: `a JOIN b` is the left side of the join with `c`).
 struct Side<'a> {
     spec: Cow<'a, SourceSpec>,
     /// A subquery side: its query, and per output column the expression
     /// its SELECT list computes it with.
     subquery: Option<(Query, Vec<Expr>)>,
-    /// What its columns are prefixed with in the joined layout.
+    /// What its columns are prefixed with in the joined layout (for a
+    /// join's rows: its leftmost source's).
     prefix: String,
     /// Lower-case names a qualified reference may use.
     names: Vec<String>,
+    /// A join's rows: the sources they came from, and whose each column is.
+    chain: Option<Chain>,
+}
+
+/// The rows of a join, as the side of a further join: their columns are
+/// named `prefix.column` after the sources they came from.
+struct Chain {
+    members: Vec<Member>,
+    /// Per column: its member, and its name in that member.
+    columns: Vec<(usize, String)>,
+}
+
+struct Member {
+    prefix: String,
+    names: Vec<String>,
+    source: String,
 }
 
 impl Side<'_> {
+    /// A column by its bare name (the first, if a join's rows have two).
     fn column(&self, name: &str) -> Option<usize> {
-        self.spec.schema.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name))
+        match &self.chain {
+            None => self.spec.schema.columns.iter().position(|c| c.name.eq_ignore_ascii_case(name)),
+            Some(ch) => ch.columns.iter().position(|(_, bare)| bare.eq_ignore_ascii_case(name)),
+        }
+    }
+
+    /// How many of its columns have this bare name.
+    fn bare_count(&self, name: &str) -> usize {
+        match &self.chain {
+            None => usize::from(self.column(name).is_some()),
+            Some(ch) => ch.columns.iter().filter(|(_, bare)| bare.eq_ignore_ascii_case(name)).count(),
+        }
+    }
+
+    /// `q.name`: `None` if `q` (lower case) names nothing of this side,
+    /// else the column, if it has one by that name.
+    fn qualified(&self, q: &str, name: &str) -> Option<Option<usize>> {
+        match &self.chain {
+            None => self.names.iter().any(|n| n == q).then(|| self.column(name)),
+            Some(ch) => {
+                let m = ch.members.iter().position(|m| m.names.iter().any(|n| n == q))?;
+                Some(ch.columns.iter().position(|(mm, bare)| *mm == m && bare.eq_ignore_ascii_case(name)))
+            }
+        }
+    }
+
+    /// The columns `q.*` names (`q` lower case), if `q` is of this side.
+    fn columns_of(&self, q: &str) -> Option<Vec<usize>> {
+        match &self.chain {
+            None => self.names.iter().any(|n| n == q).then(|| (0..self.spec.schema.columns.len()).collect()),
+            Some(ch) => {
+                let m = ch.members.iter().position(|m| m.names.iter().any(|n| n == q))?;
+                Some(ch.columns.iter().enumerate().filter(|(_, (mm, _))| *mm == m).map(|(c, _)| c).collect())
+            }
+        }
+    }
+
+    /// A column's own name, without its source's.
+    fn bare_name(&self, column: usize) -> &str {
+        match &self.chain {
+            None => &self.spec.schema.columns[column].name,
+            Some(ch) => &ch.columns[column].1,
+        }
+    }
+
+    /// What a column's name is qualified by, as a user writes it.
+    fn qualifier(&self, column: usize) -> &str {
+        match &self.chain {
+            None => &self.prefix,
+            Some(ch) => &ch.members[ch.columns[column].0].prefix,
+        }
+    }
+
+    /// `prefix.column`, as a user writes it.
+    fn written(&self, column: usize) -> String {
+        format!("{}.{}", self.qualifier(column), self.bare_name(column))
+    }
+
+    /// A reference to a column as a user writes it.
+    fn user_reference(&self, column: usize, span: Option<sqlparser::tokenizer::Span>) -> Expr {
+        let mut name = Ident::with_quote('"', self.bare_name(column).to_owned());
+        if let Some(span) = span {
+            name.span = span;
+        }
+        Expr::CompoundIdentifier(vec![Ident::with_quote('"', self.qualifier(column).to_owned()), name])
+    }
+
+    /// A reference to a column in the query its side's stage runs: over
+    /// its source (as `prefix.column`), or over the previous join's layout.
+    fn local_reference(&self, column: usize) -> Expr {
+        match &self.chain {
+            None => self.user_reference(column, None),
+            Some(_) => Expr::Identifier(Ident::with_quote('"', self.joined_name(column))),
+        }
     }
 
     fn joined_name(&self, column: usize) -> String {
-        format!("{}.{}", self.prefix, self.spec.schema.columns[column].name)
+        match &self.chain {
+            None => format!("{}.{}", self.prefix, self.spec.schema.columns[column].name),
+            Some(_) => self.spec.schema.columns[column].name.clone(),
+        }
     }
 
     fn event_time(&self) -> Option<usize> {
-        self.spec.event_time.as_ref().and_then(|et| self.column(&et.column))
+        let et = self.spec.event_time.as_ref()?;
+        self.spec.schema.columns.iter().position(|c| c.name.eq_ignore_ascii_case(&et.column))
+    }
+
+    /// The sources it reads.
+    fn sources(&self) -> Vec<&str> {
+        match &self.chain {
+            None => vec![self.spec.name.as_str()],
+            Some(ch) => ch.members.iter().map(|m| m.source.as_str()).collect(),
+        }
+    }
+
+    /// The prefixes of its columns.
+    fn prefixes(&self) -> Vec<&str> {
+        match &self.chain {
+            None => vec![self.prefix.as_str()],
+            Some(ch) => ch.members.iter().map(|m| m.prefix.as_str()).collect(),
+        }
+    }
+
+    fn members(&self) -> Vec<Member> {
+        match &self.chain {
+            None => {
+                vec![Member { prefix: self.prefix.clone(), names: self.names.clone(), source: self.spec.name.clone() }]
+            }
+            Some(ch) => ch
+                .members
+                .iter()
+                .map(|m| Member { prefix: m.prefix.clone(), names: m.names.clone(), source: m.source.clone() })
+                .collect(),
+        }
     }
 }
 
-/// Plans `parsed` if its FROM joins two sources.
+/// Plans `parsed` if its FROM joins: `a JOIN b ON …`, or a chain `a JOIN
+/// b ON … JOIN c ON …` (left-deep: each further join's left side is the
+/// previous join's rows). Each join is a stage; the previous join's stage
+/// writes its rows into the next join's exchange as that join's left side,
+/// and the next source writes beside it as the right side.
 pub fn plan_join(
     parsed: &mut ParsedQuery,
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Option<Dataflow>, SqlError> {
-    let as_of = parsed.as_of.take();
-    let SetExpr::Select(select) = parsed.query.body.as_mut() else { return Ok(None) };
-    let [from] = select.from.as_slice() else { return Ok(None) };
-    let Some(join) = from.joins.first() else {
+    let mut as_of = std::mem::take(&mut parsed.as_of);
+    let SetExpr::Select(select) = parsed.query.body.as_mut() else {
         parsed.as_of = as_of;
         return Ok(None);
     };
-    if let Some(third) = from.joins.get(1) {
-        return Err(SqlError::at_node(&third.relation, "a join of more than two sources is not supported yet"));
-    }
+    let from = match select.from.as_slice() {
+        [from] if !from.joins.is_empty() => from.clone(),
+        _ => {
+            parsed.as_of = as_of;
+            return Ok(None);
+        }
+    };
     if let Some(w) = &parsed.window {
         return Err(SqlError::at_span(
             w.span,
@@ -99,203 +231,51 @@ pub fn plan_join(
         ));
     }
     let aggregating = aggregates_rows(select);
-    let left = side(&from.relation, sources, partitions)?;
-    let right = side(&join.relation, sources, partitions)?;
-    let windowed = match (&left.subquery, &right.subquery) {
-        (None, None) => false,
-        (Some(_), Some(_)) => true,
-        _ => {
-            return Err(SqlError::at_node(
-                &join.relation,
-                "a join of a windowed subquery is with another windowed subquery (Nexmark q8's shape); \
-                 joining one with a source is not supported yet",
-            ));
+    let Some((_, inner)) = from.joins.split_last() else { return Ok(None) };
+    let mut left = Some(side(&from.relation, sources, partitions)?);
+    let mut stages = Vec::with_capacity(from.joins.len() + 2);
+    let mut branches = Vec::with_capacity(from.joins.len());
+    let mut previous: Option<JoinStep<'_>> = None;
+    for (k, join) in from.joins.iter().enumerate() {
+        // `FOR SYSTEM_TIME AS OF` belongs to the table it follows.
+        let starts = Spanned::span(&join.relation).start;
+        let next = from.joins.get(k + 1).map(|j| Spanned::span(&j.relation).start);
+        let (mine, rest): (Vec<AsOf>, Vec<AsOf>) =
+            as_of.into_iter().partition(|a| a.span.start > starts && next.is_none_or(|n| a.span.start < n));
+        as_of = rest;
+        if let Some(twice) = mine.get(1) {
+            return Err(SqlError::at_span(twice.span, "FOR SYSTEM_TIME AS OF given twice"));
         }
-    };
-    if left.spec.name.eq_ignore_ascii_case(&right.spec.name) {
-        return Err(SqlError::at_node(&join.relation, "a join of a source with itself is not supported yet"));
+        let right = side(&join.relation, sources, partitions)?;
+        let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
+        let step = JoinStep::new(left_side, right, &from.relation, join, mine.first())?;
+        stages.push(Stage { plan: step.side_plan(0, sources, previous.as_ref())?, output: StageOutput::Exchange });
+        let right_plan = step.side_plan(1, sources, None)?;
+        step.check_key_types(&stages[k].plan, &right_plan)?;
+        branches.push(Branch { plan: right_plan, beside: k });
+        if k < inner.len() {
+            left = Some(step.rows_as_side(&join.relation)?);
+        }
+        previous = Some(step);
     }
-    if left.prefix.eq_ignore_ascii_case(&right.prefix) {
-        return Err(SqlError::at_node(&join.relation, format!("both sides are named `{}`: alias one", left.prefix)));
-    }
-    let (kind, constraint) = match &join.join_operator {
-        JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
-        JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
-        JoinOperator::Right(c) | JoinOperator::RightOuter(c) => (JoinKind::Right, c),
-        JoinOperator::FullOuter(c) => (JoinKind::Full, c),
-        _ => {
-            return Err(SqlError::at_node(
-                &join.relation,
-                "this kind of join is not supported: INNER, LEFT, RIGHT and FULL [OUTER] JOIN … ON are",
-            ));
-        }
-    };
-    let table = match (left.spec.table.is_some(), right.spec.table.is_some()) {
-        (false, false) => false,
-        (false, true) => true,
-        (true, false) => {
-            return Err(SqlError::at_node(
-                &from.relation,
-                format!(
-                    "`{}` is a table: a table is the right side of a join with a stream (FROM stream s JOIN {} t ON …)",
-                    left.spec.name, left.spec.name
-                ),
-            ));
-        }
-        (true, true) => {
-            return Err(SqlError::at_node(&join.relation, "a join of two tables is not supported: join a stream"));
-        }
-    };
-    if table && !matches!(kind, JoinKind::Inner | JoinKind::Left) {
-        return Err(SqlError::at_node(
-            &join.relation,
-            "a join with a table is INNER or LEFT: each stream row is enriched from the table, and the table's \
-             rows are not emitted on their own",
-        ));
-    }
-    if let (Some(a), false) = (&as_of, table) {
+    if let Some(a) = as_of.first() {
         return Err(SqlError::at_span(
             a.span,
-            format!(
-                "FOR SYSTEM_TIME AS OF applies to a table: `{}` is a stream (declare `table` on the source to read \
-                 it as one)",
-                right.spec.name
-            ),
+            "FOR SYSTEM_TIME AS OF follows the table joined to a stream: FROM s JOIN t FOR SYSTEM_TIME AS OF s.ts ON …",
         ));
     }
-    let sides = [left, right];
-    let on = match constraint {
-        JoinConstraint::On(e) => e.clone(),
-        JoinConstraint::Using(names) => using(names, &sides, &join.relation)?,
-        JoinConstraint::Natural | JoinConstraint::None => {
-            return Err(SqlError::at_node(
-                &join.relation,
-                "a join needs an equality key: add ON a.key = b.key (NATURAL and CROSS joins are not supported)",
-            ));
-        }
-    };
-    let resolver = Resolver { sides: &sides };
-    let conditions = classify(&on, &resolver, !table)?;
-    let layout = if windowed {
-        Layout::Interval(window_keys(conditions, &sides, &on)?)
-    } else if table {
-        let version = match &as_of {
-            None => TableVersion::Latest,
-            Some(a) => {
-                let time = Expr::CompoundIdentifier(a.column.clone());
-                match resolver.event_time_ref(&a.column, &time)? {
-                    Some((0, _)) => TableVersion::AsOfEventTime,
-                    _ => {
-                        return Err(SqlError::at_span(
-                            a.span,
-                            format!(
-                                "FOR SYSTEM_TIME AS OF takes the stream's event-time column: {}.{}",
-                                sides[0].prefix,
-                                sides[0].event_time().map_or("<eventTime>", |c| &sides[0].spec.schema.columns[c].name)
-                            ),
-                        ));
-                    }
-                }
-            }
-        };
-        Layout::Table(table_keys(conditions, &sides, version, &on)?)
-    } else {
-        Layout::Interval(interval_bounds(conditions, &sides, &on)?)
-    };
-    let keys = layout.keys();
+    let Some(step) = previous else { return Err(SqlError::unpositioned("internal: a join without its step")) };
+    let sides = &step.sides;
+    let resolver = Resolver { sides };
 
-    // Each side's stage: its columns into the joined layout, keyed by its
-    // side of the equality key.
-    let mut branches = Vec::with_capacity(2);
-    for (i, s) in sides.iter().enumerate() {
-        let mut items = Vec::new();
-        for (j, other) in sides.iter().enumerate() {
-            for (c, column) in other.spec.schema.columns.iter().enumerate() {
-                let name = quote(&other.joined_name(c));
-                if i == j {
-                    match &s.subquery {
-                        Some((_, exprs)) => items.push(format!("{} AS {name}", exprs[c])),
-                        None => items.push(format!("{}.{} AS {name}", quote(&s.prefix), quote(&column.name))),
-                    }
-                } else {
-                    items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
-                }
-            }
-        }
-        items.push(format!("{} AS {RIGHT}", if i == 1 { "TRUE" } else { "FALSE" }));
-        if let Some((query, exprs)) = &s.subquery {
-            // A window's row is final once the watermark passes its end:
-            // its time is the end, which no watermark before it passed.
-            items.push(format!("{WINDOW_END} AS {TIME}"));
-            for (k, key) in keys.iter().enumerate() {
-                let mut e = if i == 0 { key.0.clone() } else { key.1.clone() };
-                resolver.inline(&mut e, exprs)?;
-                items.push(format!("({e}) AS __k{k}"));
-            }
-            let mut query = query.clone();
-            let SetExpr::Select(select) = query.body.as_mut() else {
-                return Err(SqlError::unpositioned("internal: a windowed subquery that is not a SELECT"));
-            };
-            select.projection = parse(&format!("SELECT {}", items.join(", ")))?
-                .query
-                .body
-                .as_select()
-                .map(|s| s.projection.clone())
-                .unwrap_or_default();
-            let mut p = ParsedQuery {
-                query: Box::new(query),
-                window: None,
-                emit: None,
-                clauses: Vec::new(),
-                top_n: None,
-                as_of: None,
-            };
-            let mut plan = plan_parsed(&mut p, sources)?;
-            let width = plan.outputs.len() - keys.len();
-            plan.keys = plan.outputs.split_off(width);
-            branches.push(plan);
-            continue;
-        }
-        match s.event_time() {
-            Some(c) => items.push(format!("{}.{} AS {TIME}", quote(&s.prefix), quote(&s.spec.schema.columns[c].name))),
-            None => items.push(format!("CAST(NULL AS TIMESTAMP) AS {TIME}")),
-        }
-        let mut spec = Cow::Borrowed(s.spec.as_ref());
-        if table {
-            if i == 1 {
-                items.push(format!("COALESCE({}.{DELETED}, FALSE) AS {DELETED}", quote(&s.prefix)));
-                spec = Cow::Owned(table_source(&s.spec));
-            } else {
-                items.push(format!("FALSE AS {DELETED}"));
-            }
-        }
-        for (k, key) in keys.iter().enumerate() {
-            items.push(format!("({}) AS __k{k}", if i == 0 { &key.0 } else { &key.1 }));
-        }
-        let sql = format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
-        let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(spec.as_ref()))?;
-        let width = plan.outputs.len() - keys.len();
-        plan.keys = plan.outputs.split_off(width);
-        branches.push(plan);
-    }
-    for (k, (left_key, _)) in keys.iter().enumerate() {
-        let (l, r) = (branches[0].keys[k].expr.data_type(), branches[1].keys[k].expr.data_type());
-        if l != r && l != DataType::Null && r != DataType::Null {
-            return Err(SqlError::at_node(
-                left_key,
-                format!("the sides of this join key are {l} and {r}: CAST one side so both are of one type"),
-            ));
-        }
-    }
-
-    // The join's stage: the outer query over the joined layout.
-    let joined = joined_spec(&sides, table);
+    // The last join's stage: the outer query over its joined layout.
+    let joined = step.joined_spec();
     let rewrite = |e: &Expr| -> Result<Expr, SqlError> {
         let mut e = e.clone();
         resolver.rewrite(&mut e)?;
         Ok(e)
     };
-    let projection = expand_projection(&select.projection, &sides, constraint, kind)?;
+    let projection = expand_projection(&select.projection, sides, &step.constraint, step.kind)?;
     let mut items = Vec::with_capacity(projection.len());
     for item in projection {
         items.push(match item {
@@ -309,7 +289,7 @@ pub fn plan_join(
     }
     // An aggregate over the join's rows is a stage of its own after the
     // join's, planned over the joined rows; WHERE stays with the join.
-    let joined_rows = rows_spec(&sides);
+    let joined_rows = rows_spec(sides);
     let mut aggregate_select = None;
     if aggregating {
         let mut a = select.clone();
@@ -342,8 +322,14 @@ pub fn plan_join(
         Some(a) => {
             let mut query = parsed.query.clone();
             *query.body = SetExpr::Select(a);
-            let mut p =
-                ParsedQuery { query, window: None, emit, clauses: parsed.clauses.clone(), top_n: None, as_of: None };
+            let mut p = ParsedQuery {
+                query,
+                window: None,
+                emit,
+                clauses: parsed.clauses.clone(),
+                top_n: None,
+                as_of: Vec::new(),
+            };
             let plan = plan_parsed(&mut p, std::slice::from_ref(&joined_rows))?;
             let OperatorPlan::Aggregate(a) = &plan.operator else {
                 return Err(SqlError::unpositioned(
@@ -359,70 +345,7 @@ pub fn plan_join(
         }
     };
     let mut outer = plan_parsed(parsed, std::slice::from_ref(&joined))?;
-    if !matches!(outer.operator, OperatorPlan::Stateless) {
-        return Err(SqlError::unpositioned("internal: the query over a join planned as more than a projection"));
-    }
-    let source = &outer.source;
-    let index = |name: &str| source.schema.index_of(name).unwrap_or(0);
-    let left_width = sides[0].spec.schema.columns.len();
-    let right_width = sides[1].spec.schema.columns.len();
-    let compile_side = |e: &Expr| compile_over(&rewrite(e)?, source, "ON");
-    let left_keys = keys.iter().map(|k| compile_side(&k.0)).collect::<Result<Vec<_>, _>>()?;
-    let right_keys = keys.iter().map(|k| compile_side(&k.1)).collect::<Result<Vec<_>, _>>()?;
-    let residual = match layout.residual().into_iter().reduce(|a, b| Expr::BinaryOp {
-        left: Box::new(a),
-        op: BinaryOperator::And,
-        right: Box::new(b),
-    }) {
-        None => None,
-        Some(e) => {
-            let compiled = compile_side(&e)?;
-            if !matches!(compiled.data_type(), DataType::Boolean | DataType::Null) {
-                return Err(SqlError::at_node(&e, "ON needs a boolean condition"));
-            }
-            Some(compiled)
-        }
-    };
-    let (left, right) = ((0, left_width), (left_width, left_width + right_width));
-    let (side, time) = (index(RIGHT), index(TIME));
-    outer.operator = match layout {
-        Layout::Interval(Interval { lower, upper, .. }) => OperatorPlan::Join(JoinPlan {
-            kind,
-            left,
-            right,
-            side,
-            time,
-            left_keys,
-            right_keys,
-            lower,
-            upper,
-            residual,
-        }),
-        Layout::Table(TableKeys { version, .. }) => OperatorPlan::TableJoin(TableJoinPlan {
-            kind,
-            left,
-            right,
-            side,
-            time,
-            deleted: index(DELETED),
-            left_keys,
-            right_keys,
-            residual,
-            version,
-        }),
-    };
-    // WHERE filters joined rows (for outer joins, after NULL-extension).
-    outer.having = outer.filter.take();
-    outer.intermediate = outer.source.schema.clone();
-    outer.used_columns = vec![true; outer.used_columns.len()];
-    outer.source.required = vec![false; outer.source.required.len()];
-    outer.partitioning = Partitioning::ByExchange;
-    let right_plan = branches.pop();
-    let left_plan = branches.pop();
-    let (Some(left_plan), Some(right_plan)) = (left_plan, right_plan) else {
-        return Err(SqlError::unpositioned("internal: a join without its two sides"));
-    };
-    let mut stages = vec![Stage { plan: left_plan, output: StageOutput::Exchange }];
+    step.make_join_stage(&mut outer)?;
     match aggregate {
         None => stages.push(Stage { plan: outer, output: StageOutput::Sink }),
         Some(mut aggregate) => {
@@ -451,7 +374,367 @@ pub fn plan_join(
             stages.push(Stage { plan: aggregate, output: StageOutput::Sink });
         }
     }
-    Ok(Some(Dataflow { stages, branches: vec![right_plan] }))
+    Ok(Some(Dataflow { stages, branches }))
+}
+
+/// One join of a query: its sides, and how they meet.
+struct JoinStep<'a> {
+    sides: [Side<'a>; 2],
+    kind: JoinKind,
+    /// The right side is a table.
+    table: bool,
+    layout: Layout,
+    constraint: JoinConstraint,
+}
+
+impl<'a> JoinStep<'a> {
+    /// Checks the join of `left` and `right` and sorts out its ON.
+    fn new(
+        left: Side<'a>,
+        right: Side<'a>,
+        left_relation: &TableFactor,
+        join: &Join,
+        as_of: Option<&AsOf>,
+    ) -> Result<Self, SqlError> {
+        let windowed = match (&left.subquery, &right.subquery) {
+            (None, None) => false,
+            (Some(_), Some(_)) => true,
+            _ => {
+                return Err(SqlError::at_node(
+                    &join.relation,
+                    "a join of a windowed subquery is with another windowed subquery (Nexmark q8's shape); \
+                     joining one with a source is not supported yet",
+                ));
+            }
+        };
+        if left.sources().iter().any(|s| s.eq_ignore_ascii_case(&right.spec.name)) {
+            return Err(SqlError::at_node(&join.relation, "a join of a source with itself is not supported yet"));
+        }
+        if left.prefixes().iter().any(|p| p.eq_ignore_ascii_case(&right.prefix)) {
+            return Err(SqlError::at_node(
+                &join.relation,
+                format!("two sides are named `{}`: alias one", right.prefix),
+            ));
+        }
+        let (kind, constraint) = match &join.join_operator {
+            JoinOperator::Join(c) | JoinOperator::Inner(c) => (JoinKind::Inner, c),
+            JoinOperator::Left(c) | JoinOperator::LeftOuter(c) => (JoinKind::Left, c),
+            JoinOperator::Right(c) | JoinOperator::RightOuter(c) => (JoinKind::Right, c),
+            JoinOperator::FullOuter(c) => (JoinKind::Full, c),
+            _ => {
+                return Err(SqlError::at_node(
+                    &join.relation,
+                    "this kind of join is not supported: INNER, LEFT, RIGHT and FULL [OUTER] JOIN … ON are",
+                ));
+            }
+        };
+        let table = match (left.spec.table.is_some(), right.spec.table.is_some()) {
+            (false, false) => false,
+            (false, true) => true,
+            (true, false) => {
+                return Err(SqlError::at_node(
+                    left_relation,
+                    format!(
+                        "`{}` is a table: a table is the right side of a join with a stream (FROM stream s JOIN {} t ON …)",
+                        left.spec.name, left.spec.name
+                    ),
+                ));
+            }
+            (true, true) => {
+                return Err(SqlError::at_node(&join.relation, "a join of two tables is not supported: join a stream"));
+            }
+        };
+        if table && !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+            return Err(SqlError::at_node(
+                &join.relation,
+                "a join with a table is INNER or LEFT: each stream row is enriched from the table, and the table's \
+                 rows are not emitted on their own",
+            ));
+        }
+        if let (Some(a), false) = (as_of, table) {
+            return Err(SqlError::at_span(
+                a.span,
+                format!(
+                    "FOR SYSTEM_TIME AS OF applies to a table: `{}` is a stream (declare `table` on the source to read \
+                     it as one)",
+                    right.spec.name
+                ),
+            ));
+        }
+        let sides = [left, right];
+        let on = match constraint {
+            JoinConstraint::On(e) => e.clone(),
+            JoinConstraint::Using(names) => using(names, &sides, &join.relation)?,
+            JoinConstraint::Natural | JoinConstraint::None => {
+                return Err(SqlError::at_node(
+                    &join.relation,
+                    "a join needs an equality key: add ON a.key = b.key (NATURAL and CROSS joins are not supported)",
+                ));
+            }
+        };
+        let resolver = Resolver { sides: &sides };
+        let conditions = classify(&on, &resolver, !table)?;
+        let layout = if windowed {
+            Layout::Interval(window_keys(conditions, &sides, &on)?)
+        } else if table {
+            let version = match as_of {
+                None => TableVersion::Latest,
+                Some(a) => {
+                    let time = Expr::CompoundIdentifier(a.column.clone());
+                    match resolver.event_time_ref(&a.column, &time)? {
+                        Some((0, _)) => TableVersion::AsOfEventTime,
+                        _ => {
+                            return Err(SqlError::at_span(
+                                a.span,
+                                format!(
+                                    "FOR SYSTEM_TIME AS OF takes the stream's event-time column: {}",
+                                    sides[0].event_time().map_or_else(
+                                        || format!("{}.<eventTime>", sides[0].prefix),
+                                        |c| sides[0].written(c)
+                                    )
+                                ),
+                            ));
+                        }
+                    }
+                }
+            };
+            Layout::Table(table_keys(conditions, &sides, version, &on)?)
+        } else {
+            Layout::Interval(interval_bounds(conditions, &sides, &on)?)
+        };
+        Ok(Self { sides, kind, table, layout, constraint: constraint.clone() })
+    }
+
+    /// The plan of side `side`'s stage: its rows in the joined layout — its
+    /// columns, the other side's NULL, which side it is, its event time —
+    /// keyed by its side of the equality key. The left side of a join of a
+    /// join is the `previous` join's stage, which writes its rows so.
+    fn side_plan(
+        &self,
+        side: usize,
+        sources: &[SourceSpec],
+        previous: Option<&JoinStep<'_>>,
+    ) -> Result<Plan, SqlError> {
+        let s = &self.sides[side];
+        let keys = self.layout.keys();
+        let resolver = Resolver { sides: &self.sides };
+        let mut items = Vec::new();
+        for (j, other) in self.sides.iter().enumerate() {
+            for (c, column) in other.spec.schema.columns.iter().enumerate() {
+                let name = quote(&other.joined_name(c));
+                if side != j {
+                    items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
+                    continue;
+                }
+                match &s.subquery {
+                    Some((_, exprs)) => items.push(format!("{} AS {name}", exprs[c])),
+                    None => items.push(format!("{} AS {name}", s.local_reference(c))),
+                }
+            }
+        }
+        items.push(format!("{} AS {RIGHT}", if side == 1 { "TRUE" } else { "FALSE" }));
+        let key = |k: &(Expr, Expr)| if side == 0 { k.0.clone() } else { k.1.clone() };
+        if let Some((query, exprs)) = &s.subquery {
+            // A window's row is final once the watermark passes its end:
+            // its time is the end, which no watermark before it passed.
+            items.push(format!("{WINDOW_END} AS {TIME}"));
+            for (k, pair) in keys.iter().enumerate() {
+                let mut e = key(pair);
+                resolver.inline(&mut e, exprs)?;
+                items.push(format!("({e}) AS __k{k}"));
+            }
+            let mut query = query.clone();
+            let SetExpr::Select(select) = query.body.as_mut() else {
+                return Err(SqlError::unpositioned("internal: a windowed subquery that is not a SELECT"));
+            };
+            select.projection = parse(&format!("SELECT {}", items.join(", ")))?
+                .query
+                .body
+                .as_select()
+                .map(|s| s.projection.clone())
+                .unwrap_or_default();
+            let mut p = ParsedQuery {
+                query: Box::new(query),
+                window: None,
+                emit: None,
+                clauses: Vec::new(),
+                top_n: None,
+                as_of: Vec::new(),
+            };
+            let mut plan = plan_parsed(&mut p, sources)?;
+            let width = plan.outputs.len() - keys.len();
+            plan.keys = plan.outputs.split_off(width);
+            return Ok(plan);
+        }
+        match s.event_time() {
+            Some(c) => items.push(format!("{} AS {TIME}", s.local_reference(c))),
+            None => items.push(format!("CAST(NULL AS TIMESTAMP) AS {TIME}")),
+        }
+        let mut spec = Cow::Borrowed(s.spec.as_ref());
+        if self.table {
+            if side == 1 {
+                items.push(format!("COALESCE({}.{DELETED}, FALSE) AS {DELETED}", quote(&s.prefix)));
+                spec = Cow::Owned(table_source(&s.spec));
+            } else {
+                items.push(format!("FALSE AS {DELETED}"));
+            }
+        }
+        for (k, pair) in keys.iter().enumerate() {
+            let mut e = key(pair);
+            resolver.replace_references(&mut e, |i, c, _| self.sides[i].local_reference(c))?;
+            items.push(format!("({e}) AS __k{k}"));
+        }
+        let mut plan = match (&s.chain, previous) {
+            (Some(_), Some(previous)) => {
+                let sql = format!("SELECT {} FROM {JOINED}", items.join(", "));
+                let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(&previous.joined_spec()))?;
+                previous.make_join_stage(&mut plan)?;
+                plan
+            }
+            (None, None) => {
+                let sql = format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
+                plan_parsed(&mut parse(&sql)?, std::slice::from_ref(spec.as_ref()))?
+            }
+            _ => return Err(SqlError::unpositioned("internal: a join's rows as a side without their join")),
+        };
+        let width = plan.outputs.len() - keys.len();
+        plan.keys = plan.outputs.split_off(width);
+        Ok(plan)
+    }
+
+    /// Both sides' keys must be of one type, or equal values could hash
+    /// to different partitions.
+    fn check_key_types(&self, left: &Plan, right: &Plan) -> Result<(), SqlError> {
+        for (k, (left_key, _)) in self.layout.keys().iter().enumerate() {
+            let (l, r) = (left.keys[k].expr.data_type(), right.keys[k].expr.data_type());
+            if l != r && l != DataType::Null && r != DataType::Null {
+                return Err(SqlError::at_node(
+                    left_key,
+                    format!("the sides of this join key are {l} and {r}: CAST one side so both are of one type"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The joined layout as a source the join's stage is planned over.
+    fn joined_spec(&self) -> SourceSpec {
+        joined_spec(&self.sides, self.table)
+    }
+
+    /// Makes `plan` — planned over [`Self::joined_spec`] as a projection —
+    /// the join's stage: the join operator, then the plan's projection of
+    /// the joined rows; its WHERE filters joined rows (for outer joins,
+    /// after NULL-extension).
+    fn make_join_stage(&self, plan: &mut Plan) -> Result<(), SqlError> {
+        if !matches!(plan.operator, OperatorPlan::Stateless) {
+            return Err(SqlError::unpositioned("internal: the query over a join planned as more than a projection"));
+        }
+        let resolver = Resolver { sides: &self.sides };
+        let source = &plan.source;
+        let index = |name: &str| source.schema.index_of(name).unwrap_or(0);
+        let left_width = self.sides[0].spec.schema.columns.len();
+        let right_width = self.sides[1].spec.schema.columns.len();
+        let compile_side = |e: &Expr| {
+            let mut e = e.clone();
+            resolver.rewrite(&mut e)?;
+            compile_over(&e, source, "ON")
+        };
+        let keys = self.layout.keys();
+        let left_keys = keys.iter().map(|k| compile_side(&k.0)).collect::<Result<Vec<_>, _>>()?;
+        let right_keys = keys.iter().map(|k| compile_side(&k.1)).collect::<Result<Vec<_>, _>>()?;
+        let residual = match self.layout.residual().into_iter().reduce(|a, b| Expr::BinaryOp {
+            left: Box::new(a),
+            op: BinaryOperator::And,
+            right: Box::new(b),
+        }) {
+            None => None,
+            Some(e) => {
+                let compiled = compile_side(&e)?;
+                if !matches!(compiled.data_type(), DataType::Boolean | DataType::Null) {
+                    return Err(SqlError::at_node(&e, "ON needs a boolean condition"));
+                }
+                Some(compiled)
+            }
+        };
+        let (left, right) = ((0, left_width), (left_width, left_width + right_width));
+        let (side, time) = (index(RIGHT), index(TIME));
+        let kind = self.kind;
+        let operator = match &self.layout {
+            Layout::Interval(Interval { lower, upper, .. }) => OperatorPlan::Join(JoinPlan {
+                kind,
+                left,
+                right,
+                side,
+                time,
+                left_keys,
+                right_keys,
+                lower: *lower,
+                upper: *upper,
+                residual,
+            }),
+            Layout::Table(TableKeys { version, .. }) => OperatorPlan::TableJoin(TableJoinPlan {
+                kind,
+                left,
+                right,
+                side,
+                time,
+                deleted: index(DELETED),
+                left_keys,
+                right_keys,
+                residual,
+                version: *version,
+            }),
+        };
+        plan.operator = operator;
+        plan.having = plan.filter.take();
+        plan.intermediate = plan.source.schema.clone();
+        plan.used_columns = vec![true; plan.used_columns.len()];
+        plan.source.required = vec![false; plan.source.required.len()];
+        plan.partitioning = Partitioning::ByExchange;
+        Ok(())
+    }
+
+    /// This join's rows as the left side of the next join. Their event
+    /// time is the left side's: a joined row's watermark is held back by
+    /// the join until no row older than it can still come out (see
+    /// `sluice_engine`'s join operators), so the next join can judge time
+    /// by it. A RIGHT or FULL join's rows may have no left side, so no time.
+    fn rows_as_side(&self, at: &TableFactor) -> Result<Side<'a>, SqlError> {
+        if matches!(self.kind, JoinKind::Right | JoinKind::Full) {
+            return Err(SqlError::at_node(
+                at,
+                "the rows of a RIGHT or FULL join cannot be joined again yet (INNER and LEFT joins' can): a row \
+                 without its left side has no event time",
+            ));
+        }
+        let mut members = Vec::new();
+        let mut columns = Vec::new();
+        for s in &self.sides {
+            let first = members.len();
+            members.extend(s.members());
+            for c in 0..s.spec.schema.columns.len() {
+                let member = match &s.chain {
+                    None => first,
+                    Some(ch) => first + ch.columns[c].0,
+                };
+                columns.push((member, s.bare_name(c).to_owned()));
+            }
+        }
+        let rows = rows_spec(&self.sides);
+        let event_time = self.sides[0]
+            .event_time()
+            .map(|c| EventTimeSpec { column: self.sides[0].joined_name(c), watermark_delay_millis: 0 });
+        let name = format!("{} JOIN {}", self.sides[0].spec.name, self.sides[1].spec.name);
+        let spec = SourceSpec { schema: rows.schema, event_time, ..SourceSpec::table(&name, &[]) };
+        Ok(Side {
+            spec: Cow::Owned(spec),
+            subquery: None,
+            prefix: self.sides[0].prefix.clone(),
+            names: members.iter().flat_map(|m| m.names.iter().cloned()).collect(),
+            chain: Some(Chain { members, columns }),
+        })
+    }
 }
 
 /// The joined rows as an aggregate after the join reads them: both
@@ -572,18 +855,13 @@ fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<In
     }
     let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
         let (l, r) = (&sides[0], &sides[1]);
-        let (lt, rt) = (
-            &l.spec.schema.columns[l.event_time().unwrap_or(0)].name,
-            &r.spec.schema.columns[r.event_time().unwrap_or(0)].name,
-        );
+        let (lt, rt) = (l.written(l.event_time().unwrap_or(0)), r.written(r.event_time().unwrap_or(0)));
         return Err(SqlError::at_node(
             on,
             format!(
                 "a stream–stream join needs a time bound on both sides, or its state would grow forever: add \
-                 AND {rp}.{rt} BETWEEN {lp}.{lt} - INTERVAL '1' MINUTE AND {lp}.{lt} + INTERVAL '1' MINUTE \
-                 (the sides' event-time columns; or declare `table` on a source whose records update rows)",
-                rp = r.prefix,
-                lp = l.prefix
+                 AND {rt} BETWEEN {lt} - INTERVAL '1' MINUTE AND {lt} + INTERVAL '1' MINUTE \
+                 (the sides' event-time columns; or declare `table` on a source whose records update rows)"
             ),
         ));
     };
@@ -683,7 +961,7 @@ fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec], partitions: i32) 
     if let Some(a) = alias {
         names.push(a.name.value.to_ascii_lowercase());
     }
-    Ok(Side { spec: Cow::Borrowed(spec), subquery: None, prefix, names })
+    Ok(Side { spec: Cow::Borrowed(spec), subquery: None, prefix, names, chain: None })
 }
 
 /// A subquery side, `(SELECT … GROUP BY …, TUMBLE(ts, …)) AS p` (Nexmark
@@ -722,7 +1000,7 @@ fn windowed_side<'a>(
         emit: None,
         clauses: Vec::new(),
         top_n: None,
-        as_of: None,
+        as_of: Vec::new(),
     };
     let plan = plan_parsed(&mut parsed, sources)?;
     if !(plan.is_windowed() && plan.emit == EmitMode::Final) {
@@ -752,6 +1030,7 @@ fn windowed_side<'a>(
         subquery: Some((subquery.clone(), exprs)),
         prefix: alias.value.clone(),
         names: vec![alias.value.to_ascii_lowercase()],
+        chain: None,
     })
 }
 
@@ -793,25 +1072,27 @@ fn using(names: &[sqlparser::ast::ObjectName], sides: &[Side<'_>; 2], at: &Table
         let Some(ObjectNamePart::Identifier(column)) = name.0.last() else {
             return Err(SqlError::at_node(at, "USING lists column names"));
         };
+        let mut refer = Vec::with_capacity(2);
         for s in sides {
-            if s.column(&column.value).is_none() {
-                return Err(SqlError::at_span(
-                    column.span,
-                    format!("USING column `{}` is not a column of `{}`", column.value, s.spec.name),
-                ));
+            match (s.column(&column.value), s.bare_count(&column.value)) {
+                (Some(c), 1) => refer.push(s.user_reference(c, Some(column.span))),
+                (Some(_), _) => {
+                    return Err(SqlError::at_span(
+                        column.span,
+                        format!("USING column `{}` is in more than one source of `{}`", column.value, s.spec.name),
+                    ));
+                }
+                (None, _) => {
+                    return Err(SqlError::at_span(
+                        column.span,
+                        format!("USING column `{}` is not a column of `{}`", column.value, s.spec.name),
+                    ));
+                }
             }
         }
-        let refer = |s: &Side<'_>| {
-            Expr::CompoundIdentifier(vec![
-                Ident::with_quote('"', s.prefix.clone()),
-                Ident::with_span(column.span, column.value.clone()),
-            ])
-        };
-        let eq = Expr::BinaryOp {
-            left: Box::new(refer(&sides[0])),
-            op: BinaryOperator::Eq,
-            right: Box::new(refer(&sides[1])),
-        };
+        let right = refer.pop().unwrap_or(Expr::Value(sqlparser::ast::Value::Null.into()));
+        let left = refer.pop().unwrap_or(Expr::Value(sqlparser::ast::Value::Null.into()));
+        let eq = Expr::BinaryOp { left: Box::new(left), op: BinaryOperator::Eq, right: Box::new(right) };
         on = Some(match on {
             None => eq,
             Some(prev) => Expr::BinaryOp { left: Box::new(prev), op: BinaryOperator::And, right: Box::new(eq) },
@@ -841,44 +1122,59 @@ impl Resolver<'_, '_> {
     fn resolve(&self, idents: &[Ident], node: &Expr) -> Result<Option<(usize, usize)>, SqlError> {
         match idents {
             [name] => {
-                let found: Vec<(usize, usize)> =
-                    self.sides.iter().enumerate().filter_map(|(i, s)| s.column(&name.value).map(|c| (i, c))).collect();
+                let mut found: Vec<(usize, usize)> = Vec::new();
+                for (i, s) in self.sides.iter().enumerate() {
+                    let columns = 0..s.spec.schema.columns.len();
+                    found.extend(columns.filter(|&c| s.bare_name(c).eq_ignore_ascii_case(&name.value)).map(|c| (i, c)));
+                }
                 match found.as_slice() {
                     [] => Ok(None),
                     [one] => Ok(Some(*one)),
-                    _ => Err(SqlError::at_span(
-                        name.span,
-                        format!(
-                            "column `{}` is on both sides of the join: write {}.{0} or {}.{0}",
-                            name.value, self.sides[0].prefix, self.sides[1].prefix
-                        ),
-                    )),
+                    many => {
+                        let written: Vec<String> = many.iter().map(|&(i, c)| self.sides[i].written(c)).collect();
+                        Err(SqlError::at_span(
+                            name.span,
+                            format!(
+                                "column `{}` is in more than one source of the join: write {}",
+                                name.value,
+                                written.join(" or ")
+                            ),
+                        ))
+                    }
                 }
             }
             [q, name] => {
                 let lower = q.value.to_ascii_lowercase();
-                let Some(i) = self.sides.iter().position(|s| s.names.contains(&lower)) else {
-                    return Err(SqlError::at_span(
-                        q.span,
-                        format!(
-                            "unknown table `{}` (the join reads `{}` and `{}`)",
-                            q.value, self.sides[0].prefix, self.sides[1].prefix
-                        ),
-                    ));
-                };
-                let s = &self.sides[i];
-                match s.column(&name.value) {
-                    Some(c) => Ok(Some((i, c))),
-                    None => Err(SqlError::at_span(
-                        name.span,
-                        format!(
-                            "unknown column `{}` in source `{}`{}",
-                            name.value,
-                            s.spec.name,
-                            suggestion(&name.value, s.spec.schema.columns.iter().map(|c| c.name.as_str()))
-                        ),
-                    )),
+                for (i, s) in self.sides.iter().enumerate() {
+                    match s.qualified(&lower, &name.value) {
+                        None => {}
+                        Some(Some(c)) => return Ok(Some((i, c))),
+                        Some(None) => {
+                            let source = match &s.chain {
+                                None => s.spec.name.as_str(),
+                                Some(ch) => ch
+                                    .members
+                                    .iter()
+                                    .find(|m| m.names.contains(&lower))
+                                    .map_or(q.value.as_str(), |m| m.source.as_str()),
+                            };
+                            let columns = s.columns_of(&lower).unwrap_or_default();
+                            return Err(SqlError::at_span(
+                                name.span,
+                                format!(
+                                    "unknown column `{}` in source `{source}`{}",
+                                    name.value,
+                                    suggestion(&name.value, columns.iter().map(|&c| s.bare_name(c)))
+                                ),
+                            ));
+                        }
+                    }
                 }
+                let known: Vec<&str> = self.sides.iter().flat_map(Side::prefixes).collect();
+                Err(SqlError::at_span(
+                    q.span,
+                    format!("unknown table `{}` (the join reads `{}`)", q.value, known.join("`, `")),
+                ))
             }
             _ => Err(SqlError::at_node(node, "nested field access is not supported")),
         }
@@ -1024,21 +1320,18 @@ fn expand_projection(
             .collect(),
         _ => HashSet::new(),
     };
-    let both = |name: &str| sides.iter().all(|s| s.column(name).is_some());
-    let refer = |s: &Side<'_>, column: &str| {
-        Expr::CompoundIdentifier(vec![
-            Ident::with_quote('"', s.prefix.clone()),
-            Ident::with_quote('"', column.to_owned()),
-        ])
-    };
+    // A name more than one source has is qualified in the output.
+    let shared_name = |name: &str| sides.iter().map(|s| s.bare_count(name)).sum::<usize>() > 1;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        let chosen: Vec<usize> = match item {
-            SelectItem::Wildcard(_) => vec![0, 1],
+        let chosen: Vec<(usize, Vec<usize>)> = match item {
+            SelectItem::Wildcard(_) => {
+                sides.iter().enumerate().map(|(i, s)| (i, (0..s.spec.schema.columns.len()).collect())).collect()
+            }
             SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(name), _) => {
                 let q = name.to_string().to_ascii_lowercase().trim_matches('"').to_owned();
-                match sides.iter().position(|s| s.names.contains(&q)) {
-                    Some(i) => vec![i],
+                match sides.iter().enumerate().find_map(|(i, s)| s.columns_of(&q).map(|c| (i, c))) {
+                    Some(found) => vec![found],
                     None => return Err(SqlError::at_node(item, format!("unknown table `{name}` in {name}.*"))),
                 }
             }
@@ -1047,30 +1340,28 @@ fn expand_projection(
                 continue;
             }
         };
-        for &i in &chosen {
-            let s = &sides[i];
-            for column in &s.spec.schema.columns {
-                let lower = column.name.to_ascii_lowercase();
-                let shared = chosen.len() == 2 && using.contains(&lower);
-                if shared && i == 1 {
+        let every = chosen.len() == 2;
+        for (i, columns) in &chosen {
+            let s = &sides[*i];
+            for &c in columns {
+                let bare = s.bare_name(c);
+                let shared = every && using.contains(&bare.to_ascii_lowercase());
+                if shared && *i == 1 {
                     continue;
                 }
-                let expr = if shared {
+                let expr = match (shared, sides[0].column(bare), sides[1].column(bare)) {
                     // The USING column once: either side's value, as PostgreSQL.
-                    let (l, r) = (refer(&sides[0], &column.name), refer(&sides[1], &column.name));
-                    match kind {
-                        JoinKind::Inner | JoinKind::Left => l,
-                        JoinKind::Right => r,
-                        JoinKind::Full => Expr::Function(coalesce(l, r)),
+                    (true, Some(lc), Some(rc)) => {
+                        let (l, r) = (sides[0].user_reference(lc, None), sides[1].user_reference(rc, None));
+                        match kind {
+                            JoinKind::Inner | JoinKind::Left => l,
+                            JoinKind::Right => r,
+                            JoinKind::Full => Expr::Function(coalesce(l, r)),
+                        }
                     }
-                } else {
-                    refer(s, &column.name)
+                    _ => s.user_reference(c, None),
                 };
-                let name = if !shared && chosen.len() == 2 && both(&column.name) {
-                    format!("{}.{}", s.prefix, column.name)
-                } else {
-                    column.name.clone()
-                };
+                let name = if !shared && every && shared_name(bare) { s.written(c) } else { bare.to_owned() };
                 out.push(SelectItem::ExprWithAlias { expr, alias: Ident::with_quote('"', name) });
             }
         }
@@ -1187,12 +1478,81 @@ mod tests {
             let flow = plan_dataflow(sql, &sources(), 2).unwrap();
             let OperatorPlan::TableJoin(join) = &flow.stages[1].plan.operator else { panic!("{flow:?}") };
             assert_eq!(join.version, version, "{sql}");
-            let table = &flow.branches[0];
+            let table = &flow.branches[0].plan;
             assert!(table.source.schema.index_of("__deleted").is_some(), "the table's side reads the deletion marker");
             assert!(
                 table.source.required.iter().filter(|r| **r).count() == 2,
                 "only the key and the event time are required of a table row"
             );
+        }
+    }
+
+    #[test]
+    fn a_join_of_a_join_is_a_stage_per_join_with_each_right_side_beside_the_stage_before() {
+        let mut sources = sources();
+        sources.push(SourceSpec {
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            ..SourceSpec::table(
+                "payments",
+                &[
+                    ("order_id", ColumnType::Bigint, true),
+                    ("name", ColumnType::String, false),
+                    ("ts", ColumnType::Timestamp, true),
+                ],
+            )
+        });
+        let flow = plan_dataflow(
+            "SELECT o.id, c.name AS customer, p.name AS payer FROM orders o \
+             JOIN customers c ON o.cid = c.id \
+             LEFT JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN o.ts AND o.ts + INTERVAL '1' MINUTE",
+            &sources,
+            2,
+        )
+        .unwrap();
+        let [orders, first, second] = flow.stages.as_slice() else { panic!("a stage per join: {flow:?}") };
+        assert_eq!(orders.plan.source.name, "orders");
+        let beside: Vec<(usize, &str)> =
+            flow.branches.iter().map(|b| (b.beside, b.plan.source.name.as_str())).collect();
+        assert_eq!(beside, [(0, "customers"), (1, "payments")]);
+        assert!(matches!(first.plan.operator, OperatorPlan::TableJoin(_)));
+        assert_eq!(first.output, sluice_plan::StageOutput::Exchange);
+        assert_eq!(first.plan.keys.len(), 1, "the first join's rows are keyed by the second join's key");
+        let layout = |p: &sluice_plan::Plan| p.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            layout(&first.plan),
+            layout(&flow.branches[1].plan),
+            "both sides of the second join write one layout"
+        );
+        let OperatorPlan::Join(join) = &second.plan.operator else {
+            panic!("an interval join: {:?}", second.plan.operator)
+        };
+        assert_eq!((join.lower, join.upper), (0, 60_000));
+        let names: Vec<&str> = second.plan.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["id", "customer", "payer"]);
+        for (sql, message) in [
+            (
+                "SELECT name FROM orders o JOIN customers c ON o.cid = c.id \
+              JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN o.ts AND o.ts",
+                "write c.name or p.name",
+            ),
+            (
+                "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
+              JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN c.ts AND c.ts",
+                "time bound",
+            ),
+            (
+                "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
+              JOIN customers d ON o.cid = d.id",
+                "with itself",
+            ),
+            (
+                "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
+              JOIN payments c ON o.id = c.order_id AND c.ts BETWEEN o.ts AND o.ts",
+                "two sides are named `c`",
+            ),
+        ] {
+            let err = plan_dataflow(sql, &sources, 2).unwrap_err();
+            assert!(err.message.contains(message), "{sql}: {err}");
         }
     }
 
@@ -1249,7 +1609,10 @@ mod tests {
     fn a_join_of_windowed_aggregates_aggregates_each_side_on_its_partitions_then_joins_by_window() {
         let flow = plan_dataflow(&format!("{Q8} AND p.s = a.s"), &people_and_auctions(), 4).unwrap();
         let [side, join] = flow.stages.as_slice() else { panic!("two stages: {flow:?}") };
-        assert!(side.plan.is_windowed() && flow.branches[0].is_windowed(), "each side aggregates before the exchange");
+        assert!(
+            side.plan.is_windowed() && flow.branches[0].plan.is_windowed(),
+            "each side aggregates before the exchange"
+        );
         assert_eq!(side.plan.keys.len(), 2, "keyed by the id and the window");
         let OperatorPlan::Join(j) = &join.plan.operator else { panic!("{join:?}") };
         assert_eq!((j.lower, j.upper), (0, 0), "rows of one window have one time, its end");

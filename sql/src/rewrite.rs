@@ -35,8 +35,9 @@ pub struct ParsedQuery {
     /// The query was a top-N over its subquery, which `query` now is
     /// (see `crate::top_n`).
     pub top_n: Option<TopNSpec>,
-    /// `FOR SYSTEM_TIME AS OF <column>` after a table in FROM.
-    pub as_of: Option<AsOf>,
+    /// Each `FOR SYSTEM_TIME AS OF <column>` after a table in FROM, in
+    /// the order written.
+    pub as_of: Vec<AsOf>,
 }
 
 /// `FOR SYSTEM_TIME AS OF <column>`: the temporal join's version time.
@@ -105,7 +106,7 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         .tokenize_with_location()
         .map_err(|e| SqlError::at(e.location, format!("syntax error: {}", e.message)))?;
     let clauses = top_level_clauses(&tokens);
-    let mut rewriter = Rewriter { tokens, window: None, emit: None, as_of: None };
+    let mut rewriter = Rewriter { tokens, window: None, emit: None, as_of: Vec::new() };
     rewriter.rewrite()?;
     let Rewriter { tokens, window, emit, as_of } = rewriter;
     let statements = Parser::new(&dialect)
@@ -148,7 +149,7 @@ struct Rewriter {
     tokens: Vec<TokenWithSpan>,
     window: Option<WindowClause>,
     emit: Option<EmitClause>,
-    as_of: Option<AsOf>,
+    as_of: Vec<AsOf>,
 }
 
 fn word_is(t: &TokenWithSpan, value: &str) -> bool {
@@ -269,10 +270,7 @@ impl Rewriter {
                 "FOR SYSTEM_TIME AS OF takes the stream's event-time column, as in FOR SYSTEM_TIME AS OF o.order_time",
             ));
         }
-        if self.as_of.is_some() {
-            return Err(SqlError::at_span(span, "FOR SYSTEM_TIME AS OF given twice"));
-        }
-        self.as_of = Some(AsOf { column, span });
+        self.as_of.push(AsOf { column, span });
         Ok(Some(at))
     }
 

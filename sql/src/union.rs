@@ -15,7 +15,7 @@
 //! query reads it (`sluice_plan::Dataflow::branches`).
 
 use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
-use sluice_plan::{DataType, Dataflow, OperatorPlan, Partitioning, Plan, SqlError, Stage, StageOutput};
+use sluice_plan::{Branch, DataType, Dataflow, OperatorPlan, Partitioning, Plan, SqlError, Stage, StageOutput};
 use sqlparser::ast::{Ident, SetExpr, SetOperator, SetQuantifier, Spanned, TableFactor};
 
 use crate::diagnostic::Located;
@@ -43,7 +43,7 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
         emit: None,
         clauses: parsed.clauses.clone(),
         top_n: None,
-        as_of: None,
+        as_of: Vec::new(),
     };
     inner.query.with.clone_from(&parsed.query.with);
     from.relation = table_named(name.clone());
@@ -78,7 +78,8 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
 /// The first plan as stage 0, the others as its branches.
 fn side_by_side(mut plans: Vec<Plan>, output: StageOutput) -> Dataflow {
     let first = plans.remove(0);
-    Dataflow { stages: vec![Stage { plan: first, output }], branches: plans }
+    let branches = plans.into_iter().map(|plan| Branch { plan, beside: 0 }).collect();
+    Dataflow { stages: vec![Stage { plan: first, output }], branches }
 }
 
 /// Plans every branch of a UNION ALL: each filters and projects a source of
@@ -97,7 +98,7 @@ fn plan_branches(parsed: &ParsedQuery, body: &SetExpr, sources: &[SourceSpec]) -
             emit: parsed.emit,
             clauses: parsed.clauses.clone(),
             top_n: None,
-            as_of: None,
+            as_of: Vec::new(),
         };
         let mut plan = plan_parsed(&mut one, sources)?;
         if !matches!(plan.operator, OperatorPlan::Stateless) {

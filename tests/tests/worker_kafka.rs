@@ -309,6 +309,44 @@ fn wait_for_own_checkpoint(worker: &Worker, group: &str, topic: &str) {
 /// The fault the kill -9 tests inject: once `worker` has checkpointed a
 /// partition of `topic` that it owns, and while `producer` is still
 /// writing, SIGKILL it; then start it again from `config`, ready.
+/// A `sources` entry reading `topic` as a table of string key `key`, one
+/// string column `value` and event time `ts`.
+fn kafka_table(name: &str, topic: &str, key: &str, value: &str) -> String {
+    let bootstrap = &harness().bootstrap;
+    format!(
+        r#"    - name: {name}
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      table: {{ primaryKey: [{key}] }}
+      schema:
+        columns:
+          - {{ name: {key}, type: string, required: true }}
+          - {{ name: {value}, type: string, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 1000 }}
+"#
+    )
+}
+
+/// Table records (key, value or none for a tombstone, partition, timestamp).
+type TableRows = Vec<(String, Option<String>, i32, i64)>;
+
+fn publish(topic: &str, rows: &TableRows) {
+    let timed: Vec<kafka::Timed<'_>> =
+        rows.iter().map(|(k, v, p, ts)| (k.as_bytes(), v.as_deref().map(str::as_bytes), *p, *ts)).collect();
+    kafka::produce_timed(topic, &timed);
+}
+
+/// Starts workers 0 and 1 of a 2 × 2 job over 4 partitions and waits
+/// until both are ready.
+fn serve_two(manifest: &str, group: &str) -> (Vec<std::path::PathBuf>, Worker, Worker) {
+    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(manifest, 4, 2, 2, o, group))).collect();
+    let mut first = Worker::serve(&configs[0], &[]);
+    let mut second = Worker::serve(&configs[1], &[]);
+    first.wait_ready(Duration::from_secs(60));
+    second.wait_ready(Duration::from_secs(60));
+    (configs, first, second)
+}
+
 fn kill_nine_mid_run(
     mut worker: Worker,
     config: &Path,
@@ -1143,32 +1181,15 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
     let sql = "SELECT CAST(t.ts AS BIGINT) AS ats, t.qty, s.name FROM trades t \
                LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.ts AS s ON t.symbol = s.symbol";
     let m = manifest(&unique_name("enrich"), sql, &trades, &out, "");
-    let bootstrap = &harness().bootstrap;
-    let table = format!(
-        r#"    - name: symbols
-      kafka: {{ bootstrapServers: "{bootstrap}", topic: {symbols} }}
-      table: {{ primaryKey: [symbol] }}
-      schema:
-        columns:
-          - {{ name: symbol, type: string, required: true }}
-          - {{ name: name, type: string, required: true }}
-          - {{ name: ts, type: timestamp, required: true }}
-      eventTime: {{ column: ts, watermarkDelayMillis: 1000 }}
-"#
-    );
-    let m = m.replace("  sink:", &format!("{table}  sink:"));
-    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(&m, 4, 2, 2, o, &group))).collect();
-    let mut first = Worker::serve(&configs[0], &[]);
-    let mut second = Worker::serve(&configs[1], &[]);
-    first.wait_ready(Duration::from_secs(60));
-    second.wait_ready(Duration::from_secs(60));
+    let m = m.replace("  sink:", &format!("{}  sink:", kafka_table("symbols", &symbols, "symbol", "name")));
+    let (configs, mut first, second) = serve_two(&m, &group);
     const TRADES: u64 = 8_000;
     let base = trade(0).ts;
     // Version k of every symbol from base + k·100 s (trades k·1000 on);
     // S4 deleted from version 5's time until version 6.
     let versions = move |k: i64, far: bool| {
         let ts = if far { base + 10_000_000_000 } else { base + k * 100_000 };
-        let mut rows: Vec<(String, Option<String>, i32, i64)> = (0..5)
+        let mut rows: TableRows = (0..5)
             .map(|s| {
                 let v = format!(r#"{{"symbol":"S{s}","name":"S{s}-v{k}","ts":{ts}}}"#);
                 (format!("S{s}"), Some(v), s % 4, ts)
@@ -1179,17 +1200,12 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
         }
         rows
     };
-    let publish = move |topic: &str, rows: Vec<(String, Option<String>, i32, i64)>| {
-        let timed: Vec<kafka::Timed<'_>> =
-            rows.iter().map(|(k, v, p, ts)| (k.as_bytes(), v.as_deref().map(str::as_bytes), *p, *ts)).collect();
-        kafka::produce_timed(topic, &timed);
-    };
     let producer = {
         let (trades, symbols) = (trades.clone(), symbols.clone());
         std::thread::spawn(move || {
             for chunk in 0..16u64 {
                 if chunk % 2 == 0 {
-                    publish(&symbols, versions(i64::try_from(chunk / 2).unwrap(), false));
+                    publish(&symbols, &versions(i64::try_from(chunk / 2).unwrap(), false));
                 }
                 produce_trades(&trades, chunk * 500..(chunk + 1) * 500, 4);
                 std::thread::sleep(Duration::from_millis(150));
@@ -1199,7 +1215,7 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
     let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer);
     producer.join().unwrap();
     // Far ahead on both sides: every watermark passes the last trade.
-    publish(&symbols, versions(99, true));
+    publish(&symbols, &versions(99, true));
     produce_trades(&trades, 100_000_000..100_000_008, 4);
     let last = trade(TRADES - 1).ts;
     let rows = |records: &[Record]| -> BTreeSet<(i64, Option<String>)> {
@@ -1222,6 +1238,99 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
     let wrong: Vec<_> = got.difference(&expected).take(5).collect();
     assert!(wrong.is_empty(), "wrong versions: {wrong:?}");
     assert_eq!(got, expected, "every trade, with the version valid at its time");
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// A join of a join against the real broker: trades enriched with their
+/// symbol's name and then their trader's desk, each as of the trade's time,
+/// from two compacted topics — three stages, the traders table written
+/// beside the first join's stage into the second repartition topic. One of
+/// 2 workers × 2 cores is killed with SIGKILL mid-run and restarted: every
+/// trade still comes out, with the versions valid at its time.
+#[test]
+fn a_join_of_a_join_on_two_workers_survives_kill_nine_with_every_row() {
+    let (trades, symbols, traders, out) =
+        (unique_name("trades"), unique_name("symbols"), unique_name("traders"), unique_name("enriched"));
+    kafka::create_topic(&trades, 4);
+    kafka::create_topic_with(&symbols, 4, &[("cleanup.policy", "compact")]);
+    kafka::create_topic_with(&traders, 4, &[("cleanup.policy", "compact")]);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let sql = "SELECT CAST(t.ts AS BIGINT) AS ats, s.name, d.desk FROM trades t \
+               LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.ts AS s ON t.symbol = s.symbol \
+               JOIN traders FOR SYSTEM_TIME AS OF t.ts AS d ON t.trader = d.trader";
+    let m = manifest(&unique_name("chain"), sql, &trades, &out, "");
+    let tables =
+        kafka_table("symbols", &symbols, "symbol", "name") + &kafka_table("traders", &traders, "trader", "desk");
+    let m = m.replace("  sink:", &format!("{tables}  sink:"));
+    let (configs, mut first, second) = serve_two(&m, &group);
+    const TRADES: u64 = 6_000;
+    let base = trade(0).ts;
+    // Version k of every symbol, and of every trader's desk, from base +
+    // k·100 s (trades k·1000 on); trader T3 has no desk from version 2's
+    // time to version 3's, so its trades there drop out of the INNER join.
+    let versions = move |k: i64, far: bool| {
+        let ts = if far { base + 10_000_000_000 } else { base + k * 100_000 };
+        let symbols: Vec<_> = (0..5)
+            .map(|s| (format!("S{s}"), Some(format!(r#"{{"symbol":"S{s}","name":"S{s}-v{k}","ts":{ts}}}"#)), s % 4, ts))
+            .collect();
+        let traders: Vec<_> = (0..8)
+            .map(|t| {
+                let v = format!(r#"{{"trader":"T{t}","desk":"D{}-v{k}","ts":{ts}}}"#, t % 3);
+                (format!("T{t}"), (t != 3 || k != 2 || far).then_some(v), t % 2, ts)
+            })
+            .collect();
+        (symbols, traders)
+    };
+    let producer = {
+        let (trades, symbols, traders) = (trades.clone(), symbols.clone(), traders.clone());
+        std::thread::spawn(move || {
+            for chunk in 0..12u64 {
+                if chunk % 2 == 0 {
+                    let (s, t) = versions(i64::try_from(chunk / 2).unwrap(), false);
+                    publish(&symbols, &s);
+                    publish(&traders, &t);
+                }
+                produce_trades(&trades, chunk * 500..(chunk + 1) * 500, 4);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-2"), &producer);
+    producer.join().unwrap();
+    // Far ahead on every source: every watermark passes the last trade.
+    let (s, t) = versions(99, true);
+    publish(&symbols, &s);
+    publish(&traders, &t);
+    produce_trades(&trades, 100_000_000..100_000_008, 4);
+    let last = trade(TRADES - 1).ts;
+    let expected: BTreeSet<(i64, Option<String>, String)> = (0..TRADES)
+        .filter_map(|i| {
+            let (t, k) = (trade(i), i / 1000);
+            (t.trader != 3 || k != 2)
+                .then(|| (t.ts, Some(format!("S{}-v{k}", t.symbol)), format!("D{}-v{k}", t.trader % 3)))
+        })
+        .collect();
+    let rows = |records: &[Record]| -> BTreeSet<(i64, Option<String>, String)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| {
+                let desk = v["desk"].as_str().unwrap_or_default().to_owned();
+                (v["ats"].as_i64().unwrap(), v["name"].as_str().map(str::to_owned), desk)
+            })
+            .filter(|(ats, _, _)| *ats <= last)
+            .collect()
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| rows(r).len() >= expected.len());
+    let got = rows(&results);
+    let wrong: Vec<_> = got.difference(&expected).take(5).collect();
+    assert!(wrong.is_empty(), "wrong versions: {wrong:?}");
+    assert_eq!(got, expected, "every trade, with the versions valid at its time");
     for w in [&first, &second] {
         w.signal("TERM");
     }

@@ -199,7 +199,7 @@ impl Joiner {
 /// right side alone took when it went first, the total, and the rows out.
 fn run_join(flow: &Dataflow, inputs: [&Payloads; 2], right_first: bool) -> (Duration, Duration, u64) {
     let [left, join] = flow.stages.as_slice() else { panic!("a join is two stages and a branch") };
-    let plans = [Arc::new(left.plan.clone()), Arc::new(flow.branches[0].clone())];
+    let plans = [Arc::new(left.plan.clone()), Arc::new(flow.branches[0].plan.clone())];
     let joined = Arc::new(join.plan.clone());
     let mut sides: Vec<Side> = plans
         .iter()
@@ -240,7 +240,7 @@ fn run_join(flow: &Dataflow, inputs: [&Payloads; 2], right_first: bool) -> (Dura
         side.batch.clear();
         exchange.route(u32::try_from(s).unwrap_or(0), &side.collect.out);
         side.collect.out.clear();
-        if let Some(w) = side.engine.watermark() {
+        if let Some(w) = side.engine.output_watermark() {
             exchange.watermark(s, w);
         }
         joiner.drain(exchange);

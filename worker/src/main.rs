@@ -205,18 +205,16 @@ fn validate(file: &str) -> ExitCode {
     match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
         Ok(dataflow) => {
             println!("{file}: ok");
-            // Stage 0 over each source (UNION ALL branches read their own).
+            // Each stage, then the branches beside it (over sources of their own).
             let mut rows = Vec::new();
             for (s, st) in dataflow.stages.iter().enumerate() {
-                rows.push((s, &st.plan, st.output));
-                if s == 0 {
-                    rows.extend(dataflow.branches.iter().map(|b| (0, b, st.output)));
-                }
+                rows.push((s, &st.plan, st.output, s == 0));
+                rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, true)));
             }
-            for (stage, plan, output) in rows {
+            for (stage, plan, output, reads_source) in rows {
                 let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
                 let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
-                let input = if stage == 0 {
+                let input = if reads_source {
                     format!("source {}", plan.source.name)
                 } else {
                     format!("repartition topic {stage}")

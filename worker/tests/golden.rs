@@ -44,15 +44,20 @@ struct Case {
     #[serde(default)]
     key: Vec<String>,
     source: Source,
-    /// A second source (UNION ALL cases), table `input2` to the oracle.
+    /// A second source (UNION ALL, joins), table `input2` to the oracle.
     #[serde(default)]
     second_source: Option<Source>,
+    /// A third source (a join of a join), table `input3` to the oracle.
+    #[serde(default)]
+    third_source: Option<Source>,
     #[serde(default)]
     engine: EngineSettings,
     #[serde(default)]
     input: String,
     #[serde(default)]
     second_input: String,
+    #[serde(default)]
+    third_input: String,
     #[serde(default)]
     expect_error: Option<ExpectError>,
     /// The result must not depend on which source's rows the exchange
@@ -244,7 +249,7 @@ fn run_stage(
                 engine.restore(&state).expect("restore");
             }
             let rows = std::mem::take(&mut out.encoded);
-            batches.push(BatchResult { rows, watermark: engine.watermark() });
+            batches.push(BatchResult { rows, watermark: engine.output_watermark() });
         }
         engine.finish(&mut out).expect("finish");
         outcome.late += out.late;
@@ -269,19 +274,32 @@ fn source_input(text: &str) -> Vec<ExchangePartition> {
         .collect()
 }
 
-/// Runs a case. Through an exchange, rows of the second source (a join's
-/// right side) arrive after the first's, unless `second_first`.
-fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, second_first: bool) -> Outcome {
+/// The case's sources, in order.
+fn case_sources(case: &Case) -> Vec<SourceSpec> {
     let mut sources = vec![source_spec(&case.source)];
     sources.extend(case.second_source.as_ref().map(source_spec));
-    let mut inputs = source_input(&case.input);
-    let second = source_input(&case.second_input);
+    sources.extend(case.third_source.as_ref().map(source_spec));
+    sources
+}
+
+/// Runs a case. Through an exchange, the rows of the branches beside a
+/// stage (a join's right side) arrive after the stage's own, unless
+/// `branches_first`.
+fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_first: bool) -> Outcome {
+    let sources = case_sources(case);
+    let texts = [&case.input, &case.second_input, &case.third_input];
+    let input_of = |name: &str| {
+        let i =
+            sources.iter().position(|s| s.name.eq_ignore_ascii_case(name)).unwrap_or_else(|| panic!("source {name}"));
+        source_input(texts[i])
+    };
     // The exchange has as many partitions as the largest source, as a
     // repartition topic gets by default.
-    let n = inputs.len().max(second.len()).max(1);
-    let dataflow = plan_dataflow(&case.sql, &sources, i32::try_from(inputs.len().max(1)).unwrap())
+    let n = texts.iter().map(|t| source_input(t).len()).max().unwrap_or(1).max(1);
+    let dataflow = plan_dataflow(&case.sql, &sources, i32::try_from(source_input(&case.input).len().max(1)).unwrap())
         .unwrap_or_else(|e| panic!("plan: {e}"));
     let mut outcome = Outcome::default();
+    let mut inputs = dataflow.stages.first().map(|s| input_of(&s.plan.source.name)).unwrap_or_default();
     let mut upstreams = 0;
     for (index, stage) in dataflow.stages.iter().enumerate() {
         let mut stage_outcome = Outcome::default();
@@ -298,37 +316,34 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, second_fi
             snapshot_between_batches,
             &mut stage_outcome,
         );
-        if index == 0 {
-            // UNION ALL: the branches' partitions follow stage 0's as
-            // upstreams of the same output.
-            for branch in &dataflow.branches {
-                results.extend(run_stage(
-                    case,
-                    branch,
-                    stage.output,
-                    None,
-                    &second,
-                    0,
-                    batch_size,
-                    snapshot_between_batches,
-                    &mut stage_outcome,
-                ));
-            }
+        // The branches' partitions follow the stage's own as upstreams of
+        // the same output.
+        let own = results.len();
+        for branch in dataflow.beside(index) {
+            results.extend(run_stage(
+                case,
+                &branch.plan,
+                stage.output,
+                None,
+                &input_of(&branch.plan.source.name),
+                0,
+                batch_size,
+                snapshot_between_batches,
+                &mut stage_outcome,
+            ));
         }
-        if index == 0 {
-            outcome.dead_letter = stage_outcome.dead_letter;
-        } else {
+        if index > 0 && own == results.len() {
             assert_eq!(stage_outcome.dead_letter, 0, "records from an exchange never fail to decode");
         }
+        outcome.dead_letter += stage_outcome.dead_letter;
         outcome.late += stage_outcome.late;
         inputs = Vec::new();
         match stage.output {
             StageOutput::Exchange => {
                 let mut exchange = LocalExchange::new(n);
                 let mut order: Vec<(usize, &Vec<BatchResult>)> = results.iter().enumerate().collect();
-                if index == 0 && second_first {
-                    let firsts = order.len() - second.len().min(order.len());
-                    order.rotate_left(firsts);
+                if branches_first {
+                    order.rotate_left(own);
                 }
                 for (from, batches) in order {
                     for b in batches {
@@ -423,9 +438,7 @@ fn golden_cases() {
         assert!(!case.description.is_empty(), "{name}: description");
         if let Some(err) = &case.expect_error {
             // Planned as the workers and the operator plan it.
-            let mut sources = vec![source_spec(&case.source)];
-            sources.extend(case.second_source.as_ref().map(source_spec));
-            match plan_dataflow(&case.sql, &sources, 1) {
+            match plan_dataflow(&case.sql, &case_sources(&case), 1) {
                 Ok(_) => failures.push(format!("{name}: planned, but expected error {:?}", err.message)),
                 Err(e) => {
                     let position_ok = err.line.is_none_or(|l| l == e.line) && err.column.is_none_or(|c| c == e.column);
@@ -448,7 +461,8 @@ fn golden_cases() {
         };
         // A table's rows are delivered before the stream's, as when its
         // topic was filled before the job started.
-        let table_first = case.second_source.as_ref().is_some_and(|s| s.table.is_some());
+        let table_first =
+            [&case.second_source, &case.third_source].iter().any(|s| s.as_ref().is_some_and(|s| s.table.is_some()));
         let mut runs =
             vec![(1, false, table_first), (3, false, table_first), (1000, false, table_first), (3, true, table_first)];
         if case.order_independent {
@@ -459,7 +473,7 @@ fn golden_cases() {
             let label = format!(
                 "{name} (batch {batch_size}{}{})",
                 if snapshot { ", snapshot/restore" } else { "" },
-                if second_first { ", second source first" } else { "" }
+                if second_first { ", joined sources first" } else { "" }
             );
             if let Err(e) = same_rows(&got.rows, &expected.rows) {
                 failures.push(format!("{label}: {e}"));

@@ -560,6 +560,96 @@ fn a_left_interval_join_runs_locally_through_the_in_process_exchange() {
 /// renamed halfway through the trades' times, SYM3 deleted before them,
 /// and SYM9 never listed: every trade comes out once, with the name valid
 /// at its time, or NULL.
+/// A `sources` entry reading file `path` as a table of string key `key`,
+/// one string column `value` and event time `ts`.
+fn file_table(name: &str, path: &Path, key: &str, value: &str) -> String {
+    format!(
+        r#"    - name: {name}
+      file: {{ path: {path} }}
+      table: {{ primaryKey: [{key}] }}
+      schema:
+        columns:
+          - {{ name: {key}, type: string, required: true }}
+          - {{ name: {value}, type: string, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+"#,
+        path = path.display()
+    )
+}
+
+/// A job joining 20 000 generated trades (4 partitions keyed by trader)
+/// with `tables`, writing to file `out` on 2 cores.
+fn trades_join_job(name: &str, sql: &str, tables: &[String], out: &Path) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    {sql}
+  sources:
+    - name: trades
+      datagen: {{ scenario: Trades, records: 20000, partitions: 4 }}
+      schema:
+        columns:
+          - {{ name: trader_id, type: string, required: true }}
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: trade_time, type: timestamp, required: true }}
+      partitionKey: [trader_id]
+      eventTime: {{ column: trade_time, watermarkDelayMillis: 2000 }}
+{tables}  sink:
+    file: {{ path: {out} }}
+  coresPerWorker: 2
+"#,
+        tables = tables.concat(),
+        out = out.display()
+    )
+}
+
+#[test]
+fn a_join_of_a_join_runs_locally_in_three_stages() {
+    let dir = temp_dir("join-of-join");
+    let out = dir.join("joined.jsonl");
+    let symbols = dir.join("symbols.jsonl");
+    let traders = dir.join("traders.jsonl");
+    let lines: Vec<String> =
+        (0..10).map(|s| format!(r#"{{"symbol":"SYM{s}","name":"Symbol {s}","ts":1600000000000}}"#)).collect();
+    std::fs::write(&symbols, lines.join("\n") + "\n").unwrap();
+    // TRADER7 has no row: the INNER join drops its trades.
+    let lines: Vec<String> = (0..20)
+        .filter(|t| *t != 7)
+        .map(|t| format!(r#"{{"trader_id":"TRADER{t}","desk":"desk {}","ts":1600000000000}}"#, t % 3))
+        .collect();
+    std::fs::write(&traders, lines.join("\n") + "\n").unwrap();
+    let path = dir.join("join-of-join.yaml");
+    let sql = "SELECT t.trader_id, s.name, d.desk FROM trades t
+    LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.trade_time AS s ON t.symbol = s.symbol
+    JOIN traders FOR SYSTEM_TIME AS OF t.trade_time AS d ON t.trader_id = d.trader_id";
+    let tables =
+        [file_table("symbols", &symbols, "symbol", "name"), file_table("traders", &traders, "trader_id", "desk")];
+    std::fs::write(&path, trades_join_job("join-of-join", sql, &tables, &out)).unwrap();
+    let plan = stages(&path);
+    assert!(plan.contains("stage 2: repartition topic 2 -> stream–table join -> the sink"), "{plan}");
+    assert!(plan.contains("stage 1: source traders"), "the second table writes beside the first join: {plan}");
+    let result = run_within(&path, std::time::Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "{stderr}");
+    let mut per_trader: BTreeMap<String, usize> = BTreeMap::new();
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let trader = v["trader_id"].as_str().unwrap().to_owned();
+        let n: usize = trader[6..].parse().unwrap();
+        assert_eq!(v["desk"], Value::from(format!("desk {}", n % 3)), "{line}");
+        assert!(v["name"].as_str().is_some_and(|s| s.starts_with("Symbol ")), "{line}");
+        *per_trader.entry(trader).or_default() += 1;
+    }
+    assert_eq!(per_trader.len(), 19, "every trader but TRADER7: {per_trader:?}");
+    assert!(per_trader.values().all(|n| *n == 1000), "each trade once: {per_trader:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_temporal_table_join_runs_locally_from_a_file_table() {
     let dir = temp_dir("table-join");
@@ -573,45 +663,10 @@ fn a_temporal_table_join_runs_locally_from_a_file_table() {
     lines.push(r#"{"name":"no key","ts":1}"#.into());
     std::fs::write(&table, lines.join("\n") + "\n").unwrap();
     let path = dir.join("table-join.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"apiVersion: sluice.dev/v1alpha1
-kind: StreamJob
-metadata:
-  name: table-join
-spec:
-  sql: |
-    SELECT t.symbol, CAST(t.trade_time AS BIGINT) AS ms, s.name
-    FROM trades t LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.trade_time AS s ON t.symbol = s.symbol
-  sources:
-    - name: trades
-      datagen: {{ scenario: Trades, records: 20000, partitions: 4 }}
-      schema:
-        columns:
-          - {{ name: trader_id, type: string, required: true }}
-          - {{ name: symbol, type: string, required: true }}
-          - {{ name: trade_time, type: timestamp, required: true }}
-      partitionKey: [trader_id]
-      eventTime: {{ column: trade_time, watermarkDelayMillis: 2000 }}
-    - name: symbols
-      file: {{ path: {table} }}
-      table: {{ primaryKey: [symbol] }}
-      schema:
-        columns:
-          - {{ name: symbol, type: string, required: true }}
-          - {{ name: name, type: string, required: true }}
-          - {{ name: ts, type: timestamp, required: true }}
-      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
-  sink:
-    file: {{ path: {out} }}
-  coresPerWorker: 2
-"#,
-            table = table.display(),
-            out = out.display()
-        ),
-    )
-    .unwrap();
+    let sql = "SELECT t.symbol, CAST(t.trade_time AS BIGINT) AS ms, s.name
+    FROM trades t LEFT JOIN symbols FOR SYSTEM_TIME AS OF t.trade_time AS s ON t.symbol = s.symbol";
+    std::fs::write(&path, trades_join_job("table-join", sql, &[file_table("symbols", &table, "symbol", "name")], &out))
+        .unwrap();
     let plan = stages(&path);
     assert!(plan.contains("stream–table join"), "{plan}");
     let result = run_within(&path, std::time::Duration::from_secs(120));

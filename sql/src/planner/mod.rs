@@ -37,7 +37,7 @@ pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
 
 /// Plans an already parsed query (views merged, DISTINCT rewritten first).
 pub(crate) fn plan_parsed(parsed: &mut rewrite::ParsedQuery, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
-    if let Some(as_of) = &parsed.as_of {
+    if let Some(as_of) = parsed.as_of.first() {
         // A temporal join takes it out before planning its sides.
         return Err(SqlError::at_span(
             as_of.span,

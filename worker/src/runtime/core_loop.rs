@@ -47,8 +47,9 @@ pub struct CoreSetup {
     pub pin_to: Option<core_affinity::CoreId>,
     pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
-    /// What this core reads, in stage order: the sources (stage 0's and
-    /// the UNION ALL branches'), then each repartition topic.
+    /// What this core reads, in stage order: per stage, stage 0's source
+    /// or the stage's repartition topic, then the sources of the branches
+    /// beside it (`sluice_plan::Branch`).
     pub inputs: Vec<CoreInput>,
     /// How many partitions each repartition topic has.
     pub exchange_partitions: i32,
@@ -89,9 +90,16 @@ impl CoreSetup {
         self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
     }
 
-    /// The topic stage `stage` reads (its first, for stage 0).
-    fn input_of(&self, stage: usize) -> Option<&CoreInput> {
-        self.inputs.iter().find(|i| i.stage == stage)
+    /// Where input `i`'s state is checkpointed: the job's state topic for
+    /// stage 0's source, one per later stage's repartition topic, one per
+    /// branch source that keeps state (a windowed side of a join).
+    fn state_topic(&self, i: usize) -> String {
+        let input = &self.inputs[i];
+        if input.source.is_none() || i == 0 {
+            return self.config.stage_state_topic(input.stage);
+        }
+        let branch = self.inputs[..i].iter().filter(|x| x.source.is_some()).count();
+        format!("{}-branch-{branch}", self.config.state_topic())
     }
 }
 
@@ -134,8 +142,6 @@ impl StageSink {
 struct StageRun {
     encoder: RowEncoder,
     sink: StageSink,
-    /// Where its partitions' state is checkpointed (stateful stages).
-    state: Option<StateStore>,
     /// Its partitions' slots in `Core::parts` (and the source's slots).
     slots: Range<usize>,
     /// What its partitions emitted, before it is written.
@@ -148,6 +154,11 @@ struct Core<'a> {
     stages: Vec<StageRun>,
     dead_letter: Box<dyn DeadLetterSink>,
     parts: Vec<PartitionPipeline>,
+    /// Per input, its partitions' slots in `parts`.
+    input_slots: Vec<Range<usize>>,
+    /// Where the state of the partitions of the slots is checkpointed (the
+    /// inputs whose plan keeps state).
+    stores: Vec<(Range<usize>, StateStore)>,
     /// Sink delivery failures already counted in the metrics.
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
@@ -195,11 +206,11 @@ impl<'a> Core<'a> {
         let stages = &setup.dataflow.stages;
         let mut parts = Vec::new();
         let mut slots: Vec<Range<usize>> = stages.iter().map(|_| 0..0).collect();
-        // Per input, its first slot.
-        let mut first_slot = Vec::with_capacity(setup.inputs.len());
+        // Per input, its slots.
+        let mut input_slots = Vec::with_capacity(setup.inputs.len());
         for input in &setup.inputs {
             let topic: Arc<str> = input.topic.as_str().into();
-            first_slot.push(parts.len());
+            let first = parts.len();
             if slots[input.stage].is_empty() {
                 slots[input.stage] = parts.len()..parts.len();
             }
@@ -224,10 +235,10 @@ impl<'a> Core<'a> {
                 parts.push(part);
             }
             slots[input.stage].end = parts.len();
+            input_slots.push(first..parts.len());
         }
         let multi_stage = setup.dataflow.has_exchange();
-        let stateful: Vec<bool> = stages.iter().map(|s| !matches!(s.plan.operator, OperatorPlan::Stateless)).collect();
-        let mut stores: Vec<Option<StateStore>> = stages.iter().map(|_| None).collect();
+        let mut stores = Vec::new();
         let mut exchange_client = None;
         let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
@@ -236,15 +247,16 @@ impl<'a> Core<'a> {
                 for s in 1..stages.len() {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
-                for (s, store) in stores.iter_mut().enumerate() {
-                    if let (true, Some(input)) = (stateful[s], setup.input_of(s)) {
-                        *store = Some(StateStore::open(
+                for (i, input) in setup.inputs.iter().enumerate() {
+                    if !matches!(input.plan.operator, OperatorPlan::Stateless) {
+                        let store = StateStore::open(
                             &client,
-                            &config.stage_state_topic(s),
+                            &setup.state_topic(i),
                             &input.topic,
                             input.total,
                             setup.health.drain.clone(),
-                        )?);
+                        )?;
+                        stores.push((input_slots[i].clone(), store));
                     }
                 }
                 let inputs: Vec<TopicInput> = setup
@@ -270,9 +282,9 @@ impl<'a> Core<'a> {
             }
             None => {
                 let mut locals = Vec::new();
-                for (input, &slot) in setup.inputs.iter().zip(&first_slot) {
+                for (input, slots) in setup.inputs.iter().zip(&input_slots) {
                     let Some(spec) = &input.source else { continue };
-                    locals.push((local_source(spec, &input.partitions)?, slot));
+                    locals.push((local_source(spec, &input.partitions)?, slots.start));
                 }
                 let single = locals.len() == 1 && !multi_stage;
                 match locals.pop() {
@@ -293,9 +305,9 @@ impl<'a> Core<'a> {
                 })?;
                 let mut inputs = Vec::new();
                 for (s, receivers) in ends.inputs.into_iter().enumerate() {
-                    inputs.extend(
-                        slots[s + 1].clone().zip(receivers).map(|(slot, from)| ExchangeInputChannel { slot, from }),
-                    );
+                    let exchange = setup.inputs.iter().position(|i| i.stage == s + 1 && i.source.is_none());
+                    let slots = exchange.map_or(0..0, |i| input_slots[i].clone());
+                    inputs.extend(slots.zip(receivers).map(|(slot, from)| ExchangeInputChannel { slot, from }));
                 }
                 local_outputs = ends.outputs;
                 backlog = Some(Arc::clone(&ends.backlog));
@@ -310,16 +322,15 @@ impl<'a> Core<'a> {
             // by the first checkpoint (see `source::kafka::start_offset`).
             part.next_offset = Some(position.start);
             part.metadata.clone_from(&position.metadata);
-            let stage = slots.iter().position(|r| r.contains(&slot)).unwrap_or(0);
-            if let Some(store) = &stores[stage]
+            if let Some((_, store)) = stores.iter().find(|(r, _)| r.contains(&slot))
                 && let Some(bytes) = store.load(part.partition, &position.metadata)?
             {
                 part.restore(&bytes)?;
-                tracing::info!(stage, partition = part.partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
+                tracing::info!(slot, partition = part.partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
             }
         }
         let mut runs = Vec::with_capacity(stages.len());
-        for ((s, stage), (store, slots)) in stages.iter().enumerate().zip(stores.into_iter().zip(slots)) {
+        for ((s, stage), slots) in stages.iter().enumerate().zip(slots) {
             let sink = match (stage.output, &exchange_client) {
                 (StageOutput::Sink, _) => StageSink::Job(job_sink(setup)?),
                 (StageOutput::Exchange, Some(client)) => StageSink::Exchange(Box::new(ExchangeSink::new(
@@ -341,7 +352,7 @@ impl<'a> Core<'a> {
                 StageOutput::Sink => RowEncoder::Json(JsonEncoder::new(&names, &keys)),
                 StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
             };
-            runs.push(StageRun { encoder, sink, state: store, slots, emitted: Emitted::default() });
+            runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default() });
         }
         let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
             Some(d) => match (&d.kafka, &d.file) {
@@ -370,6 +381,8 @@ impl<'a> Core<'a> {
             stages: runs,
             dead_letter,
             parts,
+            input_slots,
+            stores,
             failures_seen: 0,
             purge,
             source_done: false,
@@ -464,8 +477,7 @@ impl<'a> Core<'a> {
 
     /// Whether every partition's input ended (only ever in bounded runs).
     fn all_ended(&self) -> bool {
-        (self.source_done || self.stages.first().is_some_and(|s| s.slots.is_empty()))
-            && self.parts.iter().all(|p| p.ended)
+        (self.source_done || self.parts.iter().all(|p| p.exchange.is_some())) && self.parts.iter().all(|p| p.ended)
     }
 
     fn process_batch(&mut self) -> Result<(), Error> {
@@ -474,7 +486,7 @@ impl<'a> Core<'a> {
         let mut totals = BatchCounters::default();
         let mut input = BatchCounters::default();
         let (mut out_records, mut out_bytes) = (0u64, 0u64);
-        for (s, stage) in self.stages.iter_mut().enumerate() {
+        for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
                 p.process(&stage.encoder, &mut stage.emitted, self.dead_letter.as_mut())?;
@@ -483,7 +495,7 @@ impl<'a> Core<'a> {
                     p.last_input = started;
                     p.idle_sent = false;
                 }
-                if s == 0 {
+                if p.exchange.is_none() {
                     input.records += c.records;
                     input.bytes += c.bytes;
                 }
@@ -557,10 +569,13 @@ impl<'a> Core<'a> {
     /// downstream.
     fn end_inputs(&mut self) -> Result<(), Error> {
         let (mut records, mut bytes) = (0, 0);
-        for (s, stage) in self.stages.iter_mut().enumerate() {
+        for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
-                let ended = if s == 0 { self.source_done } else { p.exchange.as_ref().is_some_and(|x| x.ended()) };
+                let ended = match &p.exchange {
+                    None => self.source_done,
+                    Some(x) => x.ended(),
+                };
                 if p.ended || !ended {
                     continue;
                 }
@@ -607,17 +622,16 @@ impl<'a> Core<'a> {
             stage.sink.flush()?;
         }
         self.dead_letter.flush()?;
-        for stage in &mut self.stages {
-            let Some(store) = &mut stage.state else { continue };
+        for (slots, store) in &mut self.stores {
             let mut snapshots = Vec::new();
-            for p in self.parts[stage.slots.clone()].iter().filter(|p| p.dirty) {
+            for p in self.parts[slots.clone()].iter().filter(|p| p.dirty) {
                 snapshots.push((p.partition, p.snapshot()?, StateStore::next_slot(&p.metadata)));
             }
             if snapshots.is_empty() {
                 continue;
             }
             for (partition, metadata) in store.save(&snapshots)? {
-                if let Some(p) = self.parts[stage.slots.clone()].iter_mut().find(|p| p.partition == partition) {
+                if let Some(p) = self.parts[slots.clone()].iter_mut().find(|p| p.partition == partition) {
                     p.metadata = metadata;
                     p.dirty = false;
                 }
@@ -659,12 +673,14 @@ impl<'a> Core<'a> {
             return;
         }
         *last = Instant::now();
-        let topics: Vec<String> = (0..self.stages.len()).map(|s| self.setup.config.repartition_topic(s)).collect();
         let mut before = Vec::new();
-        for (s, stage) in self.stages.iter().enumerate().skip(1) {
-            for p in &self.parts[stage.slots.clone()] {
+        for (input, slots) in self.setup.inputs.iter().zip(&self.input_slots) {
+            if input.source.is_some() {
+                continue;
+            }
+            for p in &self.parts[slots.clone()] {
                 if let Some(offset) = p.committed_offset {
-                    before.push((topics[s].as_str(), p.partition, offset));
+                    before.push((input.topic.as_str(), p.partition, offset));
                 }
             }
         }
@@ -692,7 +708,7 @@ fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), 
             if !emitted.rows.is_empty() {
                 x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
             }
-            if let Some(w) = p.engine.watermark()
+            if let Some(w) = p.engine.output_watermark()
                 && p.marked.is_none_or(|m| w > m)
             {
                 x.mark(Frame::Watermark { from, at: w })?;

@@ -79,47 +79,61 @@ pub fn run_job(
     // Cut where the query's state is keyed differently from the source:
     // later stages read repartition topics.
     let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, first_partitions)?);
-    // What the job reads: its sources (stage 0's, then the UNION ALL
-    // branches'), then each repartition topic.
-    let mut inputs: Vec<CoreInput> = Vec::new();
-    let mut upstream_offset = 0u32;
-    let mut max_partitions = 1;
-    for plan in dataflow.source_plans() {
+    // What the job reads, stage by stage: stage 0's source, or a later
+    // stage's repartition topic; then the sources of the branches beside
+    // the stage (UNION ALL branches, the right sides of joins), whose
+    // partitions follow the stage's own as upstreams of what it writes.
+    let source_of = |plan: &sluice_plan::Plan| -> Result<(sluice_crds::SourceSpec, i32), Error> {
         let spec = config
             .spec
             .source(&plan.source.name)
             .cloned()
             .ok_or_else(|| Error::Config(format!("source {} not declared", plan.source.name)))?;
         let total = partitions_of(&spec.name)?;
-        max_partitions = max_partitions.max(total);
-        inputs.push(CoreInput {
-            stage: 0,
-            plan: Arc::new(plan.clone()),
-            topic: spec.topic().to_owned(),
-            source: Some(spec),
-            partitions: Vec::new(),
-            total,
-            upstream_offset,
-            upstreams: None,
-        });
-        upstream_offset += u32::try_from(total).unwrap_or(0);
+        Ok((spec, total))
+    };
+    let mut max_partitions = 1;
+    for plan in dataflow.source_plans() {
+        max_partitions = max_partitions.max(source_of(plan)?.1);
+    }
+    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(max_partitions).max(1);
+    let mut inputs: Vec<CoreInput> = Vec::new();
+    // How many upstream partitions write the exchange the stage reads.
+    let mut upstreams = 0u32;
+    for (s, stage) in dataflow.stages.iter().enumerate() {
+        let plans = std::iter::once(&stage.plan).chain(dataflow.beside(s).map(|b| &b.plan));
+        let mut upstream_offset = 0u32;
+        for (i, plan) in plans.enumerate() {
+            let input = if i == 0 && s > 0 {
+                CoreInput {
+                    stage: s,
+                    plan: Arc::new(plan.clone()),
+                    source: None,
+                    topic: config.repartition_topic(s),
+                    partitions: Vec::new(),
+                    total: exchange_partitions,
+                    upstream_offset,
+                    upstreams: Some(usize::try_from(upstreams).unwrap_or(0)),
+                }
+            } else {
+                let (spec, total) = source_of(plan)?;
+                CoreInput {
+                    stage: s,
+                    plan: Arc::new(plan.clone()),
+                    topic: spec.topic().to_owned(),
+                    source: Some(spec),
+                    partitions: Vec::new(),
+                    total,
+                    upstream_offset,
+                    upstreams: None,
+                }
+            };
+            upstream_offset += u32::try_from(input.total).unwrap_or(0);
+            inputs.push(input);
+        }
+        upstreams = upstream_offset;
     }
     check_sources(&inputs)?;
-    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(max_partitions).max(1);
-    let mut upstreams = usize::try_from(upstream_offset).unwrap_or(0);
-    for (s, stage) in dataflow.stages.iter().enumerate().skip(1) {
-        inputs.push(CoreInput {
-            stage: s,
-            plan: Arc::new(stage.plan.clone()),
-            source: None,
-            topic: config.repartition_topic(s),
-            partitions: Vec::new(),
-            total: exchange_partitions,
-            upstream_offset: 0,
-            upstreams: Some(upstreams),
-        });
-        upstreams = usize::try_from(exchange_partitions).unwrap_or(1);
-    }
     // Every topic's partitions go to cores by the same function: the
     // sources' as the operator reports them, each repartition topic's alike.
     let topics: Vec<SourcePartitions> =
@@ -134,7 +148,6 @@ pub fn run_job(
     // Per core, per input: the partitions it owns.
     let per_core: Vec<Vec<Vec<i32>>> =
         mine.cores.iter().map(|c| c.partitions.iter().map(|s| s.partitions.clone()).collect()).collect();
-    let sources = dataflow.source_plans().count();
     // A local run (no broker) exchanges between stages in process.
     let local = inputs.iter().all(|i| i.source.as_ref().is_none_or(|s| s.kafka.is_none()));
     let mut local_ends: Vec<Option<LocalEnds>> = per_core.iter().map(|_| None).collect();
@@ -151,8 +164,9 @@ pub fn run_job(
             }
             let (senders, receivers) = channels(usize::try_from(exchange_partitions).unwrap_or(1));
             let mut receivers: Vec<Option<_>> = receivers.into_iter().map(Some).collect();
-            // The exchange's input index: after the sources.
-            let input = sources + s;
+            let Some(input) = inputs.iter().position(|i| i.stage == exchange && i.source.is_none()) else {
+                return Err(Error::Internal(format!("no input reads exchange {exchange}")));
+            };
             for (core, ends) in local_ends.iter_mut().enumerate() {
                 let Some(ends) = ends else { continue };
                 ends.outputs.resize_with(exchange, || None);

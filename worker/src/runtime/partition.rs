@@ -456,7 +456,7 @@ mod tests {
             1,
         )
         .unwrap();
-        let plan = Arc::new(flow.branches[0].clone());
+        let plan = Arc::new(flow.branches[0].plan.clone());
         let mut part = PartitionPipeline::new(&plan, "customers".into(), 0, EngineOptions::default(), 16, None);
         part.tombstones = Tombstones::of(&sources[1]);
         let mut dead = Reasons::default();

@@ -287,9 +287,12 @@ def compute(case: dict) -> dict:
     for macro in MACROS:
         con.execute(macro)
     dead_letter = load(con, "input", case["source"], case.get("input", ""))
-    # A case over two sources (UNION ALL) has the second as table input2.
+    # A case over two sources (UNION ALL, joins) has the second as table
+    # input2; a join of a join, the third as input3.
     if case.get("second_source"):
         dead_letter += load(con, "input2", case["second_source"], case.get("second_input", ""))
+    if case.get("third_source"):
+        dead_letter += load(con, "input3", case["third_source"], case.get("third_input", ""))
 
     cur = con.execute(case["oracle"])
     names = [d[0] for d in cur.description]
