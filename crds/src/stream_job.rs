@@ -40,6 +40,9 @@ use crate::{DeadLetterSpec, EngineSpec, SinkSpec, SourceSpec, StreamJobStatus};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || (has(self.sink.kafka) && self.sources.all(s, has(s.kafka) && s.kafka.bootstrapServers == self.sink.kafka.bootstrapServers) && (!has(self.deadLetter) || (has(self.deadLetter.kafka) && self.deadLetter.kafka.bootstrapServers == self.sink.kafka.bootstrapServers)))").message("delivery ExactlyOnce needs Kafka sources, a Kafka sink and a Kafka dead-letter topic (if any) with the same bootstrapServers: one transaction per core holds the results, the dead letters and the input offsets"))]
+#[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || !has(self.engine) || !has(self.engine.checkpointIntervalMillis) || self.engine.checkpointIntervalMillis < 900000").message("delivery ExactlyOnce needs engine.checkpointIntervalMillis below 900000: a checkpoint's transaction must commit within the broker's transaction.max.timeout.ms (15 minutes by default)"))]
+#[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || !has(self.sink.kafka) || !has(self.sink.kafka.properties) || !('transaction.timeout.ms' in self.sink.kafka.properties) || int(self.sink.kafka.properties['transaction.timeout.ms']) > (has(self.engine) && has(self.engine.checkpointIntervalMillis) ? self.engine.checkpointIntervalMillis : 1000)").message("sink.kafka.properties transaction.timeout.ms must be longer than engine.checkpointIntervalMillis: a transaction lasts a checkpoint interval"))]
 pub struct StreamJobSpec {
     /// The query: one SELECT over one of `sources`, with the streaming clauses
     /// described in docs/sql.md (windows, EMIT CHANGES / EMIT FINAL).
@@ -76,6 +79,32 @@ pub struct StreamJobSpec {
     /// Batching, state bound, checkpointing and emission tuning.
     #[serde(default)]
     pub engine: EngineSpec,
+    /// What a consumer of the sink sees after a crash (docs/operations.md).
+    #[serde(default, skip_serializing_if = "Delivery::is_default")]
+    pub delivery: Delivery,
+}
+
+/// The delivery guarantee of the sink's results.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum Delivery {
+    /// Every result at least once: after a crash, the results since the
+    /// last checkpoint are written again. Results are visible as soon as
+    /// they are written (latency: milliseconds).
+    #[default]
+    AtLeastOnce,
+    /// Every result exactly once to a consumer reading with
+    /// `isolation.level=read_committed`: each core writes in one Kafka
+    /// transaction per checkpoint, with its input offsets. Results become
+    /// visible at each checkpoint's commit (latency: at least
+    /// `engine.checkpointIntervalMillis`). Needs the sources, the sink and
+    /// a Kafka dead-letter topic on one cluster.
+    ExactlyOnce,
+}
+
+impl Delivery {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 fn one() -> i32 {

@@ -99,7 +99,54 @@ impl StreamJobSpec {
         if let Err(e) = self.engine.state_memory_limit_bytes() {
             problems.push(e.to_string());
         }
+        if self.delivery == crate::Delivery::ExactlyOnce {
+            problems.extend(self.exactly_once_problems());
+        }
         if problems.is_empty() { Ok(()) } else { Err(CrdsError::invalid("StreamJob", problems.join("; "))) }
+    }
+}
+
+impl StreamJobSpec {
+    /// What keeps `delivery: ExactlyOnce` from working: one transaction per
+    /// core must hold the results, the dead letters, the internal topics'
+    /// records and the input offsets, so all live on one cluster; and a
+    /// transaction lasts a checkpoint interval.
+    fn exactly_once_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let same_cluster = self.sink.kafka.as_ref().is_some_and(|sink| {
+            self.sources.iter().all(|s| s.kafka.as_ref().is_some_and(|k| k.bootstrap_servers == sink.bootstrap_servers))
+                && self
+                    .dead_letter
+                    .as_ref()
+                    .is_none_or(|d| d.kafka.as_ref().is_some_and(|k| k.bootstrap_servers == sink.bootstrap_servers))
+        });
+        if !same_cluster {
+            problems.push(
+                "spec.delivery: delivery ExactlyOnce needs Kafka sources, a Kafka sink and a Kafka dead-letter topic \
+                 (if any) with the same bootstrapServers: one transaction per core holds the results, the dead \
+                 letters and the input offsets"
+                    .to_owned(),
+            );
+        }
+        let interval = i64::from(self.engine.checkpoint_interval_millis);
+        if interval >= 900_000 {
+            problems.push(
+                "spec.delivery: delivery ExactlyOnce needs engine.checkpointIntervalMillis below 900000: a \
+                 checkpoint's transaction must commit within the broker's transaction.max.timeout.ms (15 minutes \
+                 by default)"
+                    .to_owned(),
+            );
+        }
+        let timeout = self.sink.kafka.as_ref().and_then(|k| k.properties.get("transaction.timeout.ms"));
+        if let Some(t) = timeout
+            && t.parse::<i64>().map_or(true, |t| t <= interval)
+        {
+            problems.push(format!(
+                "spec.sink.kafka.properties: transaction.timeout.ms ({t}) must be longer than \
+                 engine.checkpointIntervalMillis ({interval}): a transaction lasts a checkpoint interval"
+            ));
+        }
+        problems
     }
 }
 

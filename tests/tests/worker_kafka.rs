@@ -306,9 +306,6 @@ fn wait_for_own_checkpoint(worker: &Worker, group: &str, topic: &str) {
     }
 }
 
-/// The fault the kill -9 tests inject: once `worker` has checkpointed a
-/// partition of `topic` that it owns, and while `producer` is still
-/// writing, SIGKILL it; then start it again from `config`, ready.
 /// A `sources` entry reading `topic` as a table of string key `key`, one
 /// string column `value` and event time `ts`.
 fn kafka_table(name: &str, topic: &str, key: &str, value: &str) -> String {
@@ -347,14 +344,19 @@ fn serve_two(manifest: &str, group: &str) -> (Vec<std::path::PathBuf>, Worker, W
     (configs, first, second)
 }
 
+/// The fault the kill -9 tests inject: once `worker` has checkpointed a
+/// partition of `topic` that it owns, `after` that, and while `producer` is
+/// still writing, SIGKILL it; then start it again from `config`, ready.
 fn kill_nine_mid_run(
     mut worker: Worker,
     config: &Path,
     group: &str,
     topic: &str,
     producer: &std::thread::JoinHandle<()>,
+    after: Duration,
 ) -> Worker {
     wait_for_own_checkpoint(&worker, group, topic);
+    std::thread::sleep(after);
     assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
     worker.signal("KILL");
     let _ = worker.wait(Duration::from_secs(10));
@@ -406,7 +408,7 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
             }
         })
     };
-    let mut second = kill_nine_mid_run(second, &configs[1], &group, &repartition, &producer);
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &repartition, &producer, Duration::ZERO);
     check_owners(&[&first, &second]);
     producer.join().unwrap();
     // One late trade per partition, far ahead, moves every watermark past
@@ -474,7 +476,8 @@ fn a_left_interval_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer);
+    let mut second =
+        kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer, Duration::ZERO);
     producer.join().unwrap();
     // Far ahead on both sides: every watermark passes the last range.
     produce_trades(&trades, 100_000_000..100_000_008, 4);
@@ -1212,7 +1215,8 @@ fn a_temporal_table_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer);
+    let mut second =
+        kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-1"), &producer, Duration::ZERO);
     producer.join().unwrap();
     // Far ahead on both sides: every watermark passes the last trade.
     publish(&symbols, &versions(99, true));
@@ -1300,7 +1304,8 @@ fn a_join_of_a_join_on_two_workers_survives_kill_nine_with_every_row() {
             }
         })
     };
-    let mut second = kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-2"), &producer);
+    let mut second =
+        kill_nine_mid_run(second, &configs[1], &group, &format!("{group}.repartition-2"), &producer, Duration::ZERO);
     producer.join().unwrap();
     // Far ahead on every source: every watermark passes the last trade.
     let (s, t) = versions(99, true);
@@ -1335,5 +1340,67 @@ fn a_join_of_a_join_on_two_workers_survives_kill_nine_with_every_row() {
         w.signal("TERM");
     }
     assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// Exactly once against the real broker: a running count per trader,
+/// one update per trade (`emitChanges: PerRecord`), on 2 workers × 2
+/// cores, each worker killed with SIGKILL once mid-run and restarted. A
+/// `read_committed` consumer of the sink sees every trader's counts 1, 2,
+/// … n exactly once and in order: nothing a killed worker wrote after its
+/// last checkpoint is visible, and nothing is missing. (At least once, the
+/// updates since the last checkpoint would come out again.)
+#[test]
+fn exactly_once_running_counts_survive_kill_nine_with_every_update_once() {
+    let (trades, out) = (unique_name("trades"), unique_name("counts"));
+    kafka::create_topic(&trades, 4);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let sql = "SELECT trader, COUNT(*) AS n FROM trades GROUP BY trader";
+    let extra = "    emitChanges: PerRecord\n  delivery: ExactlyOnce\n";
+    // Checkpoints far apart, and each kill well into an interval: what a
+    // worker wrote since its last checkpoint is plenty.
+    let m = manifest(&unique_name("eos"), sql, &trades, &out, extra)
+        .replace("checkpointIntervalMillis: 200", "checkpointIntervalMillis: 1500");
+    let (configs, first, second) = serve_two(&m, &group);
+    const TRADES: u64 = 12_000;
+    let producer = {
+        let trades = trades.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..40u64 {
+                produce_trades(&trades, chunk * 300..(chunk + 1) * 300, 4);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    // Well into an interval: what a worker wrote since its last checkpoint is plenty.
+    let into = Duration::from_millis(1000);
+    let second = kill_nine_mid_run(second, &configs[1], &group, &trades, &producer, into);
+    let mut first = kill_nine_mid_run(first, &configs[0], &group, &trades, &producer, into);
+    producer.join().unwrap();
+    let per_trader = TRADES / 8;
+    let counts = |records: &[Record]| -> BTreeMap<String, Vec<i64>> {
+        let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for r in records {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            m.entry(v["trader"].as_str().unwrap().to_owned()).or_default().push(v["n"].as_i64().unwrap());
+        }
+        m
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| {
+        let c = counts(r);
+        c.len() == 8 && c.values().all(|n| n.last().copied() == Some(i64::try_from(per_trader).unwrap()))
+    });
+    let expected: Vec<i64> = (1..=i64::try_from(per_trader).unwrap()).collect();
+    for (trader, n) in counts(&results) {
+        let repeated = n.windows(2).filter(|w| w[1] <= w[0]).count();
+        assert_eq!(repeated, 0, "{trader}: {repeated} update(s) repeated or out of order");
+        assert_eq!(n, expected, "{trader}: every count once, in order");
+    }
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    let mut second = second;
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }

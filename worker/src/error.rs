@@ -46,6 +46,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Exactly once: a newer producer of this core's transactional id
+    /// started (a replacement of this worker, while this one was paused or
+    /// cut off). This process must not write anything more: retrying would
+    /// fence the replacement in turn. The worker stops; Kubernetes
+    /// restarts it only if it is still the pod it manages.
+    #[error(
+        "fenced: another instance of this worker took over its transactional id, so this one stops without          writing more ({0})"
+    )]
+    Fenced(String),
     /// A broken internal invariant: a bug in Sluice.
     #[error("internal error (please report): {0}")]
     Internal(String),

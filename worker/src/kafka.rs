@@ -125,6 +125,27 @@ pub fn partition_count(config: &ClientConfig, topic: &str, timeout: Duration) ->
     i32::try_from(t.partitions().len()).map_err(|_| Error::Internal("partition count".into()))
 }
 
+/// The checkpoint metadata group `group` last committed for each of the
+/// partitions of `topics` ("" where it committed nothing).
+pub fn committed(config: &ClientConfig, group: &str, topics: &[(&str, &[i32])]) -> Result<Vec<String>, Error> {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for (topic, partitions) in topics {
+        for &p in *partitions {
+            tpl.add_partition(topic, p);
+        }
+    }
+    if tpl.count() == 0 {
+        return Ok(Vec::new());
+    }
+    let mut config = config.clone();
+    config.set("group.id", group).set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create offsets reader", e))?;
+    let committed = consumer
+        .committed_offsets(tpl, Duration::from_secs(30))
+        .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
+    Ok(committed.elements().iter().map(|e| e.metadata().to_owned()).collect())
+}
+
 /// Creates `topic` with `partitions` partitions and the given topic configs
 /// unless it exists; returns how many partitions it has. An existing topic
 /// is never grown: for an internal topic laid out per source partition, a

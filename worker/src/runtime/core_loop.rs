@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use sluice_crds::{SourceSpec, StartFrom, WorkerConfig};
+use sluice_crds::{Delivery, SourceSpec, StartFrom, WorkerConfig};
 
 use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
@@ -33,8 +33,8 @@ use crate::Error;
 use crate::kafka::{client_config, create_topic, delete_records};
 use crate::metrics::CoreMetrics;
 use crate::sink::{
-    DeadLetterSink, ExchangeOutput, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter,
-    Sink,
+    CoreProducer, DeadLetterSink, ExchangeOutput, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink,
+    LogDeadLetter, Sink, producer_config,
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
@@ -44,6 +44,8 @@ use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 /// Everything a core needs to run its share of the job.
 pub struct CoreSetup {
     pub core: usize,
+    /// The worker's ordinal (its StatefulSet index).
+    pub ordinal: i32,
     pub pin_to: Option<core_affinity::CoreId>,
     pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
@@ -88,6 +90,23 @@ impl CoreSetup {
     /// Whether the job commits offsets (its sources are Kafka topics).
     pub fn commits(&self) -> bool {
         self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
+    }
+
+    /// This core's engine slot among the job's `workers × coresPerWorker`
+    /// (see `sluice_crds::assign`), and how many there are.
+    fn slot(&self) -> (u32, u32) {
+        let spec = &self.config.spec;
+        let (workers, cores) = (spec.workers.max(1), spec.cores_per_worker.max(1));
+        let slot = i32::try_from(self.core).unwrap_or(0) * workers + self.ordinal;
+        (u32::try_from(slot).unwrap_or(0), u32::try_from(workers * cores).unwrap_or(1))
+    }
+
+    /// Exactly once: the transactional id of engine slot `slot` of a
+    /// generation of `slots` slots. A fixed set per job and scale: a restart
+    /// reuses its id (and so fences what it left running), and ids never
+    /// accumulate.
+    fn transactional_id(&self, slot: u32, slots: u32) -> String {
+        format!("{}.tx-{slots}-{slot}", self.config.consumer_group())
     }
 
     /// Where input `i`'s state is checkpointed: the job's state topic for
@@ -170,6 +189,8 @@ struct Core<'a> {
     purge: Option<(AdminClient<DefaultClientContext>, Instant)>,
     /// A bounded source delivered everything.
     source_done: bool,
+    /// Exactly once: the transactional producer everything goes through.
+    transaction: Option<Arc<CoreProducer>>,
     summary: CoreSummary,
 }
 
@@ -240,10 +261,17 @@ impl<'a> Core<'a> {
         let multi_stage = setup.dataflow.has_exchange();
         let mut stores = Vec::new();
         let mut exchange_client = None;
+        let mut transaction = None;
         let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
             Some(k) => {
                 let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                if spec.delivery == Delivery::ExactlyOnce {
+                    // Before the committed offsets are read: no producer
+                    // of an earlier owner of these partitions can commit
+                    // after that.
+                    transaction = Some(transactional_producer(setup, &client)?);
+                }
                 for s in 1..stages.len() {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
@@ -251,6 +279,7 @@ impl<'a> Core<'a> {
                     if !matches!(input.plan.operator, OperatorPlan::Stateless) {
                         let store = StateStore::open(
                             &client,
+                            transaction.clone(),
                             &setup.state_topic(i),
                             &input.topic,
                             input.total,
@@ -332,13 +361,20 @@ impl<'a> Core<'a> {
         let mut runs = Vec::with_capacity(stages.len());
         for ((s, stage), slots) in stages.iter().enumerate().zip(slots) {
             let sink = match (stage.output, &exchange_client) {
-                (StageOutput::Sink, _) => StageSink::Job(job_sink(setup)?),
-                (StageOutput::Exchange, Some(client)) => StageSink::Exchange(Box::new(ExchangeSink::new(
-                    client.clone(),
-                    &config.repartition_topic(s + 1),
-                    setup.exchange_partitions,
-                    setup.health.drain.clone(),
-                )?)),
+                (StageOutput::Sink, _) => StageSink::Job(job_sink(setup, transaction.as_ref())?),
+                (StageOutput::Exchange, Some(client)) => {
+                    let topic = config.repartition_topic(s + 1);
+                    let out = match &transaction {
+                        Some(t) => Arc::clone(t),
+                        None => CoreProducer::new(
+                            &producer_config(ExchangeSink::config(client.clone())),
+                            &topic,
+                            None,
+                            setup.health.drain.clone(),
+                        )?,
+                    };
+                    StageSink::Exchange(Box::new(ExchangeSink::new(out, &topic, setup.exchange_partitions)?))
+                }
                 (StageOutput::Exchange, None) => match (local_outputs.get_mut(s).and_then(Option::take), &backlog) {
                     (Some(to), Some(backlog)) => {
                         StageSink::Exchange(Box::new(LocalExchangeWriter::new(to, Arc::clone(backlog))))
@@ -356,11 +392,17 @@ impl<'a> Core<'a> {
         }
         let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
             Some(d) => match (&d.kafka, &d.file) {
-                (Some(k), _) => Box::new(KafkaDeadLetter::new(
-                    client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
-                    &k.topic,
-                    setup.health.drain.clone(),
-                )?),
+                (Some(k), _) => {
+                    let out = match &transaction {
+                        Some(t) => Arc::clone(t),
+                        None => {
+                            let config =
+                                client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                            CoreProducer::new(&producer_config(config), &k.topic, None, setup.health.drain.clone())?
+                        }
+                    };
+                    Box::new(KafkaDeadLetter::new(out, &k.topic)?)
+                }
                 (None, Some(f)) => Box::new(FileDeadLetter::open(&f.path)?),
                 _ => Box::new(LogDeadLetter),
             },
@@ -386,6 +428,7 @@ impl<'a> Core<'a> {
             failures_seen: 0,
             purge,
             source_done: false,
+            transaction,
             summary: CoreSummary::default(),
         })
     }
@@ -651,7 +694,23 @@ impl<'a> Core<'a> {
         if refresh {
             self.last_refresh = Instant::now();
         }
-        if !positions.is_empty() {
+        if let Some(transaction) = &self.transaction {
+            // Everything written since the last checkpoint, the state and
+            // the offsets: visible together, or (on any error) never.
+            let (slot, slots) = self.setup.slot();
+            let positions: Vec<(usize, i64, String)> =
+                positions.into_iter().map(|(s, o, m)| (s, o, StateStore::with_owner(&m, slots, slot))).collect();
+            let (offsets, group) = self
+                .source
+                .transactional_offsets(&positions)
+                .ok_or_else(|| Error::Internal("exactly once over a source without offsets".into()))??;
+            transaction.commit(&offsets, &group)?;
+            for (slot, offset, _) in positions {
+                self.parts[slot].committed_offset = Some(offset);
+            }
+            self.setup.metrics.checkpoints.inc();
+            self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
+        } else if !positions.is_empty() {
             self.source.commit(&positions)?;
             for (slot, offset, _) in positions {
                 self.parts[slot].committed_offset = Some(offset);
@@ -782,16 +841,71 @@ impl Source for LocalSources {
 }
 
 /// The job's sink for this core.
-fn job_sink(setup: &CoreSetup) -> Result<Box<dyn Sink>, Error> {
+/// Exactly once: the core's transactional producer, writing with the
+/// sink's client settings (validation puts every output on the sink's
+/// cluster). Creating it fences any earlier producer of its id; then the
+/// producers of the earlier generations that owned this core's partitions
+/// (a rescale since) are fenced too, before anything is read.
+fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> Result<Arc<CoreProducer>, Error> {
+    let spec = &setup.config.spec;
+    let sink = spec
+        .sink
+        .kafka
+        .as_ref()
+        .ok_or_else(|| Error::Config("spec.delivery: ExactlyOnce needs a Kafka sink (spec.sink.kafka)".into()))?;
+    let secrets = &setup.config.worker.secrets_dir;
+    let mut config = client_config(&sink.bootstrap_servers, &sink.properties, sink.secret_ref.as_ref(), secrets)?;
+    // Results are visible at commit, so fuller batches cost no latency.
+    crate::kafka::set_default(&mut config, "linger.ms", "5");
+    let interval = u64::try_from(spec.engine.checkpoint_interval_millis).unwrap_or(1000);
+    let timeout = (interval * 10).clamp(60_000, 900_000);
+    crate::kafka::set_default(&mut config, "transaction.timeout.ms", &timeout.to_string());
+    let (slot, slots) = setup.slot();
+    let id = setup.transactional_id(slot, slots);
+    config.set("transactional.id", &id);
+    let latency = Some(Arc::clone(&setup.metrics.latency));
+    let producer = CoreProducer::new(&producer_config(config.clone()), &id, latency, setup.health.drain.clone())?;
+    for (old_slots, old_slot) in earlier_owners(setup, client, slots)? {
+        let old = setup.transactional_id(old_slot, old_slots);
+        config.set("transactional.id", &old);
+        // Initialising an id fences its producer; this one is dropped at once.
+        CoreProducer::new(&producer_config(config.clone()), &old, None, setup.health.drain.clone())?;
+        tracing::info!(core = setup.core, fenced = %old, "fenced the producer of an earlier owner of this core's partitions");
+    }
+    tracing::info!(core = setup.core, transactional_id = %id, "exactly once: writing in one transaction per checkpoint");
+    Ok(producer)
+}
+
+/// The engine slots of earlier generations (other `slots`) that committed
+/// this core's partitions last, as their checkpoint metadata says.
+fn earlier_owners(setup: &CoreSetup, client: &rdkafka::ClientConfig, slots: u32) -> Result<Vec<(u32, u32)>, Error> {
+    let topics: Vec<(&str, &[i32])> = setup.inputs.iter().map(|i| (i.topic.as_str(), &i.partitions[..])).collect();
+    let committed = crate::kafka::committed(client, &setup.config.consumer_group(), &topics)?;
+    let mut owners: Vec<(u32, u32)> = committed
+        .iter()
+        .filter_map(|metadata| super::state_store::owner(metadata))
+        .filter(|(s, _)| *s != slots)
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    Ok(owners)
+}
+
+fn job_sink(setup: &CoreSetup, transaction: Option<&Arc<CoreProducer>>) -> Result<Box<dyn Sink>, Error> {
     let spec = &setup.config.spec;
     let secrets = &setup.config.worker.secrets_dir;
     Ok(match (&spec.sink.kafka, &spec.sink.file, spec.sink.stdout) {
-        (Some(k), _, _) => Box::new(KafkaSink::new(
-            client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?,
-            &k.topic,
-            Arc::clone(&setup.metrics.latency),
-            setup.health.drain.clone(),
-        )?),
+        (Some(k), _, _) => {
+            let out = match transaction {
+                Some(t) => Arc::clone(t),
+                None => {
+                    let config = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                    let latency = Some(Arc::clone(&setup.metrics.latency));
+                    CoreProducer::new(&producer_config(config), &k.topic, latency, setup.health.drain.clone())?
+                }
+            };
+            Box::new(KafkaSink::new(out, &k.topic)?)
+        }
         (None, Some(f), _) => Box::new(LineSink::file(&f.path)?),
         (None, None, Some(true)) => Box::new(LineSink::stdout()),
         _ => return Err(Error::Config("spec.sink needs kafka, file or stdout".into())),

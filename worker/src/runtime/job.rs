@@ -202,6 +202,7 @@ pub fn run_job(
             core_inputs.iter().flat_map(|i| i.partitions.iter().map(move |&p| (i.topic.as_str(), p))).collect();
         let setup = CoreSetup {
             core,
+            ordinal: options.ordinal,
             pin_to: (!cpus.is_empty()).then(|| cpus[core % cpus.len()]),
             dataflow: Arc::clone(&dataflow),
             config: Arc::clone(&config),

@@ -15,59 +15,30 @@
 //! the exact offset and key the metadata names, and fails loudly otherwise:
 //! restoring any other snapshot would replay input into the wrong state.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::util::Timeout;
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::BaseRecord;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::Error;
-use crate::sink::DrainDeadline;
+use crate::sink::{CoreProducer, DrainDeadline};
 
 const CHUNK: usize = 512 * 1024;
 const PREFIX: &str = "sluice:v2:";
 /// Metadata of any Sluice checkpoint format, this one or another.
 const ANY_PREFIX: &str = "sluice:";
 
-/// Records the offsets at which chunks were written.
-struct ChunkOffsets {
-    written: Mutex<Vec<(i32, usize, i64)>>,
-    failed: Mutex<Option<String>>,
-}
-
-impl ClientContext for ChunkOffsets {}
-
-impl ProducerContext for ChunkOffsets {
-    type DeliveryOpaque = Box<usize>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, chunk: Box<usize>) {
-        match result {
-            Ok(m) => {
-                if let Ok(mut w) = self.written.lock() {
-                    w.push((m.partition(), *chunk, m.offset()));
-                }
-            }
-            Err((e, _)) => {
-                if let Ok(mut f) = self.failed.lock() {
-                    f.get_or_insert_with(|| e.to_string());
-                }
-            }
-        }
-    }
-}
-
 pub struct StateStore {
-    producer: BaseProducer<ChunkOffsets>,
+    producer: Arc<CoreProducer>,
     reader_config: ClientConfig,
     topic: String,
     source_topic: String,
     /// How long one attempt to read a snapshot may take before it counts as
     /// a broker outage (retried by the core's supervisor with backoff).
     read_timeout: Duration,
-    drain: DrainDeadline,
 }
 
 /// See [`StateStore::read_timeout`].
@@ -86,6 +57,7 @@ impl StateStore {
     /// [`Error::SourcePartitionsChanged`]): nothing is consumed then.
     pub fn open(
         config: &ClientConfig,
+        producer: Option<Arc<CoreProducer>>,
         topic: &str,
         source_topic: &str,
         partitions: i32,
@@ -105,21 +77,27 @@ impl StateStore {
                 was: laid_out,
             });
         }
-        Self::with_clients(config, topic, source_topic, READ_TIMEOUT, drain)
+        Self::with_clients(config, producer, topic, source_topic, READ_TIMEOUT, drain)
     }
 
+    /// Writes through `producer` (the core's transactional one, exactly
+    /// once), or a producer of its own.
     fn with_clients(
         config: &ClientConfig,
+        producer: Option<Arc<CoreProducer>>,
         topic: &str,
         source_topic: &str,
         read_timeout: Duration,
         drain: DrainDeadline,
     ) -> Result<Self, Error> {
-        let mut producer_config = config.clone();
-        producer_config.set("acks", "all").set("linger.ms", "0").set("enable.idempotence", "true");
-        let producer = producer_config
-            .create_with_context(ChunkOffsets { written: Mutex::new(Vec::new()), failed: Mutex::new(None) })
-            .map_err(|e| Error::kafka("create state producer", e))?;
+        let producer = match producer {
+            Some(p) => p,
+            None => {
+                let mut producer_config = config.clone();
+                producer_config.set("acks", "all").set("linger.ms", "0").set("enable.idempotence", "true");
+                CoreProducer::new(&producer_config, topic, None, drain)?
+            }
+        };
         let mut reader_config = config.clone();
         reader_config.set("group.id", "sluice-state-reader").set("enable.auto.commit", "false");
         Ok(Self {
@@ -128,7 +106,6 @@ impl StateStore {
             topic: topic.to_owned(),
             source_topic: source_topic.to_owned(),
             read_timeout,
-            drain,
         })
     }
 
@@ -148,41 +125,25 @@ impl StateStore {
     /// Writes snapshots (source partition, bytes, slot from [`Self::next_slot`])
     /// and returns each one's commit metadata once every chunk is acknowledged.
     pub fn save(&mut self, snapshots: &[(i32, Vec<u8>, u8)]) -> Result<Vec<(i32, String)>, Error> {
-        if let Ok(mut w) = self.producer.context().written.lock() {
-            w.clear();
-        }
+        // Acknowledgements of an earlier save that failed midway.
+        let _ = self.producer.take_chunks();
         let mut expected = Vec::with_capacity(snapshots.len());
         for (partition, bytes, slot) in snapshots {
             let chunks: Vec<&[u8]> = if bytes.is_empty() { vec![&[][..]] } else { bytes.chunks(CHUNK).collect() };
             for (i, chunk) in chunks.iter().enumerate() {
                 let key = self.key(*partition, *slot, i);
-                let mut record = BaseRecord::with_opaque_to(&self.topic, Box::new(i))
+                let record = BaseRecord::with_opaque_to(&self.topic, CoreProducer::chunk_opaque(i))
                     .partition(*partition)
                     .key(key.as_bytes())
                     .payload(*chunk);
-                loop {
-                    match self.producer.send(record) {
-                        Ok(()) => break,
-                        Err((e, r)) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull) => {
-                            record = r;
-                            self.producer.poll(Duration::from_millis(5));
-                        }
-                        Err((e, _)) => return Err(Error::kafka(format!("write state to {}", self.topic), e)),
-                    }
-                }
+                self.producer.send(record)?;
             }
             expected.push((*partition, *slot, chunks.len()));
         }
-        let until = self.drain.bound(Duration::from_secs(60));
-        self.producer
-            .flush(Timeout::After(until.saturating_duration_since(Instant::now())))
-            .map_err(|e| Error::kafka("flush state", e))?;
         // A failed delivery is the broker's trouble (the core retries from
         // its last checkpoint), not a broken checkpoint.
-        if let Some(e) = self.producer.context().failed.lock().ok().and_then(|mut f| f.take()) {
-            return Err(Error::kafka(format!("write state to {}", self.topic), e));
-        }
-        let written = self.producer.context().written.lock().map(|w| w.clone()).unwrap_or_default();
+        self.producer.flush()?;
+        let written = self.producer.take_chunks();
         expected
             .into_iter()
             .map(|(partition, slot, chunks)| {
@@ -258,9 +219,37 @@ impl std::fmt::Display for Checkpoint {
     }
 }
 
+/// What follows a commit's state pointer (if any) when exactly once:
+/// `;owner=<slots>.<slot>`, the engine slot (of a generation of `slots`)
+/// whose transaction committed it. A later generation fences that slot's
+/// transactional id before it reads the partition.
+const OWNER: &str = ";owner=";
+
+impl StateStore {
+    /// `metadata` (a commit's state pointer, or "") marked as committed by
+    /// engine slot `slot` of `slots`.
+    pub fn with_owner(metadata: &str, slots: u32, slot: u32) -> String {
+        format!("{}{OWNER}{slots}.{slot}", state_part(metadata))
+    }
+}
+
+/// The engine slot (and its generation's slot count) that committed
+/// `metadata`, if it says.
+pub fn owner(metadata: &str) -> Option<(u32, u32)> {
+    let (_, owner) = metadata.split_once(OWNER)?;
+    let (slots, slot) = owner.split_once('.')?;
+    Some((slots.parse().ok()?, slot.parse().ok()?))
+}
+
+/// A commit's metadata without its owner.
+fn state_part(metadata: &str) -> &str {
+    metadata.split_once(OWNER).map_or(metadata, |(state, _)| state)
+}
+
 /// Commit metadata → checkpoint; `None` when the commit carries no state
 /// (a stateless query, or a group committed by something else).
 fn parse(metadata: &str) -> Result<Option<Checkpoint>, Error> {
+    let metadata = state_part(metadata);
     let Some(rest) = metadata.strip_prefix(PREFIX) else {
         if metadata.starts_with(ANY_PREFIX) {
             return Err(Error::Checkpoint(format!(
@@ -291,8 +280,9 @@ mod tests {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", silent.local_addr().unwrap().to_string());
-        let store = StateStore::with_clients(&config, "s", "src", Duration::from_millis(500), DrainDeadline::default())
-            .unwrap();
+        let store =
+            StateStore::with_clients(&config, None, "s", "src", Duration::from_millis(500), DrainDeadline::default())
+                .unwrap();
         let e = store.load(0, "sluice:v2:0:10+2").unwrap_err();
         assert!(e.is_transient(), "{e}");
         assert!(e.to_string().contains("no answer within"), "{e}");
@@ -310,6 +300,19 @@ mod tests {
         assert_eq!(StateStore::next_slot(""), 0, "first save");
         assert_eq!(StateStore::next_slot("sluice:v2:0:10+1"), 1);
         assert_eq!(StateStore::next_slot("sluice:v2:1:20+1"), 0);
+    }
+
+    #[test]
+    fn the_owner_rides_along_with_the_state_pointer() {
+        let m = StateStore::with_owner("sluice:v2:1:42+3", 4, 2);
+        assert_eq!(m, "sluice:v2:1:42+3;owner=4.2");
+        assert_eq!(owner(&m), Some((4, 2)));
+        assert_eq!(parse(&m).ok().flatten(), Some(Checkpoint { slot: 1, first: 42, chunks: 3 }));
+        assert_eq!(StateStore::next_slot(&m), 0);
+        assert_eq!(StateStore::with_owner(&m, 6, 5), "sluice:v2:1:42+3;owner=6.5", "a new owner replaces the old");
+        assert_eq!(owner(&StateStore::with_owner("", 2, 1)), Some((2, 1)), "a stateless partition's commit");
+        assert_eq!(parse(";owner=2.1").ok().flatten(), None);
+        assert_eq!(owner("sluice:v2:1:42+3"), None, "at least once: no owner");
     }
 
     #[test]

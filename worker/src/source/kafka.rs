@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::statistics::Statistics;
@@ -384,6 +384,30 @@ impl Source for KafkaSource {
         if positions.is_empty() {
             return Ok(());
         }
+        let tpl = self.offsets(positions)?;
+        self.consumer
+            .consumer()
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topics.join(", ")), e))
+    }
+
+    fn transactional_offsets(
+        &self,
+        positions: &[(usize, i64, String)],
+    ) -> Option<Result<(TopicPartitionList, ConsumerGroupMetadata), Error>> {
+        let group = self.consumer.consumer().group_metadata()?;
+        Some(self.offsets(positions).map(|tpl| (tpl, group)))
+    }
+
+    fn lag(&self, slot: usize) -> Option<i64> {
+        let v = self.consumer.consumer().context().lag.get(slot)?.load(Ordering::Relaxed);
+        (v >= 0).then_some(v)
+    }
+}
+
+impl KafkaSource {
+    /// Slots' next offsets and checkpoint metadata, as a commit carries them.
+    fn offsets(&self, positions: &[(usize, i64, String)]) -> Result<TopicPartitionList, Error> {
         let mut tpl = TopicPartitionList::new();
         for (slot, offset, metadata) in positions {
             let (topic, p) = &self.slots[*slot];
@@ -392,15 +416,7 @@ impl Source for KafkaSource {
                 e.set_metadata(metadata.clone());
             }
         }
-        self.consumer
-            .consumer()
-            .commit(&tpl, CommitMode::Sync)
-            .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topics.join(", ")), e))
-    }
-
-    fn lag(&self, slot: usize) -> Option<i64> {
-        let v = self.consumer.consumer().context().lag.get(slot)?.load(Ordering::Relaxed);
-        (v >= 0).then_some(v)
+        Ok(tpl)
     }
 }
 

@@ -51,6 +51,17 @@ pub trait Source: Send {
         Ok(())
     }
 
+    /// Exactly once: the offsets [`Source::commit`] would commit, and the
+    /// consumer group they belong to, for a producer to commit in its
+    /// transaction instead. `None` for a source without commits.
+    fn transactional_offsets(
+        &self,
+        positions: &[(usize, i64, String)],
+    ) -> Option<Result<(rdkafka::TopicPartitionList, rdkafka::consumer::ConsumerGroupMetadata), Error>> {
+        let _ = positions;
+        None
+    }
+
     /// Consumer lag per slot, when known.
     fn lag(&self, slot: usize) -> Option<i64> {
         let _ = slot;
