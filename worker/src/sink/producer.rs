@@ -231,6 +231,14 @@ impl CoreProducer {
     }
 
     fn check_failures(&self) -> Result<(), Error> {
+        // A transactional producer that a newer one of its id fenced fails
+        // every delivery from then on; that is not a broker outage to wait
+        // out, and retrying would fence the newer one in turn.
+        if let Some((code, reason)) = self.producer.client().fatal_error()
+            && matches!(code, RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+        {
+            return Err(Error::Fenced(format!("{}: {reason}", self.name)));
+        }
         let failed = self.failed_deliveries();
         if failed > self.reported_failures.load(Ordering::Relaxed) {
             self.reported_failures.store(failed, Ordering::Relaxed);
