@@ -76,14 +76,6 @@ SCENARIOS=(
   "S3b|s3b-tumbling-emit-changes.yaml|trades|trader_id|trade_count"
 )
 
-# A scenario's manifest, pointed at this run's topics.
-manifest() { # example input output
-  sed -e "s|kafka:9092|$BOOTSTRAP|g" \
-      -e "s|topic: [a-z0-9-]*-dlq|topic: $3-dlq|" \
-      -e "/sources:/,/sink:/ s|topic: [a-z0-9-]*|topic: $2|" \
-      -e "/sink:/,/deadLetter:/ s|topic: [a-z0-9-]*|topic: $3|" \
-      "manifests/examples/$1"
-}
 
 # rdkafka_performance arguments assigning every partition.
 assigned() { for p in $(seq 0 $((PARTITIONS - 1))); do echo -p "$p"; done; }
@@ -104,7 +96,7 @@ for s in "${SCENARIOS[@]}"; do
     out="$RUN-$name-out-$cores"
     topic "$out" "$PARTITIONS"
     topic "$out-dlq" 1
-    manifest "$example" "$input" "$out" >"$OUT/$name.yaml"
+    example_manifest "$example" "$input" "$out" >"$OUT/$name.yaml"
     log "$name: sluice-worker run --bounded on $cores core(s)"
     summary=$(/usr/bin/time -f 'peak-rss-kb %M' "$WORKER" run -f "$OUT/$name.yaml" --bounded --cores "$cores" \
       --group "$RUN-$name-$cores" 2>&1 | grep -E 'done:|peak-rss-kb' || true)
@@ -152,7 +144,7 @@ lin="$RUN-lat-in"; lout="$RUN-lat-out"
 topic "$lin" "$PARTITIONS" message.timestamp.type=LogAppendTime
 topic "$lout" "$PARTITIONS" message.timestamp.type=LogAppendTime
 topic "$lout-dlq" 1
-manifest s0-pure-select.yaml "$lin" "$lout" >"$OUT/latency.yaml"
+example_manifest s0-pure-select.yaml "$lin" "$lout" >"$OUT/latency.yaml"
 if [ -n "$CHECKPOINT_MILLIS" ]; then
   printf '  engine:\n    checkpointIntervalMillis: %s\n' "$CHECKPOINT_MILLIS" >>"$OUT/latency.yaml"
 fi

@@ -2,7 +2,8 @@
 # The disruptive part of the fault suite (tests/tests/disruptive.rs): the
 # broker stopped and started, the broker frozen (SIGSTOP) for 75 s while a
 # worker restores, the control plane restarted, the broker restarted with
-# offsets retention cut to one minute and a partition idle. Each would break tests
+# offsets retention cut to one minute and a partition idle, exactly once
+# through random kills and a broker restart. Each would break tests
 # running beside it, so this script runs them one at a time on a harness of
 # its own (other ports, its own run directory), then the CI fault tests at
 # volume (FAULT_KILLS kills of random workers, default 30).
@@ -23,3 +24,6 @@ source "$SLUICE_RUN_DIR/env"
 export SLUICE_WORKER_BIN="$PWD/target/debug/sluice-worker" SLUICE_OPERATOR_BIN="$PWD/target/debug/sluice-operator"
 cargo test -q -p sluice-e2e --test disruptive -- --ignored --test-threads=1 --nocapture 2>&1 | grep -E "FIGURES|test result|panicked|^test "
 cargo test -q -p sluice-e2e --test worker_kafka random_kill -- --nocapture 2>&1 | grep -E "FIGURES|test result|panicked"
+FAULT_KILLS="${EOS_FAULT_KILLS:-10}" cargo test -q -p sluice-e2e --test worker_kafka exactly_once_through -- --ignored \
+  --nocapture 2>&1 \
+  | grep -E "FIGURES|test result|panicked"

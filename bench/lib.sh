@@ -32,3 +32,12 @@ bench_worker() {
     WORKER="$target/debug/sluice-worker"
   fi
 }
+
+# A seed scenario's example manifest, pointed at this run's broker and topics.
+example_manifest() { # example input output
+  sed -e "s|kafka:9092|$BOOTSTRAP|g" \
+      -e "s|topic: [a-z0-9-]*-dlq|topic: $3-dlq|" \
+      -e "/sources:/,/sink:/ s|topic: [a-z0-9-]*|topic: $2|" \
+      -e "/sink:/,/deadLetter:/ s|topic: [a-z0-9-]*|topic: $3|" \
+      "manifests/examples/$1"
+}

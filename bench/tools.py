@@ -6,6 +6,10 @@
         read every result, keep the last one per record key, and check that
         the sum of F over keys is N (how many input records the results
         account for) -- correctness of counts, never speed
+    tools.py watch BOOTSTRAP OUTPUT FILE --id FIELD --seconds S
+        reads OUTPUT read_committed as it is written; FILE gets "<id> <wall ms>" per result
+    tools.py visible-latency BOOTSTRAP INPUT FILE --id FIELD
+        latency as a consumer sees it: wall ms readable (from watch) - input record timestamp
     tools.py latency BOOTSTRAP INPUT OUTPUT --id FIELD
         join each result to its input record on FIELD and report the
         broker-side latency: output LogAppendTime - input record timestamp (LogAppendTime in bench/e2e.sh)
@@ -47,7 +51,52 @@ def read_all(bootstrap: str, topic: str):
             yield m
             if m.offset() + 1 >= ends[m.partition()]:
                 remaining.discard(m.partition())
+        # A transactional topic ends in commit markers, which are never
+        # delivered: the position passing the end is the end.
+        for tp in c.position([TopicPartition(topic, p) for p in remaining]):
+            if tp.offset >= ends[tp.partition]:
+                remaining.discard(tp.partition)
     c.close()
+
+
+def cmd_watch(a):
+    """Reads OUTPUT as it is written (read_committed, as an exactly-once
+    consumer must) for SECONDS, writing each result's id and the wall time
+    it became readable: what a consumer sees, transactions included."""
+    import time
+
+    c = Consumer({"bootstrap.servers": a.bootstrap, "group.id": "sluice-bench-watch", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "fetch.wait.max.ms": 5})
+    md = c.list_topics(a.output, timeout=10)
+    c.assign([TopicPartition(a.output, p, 0) for p in md.topics[a.output].partitions])
+    end = time.time() + a.seconds
+    with open(a.file, "w") as f:
+        while time.time() < end:
+            # consume() returns once it has num_messages or the timeout
+            # passed: a short timeout stamps each result when it is readable.
+            for m in c.consume(num_messages=10000, timeout=0.002):
+                if not m.error():
+                    f.write(f"{json.loads(m.value())[a.id]} {int(time.time() * 1000)}\n")
+    c.close()
+
+
+def cmd_visible_latency(a):
+    created = {}
+    for m in read_all(a.bootstrap, a.input):
+        created[json.loads(m.value())[a.id]] = m.timestamp()[1]
+    lat = []
+    with open(a.file) as f:
+        for line in f:
+            key, seen = line.split()
+            start = created.get(int(key) if key.isdigit() else key)
+            if start is not None:
+                lat.append(int(seen) - start)
+    lat.sort()
+    if not lat:
+        print(json.dumps({"records": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}))
+        return
+    q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
+    print(json.dumps({"records": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1]}))
 
 
 def cmd_topic(a):
@@ -140,6 +189,17 @@ def main():
     l.add_argument("input")
     l.add_argument("output")
     l.add_argument("--id", required=True)
+    w = sub.add_parser("watch")
+    w.add_argument("bootstrap")
+    w.add_argument("output")
+    w.add_argument("file")
+    w.add_argument("--id", required=True)
+    w.add_argument("--seconds", type=float, required=True)
+    v = sub.add_parser("visible-latency")
+    v.add_argument("bootstrap")
+    v.add_argument("input")
+    v.add_argument("file")
+    v.add_argument("--id", required=True)
     d = sub.add_parser("delete")
     d.add_argument("bootstrap")
     d.add_argument("prefix")
@@ -147,7 +207,9 @@ def main():
     q.add_argument("file")
     q.add_argument("name")
     a = p.parse_args()
-    {"topic": cmd_topic, "delete": cmd_delete, "check": cmd_check, "latency": cmd_latency, "quantiles": cmd_quantiles}[a.cmd](a)
+    commands = {"topic": cmd_topic, "delete": cmd_delete, "check": cmd_check, "latency": cmd_latency,
+                "quantiles": cmd_quantiles, "watch": cmd_watch, "visible-latency": cmd_visible_latency}
+    commands[a.cmd](a)
 
 
 if __name__ == "__main__":

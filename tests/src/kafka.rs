@@ -154,7 +154,7 @@ fn send_all<'a>(topic: &str, records: impl Iterator<Item = BaseRecord<'a, [u8], 
             }
         }
     }
-    producer.flush(Timeout::After(Duration::from_secs(30))).expect("flush");
+    producer.flush(Timeout::After(Duration::from_secs(120))).expect("flush");
 }
 
 /// Reads every partition of `topic` from the beginning until `expected`
