@@ -34,6 +34,11 @@ pub struct StreamJobStatus {
     /// are stopped before workers of a newer one start (see docs/operations.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignment_epoch: Option<i64>,
+    /// Engine slot counts (`workers × coresPerWorker`) of earlier
+    /// assignments, most recent last (at most 16): the workers fence the
+    /// transactional ids of those scales before they read (exactly once).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_slots: Vec<i32>,
 }
 
 /// Condition types used in `status.conditions`.

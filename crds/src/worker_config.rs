@@ -24,6 +24,12 @@ pub struct WorkerConfig {
     /// The assignment generation this config belongs to (see docs/operations.md).
     #[serde(default)]
     pub assignment_epoch: i64,
+    /// Engine slot counts (`workers × coresPerWorker`) the job ran at
+    /// before this assignment, most recent last. Exactly once, a core
+    /// fences the transactional ids those scales used for its partitions
+    /// before it reads them (docs/operations.md, *Exactly once*).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_slots: Vec<i32>,
     /// Process-level settings of the worker.
     #[serde(default)]
     pub worker: WorkerSettings,

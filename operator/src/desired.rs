@@ -49,6 +49,29 @@ pub fn assignment_hash(partitions: &[SourcePartitions], workers: i32, cores: i32
     hex8(&h.finalize())
 }
 
+/// How many earlier scales a job remembers.
+const EARLIER_SLOTS: usize = 16;
+
+/// The engine slot counts the job ran at before: what its status
+/// remembers, plus the scale of the assignment it last published when
+/// that differs from the one it asks for now.
+fn earlier_slots(job: &StreamJob) -> Vec<i32> {
+    let status = job.status.clone().unwrap_or_default();
+    let mut earlier = status.earlier_slots;
+    let now = job.spec.workers.max(1) * job.spec.cores_per_worker.max(1);
+    if let Some(a) = &status.assignment {
+        let last = i32::try_from(a.workers.iter().map(|w| w.cores.len()).sum::<usize>()).unwrap_or(0);
+        if last > 0 {
+            earlier.retain(|s| *s != last);
+            earlier.push(last);
+        }
+    }
+    earlier.retain(|s| *s != now);
+    let excess = earlier.len().saturating_sub(EARLIER_SLOTS);
+    earlier.drain(..excess);
+    earlier
+}
+
 pub fn desired(
     job: &StreamJob,
     partitions: Vec<SourcePartitions>,
@@ -64,6 +87,7 @@ pub fn desired(
         spec: spec.clone(),
         partitions,
         assignment_epoch: epoch,
+        earlier_slots: earlier_slots(job),
         worker: WorkerSettings {
             ordinal: None,
             http_address: "0.0.0.0".into(),
@@ -95,4 +119,37 @@ pub fn desired(
         config_yaml,
         config_hash,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{SourcePartitions, StreamJobStatus, assign};
+
+    use crate::render::fixtures::{desired_for, job};
+
+    /// A rescale hands the workers the scale they leave, so (exactly once)
+    /// they fence its transactional ids even where it never committed.
+    #[test]
+    fn a_rescale_remembers_the_scales_the_job_ran_at() {
+        let mut j = job("s2-group-by.yaml");
+        let (workers, cores) = (j.spec.workers, j.spec.cores_per_worker);
+        let parts = [SourcePartitions { source: "trades".into(), partitions: 8 }];
+        assert!(desired_for(&j, 8).config.earlier_slots.is_empty(), "a new job ran nowhere before");
+        j.status = Some(StreamJobStatus { assignment: Some(assign(&parts, workers, cores)), ..Default::default() });
+        assert!(desired_for(&j, 8).config.earlier_slots.is_empty(), "the same scale again is no earlier scale");
+        j.spec.workers = workers + 1;
+        let earlier = desired_for(&j, 8).config.earlier_slots;
+        assert_eq!(earlier, [workers * cores], "the scale it leaves");
+        // Back to the first scale, after a third one: the scale it returns
+        // to is current, not earlier; the others are remembered.
+        j.status = Some(StreamJobStatus {
+            assignment: Some(assign(&parts, workers + 2, cores)),
+            earlier_slots: vec![workers * cores, (workers + 1) * cores],
+            ..Default::default()
+        });
+        j.spec.workers = workers;
+        assert_eq!(desired_for(&j, 8).config.earlier_slots, [(workers + 1) * cores, (workers + 2) * cores]);
+        j.status = Some(StreamJobStatus { earlier_slots: (1..=40).collect(), ..Default::default() });
+        assert_eq!(desired_for(&j, 8).config.earlier_slots.len(), 16, "bounded");
+    }
 }

@@ -63,6 +63,7 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         selector: Some(names::selector_string(&name)),
         assignment: previous.assignment.clone(),
         assignment_epoch: previous.assignment_epoch,
+        earlier_slots: previous.earlier_slots,
     };
     let mut set = |t: &str, s: ConditionStatus, reason: &str, message: &str| {
         set_condition(&mut status.conditions, t, s, reason, message, generation, now.clone());
@@ -92,6 +93,7 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
             status.partitions = Some(d.total_partitions);
             status.assignment = Some(d.assignment.clone());
             status.assignment_epoch = Some(d.config.assignment_epoch);
+            status.earlier_slots.clone_from(&d.config.earlier_slots);
             let spec = &job.spec;
             let ready = observed.ready_workers();
             if spec.suspend {

@@ -244,6 +244,7 @@ pub fn worker_config(
         spec,
         partitions,
         assignment_epoch: 1,
+        earlier_slots: Vec::new(),
         worker: WorkerSettings {
             ordinal: Some(ordinal),
             http_address: "127.0.0.1".into(),

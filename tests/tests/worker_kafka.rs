@@ -1473,7 +1473,14 @@ fn exactly_once_running_counts_survive_a_rescale_from_two_workers_to_three() {
     }
     assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
-    let configs: Vec<_> = (0..3).map(|o| config_file(&worker_config(&m, 4, 3, 2, o, &group))).collect();
+    // As the operator renders them: with the scale the job leaves.
+    let configs: Vec<_> = (0..3)
+        .map(|o| {
+            let mut c = worker_config(&m, 4, 3, 2, o, &group);
+            c.earlier_slots = vec![4];
+            config_file(&c)
+        })
+        .collect();
     let mut workers: Vec<Worker> = configs.iter().map(|c| Worker::serve(c, &[])).collect();
     for w in &mut workers {
         w.wait_ready(Duration::from_secs(60));

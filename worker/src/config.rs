@@ -153,6 +153,7 @@ pub fn from_manifest(text: &str, cores: Option<i32>, settings: WorkerSettings) -
         spec,
         partitions,
         assignment_epoch: 0,
+        earlier_slots: Vec::new(),
         worker: WorkerSettings { ordinal: Some(0), ..settings },
     })
 }

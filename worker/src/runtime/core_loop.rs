@@ -305,7 +305,14 @@ impl<'a> Core<'a> {
                         bounded: setup.bounded && i.source.is_some(),
                     })
                     .collect();
-                let (source, positions) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
+                let mut consumer = client.clone();
+                if transaction.is_some() {
+                    // librdkafka's default, made sure of: a user property
+                    // must not let a stage read what an upstream core may
+                    // still abort.
+                    consumer.set("isolation.level", "read_committed");
+                }
+                let (source, positions) = KafkaSource::new(consumer, &config.consumer_group(), &inputs)?;
                 exchange_client = Some(client);
                 (Box::new(source), positions)
             }
@@ -876,16 +883,22 @@ fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> 
     Ok(producer)
 }
 
-/// The engine slots of earlier generations (other `slots`) that committed
-/// this core's partitions last, as their checkpoint metadata says.
+/// The engine slots of earlier scales (other `slots`) that owned this
+/// core's partitions: those that committed them last, as their checkpoint
+/// metadata says, and under every scale the operator says the job ran at
+/// (`earlierSlots`: a scale that never committed is known only so) the slot
+/// each partition went to.
 fn earlier_owners(setup: &CoreSetup, client: &rdkafka::ClientConfig, slots: u32) -> Result<Vec<(u32, u32)>, Error> {
     let topics: Vec<(&str, &[i32])> = setup.inputs.iter().map(|i| (i.topic.as_str(), &i.partitions[..])).collect();
     let committed = crate::kafka::committed(client, &setup.config.consumer_group(), &topics)?;
-    let mut owners: Vec<(u32, u32)> = committed
-        .iter()
-        .filter_map(|metadata| super::state_store::owner(metadata))
-        .filter(|(s, _)| *s != slots)
-        .collect();
+    let mut owners: Vec<(u32, u32)> =
+        committed.iter().filter_map(|metadata| super::state_store::owner(metadata)).collect();
+    for earlier in setup.config.earlier_slots.iter().filter_map(|s| u32::try_from(*s).ok()).filter(|s| *s > 0) {
+        for (_, partitions) in &topics {
+            owners.extend(partitions.iter().filter_map(|p| u32::try_from(*p).ok()).map(|p| (earlier, p % earlier)));
+        }
+    }
+    owners.retain(|(s, _)| *s != slots);
     owners.sort_unstable();
     owners.dedup();
     Ok(owners)

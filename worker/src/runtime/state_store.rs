@@ -99,7 +99,12 @@ impl StateStore {
             }
         };
         let mut reader_config = config.clone();
-        reader_config.set("group.id", "sluice-state-reader").set("enable.auto.commit", "false");
+        // Exactly once, state is written in transactions; what an offset
+        // commit points to is always committed.
+        reader_config
+            .set("group.id", "sluice-state-reader")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed");
         Ok(Self {
             producer,
             reader_config,
