@@ -81,9 +81,7 @@ def cmd_watch(a):
 
 
 def cmd_visible_latency(a):
-    created = {}
-    for m in read_all(a.bootstrap, a.input):
-        created[json.loads(m.value())[a.id]] = m.timestamp()[1]
+    created = input_times(a)
     lat = []
     with open(a.file) as f:
         for line in f:
@@ -91,12 +89,7 @@ def cmd_visible_latency(a):
             start = created.get(int(key) if key.isdigit() else key)
             if start is not None:
                 lat.append(int(seen) - start)
-    lat.sort()
-    if not lat:
-        print(json.dumps({"records": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}))
-        return
-    q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
-    print(json.dumps({"records": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1]}))
+    print_quantiles(lat)
 
 
 def cmd_topic(a):
@@ -127,22 +120,32 @@ def cmd_check(a):
     sys.exit(0 if ok else 1)
 
 
+def input_times(a):
+    """Each input record's id → its timestamp (the broker's append time in the benchmarks)."""
+    return {json.loads(m.value())[a.id]: m.timestamp()[1] for m in read_all(a.bootstrap, a.input)}
+
+
+def print_quantiles(lat):
+    lat.sort()
+    if not lat:
+        print(json.dumps({"records": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}))
+        return
+    q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
+    print(json.dumps({"records": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1]}))
+
+
 def cmd_latency(a):
-    created = {}
-    for m in read_all(a.bootstrap, a.input):
-        created[json.loads(m.value())[a.id]] = m.timestamp()[1]
+    created = input_times(a)
     lat = []
     for m in read_all(a.bootstrap, a.output):
         kind, appended = m.timestamp()
         start = created.get(json.loads(m.value())[a.id])
         if start is not None:
             lat.append(appended - start)
-    lat.sort()
     if not lat:
         print("no results")
         sys.exit(1)
-    q = lambda x: lat[min(len(lat) - 1, int(x * len(lat)))]
-    print(json.dumps({"records": len(lat), "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lat[-1]}))
+    print_quantiles(lat)
 
 
 def cmd_quantiles(a):

@@ -846,6 +846,24 @@ fn partitions_added_to_a_keyed_source_stop_the_job_with_what_to_do() {
     second.wait(Duration::from_secs(30));
 }
 
+/// SIGKILLs a worker and starts it again from its config (not waiting
+/// until it is ready: the fault runs kill again at random moments).
+fn kill_and_restart((config, worker): &mut (std::path::PathBuf, Worker)) {
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    *worker = Worker::serve(config, &[]);
+}
+
+/// Closes every window: one far-future record per partition, of a trader
+/// of its own (FLUSH, so no expected group changes), moves every watermark on.
+fn close_every_window(topic: &str, partitions: i32) {
+    let flush: Vec<(String, i32)> = (0..partitions)
+        .map(|p| (format!(r#"{{"trader":"FLUSH","symbol":"F","price":1,"qty":1,"ts":{}}}"#, 1_800_000_000_000i64), p))
+        .collect();
+    let records: Vec<_> = flush.iter().map(|(v, p)| (Some(&b"FLUSH"[..]), v.as_bytes(), Some(*p))).collect();
+    kafka::produce(topic, &records);
+}
+
 /// A small deterministic generator for fault schedules (`FAULT_SEED`).
 struct Schedule(u64);
 
@@ -950,20 +968,11 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + schedule.below(900)));
         let j = usize::try_from(schedule.below(7)).unwrap();
-        let (cfg, w) = &mut workers[j];
-        w.signal("KILL");
-        let _ = w.wait(Duration::from_secs(10));
-        *w = Worker::serve(cfg, &[]);
+        kill_and_restart(&mut workers[j]);
         killed[j] += 1;
     }
     producer.join().unwrap();
-    // Close every window: one far-future record per partition (its own
-    // trader, so no expected group changes) moves every watermark on.
-    let flush: Vec<(String, i32)> = (0..PARTITIONS)
-        .map(|p| (format!(r#"{{"trader":"FLUSH","symbol":"F","price":1,"qty":1,"ts":{}}}"#, 1_800_000_000_000i64), p))
-        .collect();
-    let records: Vec<_> = flush.iter().map(|(v, p)| (Some(&b"FLUSH"[..]), v.as_bytes(), Some(*p))).collect();
-    kafka::produce(&topic, &records);
+    close_every_window(&topic, PARTITIONS);
 
     // GROUP BY: exact totals (state restored, input replayed from its offsets).
     let expected = expected_totals(0..RECORDS);
@@ -1344,15 +1353,16 @@ fn a_join_of_a_join_on_two_workers_survives_kill_nine_with_every_row() {
 }
 
 /// An exactly-once job over a new 4-partition trades topic: a running
-/// count per trader, one update per trade (`emitChanges: PerRecord`), with
-/// checkpoints 1.5 s apart. Returns (trades topic, sink topic, group, manifest).
-fn exactly_once_counts_job() -> (String, String, String, String) {
+/// count per `key` (trader, or symbol: through a repartition topic), one
+/// update per trade (`emitChanges: PerRecord`), with checkpoints 1.5 s
+/// apart. Returns (trades topic, sink topic, group, manifest).
+fn exactly_once_counts_job(key: &str) -> (String, String, String, String) {
     let (trades, out) = (unique_name("trades"), unique_name("counts"));
     kafka::create_topic(&trades, 4);
     kafka::create_topic(&out, 2);
-    let sql = "SELECT trader, COUNT(*) AS n FROM trades GROUP BY trader";
+    let sql = format!("SELECT {key}, COUNT(*) AS n FROM trades GROUP BY {key}");
     let extra = "    emitChanges: PerRecord\n  delivery: ExactlyOnce\n";
-    let m = manifest(&unique_name("eos"), sql, &trades, &out, extra)
+    let m = manifest(&unique_name("eos"), &sql, &trades, &out, extra)
         .replace("checkpointIntervalMillis: 200", "checkpointIntervalMillis: 1500");
     (trades, out, unique_name("g"), m)
 }
@@ -1368,54 +1378,80 @@ fn produce_trades_slowly(trades: &str) -> std::thread::JoinHandle<()> {
     })
 }
 
-/// Waits until a `read_committed` reader of `out` sees every trader's count
-/// reach its total for 12 000 trades, then checks each trader's counts are
-/// 1, 2, … n exactly once and in order.
-fn assert_every_count_once(out: &str) {
-    let per_trader = 12_000 / 8;
+/// Waits until a `read_committed` reader of `out` sees the count of each
+/// of the `keys` values of `key` reach its total for 12 000 trades, then
+/// checks each one's counts are 1, 2, … n exactly once and in order.
+fn assert_every_count_once(out: &str, key: &str, keys: usize) {
+    let per_key = 12_000 / i64::try_from(keys).unwrap();
     let counts = |records: &[Record]| -> BTreeMap<String, Vec<i64>> {
         let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
         for r in records {
             let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
-            m.entry(v["trader"].as_str().unwrap().to_owned()).or_default().push(v["n"].as_i64().unwrap());
+            m.entry(v[key].as_str().unwrap().to_owned()).or_default().push(v["n"].as_i64().unwrap());
         }
         m
     };
     let results = wait_for_output(out, Duration::from_secs(120), |r| {
         let c = counts(r);
-        c.len() == 8 && c.values().all(|n| n.last().copied() == Some(per_trader))
+        c.len() == keys && c.values().all(|n| n.last().copied() == Some(per_key))
     });
-    let expected: Vec<i64> = (1..=per_trader).collect();
-    for (trader, n) in counts(&results) {
+    let expected: Vec<i64> = (1..=per_key).collect();
+    for (value, n) in counts(&results) {
         let repeated = n.windows(2).filter(|w| w[1] <= w[0]).count();
-        assert_eq!(repeated, 0, "{trader}: {repeated} update(s) repeated or out of order");
-        assert_eq!(n, expected, "{trader}: every count once, in order");
+        assert_eq!(repeated, 0, "{value}: {repeated} update(s) repeated or out of order");
+        assert_eq!(n, expected, "{value}: every count once, in order");
     }
 }
 
-/// Exactly once against the real broker: the running counts on 2 workers
-/// × 2 cores, each worker killed with SIGKILL once well into a checkpoint
-/// interval and restarted. A `read_committed` consumer of the sink sees
-/// every trader's counts 1, 2, … n exactly once and in order: nothing a
-/// killed worker wrote after its last checkpoint is visible, and nothing
-/// is missing. (At least once, the same run repeats updates: checked when
-/// this test was written, by running it without `delivery`.)
-#[test]
-fn exactly_once_running_counts_survive_kill_nine_with_every_update_once() {
-    let (trades, out, group, m) = exactly_once_counts_job();
+/// Runs the exactly-once counts per `key` (`keys` values) on 2 workers ×
+/// 2 cores while trades arrive, kills each worker of `victims` with
+/// SIGKILL well into a checkpoint interval (once it checkpointed a
+/// partition of the topic `watch` names for the job's group) and restarts
+/// it, then checks every count comes out once and in order.
+fn exactly_once_counts_through_kills(key: &str, keys: usize, victims: &[usize], watch: impl Fn(&str, &str) -> String) {
+    let (trades, out, group, m) = exactly_once_counts_job(key);
     let (configs, first, second) = serve_two(&m, &group);
+    let mut workers = [Some(first), Some(second)];
     let producer = produce_trades_slowly(&trades);
     // Well into an interval: what a worker wrote since its last checkpoint is plenty.
     let into = Duration::from_millis(1000);
-    let mut second = kill_nine_mid_run(second, &configs[1], &group, &trades, &producer, into);
-    let mut first = kill_nine_mid_run(first, &configs[0], &group, &trades, &producer, into);
+    for &v in victims {
+        let w = workers[v].take().unwrap();
+        workers[v] = Some(kill_nine_mid_run(w, &configs[v], &group, &watch(&group, &trades), &producer, into));
+    }
     producer.join().unwrap();
-    assert_every_count_once(&out);
-    for w in [&first, &second] {
+    assert_every_count_once(&out, key, keys);
+    for w in workers.iter().flatten() {
         w.signal("TERM");
     }
-    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
-    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+    for w in workers.iter_mut().flatten() {
+        assert!(w.wait(Duration::from_secs(30)).success(), "{}", w.log());
+    }
+}
+
+/// Exactly once against the real broker: the running counts per trader,
+/// each worker killed with SIGKILL once well into a checkpoint interval and
+/// restarted. A `read_committed` consumer of the sink sees every trader's
+/// counts 1, 2, … n exactly once and in order: nothing a killed worker
+/// wrote after its last checkpoint is visible, and nothing is missing. (At
+/// least once, the same run repeats updates: checked when this test was
+/// written, by running it without `delivery`.)
+#[test]
+fn exactly_once_running_counts_survive_kill_nine_with_every_update_once() {
+    exactly_once_counts_through_kills("trader", 8, &[1, 0], |_, trades| trades.to_owned());
+}
+
+/// Exactly once through a repartition topic: running counts per symbol
+/// over trades keyed by trader (two stages: the counts run after the
+/// shuffle, and both stages' cores write in transactions), one worker
+/// killed with SIGKILL well into a checkpoint interval and restarted.
+/// Every symbol's counts come out 1, 2, … n exactly once and in order: a
+/// killed upstream core's uncommitted repartition records are never read
+/// downstream, and the downstream core's sink writes and repartition
+/// offsets commit together. (Without `delivery`, it repeats updates.)
+#[test]
+fn exactly_once_covers_the_repartition_topic_of_a_re_keyed_count() {
+    exactly_once_counts_through_kills("symbol", 5, &[1], |group, _| format!("{group}.repartition-1"));
 }
 
 /// Exactly once, a zombie: worker 1 is frozen (SIGSTOP) well into a
@@ -1426,7 +1462,7 @@ fn exactly_once_running_counts_survive_kill_nine_with_every_update_once() {
 /// nothing it wrote is ever visible: every count once.
 #[test]
 fn exactly_once_a_frozen_worker_resumed_after_its_replacement_started_commits_nothing() {
-    let (trades, out, group, m) = exactly_once_counts_job();
+    let (trades, out, group, m) = exactly_once_counts_job("trader");
     let (configs, mut first, mut zombie) = serve_two(&m, &group);
     let producer = produce_trades_slowly(&trades);
     wait_for_own_checkpoint(&zombie, &group, &trades);
@@ -1447,7 +1483,7 @@ fn exactly_once_a_frozen_worker_resumed_after_its_replacement_started_commits_no
         zombie.log()
     );
     producer.join().unwrap();
-    assert_every_count_once(&out);
+    assert_every_count_once(&out, "trader", 8);
     assert!(!replacement.log().contains("fenced: "), "the zombie fenced its replacement:\n{}", replacement.log());
     for w in [&first, &replacement, &zombie] {
         w.signal("TERM");
@@ -1463,7 +1499,7 @@ fn exactly_once_a_frozen_worker_resumed_after_its_replacement_started_commits_no
 /// still comes out exactly once.
 #[test]
 fn exactly_once_running_counts_survive_a_rescale_from_two_workers_to_three() {
-    let (trades, out, group, m) = exactly_once_counts_job();
+    let (trades, out, group, m) = exactly_once_counts_job("trader");
     let (_, mut first, mut second) = serve_two(&m, &group);
     let producer = produce_trades_slowly(&trades);
     wait_for_own_checkpoint(&second, &group, &trades);
@@ -1487,7 +1523,7 @@ fn exactly_once_running_counts_survive_a_rescale_from_two_workers_to_three() {
     }
     assert!(!producer.is_finished(), "the input is still arriving across the rescale");
     producer.join().unwrap();
-    assert_every_count_once(&out);
+    assert_every_count_once(&out, "trader", 8);
     for w in &workers {
         w.signal("TERM");
     }
@@ -1512,7 +1548,7 @@ fn exactly_once_through_random_kill_nines_and_a_broker_restart_every_result_once
     const PARTITIONS: i32 = 4;
     let kills: usize = std::env::var("FAULT_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let mut schedule = Schedule::from_env();
-    let (trades, counts_out, group_counts, counts_job) = exactly_once_counts_job();
+    let (trades, counts_out, group_counts, counts_job) = exactly_once_counts_job("trader");
     let windows_out = unique_name("windows");
     kafka::create_topic(&windows_out, 2);
     let windowed = "SELECT trader, symbol, CAST(window_start AS BIGINT) AS start_ms, COUNT(*) AS n \
@@ -1547,20 +1583,11 @@ fn exactly_once_through_random_kill_nines_and_a_broker_restart_every_result_once
             restarted_broker = true;
         }
         let j = usize::try_from(schedule.below(4)).unwrap();
-        let (cfg, w) = &mut workers[j];
-        w.signal("KILL");
-        let _ = w.wait(Duration::from_secs(10));
-        *w = Worker::serve(cfg, &[]);
+        kill_and_restart(&mut workers[j]);
         killed[j] += 1;
     }
     producer.join().unwrap();
-    // Close every window: one far-future record per partition, of a trader
-    // of its own.
-    let flush: Vec<(String, i32)> = (0..PARTITIONS)
-        .map(|p| (format!(r#"{{"trader":"FLUSH","symbol":"F","price":1,"qty":1,"ts":{}}}"#, 1_800_000_000_000i64), p))
-        .collect();
-    let records: Vec<_> = flush.iter().map(|(v, p)| (Some(&b"FLUSH"[..]), v.as_bytes(), Some(*p))).collect();
-    kafka::produce(&trades, &records);
+    close_every_window(&trades, PARTITIONS);
 
     // The counts: every one once, in order (FLUSH's own count aside).
     let per_trader = 12_000 / 8;

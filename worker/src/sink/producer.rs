@@ -163,10 +163,8 @@ impl CoreProducer {
         if let Some(id) = &p.transactional_id {
             p.producer
                 .init_transactions(Timeout::After(TRANSACTION_TIMEOUT))
-                .map_err(|e| transaction_error(format!("initialise transactions of {id}"), &e))?;
-            p.producer
-                .begin_transaction()
-                .map_err(|e| transaction_error(format!("begin a transaction of {id}"), &e))?;
+                .map_err(|e| produce_error(format!("initialise transactions of {id}"), &e))?;
+            p.producer.begin_transaction().map_err(|e| produce_error(format!("begin a transaction of {id}"), &e))?;
         }
         Ok(Arc::new(p))
     }
@@ -211,7 +209,7 @@ impl CoreProducer {
                     record = r;
                     if self.drain.passed() {
                         return Err(Error::kafka(
-                            format!("produce to {}", r_topic(&record)),
+                            format!("produce to {}", record.topic),
                             "the local queue is still full at the drain deadline",
                         ));
                     }
@@ -220,7 +218,7 @@ impl CoreProducer {
                         self.serve(Duration::from_millis(1));
                     }
                 }
-                Err((e, r)) => return Err(produce_error(format!("produce to {}", r_topic(&r)), &e)),
+                Err((e, r)) => return Err(produce_error(format!("produce to {}", r.topic), &e)),
             }
         }
     }
@@ -330,11 +328,11 @@ impl CoreProducer {
             if offsets.count() > 0 {
                 self.producer
                     .send_offsets_to_transaction(offsets, group, Timeout::After(TRANSACTION_TIMEOUT))
-                    .map_err(|e| transaction_error(format!("offsets into the transaction of {id}"), &e))?;
+                    .map_err(|e| produce_error(format!("offsets into the transaction of {id}"), &e))?;
             }
             self.producer
                 .commit_transaction(Timeout::After(TRANSACTION_TIMEOUT))
-                .map_err(|e| transaction_error(format!("commit the transaction of {id}"), &e))
+                .map_err(|e| produce_error(format!("commit the transaction of {id}"), &e))
         });
         if let Err(e) = result {
             if !matches!(e, Error::Fenced(_)) {
@@ -342,24 +340,15 @@ impl CoreProducer {
             }
             return Err(e);
         }
-        self.producer.begin_transaction().map_err(|e| transaction_error(format!("begin a transaction of {id}"), &e))
+        self.producer.begin_transaction().map_err(|e| produce_error(format!("begin a transaction of {id}"), &e))
     }
 }
 
-/// A producer's record's topic, for errors.
-fn r_topic<'a>(record: &BaseRecord<'a, [u8], [u8], usize>) -> &'a str {
-    record.topic
-}
-
-/// A produce error: a fenced transactional producer is [`Error::Fenced`].
+/// A produce or transaction error: fenced ([`Error::Fenced`]), or transient
+/// (the broker's trouble, or an abortable failure: the core starts again
+/// from its last checkpoint).
 fn produce_error(what: String, e: &KafkaError) -> Error {
     if is_fenced(e) { Error::Fenced(format!("{what}: {e}")) } else { Error::kafka(what, e) }
-}
-
-/// A transaction error: fenced, or transient (the broker's trouble, or an
-/// abortable failure — the core starts again from its last checkpoint).
-fn transaction_error(what: String, e: &KafkaError) -> Error {
-    produce_error(what, e)
 }
 
 fn is_fenced(e: &KafkaError) -> bool {
