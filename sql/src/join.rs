@@ -231,7 +231,6 @@ pub fn plan_join(
         ));
     }
     let aggregating = aggregates_rows(select);
-    let Some((_, inner)) = from.joins.split_last() else { return Ok(None) };
     let mut left = Some(side(&from.relation, sources, partitions)?);
     let mut stages = Vec::with_capacity(from.joins.len() + 2);
     let mut branches = Vec::with_capacity(from.joins.len());
@@ -253,7 +252,8 @@ pub fn plan_join(
         let right_plan = step.side_plan(1, sources, None)?;
         step.check_key_types(&stages[k].plan, &right_plan)?;
         branches.push(Branch { plan: right_plan, beside: k });
-        if k < inner.len() {
+        if next.is_some() {
+            // This join's rows are the next one's left side.
             left = Some(step.rows_as_side(&join.relation)?);
         }
         previous = Some(step);

@@ -689,7 +689,7 @@ impl<'a> Core<'a> {
         }
         let refresh_every = Duration::from_millis(self.setup.config.worker.offset_refresh_millis);
         let refresh = self.last_refresh.elapsed() >= refresh_every;
-        let positions: Vec<(usize, i64, String)> = self
+        let mut positions: Vec<(usize, i64, String)> = self
             .parts
             .iter()
             .enumerate()
@@ -701,24 +701,30 @@ impl<'a> Core<'a> {
         if refresh {
             self.last_refresh = Instant::now();
         }
-        if let Some(transaction) = &self.transaction {
+        let committed = match &self.transaction {
             // Everything written since the last checkpoint, the state and
-            // the offsets: visible together, or (on any error) never.
-            let (slot, slots) = self.setup.slot();
-            let positions: Vec<(usize, i64, String)> =
-                positions.into_iter().map(|(s, o, m)| (s, o, StateStore::with_owner(&m, slots, slot))).collect();
-            let (offsets, group) = self
-                .source
-                .transactional_offsets(&positions)
-                .ok_or_else(|| Error::Internal("exactly once over a source without offsets".into()))??;
-            transaction.commit(&offsets, &group)?;
-            for (slot, offset, _) in positions {
-                self.parts[slot].committed_offset = Some(offset);
+            // the offsets: visible together, or (on any error) never. A
+            // transaction commits even with no offset to move: outputs
+            // (watermark markers, idle frames) may be in it.
+            Some(transaction) => {
+                let (slot, slots) = self.setup.slot();
+                for (_, _, metadata) in &mut positions {
+                    *metadata = StateStore::with_owner(metadata, slots, slot);
+                }
+                let (offsets, group) = self
+                    .source
+                    .transactional_offsets(&positions)
+                    .ok_or_else(|| Error::Internal("exactly once over a source without offsets".into()))??;
+                transaction.commit(&offsets, &group)?;
+                true
             }
-            self.setup.metrics.checkpoints.inc();
-            self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
-        } else if !positions.is_empty() {
-            self.source.commit(&positions)?;
+            None if positions.is_empty() => false,
+            None => {
+                self.source.commit(&positions)?;
+                true
+            }
+        };
+        if committed {
             for (slot, offset, _) in positions {
                 self.parts[slot].committed_offset = Some(offset);
             }

@@ -183,11 +183,6 @@ impl CoreProducer {
         }
     }
 
-    /// Whether it writes in transactions.
-    pub fn transactional(&self) -> bool {
-        self.transactional_id.is_some()
-    }
-
     /// The opaque that makes chunk `chunk`'s delivery recorded for
     /// [`Self::take_chunks`].
     pub fn chunk_opaque(chunk: usize) -> usize {
@@ -232,7 +227,8 @@ impl CoreProducer {
         // A transactional producer that a newer one of its id fenced fails
         // every delivery from then on; that is not a broker outage to wait
         // out, and retrying would fence the newer one in turn.
-        if let Some((code, reason)) = self.producer.client().fatal_error()
+        if self.transactional_id.is_some()
+            && let Some((code, reason)) = self.producer.client().fatal_error()
             && matches!(code, RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
         {
             return Err(Error::Fenced(format!("{}: {reason}", self.name)));
