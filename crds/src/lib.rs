@@ -12,6 +12,7 @@
 //! committed file differs.
 
 mod assignment;
+mod autoscaling;
 mod client_properties;
 mod condition;
 pub mod contract;
@@ -28,6 +29,7 @@ mod validate;
 mod worker_config;
 
 pub use assignment::{Assignment, CoreAssignment, PartitionSet, SourcePartitions, WorkerAssignment, assign};
+pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use client_properties::{OPERATOR_CLIENT_PROPERTIES, PropertyOrigin, operator_applies, rejected_property};
 pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Assignment;
+use crate::{Assignment, AutoscalingStatus};
 
 /// Observed state of a StreamJob. `Ready` is only True when every worker of
 /// the current generation reports that it is assigned and consuming.
@@ -39,6 +39,18 @@ pub struct StreamJobStatus {
     /// transactional ids of those scales before they read (exactly once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_slots: Vec<i32>,
+    /// The Kafka consumer group the job's workers commit their source
+    /// offsets to (what a lag-based autoscaler such as KEDA watches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
+    /// Records in the sources' partitions that the job has not committed
+    /// yet (end offsets minus committed offsets, summed), as the operator
+    /// last read them from Kafka.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<i64>,
+    /// What the autoscaler measured and decided (with `spec.autoscaling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }
 
 /// Condition types used in `status.conditions`.
@@ -73,4 +85,8 @@ pub mod reasons {
     pub const FINISHED: &str = "Finished";
     pub const RECONCILED: &str = "Reconciled";
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// The autoscaler raised the worker count (event).
+    pub const SCALED_UP: &str = "ScaledUp";
+    /// The autoscaler lowered the worker count (event).
+    pub const SCALED_DOWN: &str = "ScaledDown";
 }

@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::{DeadLetterSpec, EngineSpec, SinkSpec, SourceSpec, StreamJobStatus};
+use crate::{AutoscalingSpec, DeadLetterSpec, EngineSpec, SinkSpec, SourceSpec, StreamJobStatus};
 
 /// A continuously running streaming SQL query over Kafka.
 ///
@@ -36,6 +36,7 @@ use crate::{DeadLetterSpec, EngineSpec, SinkSpec, SourceSpec, StreamJobStatus};
     printcolumn(name = "Workers", type_ = "integer", json_path = ".spec.workers"),
     printcolumn(name = "Ready-Workers", type_ = "integer", json_path = ".status.readyWorkers"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".status.partitions"),
+    printcolumn(name = "Lag", type_ = "integer", json_path = ".status.lag"),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend", priority = 1),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -58,7 +59,8 @@ pub struct StreamJobSpec {
     /// Without it they are logged and counted, then dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetterSpec>,
-    /// Number of worker pods (the scale subresource: `kubectl scale sj/x --replicas=N`).
+    /// Number of worker pods (the scale subresource: `kubectl scale sj/x
+    /// --replicas=N`). With `autoscaling`, only the count the job starts with.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 1024))]
     pub workers: i32,
@@ -82,6 +84,9 @@ pub struct StreamJobSpec {
     /// What a consumer of the sink sees after a crash (docs/operations.md).
     #[serde(default, skip_serializing_if = "Delivery::is_default")]
     pub delivery: Delivery,
+    /// Let the operator choose the worker count from lag and busy time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
 }
 
 /// The delivery guarantee of the sink's results.

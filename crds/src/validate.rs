@@ -99,6 +99,14 @@ impl StreamJobSpec {
         if let Err(e) = self.engine.state_memory_limit_bytes() {
             problems.push(e.to_string());
         }
+        if let Some(a) = &self.autoscaling
+            && a.min_workers > a.max_workers
+        {
+            problems.push(format!(
+                "spec.autoscaling: autoscaling.minWorkers must not exceed autoscaling.maxWorkers ({} > {})",
+                a.min_workers, a.max_workers
+            ));
+        }
         if self.delivery == crate::Delivery::ExactlyOnce {
             problems.extend(self.exactly_once_problems());
         }

@@ -6,12 +6,15 @@
 //! Control path: [`reconcile`] → [`validate`] → [`partitions`] →
 //! [`desired`] → [`rescale`] → [`render`] (server-side apply) → [`status`].
 
+pub mod autoscale;
 pub mod backoff;
 pub mod controller;
 pub mod desired;
 mod error;
 pub mod http;
+pub mod lag;
 pub mod leader;
+pub mod measure;
 pub mod metrics;
 pub mod names;
 pub mod partitions;

@@ -97,6 +97,7 @@ async fn main() -> anyhow::Result<()> {
         metrics: metrics.clone(),
         kafka_timeout: Duration::from_secs(args.kafka_timeout_seconds),
         resync: Duration::from_secs(args.resync_seconds.max(1)),
+        autoscaler: sluice_operator::measure::Autoscaler::default(),
     });
     tracing::info!(namespaces = ?args.namespaces, leader_election = args.leader_election, %identity, "starting");
     if !args.leader_election {

@@ -1,6 +1,6 @@
 //! The operator's own metrics.
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::Error;
 
@@ -11,7 +11,18 @@ pub struct Metrics {
     pub reconcile_seconds: HistogramVec,
     pub reconcile_errors: IntCounterVec,
     pub leader: IntGauge,
+    /// Per job (`namespace`, `streamjob`): the worker count it should run.
+    pub desired_workers: IntGaugeVec,
+    /// Per job: worker pods ready.
+    pub ready_workers: IntGaugeVec,
+    /// Per job: records behind in its sources, as read from Kafka.
+    pub lag: IntGaugeVec,
+    /// Per job and decision (`ScaleUp`, `ScaleDown`): the autoscaler's changes.
+    pub autoscaler_decisions: IntCounterVec,
 }
+
+/// The autoscaler decisions counted (the others change nothing).
+pub const DECISIONS: [&str; 2] = ["ScaleUp", "ScaleDown"];
 
 impl Metrics {
     pub fn new() -> Result<Self, Error> {
@@ -41,11 +52,70 @@ impl Metrics {
         }
         let leader =
             IntGauge::new("sluice_operator_leader", "1 while this replica holds the leader lease").map_err(e)?;
+        let job = ["namespace", "streamjob"];
+        let desired_workers = IntGaugeVec::new(
+            Opts::new(
+                "sluice_operator_job_desired_workers",
+                "Worker pods the job should run (autoscaler's choice or spec.workers)",
+            ),
+            &job,
+        )
+        .map_err(e)?;
+        let ready_workers = IntGaugeVec::new(
+            Opts::new("sluice_operator_job_ready_workers", "Worker pods of the job that are ready"),
+            &job,
+        )
+        .map_err(e)?;
+        let lag = IntGaugeVec::new(
+            Opts::new("sluice_operator_job_lag_records", "Records in the job's sources not yet committed by it"),
+            &job,
+        )
+        .map_err(e)?;
+        let autoscaler_decisions = IntCounterVec::new(
+            Opts::new("sluice_operator_autoscaler_decisions_total", "Worker count changes the autoscaler made"),
+            &["namespace", "streamjob", "decision"],
+        )
+        .map_err(e)?;
+        for c in [&desired_workers, &ready_workers, &lag] {
+            registry.register(Box::new(c.clone())).map_err(e)?;
+        }
+        registry.register(Box::new(autoscaler_decisions.clone())).map_err(e)?;
         registry.register(Box::new(reconciles.clone())).map_err(e)?;
         registry.register(Box::new(reconcile_seconds.clone())).map_err(e)?;
         registry.register(Box::new(reconcile_errors.clone())).map_err(e)?;
         registry.register(Box::new(leader.clone())).map_err(e)?;
-        Ok(Self { registry, reconciles, reconcile_seconds, reconcile_errors, leader })
+        Ok(Self {
+            registry,
+            reconciles,
+            reconcile_seconds,
+            reconcile_errors,
+            leader,
+            desired_workers,
+            ready_workers,
+            lag,
+            autoscaler_decisions,
+        })
+    }
+
+    /// A job's series, created at 0 so dashboards and alerts see them
+    /// before the first change.
+    pub fn job(&self, namespace: &str, name: &str) {
+        for g in [&self.desired_workers, &self.ready_workers, &self.lag] {
+            g.with_label_values(&[namespace, name]);
+        }
+        for d in DECISIONS {
+            self.autoscaler_decisions.with_label_values(&[namespace, name, d]);
+        }
+    }
+
+    /// Drops a deleted job's series.
+    pub fn forget_job(&self, namespace: &str, name: &str) {
+        for g in [&self.desired_workers, &self.ready_workers, &self.lag] {
+            let _ = g.remove_label_values(&[namespace, name]);
+        }
+        for d in DECISIONS {
+            let _ = self.autoscaler_decisions.remove_label_values(&[namespace, name, d]);
+        }
     }
 
     pub fn render(&self) -> String {

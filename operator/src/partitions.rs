@@ -10,7 +10,9 @@ use kube::{Api, Client};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use sluice_crds::{PropertyOrigin, SourcePartitions, StreamJobSpec, operator_applies, reasons, rejected_property};
+use sluice_crds::{
+    KafkaSource, PropertyOrigin, SourcePartitions, StreamJobSpec, operator_applies, reasons, rejected_property,
+};
 
 use crate::Error;
 use crate::validate::Invalid;
@@ -26,36 +28,10 @@ pub async fn lookup(
     for s in &spec.sources {
         let partitions = match (&s.kafka, &s.datagen) {
             (Some(k), _) => {
-                // Only connection and authentication properties are applied
-                // in this process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`).
-                let mut props: BTreeMap<String, (String, Option<String>)> = k
-                    .properties
-                    .iter()
-                    .filter(|(key, _)| operator_applies(key))
-                    .map(|(key, value)| (key.clone(), (value.clone(), None)))
-                    .collect();
-                if let Some(secret) = &k.secret_ref {
-                    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-                    match api.get_opt(&secret.name).await? {
-                        Some(sec) => {
-                            for (key, value) in sec.data.unwrap_or_default() {
-                                if operator_applies(&key) {
-                                    let value = String::from_utf8_lossy(&value.0).trim_end().to_owned();
-                                    props.insert(key, (value, Some(secret.name.clone())));
-                                }
-                            }
-                        }
-                        None => {
-                            return Ok(Err(Invalid {
-                                reason: reasons::INVALID_SPEC,
-                                message: format!(
-                                    "source {}: Secret {} not found in namespace {namespace}",
-                                    s.name, secret.name
-                                ),
-                            }));
-                        }
-                    }
-                }
+                let props = match client_properties(client, namespace, &s.name, k).await? {
+                    Ok(props) => props,
+                    Err(invalid) => return Ok(Err(invalid)),
+                };
                 let (bootstrap, topic) = (k.bootstrap_servers.clone(), k.topic.clone());
                 let name = s.name.clone();
                 let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, timeout))
@@ -78,14 +54,53 @@ pub async fn lookup(
 }
 
 /// Client properties by key: value, and the Secret it came from (if any).
-type Properties = BTreeMap<String, (String, Option<String>)>;
+pub type Properties = BTreeMap<String, (String, Option<String>)>;
 
-fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<i32, Invalid> {
+/// The connection and authentication properties of a Kafka source, from
+/// its spec and its Secret: only those the operator applies in its own
+/// process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`).
+pub async fn client_properties(
+    client: &Client,
+    namespace: &str,
+    source: &str,
+    k: &KafkaSource,
+) -> Result<Result<Properties, Invalid>, Error> {
+    let mut props: Properties = k
+        .properties
+        .iter()
+        .filter(|(key, _)| operator_applies(key))
+        .map(|(key, value)| (key.clone(), (value.clone(), None)))
+        .collect();
+    if let Some(secret) = &k.secret_ref {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let Some(sec) = api.get_opt(&secret.name).await? else {
+            return Ok(Err(Invalid {
+                reason: reasons::INVALID_SPEC,
+                message: format!("source {source}: Secret {} not found in namespace {namespace}", secret.name),
+            }));
+        };
+        for (key, value) in sec.data.unwrap_or_default() {
+            if operator_applies(&key) {
+                let value = String::from_utf8_lossy(&value.0).trim_end().to_owned();
+                props.insert(key, (value, Some(secret.name.clone())));
+            }
+        }
+    }
+    Ok(Ok(props))
+}
+
+/// A client config for the operator's own reads of a cluster.
+pub fn client_config(bootstrap: &str, props: &Properties) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap).set("client.id", "sluice-operator");
     for (k, (v, _)) in props {
         config.set(k, v);
     }
+    config
+}
+
+fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<i32, Invalid> {
+    let config = client_config(bootstrap, props);
     let unreachable = |e: &dyn std::fmt::Display| Invalid {
         reason: reasons::BROKER_UNREACHABLE,
         message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
@@ -116,7 +131,7 @@ fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Du
 /// A property the client rejected, as a spec error that names it. The
 /// client's own text quotes the value, which must never reach a status
 /// message or event (it may be a Secret's).
-fn rejected(props: &Properties, e: &KafkaError) -> Option<Invalid> {
+pub fn rejected(props: &Properties, e: &KafkaError) -> Option<Invalid> {
     let KafkaError::ClientConfig(_, desc, key, value) = e else { return None };
     let origin = match props.get(key).and_then(|(_, secret)| secret.as_deref()) {
         Some(secret) => PropertyOrigin::Secret(secret),

@@ -18,8 +18,10 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use sluice_crds::{FIELD_MANAGER, StreamJob, reasons};
 
+use crate::autoscale::{Policy, effective_workers};
 use crate::backoff::Backoff;
 use crate::desired::{Desired, OperatorSettings, desired};
+use crate::measure::{Autoscaler, Measured, Running, measure, useful_workers};
 use crate::metrics::Metrics;
 use crate::rescale::{Step, next_step};
 use crate::status::{Observed, Outcome, compute, ready_condition};
@@ -36,6 +38,7 @@ pub struct Context {
     pub kafka_timeout: Duration,
     /// How often a running job is looked at again (`--resync-seconds`).
     pub resync: Duration,
+    pub autoscaler: Autoscaler,
 }
 
 impl std::fmt::Debug for Context {
@@ -95,7 +98,7 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
     let statefulset = sts.get_opt(&names::statefulset(&name)).await?;
     let pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items;
     let reports = worker_health::probe(&pods).await;
-    Ok(Observed { statefulset, live_pods: pods.len(), failures: reports.failures, finished: reports.finished })
+    Ok(Observed { statefulset, live_pods: pods.len(), pods, failures: reports.failures, finished: reports.finished })
 }
 
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
@@ -103,12 +106,26 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let name = job.name_any();
     let mut observed = observe(ctx, job, &namespace).await?;
     let previous_epoch = job.status.as_ref().and_then(|s| s.assignment_epoch).unwrap_or(0);
+    // With autoscaling, the job runs at the autoscaler's count: the rest of
+    // the reconcile sees that count as `spec.workers`.
+    let mut autoscaled: Option<StreamJob> = None;
     let outcome = match validate::validate(&job.spec) {
         Err(invalid) => Outcome::Invalid(invalid),
         Ok(dataflow) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
             Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
             Err(unavailable) => Outcome::Unavailable(unavailable),
             Ok(parts) => {
+                let in_status = job.status.as_ref().and_then(|s| s.autoscaling.as_ref()?.desired_workers);
+                let decided = ctx.autoscaler.decided(&job_key(job), in_status);
+                let policy = job.spec.autoscaling.as_ref().map(Policy::from);
+                let workers =
+                    effective_workers(job.spec.workers, policy.as_ref(), decided, useful_workers(job, &parts));
+                if workers != job.spec.workers {
+                    let mut scaled = job.clone();
+                    scaled.spec.workers = workers;
+                    autoscaled = Some(scaled);
+                }
+                let job = autoscaled.as_ref().unwrap_or(job);
                 let source = validate::source_name(&dataflow);
                 let source_partitions =
                     parts.iter().find(|p| p.source.eq_ignore_ascii_case(source)).map_or(1, |p| p.partitions);
@@ -162,16 +179,53 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
             }
         },
     };
-    report(ctx, job, &namespace, &outcome, &observed).await?;
+    let job = autoscaled.as_ref().unwrap_or(job);
     let key = job_key(job);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let measured = match &outcome {
+        Outcome::Applied(d) => {
+            let steady =
+                !job.spec.suspend && d.replicas > 0 && observed.failures.is_empty() && observed.converged(d.replicas);
+            let running = Running {
+                client: &ctx.client,
+                metrics: &ctx.metrics,
+                kafka_timeout: ctx.kafka_timeout,
+                key: &key,
+                job,
+                desired: d,
+                steady,
+                pods: &observed.pods,
+                ready_workers: observed.ready_workers(),
+                now: &now,
+            };
+            Some(measure(&ctx.autoscaler, &running).await?)
+        }
+        _ => {
+            ctx.autoscaler.forget(&key);
+            None
+        }
+    };
+    report(ctx, job, &namespace, &outcome, &observed, measured.as_ref(), &now).await?;
+    if let Some((reason, to, message)) = measured.as_ref().and_then(|m| m.scaled.clone()) {
+        // One action per target count: 4 → 2 and then 2 → 1 are two events.
+        publish_action(ctx, job, EventType::Normal, reason, &format!("ScaleTo{to}"), message).await;
+    }
     if !matches!(outcome, Outcome::Unavailable(_)) {
         ctx.backoff.succeeded(&key);
     }
+    let period =
+        job.spec.autoscaling.as_ref().map(|a| Duration::from_secs(u64::try_from(a.period_seconds).unwrap_or(15)));
     Ok(match &outcome {
         Outcome::Invalid(_) => Action::await_change(),
         Outcome::Unavailable(_) => Action::requeue(ctx.backoff.failed(&key)),
         Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
-        Outcome::Applied(d) if observed.ready_workers() == d.replicas => Action::requeue(ctx.resync),
+        // A new worker count: start its rescale now.
+        Outcome::Applied(_) if measured.as_ref().is_some_and(|m| m.scaled.is_some()) => {
+            Action::requeue(Duration::from_millis(200))
+        }
+        Outcome::Applied(d) if observed.ready_workers() == d.replicas => {
+            Action::requeue(period.map_or(ctx.resync, |p| p.min(ctx.resync)))
+        }
         Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),
     })
 }
@@ -200,13 +254,30 @@ async fn report(
     namespace: &str,
     outcome: &Outcome,
     observed: &Observed,
+    measured: Option<&Measured>,
+    now: &Time,
 ) -> Result<(), Error> {
     let before = ready_condition(job.status.as_ref());
-    let status = compute(job, outcome, observed, &Time(k8s_openapi::jiff::Timestamp::now()));
+    let mut status = compute(job, outcome, observed, now);
+    if let Some(m) = measured {
+        status.lag = m.lag;
+        status.autoscaling.clone_from(&m.autoscaling);
+    }
+    // Written from a status read before the last decision landed in the
+    // cache, it must not take that decision back.
+    if let (Some(a), Some(pending)) = (status.autoscaling.as_mut(), ctx.autoscaler.pending(&job_key(job))) {
+        a.desired_workers = Some(pending);
+    }
     let after = ready_condition(Some(&status));
     if job.status.as_ref() != Some(&status) {
+        let mut patch = json!({ "status": status });
+        // A merge patch keeps what it does not mention: autoscaling that
+        // was turned off is removed explicitly.
+        if status.autoscaling.is_none() {
+            patch["status"]["autoscaling"] = serde_json::Value::Null;
+        }
         let api: Api<StreamJob> = Api::namespaced(ctx.client.clone(), namespace);
-        api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(json!({ "status": status }))).await?;
+        api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
     }
     if before != after
         && let Some((state, reason, message)) = after
@@ -225,8 +296,16 @@ async fn report(
 }
 
 async fn publish(ctx: &Context, job: &StreamJob, type_: EventType, reason: &str, note: String) {
+    publish_action(ctx, job, type_, reason, "Reconcile", note).await;
+}
+
+/// An event with its own action. kube's recorder folds an event into an
+/// earlier one with the same type, reason and action for minutes (a
+/// series: the count grows, the note stays the first's), so a note that
+/// must be read each time needs an action of its own.
+async fn publish_action(ctx: &Context, job: &StreamJob, type_: EventType, reason: &str, action: &str, note: String) {
     let event =
-        Event { type_, reason: reason.to_owned(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
     if let Err(e) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
         tracing::warn!(job = %job.name_any(), error = %e, "could not publish event");
     }
@@ -240,6 +319,8 @@ async fn cleanup(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     // The job is going away: forget its retry count (a failure of this
     // cleanup counts afresh, and the pass that completes it starts here).
     ctx.backoff.succeeded(&job_key(job));
+    ctx.autoscaler.forget_job(&job_key(job));
+    ctx.metrics.forget_job(&namespace, &name);
     let observed = observe(ctx, job, &namespace).await?;
     if observed.live_pods == 0 {
         return Ok(Action::await_change());

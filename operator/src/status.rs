@@ -4,6 +4,7 @@
 //! consuming — so "objects created" is never mistaken for "running".
 
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use sluice_crds::{ConditionStatus, StreamJob, StreamJobStatus, condition_types as ct, reasons, set_condition};
 
@@ -30,6 +31,8 @@ pub enum Outcome {
 pub struct Observed {
     pub statefulset: Option<StatefulSet>,
     pub live_pods: usize,
+    /// The job's worker pods.
+    pub pods: Vec<Pod>,
     /// Workers that stopped on a fatal error, with the reason their /readyz gives.
     pub failures: Vec<WorkerFailure>,
     /// Workers whose bounded input is read to the end (pod, summary).
@@ -42,7 +45,7 @@ impl Observed {
     }
 
     /// Ready replicas that also run the current template, at the current generation.
-    fn converged(&self, replicas: i32) -> bool {
+    pub fn converged(&self, replicas: i32) -> bool {
         let Some(sts) = &self.statefulset else { return replicas == 0 };
         let Some(st) = &sts.status else { return false };
         let current_generation = st.observed_generation.unwrap_or(0) >= sts.metadata.generation.unwrap_or(0);
@@ -64,6 +67,9 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         assignment: previous.assignment.clone(),
         assignment_epoch: previous.assignment_epoch,
         earlier_slots: previous.earlier_slots,
+        consumer_group: previous.consumer_group,
+        lag: previous.lag,
+        autoscaling: previous.autoscaling,
     };
     let mut set = |t: &str, s: ConditionStatus, reason: &str, message: &str| {
         set_condition(&mut status.conditions, t, s, reason, message, generation, now.clone());
@@ -91,6 +97,7 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         }
         Outcome::Applied(d) => {
             status.partitions = Some(d.total_partitions);
+            status.consumer_group.clone_from(&d.config.worker.consumer_group);
             status.assignment = Some(d.assignment.clone());
             status.assignment_epoch = Some(d.config.assignment_epoch);
             status.earlier_slots.clone_from(&d.config.earlier_slots);
@@ -198,6 +205,7 @@ mod tests {
         Observed {
             statefulset: Some(s),
             live_pods: usize::try_from(replicas).unwrap(),
+            pods: Vec::new(),
             failures: Vec::new(),
             finished: Vec::new(),
         }
@@ -244,6 +252,7 @@ mod tests {
         let running = compute(&j, &Outcome::Applied(d), &sts(2, 2), &now());
         assert_eq!(ready(&running), ("True".into(), reasons::RUNNING.into()));
         assert_eq!(running.partitions, Some(8));
+        assert!(running.consumer_group.as_deref().is_some_and(|g| g.starts_with("sluice.")), "{running:?}");
         assert!(running.assignment.is_some());
     }
 

@@ -75,12 +75,61 @@ pub fn failure(code: u16, body: &str) -> Option<String> {
 }
 
 async fn readyz(ip: &str, port: i32) -> Option<(u16, String)> {
+    get(ip, port, "/readyz", 64 * 1024).await
+}
+
+/// What the autoscaler reads of the workers: records in and busy seconds,
+/// summed over every core of every pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WorkTotals {
+    pub records_in: f64,
+    pub busy_seconds: f64,
+}
+
+/// Reads `/metrics` of every pod; `None` unless all of them answer (a sum
+/// missing a pod would look like a restart).
+pub async fn work_totals(pods: &[Pod]) -> Option<WorkTotals> {
+    let scrapes = pods.iter().map(|pod| async move {
+        let ip = pod.status.as_ref()?.pod_ip.clone()?;
+        let (code, body) = get(&ip, names::WORKER_HTTP_PORT, "/metrics", 16 * 1024 * 1024).await?;
+        (code == 200).then(|| WorkTotals {
+            records_in: sum_of(&body, "sluice_records_in_total"),
+            busy_seconds: sum_of(&body, "sluice_core_busy_seconds_total"),
+        })
+    });
+    let mut total = WorkTotals::default();
+    for t in futures::future::join_all(scrapes).await {
+        let t = t?;
+        total.records_in += t.records_in;
+        total.busy_seconds += t.busy_seconds;
+    }
+    Some(total)
+}
+
+/// The sum of every series of metric `name` in a Prometheus text exposition.
+pub fn sum_of(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            // `name{...} v` or `name v`, not `name_suffix...`.
+            let value = match rest.strip_prefix('{') {
+                Some(labels) => labels.rsplit_once('}')?.1,
+                None if rest.starts_with(' ') => rest,
+                None => return None,
+            };
+            value.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .filter(|v| v.is_finite())
+        .sum()
+}
+
+async fn get(ip: &str, port: i32, path: &str, limit: u64) -> Option<(u16, String)> {
     let port = u16::try_from(port).ok()?;
     let request = async {
         let mut s = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
-        s.write_all(format!("GET /readyz HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes()).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {ip}\r\n\r\n").as_bytes()).await.ok()?;
         let mut text = Vec::new();
-        s.take(64 * 1024).read_to_end(&mut text).await.ok()?;
+        s.take(limit).read_to_end(&mut text).await.ok()?;
         let text = String::from_utf8_lossy(&text);
         let code = text.split_whitespace().nth(1)?.parse().ok()?;
         let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
@@ -103,6 +152,19 @@ mod tests {
         assert_eq!(failure(200, "ready"), None);
         let long = format!("failed: {}", "é".repeat(2000));
         assert!(failure(503, &long).unwrap().len() <= MAX_REASON);
+    }
+
+    #[test]
+    fn a_metric_is_summed_over_its_series_and_no_other() {
+        let text = "# TYPE sluice_records_in_total counter\n\
+                    sluice_records_in_total{core=\"0\",streamjob=\"a\",worker=\"0\"} 10\n\
+                    sluice_records_in_total{core=\"1\",streamjob=\"a\",worker=\"0\"} 32.5\n\
+                    sluice_records_in_total_extra 1000\n\
+                    sluice_records_in_total 7\n\
+                    sluice_core_busy_seconds_total{core=\"0\",streamjob=\"a\",worker=\"0\"} 1.25\n";
+        assert!((sum_of(text, "sluice_records_in_total") - 49.5).abs() < 1e-9);
+        assert!((sum_of(text, "sluice_core_busy_seconds_total") - 1.25).abs() < 1e-9);
+        assert!(sum_of(text, "sluice_missing").abs() < f64::EPSILON);
     }
 
     #[test]

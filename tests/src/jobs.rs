@@ -4,14 +4,17 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use sluice_crds::{WorkerConfig, assign};
+
 use crate::kafka::{self, Record};
 use crate::kube::{kubectl, kubectl_ok};
+use crate::kubelet::{ProcessRecord, kubelet};
 use crate::worker::write_temp;
 use crate::{harness, unique_name};
 
@@ -159,4 +162,44 @@ pub fn group_by_job(ns: &str, partitions: i32, records: u64) -> Topics {
     produce_trades(&t.trades, 0..records, u64::try_from(partitions).unwrap());
     wait_for_counts(&t.out, &expected_counts(0..records), Duration::from_secs(90));
     t
+}
+
+/// Partitions a worker process owned: from the config it was started with
+/// and its ordinal, by the shared assignment function.
+pub fn owned(record: &ProcessRecord) -> BTreeSet<i32> {
+    let config = WorkerConfig::from_yaml(&record.config).unwrap();
+    let ordinal: i32 = record.pod.rsplit('-').next().unwrap().parse().unwrap();
+    let a = assign(&config.partitions, config.spec.workers, config.spec.cores_per_worker);
+    a.worker(ordinal)
+        .map(|w| w.cores.iter().flat_map(|c| c.partitions[0].partitions.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// No two worker processes alive at the same time owned a partition in
+/// common, and every worker that stopped drained cleanly (exit 0).
+pub fn assert_no_overlap_and_clean_drains(ns: &str) {
+    let history = kubelet().history(ns);
+    let now = Instant::now();
+    for (i, a) in history.iter().enumerate() {
+        for b in &history[i + 1..] {
+            let overlap = a.started < b.stopped.unwrap_or(now) && b.started < a.stopped.unwrap_or(now);
+            if overlap {
+                let shared: Vec<i32> = owned(a).intersection(&owned(b)).copied().collect();
+                assert!(
+                    shared.is_empty(),
+                    "{} (pid {}) and {} (pid {}) both owned {shared:?}",
+                    a.pod,
+                    a.pid,
+                    b.pod,
+                    b.pid
+                );
+            }
+        }
+    }
+    let unclean: Vec<String> = history
+        .iter()
+        .filter(|r| r.stopped.is_some() && r.exit_ok != Some(true))
+        .map(|r| format!("{} (pid {})", r.pod, r.pid))
+        .collect();
+    assert!(unclean.is_empty(), "old workers drained cleanly; these did not: {unclean:?}");
 }

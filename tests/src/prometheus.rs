@@ -29,8 +29,11 @@ impl Prometheus {
         let bin = std::env::var("SLUICE_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
         let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");
         for t in targets {
+            // As the chart's ServiceMonitor: the operator's per-job series
+            // keep their own `namespace` label.
+            let honor = if t.job == "sluice-operator" { "    honor_labels: true\n" } else { "" };
             config.push_str(&format!(
-                "  - job_name: {}\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n        labels: {{{}}}\n",
+                "  - job_name: {}\n{honor}    static_configs:\n      - targets: ['127.0.0.1:{}']\n        labels: {{{}}}\n",
                 t.job,
                 t.port,
                 t.labels.iter().map(|(k, v)| format!("{k}: '{v}'")).collect::<Vec<_>>().join(", ")

@@ -127,6 +127,8 @@ fn every_worker_metric_is_documented_with_its_type_and_labels() {
 fn every_operator_metric_is_documented_with_its_type_and_labels() {
     let doc = doc();
     let metrics = sluice_operator::metrics::Metrics::new().unwrap();
+    // The per-job series exist once the operator sees a job.
+    metrics.job("prod", "demo");
     let text = metrics.render();
     let (documented, values) = documented(&doc, "## Operator metrics");
     compare("operator", &exported(&text), &documented);

@@ -5,7 +5,6 @@
 // Test code: failing loudly is its job.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -14,7 +13,7 @@ use sluice_e2e::helm::helm_ok;
 use sluice_e2e::jobs::*;
 use sluice_e2e::kafka;
 use sluice_e2e::kube::{kubectl_ok, new_namespace};
-use sluice_e2e::kubelet::{ProcessRecord, kubelet};
+use sluice_e2e::kubelet::kubelet;
 use sluice_e2e::operator::{start_operator, start_operator_with};
 use sluice_e2e::unique_name;
 use sluice_e2e::worker::{metric_values, write_temp};
@@ -98,46 +97,6 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
     kubectl_ok(["apply", "-n", &ns, "-f", fixed.to_str().unwrap()]);
     wait_ready(name, &ns, 2);
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
-}
-
-/// Partitions a worker process owned: from the config it was started with
-/// and its ordinal, by the shared assignment function.
-fn owned(record: &ProcessRecord) -> BTreeSet<i32> {
-    let config = WorkerConfig::from_yaml(&record.config).unwrap();
-    let ordinal: i32 = record.pod.rsplit('-').next().unwrap().parse().unwrap();
-    let a = assign(&config.partitions, config.spec.workers, config.spec.cores_per_worker);
-    a.worker(ordinal)
-        .map(|w| w.cores.iter().flat_map(|c| c.partitions[0].partitions.clone()).collect())
-        .unwrap_or_default()
-}
-
-/// No two worker processes alive at the same time owned a partition in
-/// common, and every worker that stopped drained cleanly (exit 0).
-fn assert_no_overlap_and_clean_drains(ns: &str) {
-    let history = kubelet().history(ns);
-    let now = Instant::now();
-    for (i, a) in history.iter().enumerate() {
-        for b in &history[i + 1..] {
-            let overlap = a.started < b.stopped.unwrap_or(now) && b.started < a.stopped.unwrap_or(now);
-            if overlap {
-                let shared: Vec<i32> = owned(a).intersection(&owned(b)).copied().collect();
-                assert!(
-                    shared.is_empty(),
-                    "{} (pid {}) and {} (pid {}) both owned {shared:?}",
-                    a.pod,
-                    a.pid,
-                    b.pod,
-                    b.pid
-                );
-            }
-        }
-    }
-    let unclean: Vec<String> = history
-        .iter()
-        .filter(|r| r.stopped.is_some() && r.exit_ok != Some(true))
-        .map(|r| format!("{} (pid {})", r.pod, r.pid))
-        .collect();
-    assert!(unclean.is_empty(), "old workers drained cleanly; these did not: {unclean:?}");
 }
 
 #[test]

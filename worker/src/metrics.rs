@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{Bucket, Histogram as HistogramProto, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Counter, CounterVec, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
 
 use crate::Error;
@@ -140,6 +140,7 @@ pub struct Metrics {
     bytes_out: IntCounterVec,
     batches: IntCounterVec,
     batch_seconds: HistogramVec,
+    busy_seconds: CounterVec,
     consumer_lag: IntGaugeVec,
     position: IntGaugeVec,
     watermark_lag: GaugeVec,
@@ -198,6 +199,16 @@ impl Metrics {
         )
         .map_err(err)?;
         registry.register(Box::new(watermark_lag.clone())).map_err(err)?;
+        let busy_seconds = CounterVec::new(
+            Opts::new(
+                "sluice_core_busy_seconds_total",
+                "Time the core spent on anything but waiting for input (the autoscaler's processing rate is \
+                 records in per busy second)",
+            ),
+            &labels3(),
+        )
+        .map_err(err)?;
+        registry.register(Box::new(busy_seconds.clone())).map_err(err)?;
         let latency = Arc::new(LatencyCollector {
             desc: Desc::new(
                 LATENCY_NAME.into(),
@@ -231,6 +242,7 @@ impl Metrics {
                 "Time to decode, process, encode and hand a batch to the sink",
                 vec![0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0]
             ),
+            busy_seconds,
             consumer_lag: gauge!("sluice_consumer_lag", "Records in the partition not yet consumed", partition_labels),
             position: gauge!(
                 "sluice_consumer_position",
@@ -291,6 +303,7 @@ impl Metrics {
             bytes_out: self.bytes_out.with_label_values(&l),
             batches: self.batches.with_label_values(&l),
             batch_seconds: self.batch_seconds.with_label_values(&l),
+            busy_seconds: self.busy_seconds.with_label_values(&l),
             late: self.late.with_label_values(&l),
             dead_letter_malformed: dl("malformed"),
             dead_letter_late: dl("late"),
@@ -342,6 +355,7 @@ pub struct CoreMetrics {
     pub bytes_out: IntCounter,
     pub batches: IntCounter,
     pub batch_seconds: Histogram,
+    pub busy_seconds: Counter,
     pub late: IntCounter,
     pub dead_letter_malformed: IntCounter,
     pub dead_letter_late: IntCounter,

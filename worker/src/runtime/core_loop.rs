@@ -459,6 +459,10 @@ impl<'a> Core<'a> {
             // see `exchange::PACK_MAX_ROWS`).
             let mut collected = 0;
             let mut first_at: Option<Instant> = None;
+            // Busy time is the iteration's time less the polls that found
+            // nothing: waiting for input is what a faster core cannot shorten.
+            let iteration = Instant::now();
+            let mut waited = Duration::ZERO;
             let mut push_error = None;
             loop {
                 let timeout = match first_at {
@@ -468,6 +472,7 @@ impl<'a> Core<'a> {
                 let (parts, dead_letter) = (&mut self.parts, &mut self.dead_letter);
                 let want = ((batch_max - collected) / rows_per_record).max(1);
                 let mut rows = 0;
+                let polled_at = Instant::now();
                 let (n, end) = self.source.poll(want, timeout, &mut |record| {
                     if push_error.is_none() {
                         match parts[record.slot].push(&record, dead_letter.as_mut()) {
@@ -478,6 +483,9 @@ impl<'a> Core<'a> {
                 })?;
                 if let Some(e) = push_error.take() {
                     return Err(e);
+                }
+                if n == 0 {
+                    waited += polled_at.elapsed();
                 }
                 if n > 0 && first_at.is_none() {
                     first_at = Some(Instant::now());
@@ -508,6 +516,7 @@ impl<'a> Core<'a> {
                 self.checkpoint()?;
                 last_checkpoint = Instant::now();
             }
+            self.setup.metrics.busy_seconds.inc_by(iteration.elapsed().saturating_sub(waited).as_secs_f64());
         }
         for stage in &mut self.stages {
             stage.sink.flush()?;
