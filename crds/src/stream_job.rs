@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::{AutoscalingSpec, DeadLetterSpec, EngineSpec, SinkSpec, SourceSpec, StreamJobStatus};
+use crate::{AutoscalingSpec, DeadLetterSpec, EngineSpec, PodTemplateSpec, SinkSpec, SourceSpec, StreamJobStatus};
 
 /// A continuously running streaming SQL query over Kafka.
 ///
@@ -75,6 +75,9 @@ pub struct StreamJobSpec {
     /// `coresPerWorker` so each engine thread gets a whole core.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Placement, identity, pulls, extra env and volumes of the worker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateSpec>,
     /// Stop all workers, keeping committed offsets and state; resuming continues.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,

@@ -99,6 +99,9 @@ impl StreamJobSpec {
         if let Err(e) = self.engine.state_memory_limit_bytes() {
             problems.push(e.to_string());
         }
+        if let Some(t) = &self.pod_template {
+            problems.extend(t.problems());
+        }
         if let Some(a) = &self.autoscaling
             && a.min_workers > a.max_workers
         {

@@ -51,6 +51,11 @@ fn probe(path: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
+/// `None` for an empty list, as an unset field renders.
+fn some_vec<T: Clone>(v: &[T]) -> Option<Vec<T>> {
+    (!v.is_empty()).then(|| v.to_vec())
+}
+
 /// The workers: `replicas` pods with stable ordinals (each derives its
 /// partitions from its ordinal), running `sluice-worker serve`.
 pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
@@ -84,10 +89,15 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
             ..VolumeMount::default()
         });
     }
+    let template = job.spec.pod_template.clone().unwrap_or_default();
+    mounts.extend(template.volume_mounts.iter().cloned());
+    volumes.extend(template.volumes.iter().cloned());
+    // A template's SLUICE_LOG replaces the operator's log filter.
+    let own_log_filter = desired.log_filter.clone().filter(|_| !template.env.iter().any(|e| e.name == "SLUICE_LOG"));
     let container = Container {
         name: "worker".into(),
         image: Some(desired.image.clone()),
-        image_pull_policy: Some("IfNotPresent".into()),
+        image_pull_policy: Some(template.image_pull_policy.clone().unwrap_or_else(|| "IfNotPresent".into())),
         command: Some(vec!["sluice-worker".into()]),
         args: Some(vec!["serve".into(), "--config".into(), format!("{}/{}", names::CONFIG_DIR, names::CONFIG_FILE)]),
         env: Some(
@@ -107,11 +117,8 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                 value: Some(desired.config_hash.clone()),
                 ..EnvVar::default()
             }))
-            .chain(desired.log_filter.clone().map(|f| EnvVar {
-                name: "SLUICE_LOG".into(),
-                value: Some(f),
-                ..EnvVar::default()
-            }))
+            .chain(own_log_filter.map(|f| EnvVar { name: "SLUICE_LOG".into(), value: Some(f), ..EnvVar::default() }))
+            .chain(template.env.iter().filter(|e| !sluice_crds::RESERVED_ENV.contains(&e.name.as_str())).cloned())
             .collect(),
         ),
         ports: Some(vec![ContainerPort {
@@ -133,12 +140,30 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
         }),
         ..Container::default()
     };
-    let template_annotations = BTreeMap::from([
+    // The template's labels and annotations first: the operator's (the
+    // selector, the config hash that rolls the pods) win a collision.
+    let mut template_annotations = template.annotations.clone();
+    template_annotations.extend([
         (names::CONFIG_HASH.to_owned(), desired.config_hash.clone()),
         ("prometheus.io/scrape".to_owned(), "true".to_owned()),
         ("prometheus.io/port".to_owned(), names::WORKER_HTTP_PORT.to_string()),
         ("prometheus.io/path".to_owned(), "/metrics".to_owned()),
     ]);
+    let mut pod_labels = template.labels.clone();
+    pod_labels.extend(names::labels(&name));
+    let spread = if template.topology_spread_constraints.is_empty() {
+        vec![TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            label_selector: Some(LabelSelector { match_labels: Some(selector.clone()), ..LabelSelector::default() }),
+            ..TopologySpreadConstraint::default()
+        }]
+    } else {
+        template.topology_spread_constraints.clone()
+    };
+    let some_map = |m: &BTreeMap<String, String>| (!m.is_empty()).then(|| m.clone());
+
     StatefulSet {
         metadata: meta,
         spec: Some(StatefulSetSpec {
@@ -147,14 +172,14 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
             // Ownership does not depend on start order; the drain protocol
             // (not ordered startup) keeps partitions exclusive when it changes.
             pod_management_policy: Some("Parallel".into()),
-            selector: LabelSelector { match_labels: Some(selector.clone()), ..LabelSelector::default() },
+            selector: LabelSelector { match_labels: Some(selector), ..LabelSelector::default() },
             update_strategy: Some(StatefulSetUpdateStrategy {
                 type_: Some("RollingUpdate".into()),
                 ..Default::default()
             }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(names::labels(&name)),
+                    labels: Some(pod_labels),
                     annotations: Some(template_annotations),
                     ..ObjectMeta::default()
                 }),
@@ -174,16 +199,13 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                         }),
                         ..PodSecurityContext::default()
                     }),
-                    topology_spread_constraints: Some(vec![TopologySpreadConstraint {
-                        max_skew: 1,
-                        topology_key: "kubernetes.io/hostname".into(),
-                        when_unsatisfiable: "ScheduleAnyway".into(),
-                        label_selector: Some(LabelSelector {
-                            match_labels: Some(selector),
-                            ..LabelSelector::default()
-                        }),
-                        ..TopologySpreadConstraint::default()
-                    }]),
+                    topology_spread_constraints: Some(spread),
+                    node_selector: some_map(&template.node_selector),
+                    tolerations: some_vec(&template.tolerations),
+                    affinity: template.affinity.clone(),
+                    priority_class_name: template.priority_class_name.clone(),
+                    service_account_name: template.service_account_name.clone(),
+                    image_pull_secrets: some_vec(&template.image_pull_secrets),
                     ..PodSpec::default()
                 }),
             },
@@ -219,6 +241,57 @@ mod tests {
         let env = c.env.as_ref().unwrap();
         let expected = env.iter().find(|e| e.name == EXPECTED_CONFIG_HASH_ENV).unwrap();
         assert_eq!(expected.value.as_deref(), Some(sluice_crds::config_hash(&d.config_yaml).as_str()));
+    }
+
+    /// What users put in `spec.podTemplate` reaches the pods; what the
+    /// operator needs (selector labels, the config hash, its env) wins.
+    #[test]
+    fn the_pod_template_reaches_the_pods_without_taking_over_the_operators_parts() {
+        let mut j = job("s2-group-by.yaml");
+        let yaml = r#"
+labels: { team: payments, app.kubernetes.io/name: not-sluice }
+annotations: { sidecar.istio.io/inject: "false" }
+nodeSelector: { pool: streaming }
+tolerations: [ { key: dedicated, operator: Equal, value: streaming, effect: NoSchedule } ]
+affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [ { matchExpressions: [ { key: zone, operator: In, values: [a] } ] } ] } } }
+topologySpreadConstraints: [ { maxSkew: 2, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: DoNotSchedule } ]
+priorityClassName: streaming-high
+serviceAccountName: sluice-workers
+imagePullSecrets: [ { name: registry } ]
+imagePullPolicy: Always
+env: [ { name: TZ, value: UTC }, { name: SLUICE_LOG, value: debug } ]
+volumes: [ { name: scratch, emptyDir: {} } ]
+volumeMounts: [ { name: scratch, mountPath: /scratch } ]
+"#;
+        j.spec.pod_template = Some(serde_saphyr::from_str(yaml).unwrap());
+        assert!(j.spec.validate().is_ok(), "{:?}", j.spec.validate());
+        let mut d = desired_for(&j, 8);
+        d.log_filter = Some("info".into());
+        let spec = statefulset(&j, &d).spec.unwrap();
+        let meta = spec.template.metadata.unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["team"], "payments");
+        assert_eq!(labels["app.kubernetes.io/name"], "sluice-worker", "the selector label is the operator's");
+        let annotations = meta.annotations.unwrap();
+        assert_eq!(annotations["sidecar.istio.io/inject"], "false");
+        assert_eq!(annotations[names::CONFIG_HASH], d.config_hash);
+        let pod = spec.template.spec.unwrap();
+        assert_eq!(pod.node_selector.unwrap()["pool"], "streaming");
+        assert_eq!(pod.tolerations.unwrap()[0].key.as_deref(), Some("dedicated"));
+        assert!(pod.affinity.unwrap().node_affinity.is_some());
+        let spread = pod.topology_spread_constraints.unwrap();
+        assert_eq!((spread.len(), spread[0].max_skew), (1, 2), "the template's spread replaces the default");
+        assert_eq!(pod.priority_class_name.as_deref(), Some("streaming-high"));
+        assert_eq!(pod.service_account_name.as_deref(), Some("sluice-workers"));
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "registry");
+        assert!(pod.volumes.unwrap().iter().any(|v| v.name == "scratch"));
+        let c = &pod.containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
+        assert!(c.volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == "/scratch"));
+        let env = c.env.as_ref().unwrap();
+        let names: Vec<&str> = env.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["POD_NAME", EXPECTED_CONFIG_HASH_ENV, "TZ", "SLUICE_LOG"]);
+        assert_eq!(env[3].value.as_deref(), Some("debug"), "the template's SLUICE_LOG replaces the operator's");
     }
 
     #[test]
