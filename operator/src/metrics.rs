@@ -17,9 +17,14 @@ pub struct Metrics {
     pub ready_workers: IntGaugeVec,
     /// Per job: records behind in its sources, as read from Kafka.
     pub lag: IntGaugeVec,
+    /// Per job and condition (`Ready`, `Degraded`): 1 when True.
+    pub condition: IntGaugeVec,
     /// Per job and decision (`ScaleUp`, `ScaleDown`): the autoscaler's changes.
     pub autoscaler_decisions: IntCounterVec,
 }
+
+/// The conditions exported per job.
+pub const CONDITIONS: [&str; 2] = ["Ready", "Degraded"];
 
 /// The autoscaler decisions counted (the others change nothing).
 pub const DECISIONS: [&str; 2] = ["ScaleUp", "ScaleDown"];
@@ -76,7 +81,12 @@ impl Metrics {
             &["namespace", "streamjob", "decision"],
         )
         .map_err(e)?;
-        for c in [&desired_workers, &ready_workers, &lag] {
+        let condition = IntGaugeVec::new(
+            Opts::new("sluice_operator_job_condition", "1 when the job's condition is True, else 0"),
+            &["namespace", "streamjob", "condition"],
+        )
+        .map_err(e)?;
+        for c in [&desired_workers, &ready_workers, &lag, &condition] {
             registry.register(Box::new(c.clone())).map_err(e)?;
         }
         registry.register(Box::new(autoscaler_decisions.clone())).map_err(e)?;
@@ -93,6 +103,7 @@ impl Metrics {
             desired_workers,
             ready_workers,
             lag,
+            condition,
             autoscaler_decisions,
         })
     }
@@ -106,6 +117,9 @@ impl Metrics {
         for d in DECISIONS {
             self.autoscaler_decisions.with_label_values(&[namespace, name, d]);
         }
+        for c in CONDITIONS {
+            self.condition.with_label_values(&[namespace, name, c]);
+        }
     }
 
     /// Drops a deleted job's series.
@@ -115,6 +129,9 @@ impl Metrics {
         }
         for d in DECISIONS {
             let _ = self.autoscaler_decisions.remove_label_values(&[namespace, name, d]);
+        }
+        for c in CONDITIONS {
+            let _ = self.condition.remove_label_values(&[namespace, name, c]);
         }
     }
 

@@ -269,6 +269,12 @@ async fn report(
         a.desired_workers = Some(pending);
     }
     let after = ready_condition(Some(&status));
+    let name = job.name_any();
+    ctx.metrics.job(namespace, &name);
+    for c in crate::metrics::CONDITIONS {
+        let on = status.conditions.iter().any(|k| k.type_ == c && k.status == "True");
+        ctx.metrics.condition.with_label_values(&[namespace, &name, c]).set(i64::from(on));
+    }
     if job.status.as_ref() != Some(&status) {
         let mut patch = json!({ "status": status });
         // A merge patch keeps what it does not mention: autoscaling that

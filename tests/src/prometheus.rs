@@ -26,8 +26,18 @@ pub struct Target {
 impl Prometheus {
     /// Starts Prometheus scraping `targets` every second.
     pub fn start(targets: &[Target]) -> Self {
+        Self::start_with_rules(targets, None)
+    }
+
+    /// Starts Prometheus scraping `targets` and evaluating the rule file
+    /// `rules` every second.
+    pub fn start_with_rules(targets: &[Target], rules: Option<&std::path::Path>) -> Self {
         let bin = std::env::var("SLUICE_PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".into());
-        let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n");
+        let mut config = String::from("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n");
+        if let Some(r) = rules {
+            config.push_str(&format!("rule_files: ['{}']\n", r.display()));
+        }
+        config.push_str("scrape_configs:\n");
         for t in targets {
             // As the chart's ServiceMonitor: the operator's per-job series
             // keep their own `namespace` label.
@@ -71,6 +81,17 @@ impl Prometheus {
             return Err(format!("HTTP {status}: {}", v["error"]));
         }
         Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Every alerting rule with its state, health and last error
+    /// (`/api/v1/rules`).
+    pub fn rules(&self) -> Vec<Value> {
+        let Some((200, body)) = http_get(self.port, "/api/v1/rules?type=alert") else { return Vec::new() };
+        let v: Value = serde_json::from_str(&body).unwrap_or_default();
+        v["data"]["groups"]
+            .as_array()
+            .map(|g| g.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect())
+            .unwrap_or_default()
     }
 
     pub fn log(&self) -> String {

@@ -87,6 +87,57 @@ fn render(expr: &str, namespace: &str, job: &str) -> String {
         .replace("$__range", "1m")
 }
 
+/// Why the chart's alerting rules (helm/sluice/files/alerts.yaml) would not
+/// work, if they would not: every rule loads and evaluates without error;
+/// every metric a rule reads exists for the job; and the rules this run
+/// provokes — malformed and late records (dead letters), a job whose pods
+/// never start (not ready) — find it.
+fn alert_problems(prometheus: &Prometheus, ns: &str, job: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let rules = prometheus.rules();
+    if rules.len() < 7 {
+        problems.push(format!("only {} alerting rules loaded:\n{}", rules.len(), prometheus.log()));
+    }
+    for rule in &rules {
+        let name = rule["name"].as_str().unwrap_or_default();
+        if rule["health"] != "ok" || rule["lastError"].as_str().is_some_and(|e| !e.is_empty()) {
+            problems.push(format!("alert {name}: health {} ({})", rule["health"], rule["lastError"]));
+        }
+        let expr = rule["query"].as_str().unwrap_or_default();
+        for metric in
+            expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("sluice_"))
+        {
+            let selector = if metric.starts_with("sluice_operator_") {
+                format!("{metric}{{namespace=\"{ns}\", streamjob=\"{job}\"}}")
+            } else {
+                format!("{metric}{{streamjob=\"{job}\"}}")
+            };
+            match prometheus.query(&selector) {
+                Ok(r) if !r.is_empty() => {}
+                Ok(_) => problems.push(format!("alert {name}: `{selector}` has no data")),
+                Err(e) => problems.push(format!("alert {name}: `{selector}` failed: {e}")),
+            }
+        }
+    }
+    // Provoked here: each expression (the condition before `for:`) finds the job.
+    for (name, label) in [("SluiceDeadLettersRising", "streamjob"), ("SluiceJobNotReady", "streamjob")] {
+        let Some(rule) = rules.iter().find(|r| r["name"] == name) else {
+            problems.push(format!("no alert {name}"));
+            continue;
+        };
+        let expr = rule["query"].as_str().unwrap_or_default();
+        match prometheus.query(expr) {
+            Ok(r) if r.iter().any(|s| s["metric"][label] == job) => {}
+            Ok(r) => problems.push(format!("alert {name}: `{expr}` does not find {job}: {r:?}")),
+            Err(e) => problems.push(format!("alert {name}: `{expr}` failed: {e}")),
+        }
+        if !matches!(rule["state"].as_str(), Some("pending" | "firing")) {
+            problems.push(format!("alert {name} is {} with its condition true", rule["state"]));
+        }
+    }
+    problems
+}
+
 #[test]
 fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     let dir = harness().repo.join("helm/sluice/dashboards");
@@ -130,18 +181,22 @@ spec:
     // reconciles to measure (its pods never start: nothing plays the kubelet).
     kubectl_ok(["apply", "-n", &ns, "-f", &file.display().to_string()]);
     // The target labels prometheus-operator's Pod/ServiceMonitors attach.
-    let prometheus = Prometheus::start(&[
-        sluice_e2e::prometheus::Target {
-            job: "sluice-worker".into(),
-            port: worker.http_port,
-            labels: vec![("namespace".into(), ns.clone())],
-        },
-        sluice_e2e::prometheus::Target {
-            job: "sluice-operator".into(),
-            port: operator.http_port,
-            labels: vec![("namespace".into(), ns.clone()), ("pod".into(), "sluice-operator-0".into())],
-        },
-    ]);
+    let rules = harness().repo.join("helm/sluice/files/alerts.yaml");
+    let prometheus = Prometheus::start_with_rules(
+        &[
+            sluice_e2e::prometheus::Target {
+                job: "sluice-worker".into(),
+                port: worker.http_port,
+                labels: vec![("namespace".into(), ns.clone())],
+            },
+            sluice_e2e::prometheus::Target {
+                job: "sluice-operator".into(),
+                port: operator.http_port,
+                labels: vec![("namespace".into(), ns.clone()), ("pod".into(), "sluice-operator-0".into())],
+            },
+        ],
+        Some(&rules),
+    );
     let now = sluice_e2e::now_ms();
     for round in 0..8i64 {
         let mut records: Vec<String> =
@@ -187,6 +242,7 @@ spec:
         }
     }
     assert!(checked >= 15, "only {checked} expressions in the dashboards");
+    failures.extend(alert_problems(&prometheus, &ns, &job));
     assert!(
         failures.is_empty(),
         "{} panel queries without data:\n{}\nworker log:\n{}",

@@ -135,7 +135,14 @@ fn chart_lints_strictly_with_defaults_and_every_option() {
     let cases: [&[&str]; 6] = [
         &[],
         &["--set", "watchNamespaces={a,b}"],
-        &["--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true"],
+        &[
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set",
+            "podMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true",
+        ],
         &["--set", "watchNamespaces={a,b}", "--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true"],
         &["--set", "crds.install=false", "--set", "dashboards.enabled=false", "--set", "metrics.service.enabled=false"],
         &[
@@ -284,7 +291,14 @@ fn monitors_select_the_operator_and_the_worker_pods() {
         "podMonitor.enabled=true",
         "--set",
         "podMonitor.labels.release=prom",
+        "--set",
+        "prometheusRule.enabled=true",
     ]));
+    // The PrometheusRule carries exactly the rule groups of
+    // files/alerts.yaml, which the dashboard test evaluates.
+    let rule = of_kind(&docs, "PrometheusRule")[0];
+    let alerts: Value = serde_saphyr::from_str(&read("helm/sluice/files/alerts.yaml")).unwrap();
+    assert_eq!(rule["spec"]["groups"], alerts["groups"]);
     let pod_monitor = of_kind(&docs, "PodMonitor")[0];
     assert_eq!(pod_monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"], "sluice-worker");
     assert_eq!(pod_monitor["spec"]["podMetricsEndpoints"][0]["port"], "http");

@@ -148,6 +148,8 @@ pub struct Metrics {
     dead_letter: IntCounterVec,
     state_entries: IntGaugeVec,
     state_bytes: IntGaugeVec,
+    state_largest: IntGaugeVec,
+    state_limit: IntGaugeVec,
     checkpoints: IntCounterVec,
     checkpoint_seconds: HistogramVec,
     produce_errors: IntCounterVec,
@@ -258,6 +260,16 @@ impl Metrics {
             ),
             state_entries: gauge!("sluice_state_entries", "Groups, windows or partition keys held in state", labels3()),
             state_bytes: gauge!("sluice_state_bytes", "Approximate memory held by engine state", labels3()),
+            state_largest: gauge!(
+                "sluice_state_bytes_largest_partition",
+                "Approximate state of the core's largest partition engine (what stateMemoryLimit bounds)",
+                labels3()
+            ),
+            state_limit: gauge!(
+                "sluice_state_memory_limit_bytes",
+                "spec.engine.stateMemoryLimit: the state one partition engine may hold",
+                labels3()
+            ),
             checkpoints: counter!(
                 "sluice_checkpoints_total",
                 "Completed checkpoints (state saved, offsets committed)",
@@ -309,6 +321,8 @@ impl Metrics {
             dead_letter_late: dl("late"),
             state_entries: self.state_entries.with_label_values(&l),
             state_bytes: self.state_bytes.with_label_values(&l),
+            state_largest: self.state_largest.with_label_values(&l),
+            state_limit: self.state_limit.with_label_values(&l),
             checkpoints: self.checkpoints.with_label_values(&l),
             checkpoint_seconds: self.checkpoint_seconds.with_label_values(&l),
             produce_errors: self.produce_errors.with_label_values(&l),
@@ -361,6 +375,8 @@ pub struct CoreMetrics {
     pub dead_letter_late: IntCounter,
     pub state_entries: IntGauge,
     pub state_bytes: IntGauge,
+    pub state_largest: IntGauge,
+    pub state_limit: IntGauge,
     pub checkpoints: IntCounter,
     pub checkpoint_seconds: Histogram,
     pub produce_errors: IntCounter,

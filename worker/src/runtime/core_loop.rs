@@ -223,6 +223,7 @@ impl<'a> Core<'a> {
         let engine = &spec.engine;
         let state_limit = usize::try_from(engine.state_memory_limit_bytes().map_err(|e| Error::Config(e.to_string()))?)
             .unwrap_or(usize::MAX);
+        setup.metrics.state_limit.set(i64::try_from(state_limit).unwrap_or(i64::MAX));
         let capacity = usize::try_from(engine.batch_max_records).unwrap_or(4096);
         let stages = &setup.dataflow.stages;
         let mut parts = Vec::new();
@@ -595,11 +596,12 @@ impl<'a> Core<'a> {
             m.dead_letter_late.inc_by(totals.late);
         }
         let now = super::now_ms();
-        let (mut entries, mut bytes) = (0usize, 0usize);
+        let (mut entries, mut bytes, mut largest) = (0usize, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
             let stats = p.engine.stats();
             entries += stats.state_entries;
             bytes += stats.state_bytes;
+            largest = largest.max(stats.state_bytes);
             let Some(pm) = m.partitions.get(slot) else { continue };
             if let Some(lag) = self.source.lag(slot) {
                 pm.consumer_lag.set(lag);
@@ -614,6 +616,7 @@ impl<'a> Core<'a> {
         }
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
         self.summary.records_in += input.records;
         self.summary.records_out += out_records;
         self.summary.dead_lettered += totals.malformed;
