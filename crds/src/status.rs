@@ -43,6 +43,11 @@ pub struct StreamJobStatus {
     /// offsets to (what a lag-based autoscaler such as KEDA watches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumer_group: Option<String>,
+    /// The compacted topic the job's state checkpoints go to (a
+    /// multi-stage query adds `<stateTopic>-<n>` per further stage and
+    /// `<stateTopic>-branch-<n>` per stateful branch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_topic: Option<String>,
     /// Records in the sources' partitions that the job has not committed
     /// yet (end offsets minus committed offsets, summed), as the operator
     /// last read them from Kafka.

@@ -68,6 +68,7 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         assignment_epoch: previous.assignment_epoch,
         earlier_slots: previous.earlier_slots,
         consumer_group: previous.consumer_group,
+        state_topic: previous.state_topic,
         lag: previous.lag,
         autoscaling: previous.autoscaling,
     };
@@ -97,7 +98,8 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         }
         Outcome::Applied(d) => {
             status.partitions = Some(d.total_partitions);
-            status.consumer_group.clone_from(&d.config.worker.consumer_group);
+            status.consumer_group = Some(d.config.consumer_group());
+            status.state_topic = Some(d.config.state_topic());
             status.assignment = Some(d.assignment.clone());
             status.assignment_epoch = Some(d.config.assignment_epoch);
             status.earlier_slots.clone_from(&d.config.earlier_slots);
@@ -252,7 +254,9 @@ mod tests {
         let running = compute(&j, &Outcome::Applied(d), &sts(2, 2), &now());
         assert_eq!(ready(&running), ("True".into(), reasons::RUNNING.into()));
         assert_eq!(running.partitions, Some(8));
-        assert!(running.consumer_group.as_deref().is_some_and(|g| g.starts_with("sluice.")), "{running:?}");
+        let group = running.consumer_group.clone().unwrap();
+        assert!(group.starts_with("sluice.prod.s2-group-by."), "{group}");
+        assert_eq!(running.state_topic, Some(format!("{group}.state")));
         assert!(running.assignment.is_some());
     }
 
