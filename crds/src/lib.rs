@@ -37,7 +37,7 @@ pub use crd::{CRD_FILE, crd_yaml};
 pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy};
 pub use error::CrdsError;
 pub use partitioner::{murmur2, partition_for_key};
-pub use pod_template::{PodTemplateSpec, RESERVED_ENV};
+pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{

@@ -15,10 +15,9 @@ use serde::{Deserialize, Serialize};
 /// these; a collision with it is refused by validation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("!has(self.env) || self.env.all(e, e.name != 'POD_NAME' && e.name != 'SLUICE_EXPECTED_CONFIG_HASH')").message("podTemplate.env: POD_NAME and SLUICE_EXPECTED_CONFIG_HASH are set by the operator"))]
+#[x_kube(validation = Rule::new("!has(self.env) || self.env.all(e, e.name.startsWith('SLUICE_') ? e.name == 'SLUICE_LOG' : e.name != 'POD_NAME')").message("podTemplate.env: POD_NAME and SLUICE_* (but SLUICE_LOG) are set by the operator"))]
 #[x_kube(validation = Rule::new("!has(self.volumes) || self.volumes.all(v, v.name != 'config' && !v.name.startsWith('secret-'))").message("podTemplate.volumes: the names `config` and `secret-*` are the operator's"))]
-#[x_kube(validation = Rule::new("!has(self.volumeMounts) || self.volumeMounts.all(m, !m.mountPath.startsWith('/etc/sluice/config') && !m.mountPath.startsWith('/etc/sluice/secrets'))").message("podTemplate.volumeMounts: /etc/sluice/config and /etc/sluice/secrets are where the operator mounts the worker config and Secrets"))]
-#[x_kube(validation = Rule::new("!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))").message("podTemplate.volumeMounts: every mount needs its volume in podTemplate.volumes"))]
+#[x_kube(validation = Rule::new("!has(self.volumeMounts) || self.volumeMounts.all(m, !m.mountPath.startsWith('/etc/sluice'))").message("podTemplate.volumeMounts: /etc/sluice is where the operator mounts the worker config and Secrets"))]
 pub struct PodTemplateSpec {
     /// Labels added to the worker pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -62,17 +61,23 @@ pub struct PodTemplateSpec {
     pub volume_mounts: Vec<VolumeMount>,
 }
 
-/// Environment variables the operator sets and a template may not.
-pub const RESERVED_ENV: [&str; 2] = ["POD_NAME", crate::EXPECTED_CONFIG_HASH_ENV];
+/// Whether a template may set environment variable `name`: not
+/// `POD_NAME` (the worker's ordinal), and no `SLUICE_*` but `SLUICE_LOG` —
+/// the worker reads `SLUICE_<SECTION>__<FIELD>` as overrides of its config,
+/// which would let a pod template change what the operator assigned (its
+/// partitions, its group).
+pub fn reserved_env(name: &str) -> bool {
+    name == "POD_NAME" || (name.starts_with("SLUICE_") && name != "SLUICE_LOG")
+}
 
 impl PodTemplateSpec {
     /// What collides with the operator's own pod parts.
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let at = "spec.podTemplate";
-        if let Some(e) = self.env.iter().find(|e| RESERVED_ENV.contains(&e.name.as_str())) {
+        if let Some(e) = self.env.iter().find(|e| reserved_env(&e.name)) {
             problems.push(format!(
-                "{at}.env: podTemplate.env: POD_NAME and SLUICE_EXPECTED_CONFIG_HASH are set by the operator (`{}` \
+                "{at}.env: podTemplate.env: POD_NAME and SLUICE_* (but SLUICE_LOG) are set by the operator (`{}` \
                  given)",
                 e.name
             ));
@@ -83,14 +88,15 @@ impl PodTemplateSpec {
                 v.name
             ));
         }
-        let reserved = [crate::contract::CONFIG_DIR, crate::contract::SECRETS_DIR];
-        if let Some(m) = self.volume_mounts.iter().find(|m| reserved.iter().any(|r| m.mount_path.starts_with(r))) {
+        if let Some(m) = self.volume_mounts.iter().find(|m| m.mount_path.starts_with("/etc/sluice")) {
             problems.push(format!(
-                "{at}.volumeMounts: podTemplate.volumeMounts: /etc/sluice/config and /etc/sluice/secrets are where \
-                 the operator mounts the worker config and Secrets (`{}` given)",
+                "{at}.volumeMounts: podTemplate.volumeMounts: /etc/sluice is where the operator mounts the worker \
+                 config and Secrets (`{}` given)",
                 m.mount_path
             ));
         }
+        // Not a CEL rule too: comparing every mount with every volume is
+        // over the API server's cost budget for the CRD.
         if let Some(m) = self.volume_mounts.iter().find(|m| !self.volumes.iter().any(|v| v.name == m.name)) {
             problems.push(format!(
                 "{at}.volumeMounts: podTemplate.volumeMounts: every mount needs its volume in podTemplate.volumes \
@@ -99,5 +105,28 @@ impl PodTemplateSpec {
             ));
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_cannot_take_over_the_operators_env_volumes_or_mounts() {
+        let t: PodTemplateSpec = serde_saphyr::from_str(
+            "env: [ { name: SLUICE_LOG, value: debug }, { name: TZ, value: UTC } ]\n\
+             volumes: [ { name: scratch, emptyDir: {} } ]\n\
+             volumeMounts: [ { name: scratch, mountPath: /scratch }, { name: nowhere, mountPath: /data } ]\n",
+        )
+        .unwrap();
+        let problems = t.problems();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("every mount needs its volume") && problems[0].contains("`nowhere`"));
+        for name in ["POD_NAME", "SLUICE_EXPECTED_CONFIG_HASH", "SLUICE_SPEC__WORKERS", "SLUICE_WORKER__CONSUMER_GROUP"]
+        {
+            assert!(reserved_env(name), "{name}");
+        }
+        assert!(!reserved_env("SLUICE_LOG") && !reserved_env("TZ"));
     }
 }

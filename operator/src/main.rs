@@ -140,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
             }
             why = renew => {
                 metrics.leader.set(0);
+                metrics.forget_jobs();
                 tracing::warn!(?why, "stepped down as leader; standing by");
             }
         }

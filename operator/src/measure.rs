@@ -28,12 +28,19 @@ pub struct Autoscaler {
     /// reconcile right after a decision may still see the status from
     /// before it (the watch cache lags the write), and must not undo it.
     decided: Mutex<HashMap<String, i32>>,
+    /// When each job's lag was last read from Kafka.
+    lag_read: Mutex<HashMap<String, f64>>,
     clock: Instant,
 }
 
 impl Default for Autoscaler {
     fn default() -> Self {
-        Self { memories: Mutex::new(HashMap::new()), decided: Mutex::new(HashMap::new()), clock: Instant::now() }
+        Self {
+            memories: Mutex::new(HashMap::new()),
+            decided: Mutex::new(HashMap::new()),
+            lag_read: Mutex::new(HashMap::new()),
+            clock: Instant::now(),
+        }
     }
 }
 
@@ -57,10 +64,31 @@ impl Autoscaler {
         self.decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied()
     }
 
-    /// Forgets everything about a job (deleted, or no longer autoscaled).
-    pub fn forget_job(&self, key: &str) {
+    /// Whether the job's lag is due to be read again (at most once per
+    /// `every`): writing a changed lag into the status triggers another
+    /// reconcile, which must not read and write it again at once.
+    fn lag_due(&self, key: &str, every: f64) -> bool {
+        let now = self.clock.elapsed().as_secs_f64();
+        let mut read = self.lag_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match read.get(key) {
+            Some(at) if now - at < every * 0.9 => false,
+            _ => {
+                read.insert(key.to_owned(), now);
+                true
+            }
+        }
+    }
+
+    /// Forgets a job's measurements and decisions (no longer autoscaled).
+    pub fn forget_decisions(&self, key: &str) {
         self.forget(key);
         self.decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
+    }
+
+    /// Forgets everything about a job (deleted).
+    pub fn forget_job(&self, key: &str) {
+        self.forget_decisions(key);
+        self.lag_read.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(key);
     }
 
     fn with<R>(&self, key: &str, f: impl FnOnce(&mut Memory) -> R) -> R {
@@ -109,6 +137,8 @@ pub struct Running<'a> {
     pub pods: &'a [Pod],
     pub ready_workers: i32,
     pub now: &'a Time,
+    /// How often the lag of a job without autoscaling is read.
+    pub lag_every: Duration,
 }
 
 /// Measures the job and, if it autoscales, decides.
@@ -118,26 +148,40 @@ pub async fn measure(autoscaler: &Autoscaler, r: &Running<'_>) -> Result<Measure
     r.metrics.job(namespace, name);
     r.metrics.desired_workers.with_label_values(&[namespace, name]).set(i64::from(r.desired.replicas));
     r.metrics.ready_workers.with_label_values(&[namespace, name]).set(i64::from(r.ready_workers));
-    let group = r.desired.config.worker.consumer_group.clone().unwrap_or_default();
-    let offsets =
-        lag::read(r.client, namespace, &job.spec, &r.desired.config.partitions, &group, r.kafka_timeout).await?;
+    let previous_lag = job.status.as_ref().and_then(|s| s.lag);
+    let period = job.spec.autoscaling.as_ref().map(|a| f64::from(a.period_seconds.max(1)));
+    let at = autoscaler.clock.elapsed().as_secs_f64();
+    // One measurement per period (or per resync without autoscaling),
+    // however often the job is reconciled.
+    let sample_due =
+        autoscaler.with(r.key, |m| m.last_sample_at().is_none_or(|last| at - last >= period.unwrap_or(0.0) * 0.9));
+    let offsets = if autoscaler.lag_due(r.key, period.unwrap_or(r.lag_every.as_secs_f64()))
+        || (r.steady && period.is_some() && sample_due)
+    {
+        let group = r.desired.config.consumer_group();
+        Some(lag::read(r.client, namespace, &job.spec, &r.desired.config.partitions, &group, r.kafka_timeout).await?)
+    } else {
+        None
+    };
     let lag = match &offsets {
-        Ok(o) => {
+        Some(Ok(o)) => {
             r.metrics.lag.with_label_values(&[namespace, name]).set(o.lag);
             Some(o.lag)
         }
-        Err(why) => {
+        Some(Err(why)) => {
             tracing::debug!(job = %r.key, %why, "lag not read");
-            job.status.as_ref().and_then(|s| s.lag)
+            previous_lag
         }
+        None => previous_lag,
     };
     let Some(spec) = &job.spec.autoscaling else {
-        autoscaler.forget_job(r.key);
+        autoscaler.forget_decisions(r.key);
         return Ok(Measured { lag, autoscaling: None, scaled: None });
     };
     let policy = Policy::from(spec);
     let previous = job.status.as_ref().and_then(|s| s.autoscaling.clone()).unwrap_or_default();
-    let current = r.desired.replicas;
+    // The count in force (while suspended too: resuming goes back to it).
+    let current = job.spec.workers;
     let mut status = AutoscalingStatus { desired_workers: Some(current), ..previous.clone() };
     if !r.steady {
         autoscaler.forget(r.key);
@@ -149,13 +193,10 @@ pub async fn measure(autoscaler: &Autoscaler, r: &Running<'_>) -> Result<Measure
         });
         return Ok(Measured { lag, autoscaling: Some(status), scaled: None });
     }
-    let at = autoscaler.clock.elapsed().as_secs_f64();
-    // One measurement per period, however often the job is reconciled.
-    let period = f64::from(spec.period_seconds.max(1));
-    if autoscaler.with(r.key, |m| m.last_sample_at().is_some_and(|last| at - last < period * 0.9)) {
+    if !sample_due {
         return Ok(Measured { lag, autoscaling: Some(previous), scaled: None });
     }
-    let (Ok(offsets), Some(work)) = (offsets, worker_health::work_totals(r.pods).await) else {
+    let (Some(Ok(offsets)), Some(work)) = (offsets, worker_health::work_totals(r.pods).await) else {
         status.last_decision = Some(Action::Hold.as_str().into());
         status.message = Some("could not read the lag from Kafka or the metrics of every worker: holding".into());
         return Ok(Measured { lag, autoscaling: Some(status), scaled: None });

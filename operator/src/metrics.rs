@@ -17,6 +17,8 @@ pub struct Metrics {
     pub ready_workers: IntGaugeVec,
     /// Per job: records behind in its sources, as read from Kafka.
     pub lag: IntGaugeVec,
+    /// Per job: 1 while `spec.suspend` is set (not ready on purpose).
+    pub suspended: IntGaugeVec,
     /// Per job and condition (`Ready`, `Degraded`): 1 when True.
     pub condition: IntGaugeVec,
     /// Per job and decision (`ScaleUp`, `ScaleDown`): the autoscaler's changes.
@@ -86,7 +88,12 @@ impl Metrics {
             &["namespace", "streamjob", "condition"],
         )
         .map_err(e)?;
-        for c in [&desired_workers, &ready_workers, &lag, &condition] {
+        let suspended = IntGaugeVec::new(
+            Opts::new("sluice_operator_job_suspended", "1 while the job is suspended (spec.suspend)"),
+            &job,
+        )
+        .map_err(e)?;
+        for c in [&desired_workers, &ready_workers, &lag, &suspended, &condition] {
             registry.register(Box::new(c.clone())).map_err(e)?;
         }
         registry.register(Box::new(autoscaler_decisions.clone())).map_err(e)?;
@@ -103,6 +110,7 @@ impl Metrics {
             desired_workers,
             ready_workers,
             lag,
+            suspended,
             condition,
             autoscaler_decisions,
         })
@@ -111,7 +119,7 @@ impl Metrics {
     /// A job's series, created at 0 so dashboards and alerts see them
     /// before the first change.
     pub fn job(&self, namespace: &str, name: &str) {
-        for g in [&self.desired_workers, &self.ready_workers, &self.lag] {
+        for g in [&self.desired_workers, &self.ready_workers, &self.lag, &self.suspended] {
             g.with_label_values(&[namespace, name]);
         }
         for d in DECISIONS {
@@ -122,9 +130,19 @@ impl Metrics {
         }
     }
 
+    /// Drops every job's series: a replica that stops leading must not
+    /// go on exporting what it last saw (alerts would fire on it forever).
+    pub fn forget_jobs(&self) {
+        for g in [&self.desired_workers, &self.ready_workers, &self.lag, &self.suspended] {
+            g.reset();
+        }
+        self.condition.reset();
+        self.autoscaler_decisions.reset();
+    }
+
     /// Drops a deleted job's series.
     pub fn forget_job(&self, namespace: &str, name: &str) {
-        for g in [&self.desired_workers, &self.ready_workers, &self.lag] {
+        for g in [&self.desired_workers, &self.ready_workers, &self.lag, &self.suspended] {
             let _ = g.remove_label_values(&[namespace, name]);
         }
         for d in DECISIONS {

@@ -197,6 +197,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
                 pods: &observed.pods,
                 ready_workers: observed.ready_workers(),
                 now: &now,
+                lag_every: ctx.resync,
             };
             Some(measure(&ctx.autoscaler, &running).await?)
         }
@@ -271,6 +272,7 @@ async fn report(
     let after = ready_condition(Some(&status));
     let name = job.name_any();
     ctx.metrics.job(namespace, &name);
+    ctx.metrics.suspended.with_label_values(&[namespace, &name]).set(i64::from(job.spec.suspend));
     for c in crate::metrics::CONDITIONS {
         let on = status.conditions.iter().any(|k| k.type_ == c && k.status == "True");
         ctx.metrics.condition.with_label_values(&[namespace, &name, c]).set(i64::from(on));

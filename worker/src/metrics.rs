@@ -204,8 +204,9 @@ impl Metrics {
         let busy_seconds = CounterVec::new(
             Opts::new(
                 "sluice_core_busy_seconds_total",
-                "Time the core spent on anything but waiting for input (the autoscaler's processing rate is \
-                 records in per busy second)",
+                "Time the core spent on anything but waiting for input: processing, producing, checkpointing, and \
+                 polls that returned all the records asked for (the autoscaler's capacity is records in per busy \
+                 second)",
             ),
             &labels3(),
         )

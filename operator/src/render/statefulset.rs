@@ -118,7 +118,7 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                 ..EnvVar::default()
             }))
             .chain(own_log_filter.map(|f| EnvVar { name: "SLUICE_LOG".into(), value: Some(f), ..EnvVar::default() }))
-            .chain(template.env.iter().filter(|e| !sluice_crds::RESERVED_ENV.contains(&e.name.as_str())).cloned())
+            .chain(template.env.iter().filter(|e| !sluice_crds::reserved_env(&e.name)).cloned())
             .collect(),
         ),
         ports: Some(vec![ContainerPort {

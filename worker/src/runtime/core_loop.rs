@@ -460,8 +460,11 @@ impl<'a> Core<'a> {
             // see `exchange::PACK_MAX_ROWS`).
             let mut collected = 0;
             let mut first_at: Option<Instant> = None;
-            // Busy time is the iteration's time less the polls that found
-            // nothing: waiting for input is what a faster core cannot shorten.
+            // Busy time is the iteration's time less the polls that may
+            // have waited: those that returned fewer records than asked
+            // for (a trickle waits up to the poll timeout for its first
+            // record). A saturated core gets full polls: all busy. Waiting
+            // for input is what a faster core cannot shorten.
             let iteration = Instant::now();
             let mut waited = Duration::ZERO;
             let mut push_error = None;
@@ -485,7 +488,7 @@ impl<'a> Core<'a> {
                 if let Some(e) = push_error.take() {
                     return Err(e);
                 }
-                if n == 0 {
+                if n < want {
                     waited += polled_at.elapsed();
                 }
                 if n > 0 && first_at.is_none() {
