@@ -95,7 +95,7 @@ fn render(expr: &str, namespace: &str, job: &str) -> String {
 fn alert_problems(prometheus: &Prometheus, ns: &str, job: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let rules = prometheus.rules();
-    if rules.len() < 7 {
+    if rules.len() < 8 {
         problems.push(format!("only {} alerting rules loaded:\n{}", rules.len(), prometheus.log()));
     }
     for rule in &rules {

@@ -152,6 +152,7 @@ pub struct Metrics {
     state_limit: IntGaugeVec,
     checkpoints: IntCounterVec,
     checkpoint_seconds: HistogramVec,
+    checkpoint_failures: IntCounterVec,
     produce_errors: IntCounterVec,
     latency: Arc<LatencyCollector>,
     pub ready: IntGauge,
@@ -281,6 +282,11 @@ impl Metrics {
                 "Time to flush the sink, save state and commit offsets",
                 vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0]
             ),
+            checkpoint_failures: counter!(
+                "sluice_checkpoint_failures_total",
+                "Checkpoints that failed (flush, state save or commit); the core restarts from its last checkpoint",
+                labels3()
+            ),
             produce_errors: counter!(
                 "sluice_produce_errors_total",
                 "Records the sink failed to acknowledge",
@@ -326,6 +332,7 @@ impl Metrics {
             state_limit: self.state_limit.with_label_values(&l),
             checkpoints: self.checkpoints.with_label_values(&l),
             checkpoint_seconds: self.checkpoint_seconds.with_label_values(&l),
+            checkpoint_failures: self.checkpoint_failures.with_label_values(&l),
             produce_errors: self.produce_errors.with_label_values(&l),
             partitions: partitions
                 .iter()
@@ -380,6 +387,7 @@ pub struct CoreMetrics {
     pub state_limit: IntGauge,
     pub checkpoints: IntCounter,
     pub checkpoint_seconds: Histogram,
+    pub checkpoint_failures: IntCounter,
     pub produce_errors: IntCounter,
     pub partitions: Vec<PartitionMetrics>,
     pub latency: Arc<LatencyHistogram>,

@@ -682,6 +682,16 @@ impl<'a> Core<'a> {
     /// repeated (and rows repeated on a repartition topic are recognised
     /// and dropped by the partition that reads them).
     fn checkpoint(&mut self) -> Result<(), Error> {
+        let result = self.try_checkpoint();
+        if result.is_err() {
+            // The core restarts from its last checkpoint; the count is what
+            // dashboards and alerts see of it.
+            self.setup.metrics.checkpoint_failures.inc();
+        }
+        result
+    }
+
+    fn try_checkpoint(&mut self) -> Result<(), Error> {
         let started = Instant::now();
         for stage in &mut self.stages {
             stage.sink.flush()?;
