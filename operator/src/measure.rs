@@ -59,6 +59,13 @@ impl Autoscaler {
         }
     }
 
+    /// Records a change of the job's count: the measurements of the old
+    /// count are forgotten, and the new count holds until the status shows it.
+    fn scaled_to(&self, key: &str, workers: i32) {
+        self.forget(key);
+        self.decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.to_owned(), workers);
+    }
+
     /// A decision of this process the status may not show yet.
     pub fn pending(&self, key: &str) -> Option<i32> {
         self.decided.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied()
@@ -145,7 +152,6 @@ pub struct Running<'a> {
 pub async fn measure(autoscaler: &Autoscaler, r: &Running<'_>) -> Result<Measured, Error> {
     let (namespace, name) = r.key.split_once('/').unwrap_or(("", r.key));
     let job = r.job;
-    r.metrics.job(namespace, name);
     r.metrics.desired_workers.with_label_values(&[namespace, name]).set(i64::from(r.desired.replicas));
     r.metrics.ready_workers.with_label_values(&[namespace, name]).set(i64::from(r.ready_workers));
     let previous_lag = job.status.as_ref().and_then(|s| s.lag);
@@ -218,12 +224,7 @@ pub async fn measure(autoscaler: &Autoscaler, r: &Running<'_>) -> Result<Measure
     apply_decision(&mut status, &decision, r.now);
     let scaled = match decision.action {
         Action::ScaleUp | Action::ScaleDown => {
-            autoscaler.forget(r.key);
-            autoscaler
-                .decided
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(r.key.to_owned(), decision.workers);
+            autoscaler.scaled_to(r.key, decision.workers);
             r.metrics.autoscaler_decisions.with_label_values(&[namespace, name, decision.action.as_str()]).inc();
             let reason = if decision.action == Action::ScaleUp { reasons::SCALED_UP } else { reasons::SCALED_DOWN };
             Some((
