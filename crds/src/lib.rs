@@ -45,7 +45,7 @@ pub use source::{
     SecretRef, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
-pub use stream_job::{Delivery, StreamJob, StreamJobSpec};
+pub use stream_job::{Delivery, StreamJob, StreamJobSpec, UpgradeMode};
 pub use worker_config::{EXPECTED_CONFIG_HASH_ENV, JobIdentity, WorkerConfig, WorkerSettings, config_hash};
 
 /// API group of every Sluice resource.

@@ -53,6 +53,16 @@ pub struct StreamJobStatus {
     /// last read them from Kafka.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag: Option<i64>,
+    /// Identity of the state the running query keeps (a hash of
+    /// `stateLayout`): a query edit with the same identity continues from
+    /// the job's offsets and state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_identity: Option<String>,
+    /// The state the running query keeps, one line per stateful operator
+    /// (`stage <n>: …`): its keys, aggregates, windows and input columns.
+    /// What an upgrade is compared with (`spec.upgradeMode`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_layout: Vec<String>,
     /// What the autoscaler measured and decided (with `spec.autoscaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
@@ -94,4 +104,10 @@ pub mod reasons {
     pub const SCALED_UP: &str = "ScaledUp";
     /// The autoscaler lowered the worker count (event).
     pub const SCALED_DOWN: &str = "ScaledDown";
+    /// The edited query keeps different state and `upgradeMode` is
+    /// `KeepState`: the running query goes on (condition and event).
+    pub const INCOMPATIBLE_UPGRADE: &str = "IncompatibleUpgrade";
+    /// The edited query keeps different state and `upgradeMode` is
+    /// `Fresh`: it starts over in a new consumer group (event).
+    pub const STARTED_FRESH: &str = "StartedFresh";
 }

@@ -90,6 +90,34 @@ pub struct StreamJobSpec {
     /// Let the operator choose the worker count from lag and busy time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingSpec>,
+    /// What happens to the job's offsets and state when its query changes
+    /// (docs/operations.md, "Changing a running query").
+    #[serde(default, skip_serializing_if = "UpgradeMode::is_default")]
+    pub upgrade_mode: UpgradeMode,
+}
+
+/// How a changed query takes over from the running one. Either way, an
+/// edit that keeps the state's meaning — whitespace and comments, filters,
+/// the SELECT list, HAVING, sources the query does not read — continues
+/// from the job's committed offsets and state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum UpgradeMode {
+    /// A query whose state differs (other GROUP BY keys, aggregates,
+    /// windows, join sides) is refused: `Degraded=True`, reason
+    /// `IncompatibleUpgrade`, saying what differs, while the workers of the
+    /// running query keep running.
+    #[default]
+    KeepState,
+    /// A query whose state differs starts over: a new consumer group and
+    /// state topics, reading from each source's `startFrom`, announced by a
+    /// `StartedFresh` event. The old group and topics are left in Kafka.
+    Fresh,
+}
+
+impl UpgradeMode {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The delivery guarantee of the sink's results.

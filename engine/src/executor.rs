@@ -21,7 +21,9 @@ use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
-use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, TimeWindow, plan_fingerprint};
+use sluice_plan::{
+    EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, TimeWindow, plan_fingerprint, state_fingerprint,
+};
 use sluice_plan::{Value, eval, filter_rows};
 
 /// Per-engine settings (from `spec.engine`).
@@ -319,26 +321,32 @@ impl Engine {
         Ok(())
     }
 
-    /// Serialises the engine's state (see [`Engine::restore`]).
+    /// Serialises the engine's state (see [`Engine::restore`]), headed by
+    /// the fingerprint of the state it holds ([`state_fingerprint`]).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        let header: SnapshotHeader = (SNAPSHOT_VERSION, plan_fingerprint(&self.plan), self.max_event_time);
+        let header: SnapshotHeader = (SNAPSHOT_VERSION, state_fingerprint(&self.plan), self.max_event_time);
         let out =
             postcard::to_allocvec(&header).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))?;
         self.operator.snapshot(out)
     }
 
-    /// Restores state written by [`Engine::snapshot`] for the same plan.
+    /// Restores state written by [`Engine::snapshot`] for a plan that keeps
+    /// the same state: the query may have changed its filters and outputs
+    /// since (a compatible upgrade), not its keys and aggregates.
+    /// Checkpoints of earlier releases carry the whole plan's fingerprint
+    /// instead, which still restores into the same plan.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let ((version, fingerprint, max_event_time), operator): (SnapshotHeader, &[u8]) =
             postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
         if version != SNAPSHOT_VERSION {
             return Err(Error::Checkpoint(format!("state format {version} is not {SNAPSHOT_VERSION}")));
         }
-        if fingerprint != plan_fingerprint(&self.plan) {
+        let state = state_fingerprint(&self.plan);
+        if fingerprint != state && fingerprint != plan_fingerprint(&self.plan) {
             return Err(Error::Checkpoint(format!(
-                "the checkpoint was written by a different query or schema (plan fingerprint {fingerprint:016x}, \
-                 this plan's is {:016x}); to start this query from fresh state, reset the job's consumer group offsets",
-                plan_fingerprint(&self.plan)
+                "the checkpoint was written by a query that keeps different state (state fingerprint \
+                 {fingerprint:016x}, this query's is {state:016x}); to start this query over, set the job's \
+                 spec.upgradeMode to Fresh"
             )));
         }
         self.max_event_time = max_event_time;

@@ -6,7 +6,8 @@ use sluice_crds::{Assignment, JobIdentity, SourcePartitions, StreamJob, WorkerCo
 
 use crate::Error;
 use crate::names;
-use crate::validate::{hex8, query_identity};
+use crate::upgrade::QueryState;
+use crate::validate::hex8;
 
 /// Operator-wide settings that flow into workers.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +36,9 @@ pub struct Desired {
     pub replicas: i32,
     pub image: String,
     pub total_partitions: i32,
+    /// The state the query keeps (recorded in the status: what the next
+    /// edit of the query is compared with).
+    pub query: QueryState,
 }
 
 /// Hash of everything [`assign`] depends on.
@@ -72,16 +76,19 @@ fn earlier_slots(job: &StreamJob) -> Vec<i32> {
     earlier
 }
 
+/// The workers of `job` running its query in consumer `group` (see
+/// [`crate::upgrade`]).
 pub fn desired(
     job: &StreamJob,
     partitions: Vec<SourcePartitions>,
     epoch: i64,
     settings: &OperatorSettings,
+    query: QueryState,
+    group: String,
 ) -> Result<Desired, Error> {
     let name = job.metadata.name.clone().unwrap_or_default();
     let namespace = job.metadata.namespace.clone().unwrap_or_else(|| "default".into());
     let spec = &job.spec;
-    let group = sluice_crds::contract::consumer_group(&namespace, &name, Some(&query_identity(spec)));
     let config = WorkerConfig {
         job: JobIdentity { name, namespace },
         spec: spec.clone(),
@@ -118,6 +125,7 @@ pub fn desired(
         config,
         config_yaml,
         config_hash,
+        query,
     })
 }
 

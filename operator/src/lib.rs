@@ -4,7 +4,7 @@
 //! planner, and reports honest status.
 //!
 //! Control path: [`reconcile`] → [`validate`] → [`partitions`] →
-//! [`desired`] → [`rescale`] → [`render`] (server-side apply) → [`status`].
+//! [`upgrade`] (which consumer group the query runs in) → [`desired`] → [`rescale`] → [`render`] (server-side apply) → [`status`].
 
 pub mod autoscale;
 pub mod backoff;
@@ -22,6 +22,7 @@ pub mod reconcile;
 pub mod render;
 pub mod rescale;
 pub mod status;
+pub mod upgrade;
 pub mod validate;
 pub mod worker_health;
 

@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use sluice_crds::{FIELD_MANAGER, StreamJob, reasons};
+use sluice_crds::{FIELD_MANAGER, StreamJob, StreamJobStatus, condition_types as ct, reasons};
 
 use crate::autoscale::{Policy, effective_workers};
 use crate::backoff::Backoff;
@@ -25,6 +25,8 @@ use crate::measure::{Autoscaler, Measured, Running, measure, useful_workers};
 use crate::metrics::Metrics;
 use crate::rescale::{Step, next_step};
 use crate::status::{Observed, Outcome, compute, ready_condition};
+use crate::upgrade::{QueryState, Upgrade, decide, query_state};
+use crate::validate::Invalid;
 use crate::{Error, names, partitions, render, validate, worker_health};
 
 /// Shared by every reconcile.
@@ -103,12 +105,13 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
 
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_else(|| "default".into());
-    let name = job.name_any();
     let mut observed = observe(ctx, job, &namespace).await?;
     let previous_epoch = job.status.as_ref().and_then(|s| s.assignment_epoch).unwrap_or(0);
     // With autoscaling, the job runs at the autoscaler's count: the rest of
     // the reconcile sees that count as `spec.workers`.
     let mut autoscaled: Option<StreamJob> = None;
+    // The announcement of a fresh start, once its workers are applied.
+    let mut fresh: Option<String> = None;
     let outcome = match validate::validate(&job.spec) {
         Err(invalid) => Outcome::Invalid(invalid),
         Ok(dataflow) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
@@ -131,48 +134,23 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
                     parts.iter().find(|p| p.source.eq_ignore_ascii_case(source)).map_or(1, |p| p.partitions);
                 match validate::check_partitioning(&job.spec, source_partitions) {
                     Err(invalid) => Outcome::Invalid(invalid),
-                    Ok(_) => {
-                        let running_hash = observed
-                            .statefulset
-                            .as_ref()
-                            .and_then(|s| s.metadata.annotations.as_ref()?.get(names::ASSIGNMENT_HASH).cloned());
-                        let desired_hash =
-                            crate::desired::assignment_hash(&parts, job.spec.workers, job.spec.cores_per_worker);
-                        let epoch = if running_hash.as_deref() == Some(desired_hash.as_str()) {
-                            previous_epoch.max(1)
-                        } else {
-                            previous_epoch + 1
-                        };
-                        let desired = desired(job, parts, epoch, &ctx.settings)?;
-                        let running_replicas =
-                            observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
-                        match next_step(
-                            running_hash.as_deref(),
-                            running_replicas,
-                            observed.live_pods,
-                            &desired.assignment_hash,
-                        ) {
-                            Step::Apply => {
-                                apply_children(ctx, job, &namespace, &desired).await?;
-                                observed = observe(ctx, job, &namespace).await?;
-                                Outcome::Applied(Box::new(desired))
+                    Ok(dataflow) => {
+                        let query = query_state(&dataflow);
+                        match decide(job, &query) {
+                            Upgrade::Refused { message } => {
+                                Outcome::Refused(Invalid { reason: reasons::INCOMPATIBLE_UPGRADE, message })
                             }
-                            Step::Drain => {
-                                let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
-                                sts.patch(
-                                    &names::statefulset(&name),
-                                    &PatchParams::default(),
-                                    &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
-                                )
-                                .await?;
-                                publish(ctx, job, EventType::Normal, reasons::RESCALING, format!(
-                                    "partition ownership changes ({} → {} worker(s), {} core(s) each): stopping the current workers first",
-                                    running_replicas, job.spec.workers, job.spec.cores_per_worker
-                                ))
-                                .await;
-                                Outcome::Draining { live_pods: observed.live_pods }
+                            Upgrade::Continue { group } => {
+                                run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
                             }
-                            Step::WaitForDrain => Outcome::Draining { live_pods: observed.live_pods },
+                            Upgrade::Fresh { group, previous, why } => {
+                                fresh = Some(format!(
+                                    "the query keeps different state than the one it replaces ({why}); \
+                                     upgradeMode Fresh: it starts over in consumer group {group}, from its sources' \
+                                     startFrom (the previous group {previous} and its state topics stay in Kafka)"
+                                ));
+                                run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
+                            }
                         }
                     }
                 }
@@ -207,6 +185,9 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
         }
     };
     report(ctx, job, &namespace, &outcome, &observed, measured.as_ref(), &now).await?;
+    if let (Some(note), Outcome::Applied(_)) = (fresh, &outcome) {
+        publish(ctx, job, EventType::Normal, reasons::STARTED_FRESH, note).await;
+    }
     if let Some((reason, to, message)) = measured.as_ref().and_then(|m| m.scaled.clone()) {
         // One action per target count: 4 → 2 and then 2 → 1 are two events.
         publish_action(ctx, job, EventType::Normal, reason, &format!("ScaleTo{to}"), message).await;
@@ -218,6 +199,8 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
         job.spec.autoscaling.as_ref().map(|a| Duration::from_secs(u64::try_from(a.period_seconds).unwrap_or(15)));
     Ok(match &outcome {
         Outcome::Invalid(_) => Action::await_change(),
+        // The running query goes on: keep its status current.
+        Outcome::Refused(_) => Action::requeue(ctx.resync),
         Outcome::Unavailable(_) => Action::requeue(ctx.backoff.failed(&key)),
         Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
         // A new worker count: start its rescale now.
@@ -228,6 +211,60 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
             Action::requeue(period.map_or(ctx.resync, |p| p.min(ctx.resync)))
         }
         Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),
+    })
+}
+
+/// Runs `job`'s query in consumer `group`: applies its workers, or stops the
+/// running ones first when partition ownership changes (see [`next_step`]).
+async fn run(
+    ctx: &Context,
+    job: &StreamJob,
+    parts: Vec<sluice_crds::SourcePartitions>,
+    query: QueryState,
+    group: String,
+    observed: &mut Observed,
+    previous_epoch: i64,
+) -> Result<Outcome, Error> {
+    let namespace = job.namespace().unwrap_or_else(|| "default".into());
+    let name = job.name_any();
+    let running_hash = observed
+        .statefulset
+        .as_ref()
+        .and_then(|s| s.metadata.annotations.as_ref()?.get(names::ASSIGNMENT_HASH).cloned());
+    let desired_hash = crate::desired::assignment_hash(&parts, job.spec.workers, job.spec.cores_per_worker);
+    let epoch =
+        if running_hash.as_deref() == Some(desired_hash.as_str()) { previous_epoch.max(1) } else { previous_epoch + 1 };
+    let desired = desired(job, parts, epoch, &ctx.settings, query, group)?;
+    let running_replicas = observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
+    Ok(match next_step(running_hash.as_deref(), running_replicas, observed.live_pods, &desired.assignment_hash) {
+        Step::Apply => {
+            apply_children(ctx, job, &namespace, &desired).await?;
+            *observed = observe(ctx, job, &namespace).await?;
+            Outcome::Applied(Box::new(desired))
+        }
+        Step::Drain => {
+            let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
+            sts.patch(
+                &names::statefulset(&name),
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
+            )
+            .await?;
+            publish(
+                ctx,
+                job,
+                EventType::Normal,
+                reasons::RESCALING,
+                format!(
+                    "partition ownership changes ({} → {} worker(s), {} core(s) each): stopping the current workers \
+                     first",
+                    running_replicas, job.spec.workers, job.spec.cores_per_worker
+                ),
+            )
+            .await;
+            Outcome::Draining { live_pods: observed.live_pods }
+        }
+        Step::WaitForDrain => Outcome::Draining { live_pods: observed.live_pods },
     })
 }
 
@@ -287,11 +324,21 @@ async fn report(
         let api: Api<StreamJob> = Api::namespaced(ctx.client.clone(), namespace);
         api.patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(patch)).await?;
     }
+    // A refused upgrade leaves Ready as the running workers make it: its
+    // warning is published when the refusal is new.
+    if let Outcome::Refused(i) = outcome {
+        let degraded = |s: Option<&StreamJobStatus>| {
+            s?.conditions.iter().find(|c| c.type_ == ct::DEGRADED).map(|c| (c.reason.clone(), c.message.clone()))
+        };
+        if degraded(job.status.as_ref()) != Some((i.reason.to_owned(), i.message.clone())) {
+            publish(ctx, job, EventType::Warning, i.reason, i.message.clone()).await;
+        }
+    }
     if before != after
         && let Some((state, reason, message)) = after
     {
         let kind = match outcome {
-            Outcome::Invalid(_) | Outcome::Unavailable(_) => EventType::Warning,
+            Outcome::Invalid(_) | Outcome::Unavailable(_) | Outcome::Refused(_) => EventType::Warning,
             _ if !observed.failures.is_empty() => EventType::Warning,
             _ => EventType::Normal,
         };

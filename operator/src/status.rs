@@ -20,6 +20,9 @@ pub enum Outcome {
     Invalid(Invalid),
     /// Kafka could not tell the partitions; retried with backoff.
     Unavailable(Invalid),
+    /// The edited query keeps different state (`upgradeMode: KeepState`):
+    /// the running query's workers are left as they are.
+    Refused(Invalid),
     /// Stopping the previous generation before partitions move.
     Draining { live_pods: usize },
     /// The desired children are written.
@@ -70,6 +73,8 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         consumer_group: previous.consumer_group,
         state_topic: previous.state_topic,
         lag: previous.lag,
+        query_identity: previous.query_identity,
+        state_layout: previous.state_layout,
         autoscaling: previous.autoscaling,
     };
     let mut set = |t: &str, s: ConditionStatus, reason: &str, message: &str| {
@@ -87,6 +92,11 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
             set(ct::PROGRESSING, True, i.reason, "retrying with backoff");
             set(ct::DEGRADED, True, i.reason, &i.message);
         }
+        Outcome::Refused(i) => {
+            // Ready stays as the running query's workers make it.
+            set(ct::PROGRESSING, False, i.reason, "revert the query or set spec.upgradeMode: Fresh to proceed");
+            set(ct::DEGRADED, True, i.reason, &i.message);
+        }
         Outcome::Draining { live_pods } => {
             let m = format!(
                 "partition ownership changes: stopping {live_pods} worker(s) of the previous assignment (they drain, \
@@ -100,6 +110,8 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
             status.partitions = Some(d.total_partitions);
             status.consumer_group = Some(d.config.consumer_group());
             status.state_topic = Some(d.config.state_topic());
+            status.query_identity = Some(d.query.identity.clone());
+            status.state_layout.clone_from(&d.query.layout);
             status.assignment = Some(d.assignment.clone());
             status.assignment_epoch = Some(d.config.assignment_epoch);
             status.earlier_slots.clone_from(&d.config.earlier_slots);

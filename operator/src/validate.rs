@@ -1,7 +1,6 @@
 //! Whether a StreamJob can run, decided with the workers' own SQL front end (`sluice-sql`)
 //! before anything is launched.
 
-use sha2::{Digest, Sha256};
 use sluice_crds::{StreamJobSpec, reasons};
 use sluice_plan::Dataflow;
 use sluice_sql::plan_dataflow;
@@ -50,22 +49,6 @@ pub fn check_partitioning(spec: &StreamJobSpec, partitions: i32) -> Result<Dataf
     Ok(dataflow)
 }
 
-/// Identity of the query: its SQL and the schemas it reads. Engine state is
-/// only valid for the query that wrote it, so a changed query gets its own
-/// consumer group and state (it starts over from `startFrom`), while other
-/// changes (image, resources, tuning, scale) keep both.
-pub fn query_identity(spec: &StreamJobSpec) -> String {
-    let mut h = Sha256::new();
-    h.update(spec.sql.trim().as_bytes());
-    for s in &spec.sources {
-        h.update(s.name.as_bytes());
-        h.update(serde_json::to_vec(&s.schema).unwrap_or_default());
-        h.update(serde_json::to_vec(&s.event_time).unwrap_or_default());
-        h.update(serde_json::to_vec(&s.partition_key).unwrap_or_default());
-    }
-    hex8(&h.finalize())
-}
-
 pub fn hex8(bytes: &[u8]) -> String {
     bytes.iter().take(4).map(|b| format!("{b:02x}")).collect()
 }
@@ -111,15 +94,5 @@ mod tests {
         let e = check_partitioning(&spec, 4).unwrap_err();
         assert_eq!(e.reason, reasons::PARTITION_KEY_MISMATCH);
         assert!(e.message.contains("needs a Kafka source"), "{}", e.message);
-    }
-
-    #[test]
-    fn query_identity_ignores_scale_but_not_sql() {
-        let a = job("SELECT trader_id FROM market_data");
-        let mut b = a.clone();
-        b.spec.workers = 7;
-        assert_eq!(query_identity(&a.spec), query_identity(&b.spec));
-        b.spec.sql = "SELECT symbol FROM market_data".into();
-        assert_ne!(query_identity(&a.spec), query_identity(&b.spec));
     }
 }

@@ -10,6 +10,8 @@
 //! * [`plan`] — the operator plan one engine instance executes, and its
 //!   stable fingerprint
 //! * [`Dataflow`] — a query as stages joined by exchanges (repartitioning)
+//! * [`state_signature`] — the part of a plan its saved state depends on
+//!   (what a query upgrade must keep)
 //! * [`time`] — timestamp parsing and formatting
 //!
 //! The bottom of the crate graph: it depends on nothing of Sluice but the
@@ -24,6 +26,7 @@ mod expr;
 mod plan;
 mod scalar_fns;
 mod schema;
+mod state;
 pub mod time;
 mod types;
 
@@ -39,4 +42,5 @@ pub use plan::{
     TimeWindow, TopNPlan, plan_fingerprint,
 };
 pub use schema::{EventTime, Field, Schema, SourceSchema};
+pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
 pub use types::{DataType, Scalar};

@@ -441,3 +441,102 @@ fn partitions_added_to_a_keyed_source_stop_the_job_with_a_clear_condition() {
     assert_eq!(later.len(), emitted.len(), "nothing emitted once the job stopped");
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
+
+/// The query of a running job is edited three times. An edit that keeps the
+/// state's meaning (a comment, a filter, a new output) continues from the
+/// job's offsets and state: the totals of everything produced before and
+/// after are exact. An edit that changes an aggregate is refused, saying
+/// what differs, and the running query goes on. With `upgradeMode: Fresh`
+/// the same edit starts over in a new consumer group, from `startFrom`,
+/// and says so in an event.
+#[test]
+fn query_edits_keep_their_state_are_refused_or_start_fresh() {
+    let ns = new_namespace("op-upgrade");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = group_by_job(&ns, 2, 2_000);
+    let name = "s2-group-by";
+    let group = |job: &Value| job["status"]["consumerGroup"].as_str().unwrap().to_owned();
+    let first = get("sj", name, &ns).unwrap();
+    let first_group = group(&first);
+    assert!(first["status"]["stateLayout"][0].as_str().unwrap().starts_with("stage 0: "), "{first}");
+    let config_sql = || {
+        let cm = get("configmap", &format!("{name}-config"), &ns).unwrap();
+        WorkerConfig::from_yaml(cm["data"]["worker.yaml"].as_str().unwrap()).unwrap().spec.sql
+    };
+    let apply = |edit: &dyn Fn(String) -> String| {
+        let file = example("s2-group-by.yaml", &t, |s| edit(s.replace("workers: 2", "workers: 1")));
+        kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    };
+    let compatible = |s: String| {
+        s.replace(
+            "    FROM market_data\n",
+            "           , COUNT(*) * 2 AS doubled -- a new output\n    FROM market_data WHERE quantity > 0\n",
+        )
+    };
+
+    // 1. Compatible: the new query's workers take over the group and state.
+    apply(&compatible);
+    wait_until("the edited query's workers", Duration::from_secs(120), || {
+        let job = get("sj", name, &ns)?;
+        let rolled =
+            config_sql().contains("doubled") && job["status"]["observedGeneration"] == job["metadata"]["generation"];
+        (rolled && condition(&job, "Ready")?.0 == "True").then_some(())
+    });
+    produce_trades(&t.trades, 2_000..4_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..4_000), Duration::from_secs(120));
+    let after = get("sj", name, &ns).unwrap();
+    assert_eq!(group(&after), first_group, "a compatible edit keeps the consumer group");
+    assert_eq!(after["status"]["queryIdentity"], first["status"]["queryIdentity"]);
+    let latest = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    let last: Value = serde_json::from_slice(&latest.last().unwrap().value).unwrap();
+    assert_eq!(last["doubled"].as_i64(), last["trade_count"].as_i64().map(|n| n * 2), "the new query runs: {last}");
+
+    // 2. Incompatible under KeepState: refused; the running query goes on.
+    let incompatible =
+        |s: String| compatible(s).replace("SUM(quantity) AS total_quantity", "MAX(quantity) AS max_quantity");
+    apply(&incompatible);
+    let (status, _, message) = wait_until("Degraded=True IncompatibleUpgrade", Duration::from_secs(60), || {
+        condition(&get("sj", name, &ns)?, "Degraded").filter(|c| c.1 == "IncompatibleUpgrade")
+    });
+    assert_eq!(status, "True");
+    assert!(message.contains("stage 0 (aggregate): aggregates") && message.contains("Max"), "{message}");
+    assert!(message.contains(&first_group) && message.contains("upgradeMode: Fresh"), "{message}");
+    wait_for_warning(&ns, "IncompatibleUpgrade");
+    assert!(config_sql().contains("SUM(quantity)"), "the running query's config is untouched");
+    let job = get("sj", name, &ns).unwrap();
+    assert_eq!(condition(&job, "Ready").unwrap().0, "True", "the running query keeps running");
+    produce_trades(&t.trades, 4_000..5_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..5_000), Duration::from_secs(90));
+
+    // 3. The same edit with upgradeMode Fresh: a new group, from the start.
+    apply(&|s: String| incompatible(s).replace("  workers: 1\n", "  workers: 1\n  upgradeMode: Fresh\n"));
+    let events = wait_for_event(&ns, "Normal", "StartedFresh", Duration::from_secs(60));
+    let note = events["items"].as_array().unwrap().iter().find(|e| e["reason"] == "StartedFresh").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(note.contains(&first_group) && note.contains("startFrom"), "{note}");
+    let fresh = wait_until("the fresh query's workers", Duration::from_secs(120), || {
+        let job = get("sj", name, &ns)?;
+        (config_sql().contains("MAX(quantity)")
+            && group(&job) != first_group
+            && condition(&job, "Degraded")?.0 == "False"
+            && condition(&job, "Ready")?.0 == "True")
+            .then_some(job)
+    });
+    let fresh_group = group(&fresh);
+    // Starting over from `startFrom: Earliest`, the new query counts every
+    // trade from the first: totals exact, under its own group.
+    wait_until("the new query's totals", Duration::from_secs(120), || {
+        let records = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+        let new: Vec<_> = records
+            .into_iter()
+            .filter(|r| serde_json::from_slice::<Value>(&r.value).unwrap().get("max_quantity").is_some())
+            .collect();
+        (final_counts(&new) == expected_counts(0..5_000)).then_some(())
+    });
+    let committed = kafka::committed_positions(&fresh_group, &t.trades, 2);
+    assert_eq!(committed.values().map(|(o, _)| o).sum::<i64>(), 5_000, "{committed:?}");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}

@@ -18,6 +18,8 @@ pub(crate) mod fixtures {
     use sluice_crds::{SourcePartitions, StreamJob};
 
     use crate::desired::{Desired, OperatorSettings, desired};
+    use crate::upgrade::{Upgrade, decide, query_state};
+    use crate::validate::check_partitioning;
 
     pub fn job(file: &str) -> StreamJob {
         let text =
@@ -32,6 +34,11 @@ pub(crate) mod fixtures {
         let source = j.spec.sources[0].name.clone();
         let settings =
             OperatorSettings { worker_image: "ghcr.io/sluice/sluice:test".into(), ..OperatorSettings::default() };
-        desired(j, vec![SourcePartitions { source, partitions }], 1, &settings).unwrap()
+        let query = query_state(&check_partitioning(&j.spec, partitions).unwrap());
+        let group = match decide(j, &query) {
+            Upgrade::Continue { group } | Upgrade::Fresh { group, .. } => group,
+            Upgrade::Refused { message } => panic!("{message}"),
+        };
+        desired(j, vec![SourcePartitions { source, partitions }], 1, &settings, query, group).unwrap()
     }
 }
