@@ -19,6 +19,7 @@ pub mod contract;
 mod crd;
 mod engine;
 mod error;
+mod kafka_security;
 mod partitioner;
 mod pod_template;
 mod quantity;
@@ -36,13 +37,17 @@ pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};
 pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy};
 pub use error::CrdsError;
+pub use kafka_security::{
+    AuthenticationType, CertSecretSource, CertificateAndKey, KafkaAuthentication, KafkaConnection, KafkaTls,
+    PasswordSecret, SecretRef, SecurityProperty,
+};
 pub use partitioner::{murmur2, partition_for_key};
 pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, SchemaSpec,
-    SecretRef, SourceFormat, SourceSpec, StartFrom, TableSpec,
+    SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, StreamJob, StreamJobSpec, UpgradeMode};

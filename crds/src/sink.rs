@@ -6,7 +6,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::SecretRef;
+use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
 
 /// The job's output. Exactly one of `kafka`, `file` or `stdout` is set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
@@ -52,8 +52,17 @@ pub struct KafkaTarget {
     pub topic: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub properties: BTreeMap<String, String>,
+    /// A Secret whose keys are librdkafka properties; mounted into the
+    /// workers, never copied into config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// SASL (SCRAM-SHA-512/256, PLAIN) or mutual-TLS authentication, from
+    /// Secret keys, as Strimzi's `authentication`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<KafkaAuthentication>,
+    /// TLS to the brokers, as Strimzi's `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTls>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -72,6 +81,16 @@ pub enum SinkFormat {
 }
 
 impl KafkaTarget {
+    pub fn connection(&self) -> KafkaConnection<'_> {
+        KafkaConnection {
+            bootstrap_servers: &self.bootstrap_servers,
+            properties: &self.properties,
+            secret_ref: self.secret_ref.as_ref(),
+            authentication: self.authentication.as_ref(),
+            tls: self.tls.as_ref(),
+        }
+    }
+
     /// The CEL rule above, for documents that never meet an API server.
     pub fn delivery_problem(&self) -> Option<String> {
         let weak_acks = self.properties.get("acks").is_some_and(|a| a != "all" && a != "-1");

@@ -6,6 +6,8 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
+
 /// One input of the job. `name` is the table name the SQL `FROM` clause uses.
 /// Exactly one of `kafka`, `file` or `datagen` is set.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
@@ -88,14 +90,25 @@ pub struct KafkaSource {
     /// `sasl.password`); mounted into the workers, never copied into config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// SASL (SCRAM-SHA-512/256, PLAIN) or mutual-TLS authentication, from
+    /// Secret keys, as Strimzi's `authentication`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<KafkaAuthentication>,
+    /// TLS to the brokers, as Strimzi's `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<KafkaTls>,
 }
 
-/// Reference to a Secret in the job's namespace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecretRef {
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
+impl KafkaSource {
+    pub fn connection(&self) -> KafkaConnection<'_> {
+        KafkaConnection {
+            bootstrap_servers: &self.bootstrap_servers,
+            properties: &self.properties,
+            secret_ref: self.secret_ref.as_ref(),
+            authentication: self.authentication.as_ref(),
+            tls: self.tls.as_ref(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -136,7 +149,9 @@ fn default_datagen_partitions() -> i32 {
     4
 }
 
-/// The record shapes of the seed scenarios.
+/// The record shapes of the seed scenarios and of Nexmark's three event
+/// kinds (one source each; together they are the reference's interleaved
+/// stream).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DatagenScenario {
     /// `order_id`, `customer_id`, `order_date`, `total_amount` (scenario 0).
@@ -145,6 +160,15 @@ pub enum DatagenScenario {
     MarketData,
     /// `trader_id`, `symbol`, `price`, `quantity`, `trade_time` (scenarios 2, 3a, 3b).
     Trades,
+    /// Nexmark people: `id`, `name`, `emailAddress`, `creditCard`, `city`,
+    /// `state`, `dateTime`, `extra` (docs/benchmarks.md, Nexmark).
+    NexmarkPerson,
+    /// Nexmark auctions: `id`, `itemName`, `description`, `initialBid`,
+    /// `reserve`, `dateTime`, `expires`, `seller`, `category`, `extra`.
+    NexmarkAuction,
+    /// Nexmark bids: `auction`, `bidder`, `price`, `channel`, `url`,
+    /// `dateTime`, `extra`.
+    NexmarkBid,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

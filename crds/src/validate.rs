@@ -69,6 +69,9 @@ impl StreamJobSpec {
                     }
                 }
             }
+            if let Some(problem) = s.kafka.as_ref().and_then(|k| k.connection().security_problem()) {
+                problems.push(format!("{at}.kafka: {problem}"));
+            }
             if let Some(d) = &s.datagen
                 && d.partitions < 1
             {
@@ -93,6 +96,9 @@ impl StreamJobSpec {
         ];
         for (at, target) in targets {
             if let Some(problem) = target.and_then(crate::KafkaTarget::delivery_problem) {
+                problems.push(format!("{at}: {problem}"));
+            }
+            if let Some(problem) = target.and_then(|t| t.connection().security_problem()) {
                 problems.push(format!("{at}: {problem}"));
             }
         }

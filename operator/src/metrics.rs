@@ -23,6 +23,9 @@ pub struct Metrics {
     pub condition: IntGaugeVec,
     /// Per job and decision (`ScaleUp`, `ScaleDown`): the autoscaler's changes.
     pub autoscaler_decisions: IntCounterVec,
+    /// Per job: rescales started (partition ownership changed: workers,
+    /// cores or source partitions), each a stop-then-start of every worker.
+    pub rescales: IntCounterVec,
 }
 
 /// The conditions exported per job.
@@ -83,6 +86,14 @@ impl Metrics {
             &["namespace", "streamjob", "decision"],
         )
         .map_err(e)?;
+        let rescales = IntCounterVec::new(
+            Opts::new(
+                "sluice_operator_job_rescales_total",
+                "Rescales of the job started: partition ownership changed, every worker stopped and restarted",
+            ),
+            &job,
+        )
+        .map_err(e)?;
         let condition = IntGaugeVec::new(
             Opts::new("sluice_operator_job_condition", "1 when the job's condition is True, else 0"),
             &["namespace", "streamjob", "condition"],
@@ -97,6 +108,7 @@ impl Metrics {
             registry.register(Box::new(c.clone())).map_err(e)?;
         }
         registry.register(Box::new(autoscaler_decisions.clone())).map_err(e)?;
+        registry.register(Box::new(rescales.clone())).map_err(e)?;
         registry.register(Box::new(reconciles.clone())).map_err(e)?;
         registry.register(Box::new(reconcile_seconds.clone())).map_err(e)?;
         registry.register(Box::new(reconcile_errors.clone())).map_err(e)?;
@@ -113,6 +125,7 @@ impl Metrics {
             suspended,
             condition,
             autoscaler_decisions,
+            rescales,
         })
     }
 
@@ -125,6 +138,7 @@ impl Metrics {
         for d in DECISIONS {
             self.autoscaler_decisions.with_label_values(&[namespace, name, d]);
         }
+        self.rescales.with_label_values(&[namespace, name]);
         for c in CONDITIONS {
             self.condition.with_label_values(&[namespace, name, c]);
         }
@@ -138,6 +152,7 @@ impl Metrics {
         }
         self.condition.reset();
         self.autoscaler_decisions.reset();
+        self.rescales.reset();
     }
 
     /// Drops a deleted job's series.
@@ -151,6 +166,7 @@ impl Metrics {
         for c in CONDITIONS {
             let _ = self.condition.remove_label_values(&[namespace, name, c]);
         }
+        let _ = self.rescales.remove_label_values(&[namespace, name]);
     }
 
     pub fn render(&self) -> String {

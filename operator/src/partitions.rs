@@ -57,36 +57,59 @@ pub async fn lookup(
 pub type Properties = BTreeMap<String, (String, Option<String>)>;
 
 /// The connection and authentication properties of a Kafka source, from
-/// its spec and its Secret: only those the operator applies in its own
-/// process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`).
+/// its spec and its Secrets: only those the operator applies in its own
+/// process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`), and what
+/// `authentication` / `tls` set — the same properties the workers make
+/// ([`sluice_crds::KafkaConnection::security_properties`]), with the
+/// Secrets read through the API instead of mounted files. The values stay
+/// in this process's client config.
 pub async fn client_properties(
     client: &Client,
     namespace: &str,
     source: &str,
     k: &KafkaSource,
 ) -> Result<Result<Properties, Invalid>, Error> {
+    let invalid =
+        |message: String| Invalid { reason: reasons::INVALID_SPEC, message: format!("source {source}: {message}") };
+    let conn = k.connection();
+    if let Some(problem) = conn.security_problem() {
+        return Ok(Err(invalid(problem)));
+    }
     let mut props: Properties = k
         .properties
         .iter()
         .filter(|(key, _)| operator_applies(key))
         .map(|(key, value)| (key.clone(), (value.clone(), None)))
         .collect();
-    if let Some(secret) = &k.secret_ref {
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let Some(sec) = api.get_opt(&secret.name).await? else {
-            return Ok(Err(Invalid {
-                reason: reasons::INVALID_SPEC,
-                message: format!("source {source}: Secret {} not found in namespace {namespace}", secret.name),
-            }));
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut secrets = BTreeMap::new();
+    for name in conn.secret_names() {
+        let Some(sec) = api.get_opt(name).await? else {
+            return Ok(Err(invalid(format!("Secret {name} not found in namespace {namespace}"))));
         };
-        for (key, value) in sec.data.unwrap_or_default() {
-            if operator_applies(&key) {
+        secrets.insert(name.to_owned(), sec.data.unwrap_or_default());
+    }
+    if let Some(secret) = &k.secret_ref {
+        for (key, value) in &secrets[&secret.name] {
+            if operator_applies(key) {
                 let value = String::from_utf8_lossy(&value.0).trim_end().to_owned();
-                props.insert(key, (value, Some(secret.name.clone())));
+                props.insert(key.clone(), (value, Some(secret.name.clone())));
             }
         }
     }
-    Ok(Ok(props))
+    let security = conn.security_properties(|secret, key| {
+        let value = secrets.get(secret).and_then(|data| data.get(key));
+        value
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            .ok_or_else(|| invalid(format!("Secret {secret} in namespace {namespace} has no key `{key}`")))
+    });
+    match security {
+        Ok(security) => {
+            props.extend(security.into_iter().map(|p| (p.key.to_owned(), (p.value, p.secret))));
+            Ok(Ok(props))
+        }
+        Err(invalid) => Ok(Err(invalid)),
+    }
 }
 
 /// A client config for the operator's own reads of a cluster.

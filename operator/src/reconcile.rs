@@ -250,6 +250,7 @@ async fn run(
                 &Patch::Merge(json!({ "spec": { "replicas": 0 } })),
             )
             .await?;
+            ctx.metrics.rescales.with_label_values(&[&namespace, &name]).inc();
             publish(
                 ctx,
                 job,

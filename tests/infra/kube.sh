@@ -101,14 +101,10 @@ make_pki() {
   log "creating certificates in $PKI_DIR"
   (
   cd "$PKI_DIR"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=sluice-test-ca" \
-    -keyout ca.key -out ca.crt 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' >apiserver.ext
-  openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-    -extfile apiserver.ext -out apiserver.crt 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=sluice-admin" -keyout admin.key -out admin.csr 2>/dev/null
-  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out admin.crt 2>/dev/null
+  new_ca "/CN=sluice-test-ca"
+  sign_cert apiserver "/CN=kube-apiserver" \
+    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  sign_cert admin "/O=system:masters/CN=sluice-admin"
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   )

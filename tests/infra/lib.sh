@@ -101,3 +101,24 @@ wait_until() {
 }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Test certificates (in the current directory), as the API server's and the
+# broker's listeners use them:
+#   new_ca SUBJECT                  ca.key, ca.crt (self-signed, 10 years)
+#   sign_cert NAME SUBJECT [SANS]   NAME.key, NAME.crt signed by ca.*
+#                                   (SANS: an openssl subjectAltName value)
+new_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "$1" -keyout ca.key -out ca.crt 2>/dev/null
+}
+sign_cert() {
+  local name=$1 subject=$2 sans=${3:-}
+  openssl req -newkey rsa:2048 -nodes -subj "$subject" -keyout "$name.key" -out "$name.csr" 2>/dev/null
+  if [ -n "$sans" ]; then
+    printf 'subjectAltName=%s\n' "$sans" >"$name.ext"
+    openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+  else
+    openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -out "$name.crt" 2>/dev/null
+  fi
+  rm -f "$name.csr"
+}

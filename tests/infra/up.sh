@@ -10,6 +10,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cat >"$SLUICE_RUN_DIR/env" <<ENV
 export SLUICE_HARNESS=1
 export SLUICE_KAFKA_BOOTSTRAP=$("$INFRA_DIR/kafka.sh" bootstrap)
+export SLUICE_KAFKA_SASL_BOOTSTRAP=$("$INFRA_DIR/kafka.sh" sasl-bootstrap)
+export SLUICE_KAFKA_MTLS_BOOTSTRAP=$("$INFRA_DIR/kafka.sh" mtls-bootstrap)
+export SLUICE_KAFKA_TLS_DIR=$("$INFRA_DIR/kafka.sh" tls-dir)
 export KUBECONFIG=$("$INFRA_DIR/kube.sh" kubeconfig)
 export SLUICE_HELM=$("$INFRA_DIR/tools.sh" path helm)
 export SLUICE_PROMETHEUS=$("$INFRA_DIR/tools.sh" path prometheus)

@@ -118,15 +118,25 @@ impl FakeKubelet {
             .unwrap_or_default()
     }
 
+    /// `/metrics` of each of `namespace`'s running processes.
+    pub fn metrics(&self, namespace: &str) -> String {
+        self.each_running(namespace, |_, w| w.get("/metrics").map(|(_, body)| body))
+    }
+
     /// Logs of `namespace`'s running processes (for failure messages).
     pub fn logs(&self, namespace: &str) -> String {
+        self.each_running(namespace, |pod, w| Some(format!("--- {pod}\n{}", w.log())))
+    }
+
+    /// `f(pod, process)` of each of `namespace`'s running processes, joined.
+    fn each_running(&self, namespace: &str, f: impl Fn(&str, &Worker) -> Option<String>) -> String {
         self.state
             .lock()
             .map(|s| {
                 s.running
                     .iter()
                     .filter(|((ns, _), _)| ns == namespace)
-                    .map(|((_, p), r)| format!("--- {p}\n{}", r.worker.log()))
+                    .filter_map(|((_, pod), r)| f(pod, &r.worker))
                     .collect::<Vec<_>>()
                     .join("\n")
             })

@@ -134,7 +134,7 @@ impl Worker {
 
     /// GET `path` on the worker's HTTP port: (status code, body).
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(self.http_port, path)
+        http_get_at(&self.http_host, self.http_port, path)
     }
 
     /// Waits until /readyz answers 200.

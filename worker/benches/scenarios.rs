@@ -104,6 +104,9 @@ fn source(data: DatagenScenario) -> SourceSpec {
             ],
             Some("trade_time"),
         ),
+        DatagenScenario::NexmarkPerson | DatagenScenario::NexmarkAuction | DatagenScenario::NexmarkBid => {
+            panic!("{data:?} is not a seed scenario")
+        }
     };
     SourceSpec {
         event_time: event_time.map(|c| EventTimeSpec { column: c.into(), watermark_delay_millis: 1000 }),

@@ -162,12 +162,7 @@ pub fn from_manifest(text: &str, cores: Option<i32>, settings: WorkerSettings) -
 pub fn source_partitions(s: &SourceSpec, settings: &WorkerSettings) -> Result<i32, Error> {
     match (&s.kafka, &s.file, &s.datagen) {
         (Some(k), _, _) => {
-            let config = crate::kafka::client_config(
-                &k.bootstrap_servers,
-                &k.properties,
-                k.secret_ref.as_ref(),
-                &settings.secrets_dir,
-            )?;
+            let config = crate::kafka::client_config(k.connection(), &settings.secrets_dir)?;
             crate::kafka::partition_count(&config, &k.topic, Duration::from_secs(15))
         }
         (None, Some(_), _) => Ok(1),

@@ -2,7 +2,6 @@
 //! configuration (with credentials read from mounted Secrets, never from the
 //! job spec), topic administration, and driving admin futures.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,29 +11,31 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
-use sluice_crds::{PropertyOrigin, SecretRef, rejected_property};
+use sluice_crds::{KafkaConnection, PropertyOrigin, rejected_property};
 
 use crate::Error;
 
-/// Client configuration: bootstrap servers, the user's extra properties, and
-/// every key of the referenced Secret (mounted as files under `secrets_dir`).
+/// Client configuration: bootstrap servers, the user's extra properties,
+/// every key of the `secretRef` Secret, and what `authentication` / `tls`
+/// set, their Secret keys read from the files the operator mounts under
+/// `secrets_dir/<secret name>/<key>`.
 ///
 /// The result is checked here, where each property's origin is known: the
 /// Kafka client's own error text quotes the value, and a Secret's value must
 /// never reach a log line, /readyz or the job's status.
-pub fn client_config(
-    bootstrap: &str,
-    properties: &BTreeMap<String, String>,
-    secret: Option<&SecretRef>,
-    secrets_dir: &str,
-) -> Result<ClientConfig, Error> {
+pub fn client_config(conn: KafkaConnection<'_>, secrets_dir: &str) -> Result<ClientConfig, Error> {
+    if let Some(problem) = conn.security_problem() {
+        return Err(Error::Config(problem));
+    }
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap);
+    c.set("bootstrap.servers", conn.bootstrap_servers);
     c.set("client.id", "sluice");
-    for (k, v) in properties {
+    for (k, v) in conn.properties {
         c.set(k, v);
     }
-    if let Some(secret) = secret {
+    // Property key → the Secret its value came from.
+    let mut from_secret: Vec<(String, String)> = Vec::new();
+    if let Some(secret) = conn.secret_ref {
         let dir = Path::new(secrets_dir).join(&secret.name);
         let entries = std::fs::read_dir(&dir).map_err(|e| {
             Error::Config(format!(
@@ -43,7 +44,6 @@ pub fn client_config(
                 dir.display()
             ))
         })?;
-        let mut from_secret = Vec::new();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name().to_string_lossy().into_owned();
             // Kubernetes Secret volumes contain ..data symlink bookkeeping.
@@ -53,12 +53,26 @@ pub fn client_config(
             let value =
                 std::fs::read_to_string(entry.path()).map_err(|e| Error::io(format!("read secret key {name}"), e))?;
             c.set(name.clone(), value.trim_end_matches(['\n', '\r']));
-            from_secret.push(name);
+            from_secret.push((name, secret.name.clone()));
         }
-        check(&c, |key| from_secret.iter().any(|k| k == key).then_some(secret.name.as_str()))?;
-    } else {
-        check(&c, |_| None)?;
     }
+    let security = conn.security_properties(|secret, key| {
+        let path = Path::new(secrets_dir).join(secret).join(key);
+        std::fs::read_to_string(&path).map_err(|e| {
+            Error::Config(format!(
+                "cannot read key `{key}` of Secret `{secret}` from {} ({e}); the operator mounts each Secret a \
+                 connection names there: does the Secret have that key?",
+                path.display()
+            ))
+        })
+    })?;
+    for p in security {
+        c.set(p.key, &p.value);
+        if let Some(secret) = p.secret {
+            from_secret.push((p.key.to_owned(), secret));
+        }
+    }
+    check(&c, |key| from_secret.iter().find(|(k, _)| k == key).map(|(_, s)| s.as_str()))?;
     Ok(c)
 }
 
@@ -200,7 +214,55 @@ pub fn delete_records(admin: &AdminClient<DefaultClientContext>, before: &[(&str
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use sluice_crds::{AuthenticationType, KafkaAuthentication, KafkaTls, PasswordSecret, SecretRef};
+
     use super::*;
+
+    fn conn<'a>(
+        properties: &'a BTreeMap<String, String>,
+        secret_ref: Option<&'a SecretRef>,
+        authentication: Option<&'a KafkaAuthentication>,
+    ) -> KafkaConnection<'a> {
+        KafkaConnection { bootstrap_servers: "127.0.0.1:9092", properties, secret_ref, authentication, tls: None }
+    }
+
+    /// SCRAM from a Strimzi-shaped Secret: the password is read from the
+    /// mounted key; a key the Secret lacks is named, and so is the Secret.
+    #[test]
+    fn authentication_reads_its_secret_key_from_the_mounted_file() {
+        let dir = std::env::temp_dir().join(format!("sluice-auth-test-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("app-user")).unwrap();
+        std::fs::write(dir.join("app-user/password"), "pw-Value\n").unwrap();
+        let mut auth = KafkaAuthentication {
+            kind: AuthenticationType::ScramSha512,
+            username: Some("app".into()),
+            password_secret: Some(PasswordSecret {
+                secret_name: "app-user".into(),
+                key: None,
+                password: Some("password".into()),
+            }),
+            certificate_and_key: None,
+        };
+        let empty = BTreeMap::new();
+        let tls = KafkaTls::default();
+        let c = client_config(
+            KafkaConnection { tls: Some(&tls), ..conn(&empty, None, Some(&auth)) },
+            dir.to_str().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+        assert_eq!(c.get("sasl.password"), Some("pw-Value"));
+        auth.password_secret.as_mut().unwrap().password = Some("nope".into());
+        let e = client_config(conn(&empty, None, Some(&auth)), dir.to_str().unwrap()).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.contains("key `nope` of Secret `app-user`"), "{e}");
+        let clash = BTreeMap::from([("sasl.mechanism".to_owned(), "PLAIN".to_owned())]);
+        let e = client_config(conn(&clash, None, Some(&auth)), "/nonexistent").unwrap_err().to_string();
+        assert!(e.contains("sasl.mechanism") && e.contains("conflict"), "{e}");
+    }
 
     /// A Secret key the client rejects is named, with its origin, and its
     /// value appears nowhere in the error.
@@ -211,14 +273,8 @@ mod tests {
         std::fs::create_dir_all(&secret).unwrap();
         std::fs::write(secret.join("security.protocol"), "s3cr3t-Value\n").unwrap();
         std::fs::write(secret.join("sasl.username"), "alice").unwrap();
-        let e = client_config(
-            "127.0.0.1:9092",
-            &BTreeMap::new(),
-            Some(&SecretRef { name: "creds".into() }),
-            dir.to_str().unwrap(),
-        )
-        .unwrap_err()
-        .to_string();
+        let (empty, creds) = (BTreeMap::new(), SecretRef { name: "creds".into() });
+        let e = client_config(conn(&empty, Some(&creds), None), dir.to_str().unwrap()).unwrap_err().to_string();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(!e.contains("s3cr3t-Value"), "{e}");
         assert!(e.contains("`security.protocol` from Secret `creds`"), "{e}");
@@ -227,7 +283,7 @@ mod tests {
     #[test]
     fn a_rejected_spec_property_is_named() {
         let props = BTreeMap::from([("no.such.property".to_owned(), "1".to_owned())]);
-        let e = client_config("127.0.0.1:9092", &props, None, "/nonexistent").unwrap_err().to_string();
+        let e = client_config(conn(&props, None, None), "/nonexistent").unwrap_err().to_string();
         assert!(e.contains("`no.such.property` in properties"), "{e}");
     }
 }

@@ -93,7 +93,12 @@ fn parse_scenario(s: &str) -> Result<DatagenScenario, String> {
         "orders" => Ok(DatagenScenario::Orders),
         "marketdata" => Ok(DatagenScenario::MarketData),
         "trades" => Ok(DatagenScenario::Trades),
-        _ => Err(format!("unknown scenario {s} (orders, market-data, trades)")),
+        "nexmarkperson" => Ok(DatagenScenario::NexmarkPerson),
+        "nexmarkauction" => Ok(DatagenScenario::NexmarkAuction),
+        "nexmarkbid" => Ok(DatagenScenario::NexmarkBid),
+        _ => Err(format!(
+            "unknown scenario {s} (orders, market-data, trades, nexmark-person, nexmark-auction, nexmark-bid)"
+        )),
     }
 }
 

@@ -13,7 +13,7 @@ use rdkafka::util::Timeout;
 use sluice_crds::DatagenScenario;
 
 use crate::Error;
-use crate::source::{scenario_key, write_record};
+use crate::source::{nexmark, nexmark_kind, scenario_key, write_record};
 
 #[derive(Debug, Clone, Copy)]
 pub struct ProduceSummary {
@@ -32,11 +32,14 @@ impl fmt::Display for ProduceSummary {
 
 /// Event time (epoch ms) of record `i`, for `--timestamps event`.
 fn event_time(scenario: DatagenScenario, i: u64) -> i64 {
+    if let Some(kind) = nexmark_kind(scenario) {
+        return nexmark::timestamp(nexmark::event_id(kind, i));
+    }
     let i = i64::try_from(i).unwrap_or(i64::MAX);
     match scenario {
-        DatagenScenario::Orders => crate::runtime::now_ms(),
         DatagenScenario::MarketData => 1_700_000_000_000 + i * 1000,
         DatagenScenario::Trades => 1_700_000_000_000 + i * 900,
+        _ => crate::runtime::now_ms(),
     }
 }
 

@@ -9,19 +9,20 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, StreamJob};
+use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, KafkaTarget, StreamJob};
 
 use super::meta::child_meta;
 use crate::desired::Desired;
 use crate::names;
 
-/// Every Secret a job references, each mounted at `<SECRETS_DIR>/<name>`.
+/// Every Secret a job's Kafka connections read (`secretRef`,
+/// `authentication`, `tls`), each mounted at `<SECRETS_DIR>/<name>`.
 fn secret_names(job: &StreamJob) -> BTreeSet<String> {
     let spec = &job.spec;
-    let sources = spec.sources.iter().filter_map(|s| s.kafka.as_ref()?.secret_ref.as_ref());
-    let sink = spec.sink.kafka.as_ref().and_then(|k| k.secret_ref.as_ref());
-    let dlq = spec.dead_letter.as_ref().and_then(|d| d.kafka.as_ref()?.secret_ref.as_ref());
-    sources.chain(sink).chain(dlq).map(|s| s.name.clone()).collect()
+    let sources = spec.sources.iter().filter_map(|s| Some(s.kafka.as_ref()?.connection()));
+    let sink = spec.sink.kafka.as_ref().map(KafkaTarget::connection);
+    let dlq = spec.dead_letter.as_ref().and_then(|d| Some(d.kafka.as_ref()?.connection()));
+    sources.chain(sink).chain(dlq).flat_map(|c| c.secret_names()).map(str::to_owned).collect()
 }
 
 /// Resources when the job does not set them: one whole CPU per engine

@@ -266,7 +266,7 @@ impl<'a> Core<'a> {
         let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
             Some(k) => {
-                let client = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                let client = client_config(k.connection(), secrets)?;
                 if spec.delivery == Delivery::ExactlyOnce {
                     // Before the committed offsets are read: no producer
                     // of an earlier owner of these partitions can commit
@@ -404,8 +404,7 @@ impl<'a> Core<'a> {
                     let out = match &transaction {
                         Some(t) => Arc::clone(t),
                         None => {
-                            let config =
-                                client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                            let config = client_config(k.connection(), secrets)?;
                             CoreProducer::new(&producer_config(config), &k.topic, None, setup.health.drain.clone())?
                         }
                     };
@@ -892,7 +891,7 @@ fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> 
         .as_ref()
         .ok_or_else(|| Error::Config("spec.delivery: ExactlyOnce needs a Kafka sink (spec.sink.kafka)".into()))?;
     let secrets = &setup.config.worker.secrets_dir;
-    let mut config = client_config(&sink.bootstrap_servers, &sink.properties, sink.secret_ref.as_ref(), secrets)?;
+    let mut config = client_config(sink.connection(), secrets)?;
     // Results are visible at commit, so fuller batches cost no latency.
     crate::kafka::set_default(&mut config, "linger.ms", "5");
     let interval = u64::try_from(spec.engine.checkpoint_interval_millis).unwrap_or(1000);
@@ -943,7 +942,7 @@ fn job_sink(setup: &CoreSetup, transaction: Option<&Arc<CoreProducer>>) -> Resul
             let out = match transaction {
                 Some(t) => Arc::clone(t),
                 None => {
-                    let config = client_config(&k.bootstrap_servers, &k.properties, k.secret_ref.as_ref(), secrets)?;
+                    let config = client_config(k.connection(), secrets)?;
                     let latency = Some(Arc::clone(&setup.metrics.latency));
                     CoreProducer::new(&producer_config(config), &k.topic, latency, setup.health.drain.clone())?
                 }

@@ -260,11 +260,13 @@ fn check_sources(inputs: &[CoreInput]) -> Result<(), Error> {
             (Some(a), Some(b))
                 if a.bootstrap_servers != b.bootstrap_servers
                     || a.properties != b.properties
-                    || a.secret_ref != b.secret_ref =>
+                    || a.secret_ref != b.secret_ref
+                    || a.authentication != b.authentication
+                    || a.tls != b.tls =>
             {
                 return Err(Error::Config(format!(
                     "sources {} and {} are read by one consumer per core: they need the same bootstrapServers, \
-                     properties and secretRef",
+                     properties, secretRef, authentication and tls",
                     first.name, other.name
                 )));
             }

@@ -100,9 +100,12 @@ impl StateStore {
         };
         let mut reader_config = config.clone();
         // Exactly once, state is written in transactions; what an offset
-        // commit points to is always committed.
+        // commit points to is always committed. The reader assigns
+        // partitions and never commits, but librdkafka assigns only within
+        // a group: one named after the state topic stays inside the job's
+        // `sluice.<namespace>.<name>.` prefix, which its group ACL covers.
         reader_config
-            .set("group.id", "sluice-state-reader")
+            .set("group.id", topic)
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed");
         Ok(Self {

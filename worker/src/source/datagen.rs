@@ -12,11 +12,25 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::DatagenScenario;
 
+use super::nexmark::{self, Kind};
 use super::{PollEnd, Record, Source};
 use crate::Error;
 
+/// The Nexmark event kind a scenario generates, if it is one.
+pub fn nexmark_kind(scenario: DatagenScenario) -> Option<Kind> {
+    match scenario {
+        DatagenScenario::NexmarkPerson => Some(Kind::Person),
+        DatagenScenario::NexmarkAuction => Some(Kind::Auction),
+        DatagenScenario::NexmarkBid => Some(Kind::Bid),
+        DatagenScenario::Orders | DatagenScenario::MarketData | DatagenScenario::Trades => None,
+    }
+}
+
 /// Writes record `i` of `scenario` as JSON into `out` (cleared first).
 pub fn write_record(scenario: DatagenScenario, i: u64, out: &mut Vec<u8>) {
+    if let Some(kind) = nexmark_kind(scenario) {
+        return nexmark::write_event(kind, i, out);
+    }
     let mut int = itoa::Buffer::new();
     let mut float = ryu::Buffer::new();
     out.clear();
@@ -53,12 +67,16 @@ pub fn write_record(scenario: DatagenScenario, i: u64, out: &mut Vec<u8>) {
             out.extend_from_slice(b",\"trade_time\":");
             out.extend_from_slice(int.format(1_700_000_000_000 + i * 900).as_bytes());
         }
+        DatagenScenario::NexmarkPerson | DatagenScenario::NexmarkAuction | DatagenScenario::NexmarkBid => {}
     }
     out.push(b'}');
 }
 
 /// The text of key column `column` of record `i`, if the scenario has it.
 pub fn scenario_key(scenario: DatagenScenario, column: &str, i: u64, out: &mut Vec<u8>) -> bool {
+    if let Some(kind) = nexmark_kind(scenario) {
+        return nexmark::event_key(kind, column, i, out);
+    }
     let mut int = itoa::Buffer::new();
     out.clear();
     match (scenario, column) {

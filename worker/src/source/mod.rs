@@ -6,9 +6,10 @@ mod batch_queue;
 mod datagen;
 mod file;
 mod kafka;
+pub mod nexmark;
 
 pub use batch_queue::{BatchConsumer, Fetched};
-pub use datagen::{Datagen, partition_of, scenario_key, write_record};
+pub use datagen::{Datagen, nexmark_kind, partition_of, scenario_key, write_record};
 pub use file::FileSource;
 pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
 
