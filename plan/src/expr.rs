@@ -74,6 +74,24 @@ pub enum ScalarFunc {
     Floor,
     Ceil,
     Extract(TimePart),
+    /// SPLIT_INDEX(s, sep, i): the `i`-th (0-based) piece of `s` split at
+    /// `sep`; NULL past the last piece or for a negative `i` (Flink).
+    SplitIndex {
+        sep: String,
+        index: i64,
+    },
+    /// REGEXP_EXTRACT(s, pattern [, group]): the text of capture `group`
+    /// (0: the whole match) of the first match; NULL without one (Flink).
+    RegexpExtract {
+        pattern: String,
+        group: usize,
+    },
+    /// COUNT_CHAR(s, c): how many times `c` occurs in `s` (Nexmark q14's
+    /// function).
+    CountChar(char),
+    /// DATE_FORMAT(ts, pattern): `ts` (UTC) in a Java `SimpleDateFormat`
+    /// pattern of `yyyy MM dd HH mm ss SSS` and literal text (Flink).
+    DateFormat(String),
 }
 
 /// A `LIKE` pattern compiled once: `%` any run, `_` any one character.

@@ -2,7 +2,7 @@
 
 use super::column::{Column, ColumnData, StrData};
 use crate::Error;
-use crate::time::{extract, extract_epoch, format_timestamp, parse_timestamp_ms};
+use crate::time::{civil_from_days, extract, extract_epoch, format_timestamp, parse_timestamp_ms};
 use crate::{DataType, LikePattern, LikeToken, ScalarFunc, TimePart, TrimSide};
 
 fn strings(c: &Column) -> Result<&StrData, Error> {
@@ -109,6 +109,136 @@ pub(super) fn eval_function(
             };
             Ok(Column::new(data_type, data, a.validity.clone()))
         }
+        ScalarFunc::SplitIndex { sep, index } => {
+            let index = usize::try_from(*index).ok();
+            map_str_opt(a, |s, buf| {
+                let piece = if sep.is_empty() { None } else { index.and_then(|i| s.split(sep.as_str()).nth(i)) };
+                piece.map(|p| buf.push_str(p)).is_some()
+            })
+        }
+        ScalarFunc::RegexpExtract { pattern, group } => {
+            // Compiled once per batch: the pattern is a constant of the query.
+            let re = regex::Regex::new(pattern).map_err(|e| Error::Internal(format!("REGEXP_EXTRACT pattern: {e}")))?;
+            let mut locs = re.capture_locations();
+            map_str_opt(a, |s, buf| {
+                let found = re.captures_read(&mut locs, s).is_some();
+                match locs.get(*group).filter(|_| found) {
+                    Some((start, end)) => {
+                        buf.push_str(&s[start..end]);
+                        true
+                    }
+                    None => false,
+                }
+            })
+        }
+        ScalarFunc::CountChar(c) => {
+            let s = strings(a)?;
+            let v = s.iter().map(|x| i64::try_from(x.matches(*c).count()).unwrap_or(i64::MAX)).collect();
+            Ok(Column::new(DataType::Bigint, ColumnData::Int(v), a.validity.clone()))
+        }
+        ScalarFunc::DateFormat(pattern) => {
+            let ColumnData::Int(ts) = &a.data else {
+                return Err(Error::Internal("DATE_FORMAT of a non-timestamp".into()));
+            };
+            let tokens = date_format_tokens(pattern);
+            let mut out = StrData::with_capacity(n, n * pattern.len());
+            for &t in ts.iter().take(n) {
+                out.push_with(|buf| format_date(t, &tokens, buf));
+            }
+            Ok(Column::new(DataType::String, ColumnData::Str(out), a.validity.clone()))
+        }
+    }
+}
+
+/// [`map_str`] for a function that may be NULL: `f` returns false for
+/// NULL (having written nothing).
+fn map_str_opt(c: &Column, mut f: impl FnMut(&str, &mut String) -> bool) -> Result<Column, Error> {
+    let s = strings(c)?;
+    let mut out = StrData::with_capacity(s.len(), s.len() * 8);
+    let mut validity = vec![true; s.len()];
+    for (i, valid) in validity.iter_mut().enumerate() {
+        let input_valid = c.is_valid(i);
+        out.push_with(|buf| *valid = input_valid && f(s.get(i), buf));
+    }
+    let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
+    Ok(Column::new(DataType::String, ColumnData::Str(out), validity))
+}
+
+/// A piece of a DATE_FORMAT pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DateToken<'a> {
+    Year,
+    Month,
+    Day,
+    Hour,
+    Minute,
+    Second,
+    Millis,
+    Literal(&'a str),
+}
+
+/// The fields DATE_FORMAT knows, longest first; anything else is literal
+/// text, as are quoted runs (`'T'`).
+fn date_format_tokens(pattern: &str) -> Vec<DateToken<'_>> {
+    const FIELDS: [(&str, DateToken<'static>); 7] = [
+        ("yyyy", DateToken::Year),
+        ("SSS", DateToken::Millis),
+        ("MM", DateToken::Month),
+        ("dd", DateToken::Day),
+        ("HH", DateToken::Hour),
+        ("mm", DateToken::Minute),
+        ("ss", DateToken::Second),
+    ];
+    let mut out = Vec::new();
+    let mut rest = pattern;
+    'outer: while !rest.is_empty() {
+        if let Some(quoted) = rest.strip_prefix('\'') {
+            let end = quoted.find('\'').unwrap_or(quoted.len());
+            out.push(DateToken::Literal(&quoted[..end]));
+            rest = quoted.get(end + 1..).unwrap_or("");
+            continue;
+        }
+        for (text, token) in &FIELDS {
+            if let Some(after) = rest.strip_prefix(text) {
+                out.push(*token);
+                rest = after;
+                continue 'outer;
+            }
+        }
+        let len = rest.chars().next().map_or(1, char::len_utf8);
+        out.push(DateToken::Literal(&rest[..len]));
+        rest = &rest[len..];
+    }
+    out
+}
+
+fn format_date(ms: i64, tokens: &[DateToken<'_>], buf: &mut String) {
+    let days = ms.div_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000);
+    let (y, m, d) = civil_from_days(days);
+    for t in tokens {
+        let (v, width) = match t {
+            DateToken::Year => (y, 4),
+            DateToken::Month => (i64::from(m), 2),
+            DateToken::Day => (i64::from(d), 2),
+            DateToken::Hour => (in_day / 3_600_000, 2),
+            DateToken::Minute => (in_day / 60_000 % 60, 2),
+            DateToken::Second => (in_day / 1000 % 60, 2),
+            DateToken::Millis => (in_day % 1000, 3),
+            DateToken::Literal(l) => {
+                buf.push_str(l);
+                continue;
+            }
+        };
+        if v < 0 {
+            buf.push('-');
+        }
+        let mut digits = itoa::Buffer::new();
+        let digits = digits.format(v.unsigned_abs());
+        for _ in digits.len()..width {
+            buf.push('0');
+        }
+        buf.push_str(digits);
     }
 }
 
@@ -395,6 +525,75 @@ mod tests {
         assert!(like_general("xxabyyc", &mid));
         assert!(like_general("abababc", &mid));
         assert!(!like_general("abcx", &mid));
+    }
+
+    fn strs(values: &[&str]) -> Column {
+        let mut d = StrData::with_capacity(values.len(), 64);
+        for v in values {
+            d.push(v);
+        }
+        Column::new(DataType::String, ColumnData::Str(d), None)
+    }
+
+    fn texts(c: &Column) -> Vec<Option<String>> {
+        (0..c.len()).map(|i| c.is_valid(i).then(|| c.str_data().unwrap().get(i).to_owned())).collect()
+    }
+
+    fn call(func: &ScalarFunc, arg: Column) -> Column {
+        let n = arg.len();
+        eval_function(func, &[std::borrow::Cow::Owned(arg)], DataType::String, n).unwrap()
+    }
+
+    #[test]
+    fn split_index_is_zero_based_and_null_past_the_end() {
+        let url = strs(&["https://www.nexmark.com/a/b/item.htm", "x"]);
+        let piece = |index| texts(&call(&ScalarFunc::SplitIndex { sep: "/".into(), index }, url.clone()));
+        assert_eq!(piece(0), vec![Some("https:".into()), Some("x".into())]);
+        assert_eq!(piece(1), vec![Some(String::new()), None]);
+        assert_eq!(piece(3), vec![Some("a".into()), None]);
+        assert_eq!(piece(6), vec![None, None]);
+        assert_eq!(piece(-1), vec![None, None]);
+    }
+
+    #[test]
+    fn regexp_extract_is_null_without_a_match() {
+        let urls = strs(&["https://n.com/x?query=1&channel_id=42&y=1", "https://n.com/x?query=1"]);
+        let pattern = "(&|^)channel_id=([^&]*)".to_owned();
+        let got = call(&ScalarFunc::RegexpExtract { pattern: pattern.clone(), group: 2 }, urls.clone());
+        assert_eq!(texts(&got), vec![Some("42".into()), None]);
+        let whole = call(&ScalarFunc::RegexpExtract { pattern, group: 0 }, urls);
+        assert_eq!(texts(&whole), vec![Some("&channel_id=42".into()), None]);
+    }
+
+    #[test]
+    fn count_char_and_date_format() {
+        let counted = eval_function(
+            &ScalarFunc::CountChar('c'),
+            &[std::borrow::Cow::Owned(strs(&["abcabc", "", "ccc"]))],
+            DataType::Bigint,
+            3,
+        )
+        .unwrap();
+        assert_eq!(counted.data, ColumnData::Int(vec![2, 0, 3]));
+        // 2015-07-15T13:04:05.007Z, and a time before the epoch.
+        let ts = Column::ints(DataType::Timestamp, vec![1_436_965_445_007, -1]);
+        let format = |p: &str| {
+            texts(
+                &eval_function(
+                    &ScalarFunc::DateFormat(p.into()),
+                    &[std::borrow::Cow::Owned(ts.clone())],
+                    DataType::String,
+                    2,
+                )
+                .unwrap(),
+            )
+        };
+        assert_eq!(format("yyyy-MM-dd"), vec![Some("2015-07-15".into()), Some("1969-12-31".into())]);
+        assert_eq!(format("HH:mm"), vec![Some("13:04".into()), Some("23:59".into())]);
+        assert_eq!(
+            format("yyyy-MM-dd'T'HH:mm:ss.SSS"),
+            vec![Some("2015-07-15T13:04:05.007".into()), Some("1969-12-31T23:59:59.999".into())]
+        );
     }
 
     #[test]

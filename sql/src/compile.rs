@@ -356,6 +356,19 @@ pub(crate) fn time_part(field: &DateTimeField) -> Option<TimePart> {
     })
 }
 
+/// The time part a shorthand function (`HOUR(ts)`) extracts.
+fn time_part_function(name: &str) -> Option<TimePart> {
+    Some(match name {
+        "YEAR" => TimePart::Year,
+        "MONTH" => TimePart::Month,
+        "DAYOFMONTH" => TimePart::Day,
+        "HOUR" => TimePart::Hour,
+        "MINUTE" => TimePart::Minute,
+        "SECOND" => TimePart::Second,
+        _ => return None,
+    })
+}
+
 pub(crate) fn time_part_named(name: &str) -> Option<TimePart> {
     Some(match name.to_ascii_lowercase().trim_end_matches('s') {
         "year" => TimePart::Year,
@@ -446,6 +459,13 @@ fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<Ph
         .ok_or_else(|| SqlError::at_node(*part, "expected a part name such as 'hour'"))?;
         return extract(part, compile(arg, scope)?, arg);
     }
+    // HOUR(ts), YEAR(ts), ...: Flink's and MySQL's shorthands for EXTRACT.
+    if let Some(part) = time_part_function(&name) {
+        let [arg] = a.args.as_slice() else {
+            return Err(SqlError::at_node(node, format!("{name} takes one timestamp")));
+        };
+        return extract(part, compile(arg, scope)?, arg);
+    }
     let mut args = Vec::with_capacity(a.args.len());
     for arg in &a.args {
         args.push(compile(arg, scope)?);
@@ -489,6 +509,33 @@ pub(crate) fn compile_like(pattern: &str) -> LikePattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan_error(sql: &str) -> String {
+        use sluice_crds::{ColumnType, SourceSpec};
+        let bid = SourceSpec::table("bid", &[("url", ColumnType::String, false), ("price", ColumnType::Bigint, false)]);
+        match crate::plan_query(sql, &[bid]) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// The constant arguments of the string functions are checked when the
+    /// query is planned, naming the function and the column.
+    #[test]
+    fn string_function_arguments_are_checked_at_plan_time() {
+        let e = plan_error("SELECT REGEXP_EXTRACT(url, '(a', 1) FROM bid");
+        assert!(e.contains("invalid pattern") && e.contains("column 8"), "{e}");
+        let e = plan_error("SELECT REGEXP_EXTRACT(url, '(a)', 2) FROM bid");
+        assert!(e.contains("group 2 does not exist"), "{e}");
+        let e = plan_error("SELECT SPLIT_INDEX(url, url, 1) FROM bid");
+        assert!(e.contains("SPLIT_INDEX: the separator must be a constant string"), "{e}");
+        let e = plan_error("SELECT COUNT_CHAR(url, 'ab') FROM bid");
+        assert!(e.contains("one character"), "{e}");
+        let e = plan_error("SELECT UPPER(url) FILTER (WHERE price > 1) FROM bid");
+        assert!(e.contains("FILTER"), "a FILTER on a scalar function stays an error: {e}");
+        assert_eq!(plan_error("SELECT COUNT(*) FILTER (WHERE price > 1) AS n FROM bid"), "");
+        assert!(plan_error("SELECT HOUR(url) FROM bid").contains("timestamp"));
+    }
 
     #[test]
     fn like_patterns_take_fast_paths() {

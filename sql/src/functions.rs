@@ -4,8 +4,8 @@ use crate::diagnostic::Located;
 use sqlparser::ast::Expr;
 
 use super::diagnostic::suggestion;
-use crate::typing::{cast, compare, expect_string, numeric_unary};
-use sluice_plan::{CmpOp, PhysExpr, ScalarFunc, TrimSide};
+use crate::typing::{arith, cast, compare, expect_string, numeric_unary};
+use sluice_plan::{ArithOp, CmpOp, PhysExpr, ScalarFunc, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 
 /// Every function name the engine knows, for "did you mean" suggestions.
@@ -20,11 +20,22 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "SUBSTRING",
     "SUBSTR",
     "ABS",
+    "MOD",
     "ROUND",
     "FLOOR",
     "CEIL",
     "CEILING",
     "CONCAT",
+    "SPLIT_INDEX",
+    "REGEXP_EXTRACT",
+    "COUNT_CHAR",
+    "DATE_FORMAT",
+    "HOUR",
+    "MINUTE",
+    "SECOND",
+    "YEAR",
+    "MONTH",
+    "DAYOFMONTH",
     "COALESCE",
     "IFNULL",
     "NULLIF",
@@ -115,6 +126,13 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             arity(1, 1)?;
             numeric_unary(name, ScalarFunc::Abs, next(), node)
         }
+        // Calcite's (and Flink's) MOD(a, b): `a % b`, as the Nexmark
+        // reference queries write it.
+        "MOD" => {
+            arity(2, 2)?;
+            let a = next();
+            arith(a, ArithOp::Mod, next(), node)
+        }
         "FLOOR" => {
             arity(1, 1)?;
             numeric_unary(name, ScalarFunc::Floor, next(), node)
@@ -137,6 +155,60 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 list.push(cast(d, DataType::Bigint));
             }
             Ok(PhysExpr::Func { func: ScalarFunc::Round, args: list, data_type })
+        }
+        "SPLIT_INDEX" => {
+            arity(3, 3)?;
+            let s = expect_string(next(), node, name)?;
+            let sep = constant_string(next(), name, "separator", node)?;
+            let index = constant_int(&next(), name, "index", node)?;
+            Ok(PhysExpr::Func {
+                func: ScalarFunc::SplitIndex { sep, index },
+                args: vec![s],
+                data_type: DataType::String,
+            })
+        }
+        "REGEXP_EXTRACT" => {
+            arity(2, 3)?;
+            let s = expect_string(next(), node, name)?;
+            let pattern = constant_string(next(), name, "pattern", node)?;
+            let group = if count == 3 { constant_int(&next(), name, "group", node)? } else { 0 };
+            let re = regex::Regex::new(&pattern)
+                .map_err(|e| SqlError::at_node(node, format!("REGEXP_EXTRACT: invalid pattern {pattern:?}: {e}")))?;
+            let group = usize::try_from(group).ok().filter(|g| *g < re.captures_len()).ok_or_else(|| {
+                SqlError::at_node(
+                    node,
+                    format!(
+                        "REGEXP_EXTRACT: group {group} does not exist in {pattern:?} ({} groups)",
+                        re.captures_len() - 1
+                    ),
+                )
+            })?;
+            Ok(PhysExpr::Func {
+                func: ScalarFunc::RegexpExtract { pattern, group },
+                args: vec![s],
+                data_type: DataType::String,
+            })
+        }
+        "COUNT_CHAR" => {
+            arity(2, 2)?;
+            let s = expect_string(next(), node, name)?;
+            let c = constant_string(next(), name, "character", node)?;
+            let mut chars = c.chars();
+            let (Some(ch), None) = (chars.next(), chars.next()) else {
+                return Err(SqlError::at_node(node, format!("COUNT_CHAR counts one character, got {c:?}")));
+            };
+            Ok(PhysExpr::Func { func: ScalarFunc::CountChar(ch), args: vec![s], data_type: DataType::Bigint })
+        }
+        "DATE_FORMAT" => {
+            arity(2, 2)?;
+            let ts = next();
+            let ts = match ts.data_type() {
+                DataType::Timestamp => ts,
+                DataType::Null | DataType::Bigint => cast(ts, DataType::Timestamp),
+                t => return Err(SqlError::at_node(node, format!("DATE_FORMAT needs a timestamp, got {t}"))),
+            };
+            let pattern = constant_string(next(), name, "pattern", node)?;
+            Ok(PhysExpr::Func { func: ScalarFunc::DateFormat(pattern), args: vec![ts], data_type: DataType::String })
         }
         "CONCAT" => {
             if args.len() == 0 {
@@ -179,5 +251,22 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             node,
             format!("unknown function {name}{}", suggestion(name, KNOWN_FUNCTIONS.iter().copied())),
         )),
+    }
+}
+
+/// A function argument that must be a constant string (a separator, a
+/// pattern): known when the query is planned, so checked then.
+fn constant_string(e: PhysExpr, name: &str, what: &str, node: &Expr) -> Result<String, SqlError> {
+    match e {
+        PhysExpr::Literal { value: Scalar::String(s), .. } => Ok(s),
+        _ => Err(SqlError::at_node(node, format!("{name}: the {what} must be a constant string"))),
+    }
+}
+
+/// A function argument that must be a constant integer (an index, a group).
+fn constant_int(e: &PhysExpr, name: &str, what: &str, node: &Expr) -> Result<i64, SqlError> {
+    match e {
+        PhysExpr::Literal { value: Scalar::Bigint(i), .. } => Ok(*i),
+        _ => Err(SqlError::at_node(node, format!("{name}: the {what} must be a constant integer"))),
     }
 }

@@ -7,6 +7,7 @@
 //! validate a StreamJob's SQL before launching anything, with exactly the
 //! rules the workers will apply.
 
+mod agg_filter;
 mod compile;
 mod dataflow;
 mod diagnostic;

@@ -118,7 +118,10 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
         return Err(SqlError::unpositioned("expected exactly one SELECT statement"));
     };
     match first {
-        Statement::Query(query) => Ok(ParsedQuery { query, window, emit, clauses, top_n: None, as_of }),
+        Statement::Query(mut query) => {
+            crate::agg_filter::rewrite_aggregate_filters(&mut query);
+            Ok(ParsedQuery { query, window, emit, clauses, top_n: None, as_of })
+        }
         other => Err(SqlError::unpositioned(format!(
             "only SELECT queries can run as stream jobs, found: {}",
             other.to_string().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
