@@ -63,8 +63,9 @@ enum Command {
         #[arg(short = 'f', long = "file")]
         file: String,
     },
-    /// Produce records of a seed scenario to a Kafka topic (tests, benchmarks).
+    /// Produce records of a seed scenario or of Nexmark to a Kafka topic (tests, benchmarks).
     Datagen {
+        /// orders, market-data, trades, nexmark-person, nexmark-auction or nexmark-bid.
         #[arg(long, value_parser = parse_scenario)]
         scenario: DatagenScenario,
         #[arg(long)]

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Nexmark in the engine: each query of manifests/nexmark/ that Sluice runs,
+# over the built-in generator, beside the per-core figures Feldera and Flink
+# publish (measured the same way: in-process generator → engine → discard).
+#
+#   bash bench/nexmark.sh                       # 10,000,000 events, release build, 1 core
+#   bash bench/nexmark.sh --events N --cores C --queries q0,q5
+#   bash bench/nexmark.sh --smoke               # 200,000 events, debug build: proves it works
+#
+# For each query: its manifest with every Kafka source replaced by the
+# generator's source of that event kind (the kinds' shares of N events:
+# people 1/50, auctions 3/50, bids 46/50; 4 simulated partitions, people and
+# auctions keyed by id, bids round-robin, as docs/benchmarks.md describes)
+# and the sink by /dev/null, run with `sluice-worker run --bounded --cores C`.
+# The rate is the records the query read per second (a bid-only query reads
+# only the bids: it is not credited for the people and auctions it did not
+# have to generate), per core; peak RSS from GNU time. Each query runs
+# three times, the median is reported. The table goes to stdout and to
+# bench/out/nexmark.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+EVENTS=10000000
+CORES=1
+PROFILE=release
+ONLY=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) EVENTS=200000; PROFILE=dev ;;
+    --events) EVENTS=$2; shift ;;
+    --cores) CORES=$2; shift ;;
+    --queries) ONLY=",$2,"; shift ;;
+    --profile) PROFILE=$2; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+source bench/lib.sh
+[ -x /usr/bin/time ] || { source tests/infra/lib.sh; apt_install time; }
+bench_worker "$PROFILE"
+OUT=bench/out
+mkdir -p "$OUT"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+# Published per-core figures (K events/s): Feldera's 16-core Nexmark table
+# (feldera/feldera benchmark/README.md, streaming, in-process generator)
+# divided by 16, as issue 16 gives them.
+declare -A FELDERA=([q0]=436 [q1]=412 [q2]=422 [q3]=413 [q4]=265 [q5]=412 [q6]=250 [q7]=196 [q8]=415 [q9]=57
+  [q12]=418 [q13]=230 [q14]=429 [q15]=221 [q16]=51 [q17]=242 [q18]=85 [q19]=75 [q20]=85 [q21]=415 [q22]=394)
+declare -A FLINK=([q0]=165 [q1]=163 [q2]=195 [q3]=127 [q4]=31 [q5]=41 [q7]=18 [q8]=131 [q9]=13 [q11]=34
+  [q12]=125 [q13]=98 [q14]=137 [q15]=57 [q16]=15 [q17]=107 [q18]=32 [q19]=63 [q20]=17 [q21]=77 [q22]=95)
+
+PEOPLE=$((EVENTS / 50)); AUCTIONS=$((EVENTS * 3 / 50)); BIDS=$((EVENTS * 46 / 50))
+median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+kilo() { awk -v v="$1" 'BEGIN {printf "%.0f K", v / 1000}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b == "") print "–"; else printf "%.1f×", a / (b * 1000)}'; }
+
+{
+  echo "Nexmark in the engine: $EVENTS events, $CORES core(s), profile $PROFILE, median of 3 runs ($(date -u +%Y-%m-%d))"
+  echo
+  echo "| query | records read | records/s per core | Feldera per core | vs Feldera | Flink per core | vs Flink | output rows | peak RSS |"
+  echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+} | tee "$OUT/nexmark.md"
+for q in $(seq 0 22); do
+  q="q$q"
+  [ -z "$ONLY" ] || [[ "$ONLY" == *",$q,"* ]] || continue
+  manifest="manifests/nexmark/$q.yaml"
+  if grep -q 'nexmark-unsupported' "$manifest"; then
+    echo "| $q | not supported: $(sed -n 's/.*nexmark-unsupported: "\(.*\)"/\1/p' "$manifest") | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | |" | tee -a "$OUT/nexmark.md"
+    continue
+  fi
+  if grep -q 'topic: nexmark-side-input' "$manifest"; then
+    echo "| $q | needs a side-input table (the generator has none) | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | |" | tee -a "$OUT/nexmark.md"
+    continue
+  fi
+  sed -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-person }|datagen: { scenario: NexmarkPerson, records: $PEOPLE, partitions: 4 }|" \
+      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-auction }|datagen: { scenario: NexmarkAuction, records: $AUCTIONS, partitions: 4 }|" \
+      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-bid }|datagen: { scenario: NexmarkBid, records: $BIDS, partitions: 4 }|" \
+      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-$q }|file: { path: /dev/null }|" \
+      "$manifest" >"$TMP/$q.yaml"
+  # State is bounded per partition (256 MiB by default); the distinct
+  # counts of q15/q16 and the per-key state of q18/q19 outgrow it at 10 M
+  # events, which is what the limit is for, so the benchmark raises it.
+  printf '  engine: { stateMemoryLimit: 8Gi }\n' >>"$TMP/$q.yaml"
+  rates=(); rss=(); line=""; failed=""
+  for _ in 1 2 3; do
+    if ! /usr/bin/time -f '%M' -o "$TMP/rss" "$WORKER" run -f "$TMP/$q.yaml" --bounded --cores "$CORES" >/dev/null 2>"$TMP/err"; then
+      failed=$(grep 'sluice-worker: error' "$TMP/err" | tail -1 | sed 's/|/\\|/g')
+      break
+    fi
+    line=$(grep 'sluice-worker: done' "$TMP/err")
+    rates+=("$(sed -n 's/.*, \([0-9]*\) records\/s.*/\1/p' <<<"$line")")
+    rss+=("$(cat "$TMP/rss")")
+  done
+  if [ -n "$failed" ]; then
+    echo "| $q | failed: ${failed:-see the log} | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | |" | tee -a "$OUT/nexmark.md"
+    continue
+  fi
+  read_records=$(sed -n 's/.*records in: \([0-9]*\),.*/\1/p' <<<"$line")
+  out_rows=$(sed -n 's/.*out: \([0-9]*\),.*/\1/p' <<<"$line")
+  rate=$(printf '%s\n' "${rates[@]}" | median)
+  per_core=$((rate / CORES))
+  peak=$(printf '%s\n' "${rss[@]}" | median)
+  echo "| $q | $read_records | $(kilo "$per_core") | ${FELDERA[$q]:-–} K | $(ratio "$per_core" "${FELDERA[$q]:-}") | ${FLINK[$q]:-–} K | $(ratio "$per_core" "${FLINK[$q]:-}") | $out_rows | $((peak / 1024)) MiB |" | tee -a "$OUT/nexmark.md"
+done
