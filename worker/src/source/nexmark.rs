@@ -238,6 +238,29 @@ fn text_field(out: &mut Vec<u8>, name: &str, value: impl FnOnce(&mut Vec<u8>)) -
     len
 }
 
+/// An auction's seller and category: the first draws of its event's
+/// generator, so [`event_key`] can partition by them without the rest.
+fn auction_parties(id: u64, rng: &mut Rng) -> (u64, u64) {
+    let seller =
+        if rng.below(HOT_SELLERS_RATIO) > 0 { (last_person(id) / HOT_BATCH) * HOT_BATCH } else { some_person(id, rng) };
+    (seller + FIRST_PERSON_ID, FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES))
+}
+
+/// A bid's auction and bidder: the first draws of its event's generator.
+fn bid_parties(id: u64, rng: &mut Rng) -> (u64, u64) {
+    let auction = if rng.below(HOT_AUCTION_RATIO) > 0 {
+        (last_auction(id) / HOT_BATCH) * HOT_BATCH
+    } else {
+        some_auction(id, rng)
+    };
+    let bidder = if rng.below(HOT_BIDDERS_RATIO) > 0 {
+        (last_person(id) / HOT_BATCH) * HOT_BATCH + 1
+    } else {
+        some_person(id, rng)
+    };
+    (auction + FIRST_AUCTION_ID, bidder + FIRST_PERSON_ID)
+}
+
 /// Writes the `k`-th event of `kind` as a JSON object into `out` (cleared
 /// first), with the reference's field names; times are epoch milliseconds.
 pub fn write_event(kind: Kind, k: u64, out: &mut Vec<u8>) {
@@ -278,12 +301,7 @@ pub fn write_event(kind: Kind, k: u64, out: &mut Vec<u8>) {
         }
         Kind::Auction => {
             let auction = last_auction(id) + FIRST_AUCTION_ID;
-            let seller = if rng.below(HOT_SELLERS_RATIO) > 0 {
-                (last_person(id) / HOT_BATCH) * HOT_BATCH
-            } else {
-                some_person(id, &mut rng)
-            } + FIRST_PERSON_ID;
-            let category = FIRST_CATEGORY_ID + rng.below(NUM_CATEGORIES);
+            let (seller, category) = auction_parties(id, &mut rng);
             let initial_bid = price(&mut rng);
             // Auctions last about as long as it takes to open the next
             // hundred, so about a hundred are open at any time.
@@ -311,16 +329,7 @@ pub fn write_event(kind: Kind, k: u64, out: &mut Vec<u8>) {
             text_field(out, "extra", |o| extra(&mut rng, size, AVG_AUCTION_BYTES, o));
         }
         Kind::Bid => {
-            let auction = if rng.below(HOT_AUCTION_RATIO) > 0 {
-                (last_auction(id) / HOT_BATCH) * HOT_BATCH
-            } else {
-                some_auction(id, &mut rng)
-            } + FIRST_AUCTION_ID;
-            let bidder = if rng.below(HOT_BIDDERS_RATIO) > 0 {
-                (last_person(id) / HOT_BATCH) * HOT_BATCH + 1
-            } else {
-                some_person(id, &mut rng)
-            } + FIRST_PERSON_ID;
+            let (auction, bidder) = bid_parties(id, &mut rng);
             let price = price(&mut rng);
             field(out, true, "auction");
             int(out, auction);
@@ -352,21 +361,17 @@ pub fn write_event(kind: Kind, k: u64, out: &mut Vec<u8>) {
 pub fn event_key(kind: Kind, column: &str, k: u64, out: &mut Vec<u8>) -> bool {
     out.clear();
     let id = event_id(kind, k);
+    let mut rng = Rng::for_event(id);
     let v = match (kind, column) {
         (Kind::Person, "id") => last_person(id) + FIRST_PERSON_ID,
         (Kind::Auction, "id") => last_auction(id) + FIRST_AUCTION_ID,
-        _ => {
-            // Fields drawn at random: generate the event and read it back.
-            let mut event = Vec::with_capacity(256);
-            write_event(kind, k, &mut event);
-            let Ok(serde_json::Value::Object(m)) = serde_json::from_slice(&event) else { return false };
-            match m.get(column) {
-                Some(serde_json::Value::String(s)) => out.extend_from_slice(s.as_bytes()),
-                Some(v @ serde_json::Value::Number(_)) => out.extend_from_slice(v.to_string().as_bytes()),
-                _ => return false,
-            }
-            return true;
-        }
+        (Kind::Auction, "seller") => auction_parties(id, &mut rng).0,
+        (Kind::Auction, "category") => auction_parties(id, &mut rng).1,
+        (Kind::Bid, "auction") => bid_parties(id, &mut rng).0,
+        (Kind::Bid, "bidder") => bid_parties(id, &mut rng).1,
+        // Keys a topic is partitioned by are ids; other fields are not
+        // offered (the source then spreads records round-robin).
+        _ => return false,
     };
     int(out, v);
     true
@@ -485,8 +490,19 @@ mod tests {
         }
         assert_eq!(p["creditCard"].as_str().unwrap().len(), 19);
         let mut key = Vec::new();
-        assert!(event_key(Kind::Bid, "auction", 17, &mut key));
-        assert_eq!(String::from_utf8(key.clone()).unwrap(), event(Kind::Bid, 17)["auction"].to_string());
+        for (kind, column) in
+            [(Kind::Bid, "auction"), (Kind::Bid, "bidder"), (Kind::Auction, "seller"), (Kind::Auction, "category")]
+        {
+            for k in [0, 17, 4321] {
+                assert!(event_key(kind, column, k, &mut key));
+                assert_eq!(
+                    String::from_utf8(key.clone()).unwrap(),
+                    event(kind, k)[column].to_string(),
+                    "{column} of {k}"
+                );
+            }
+        }
+        assert!(!event_key(Kind::Bid, "channel", 3, &mut key), "not a key column");
         assert!(event_key(Kind::Auction, "id", 4, &mut key));
         assert_eq!(key, b"1004");
     }
