@@ -46,8 +46,8 @@ pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
-    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, SchemaSpec,
-    SourceFormat, SourceSpec, StartFrom, TableSpec,
+    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, RecordMetadata,
+    SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, StreamJob, StreamJobSpec, UpgradeMode};

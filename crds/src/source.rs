@@ -188,11 +188,20 @@ pub struct SchemaSpec {
     pub columns: Vec<ColumnSpec>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// One column: a field of the record's JSON value (`bid.price` names the
+/// field `price` of the object in field `bid`, as Flink's `ROW` columns are
+/// addressed), or, with `metadata`, something Kafka records about the record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("has(self.header) == (has(self.metadata) && self.metadata == 'header')").message("header names the header a `metadata: header` column reads, and only such a column"),
+    validation = Rule::new("!has(self.metadata) || !self.name.contains('.')").message("a metadata column's name cannot hold a dot (a dot addresses a nested field of the value)")
+)]
 pub struct ColumnSpec {
-    /// Field name in the JSON object and column name in SQL.
-    #[schemars(length(min = 1, max = 63))]
+    /// Field name in the JSON object and column name in SQL. Dots address
+    /// nested objects: `bid.price` is `{"bid": {"price": …}}`, and SQL reads
+    /// it as `bid.price`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[^.]+(\.[^.]+)*$"))]
     pub name: String,
     #[serde(rename = "type")]
     pub type_: ColumnType,
@@ -200,6 +209,57 @@ pub struct ColumnSpec {
     /// output instead of being processed with a NULL.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub required: bool,
+    /// Read the column from the Kafka record rather than its value, as
+    /// Flink's `METADATA FROM` and ksqlDB's `ROWTIME`/`ROWPARTITION`/
+    /// `ROWOFFSET` do.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<RecordMetadata>,
+    /// The header a `metadata: header` column reads (its last value, when
+    /// the record repeats it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 249))]
+    pub header: Option<String>,
+}
+
+impl ColumnSpec {
+    /// A column read from the record's value.
+    pub fn field(name: impl Into<String>, type_: ColumnType, required: bool) -> Self {
+        Self { name: name.into(), type_, required, metadata: None, header: None }
+    }
+}
+
+/// What a metadata column reads from the Kafka record.
+///
+/// `key` and `header` are the raw bytes as UTF-8 for a `string` column, and
+/// a JSON scalar of the column's type otherwise; `timestamp` is the
+/// record's CreateTime or LogAppendTime (`timestamp` or `bigint` column);
+/// `partition` and `offset` are `bigint`; `headers` is every header as a
+/// JSON object of strings (`string` column). A file source has offsets
+/// (line numbers) and partition 0, a datagen source its simulated
+/// partition and sequence; neither has keys or headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordMetadata {
+    Key,
+    Timestamp,
+    Partition,
+    Offset,
+    Headers,
+    Header,
+}
+
+impl RecordMetadata {
+    /// The name a manifest gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Key => "key",
+            Self::Timestamp => "timestamp",
+            Self::Partition => "partition",
+            Self::Offset => "offset",
+            Self::Headers => "headers",
+            Self::Header => "header",
+        }
+    }
 }
 
 /// SQL column types. `timestamp` accepts epoch milliseconds or RFC 3339 strings.
@@ -242,7 +302,7 @@ impl SourceSpec {
             schema: SchemaSpec {
                 columns: columns
                     .iter()
-                    .map(|&(name, type_, required)| ColumnSpec { name: name.to_owned(), type_, required })
+                    .map(|&(name, type_, required)| ColumnSpec::field(name, type_, required))
                     .collect(),
             },
             event_time: None,

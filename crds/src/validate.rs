@@ -41,6 +41,26 @@ impl StreamJobSpec {
             if columns.len() != s.schema.columns.len() {
                 problems.push(format!("{at}.schema.columns: column names must be unique"));
             }
+            for (c, column) in s.schema.columns.iter().enumerate() {
+                let at = format!("{at}.schema.columns[{c}]");
+                if column.name.split('.').any(str::is_empty) {
+                    problems.push(format!(
+                        "{at}.name: `{}` has an empty part between dots (a dot addresses a nested field)",
+                        column.name
+                    ));
+                }
+                let header_column = column.metadata == Some(crate::RecordMetadata::Header);
+                if column.header.is_some() != header_column {
+                    problems.push(format!(
+                        "{at}: header names the header a `metadata: header` column reads, and only such a column"
+                    ));
+                }
+                if column.metadata.is_some() && column.name.contains('.') {
+                    problems.push(format!(
+                        "{at}: a metadata column's name cannot hold a dot (a dot addresses a nested field of the value)"
+                    ));
+                }
+            }
             for k in &s.partition_key {
                 if !columns.contains(k.as_str()) {
                     problems.push(format!(

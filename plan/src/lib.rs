@@ -41,6 +41,6 @@ pub use plan::{
     OutputColumn, Partitioning, Plan, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec, TableJoinPlan, TableVersion,
     TimeWindow, TopNPlan, plan_fingerprint,
 };
-pub use schema::{EventTime, Field, Schema, SourceSchema};
+pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
 pub use types::{DataType, Scalar};

@@ -2,7 +2,7 @@
 //! hands to the final projection.
 
 use serde::{Deserialize, Serialize};
-use sluice_crds::{ColumnType, SourceSpec};
+use sluice_crds::{ColumnType, RecordMetadata, SourceSpec};
 
 use super::{DataType, SqlError};
 
@@ -53,6 +53,27 @@ pub struct SourceSchema {
     pub required: Vec<bool>,
     pub event_time: Option<EventTime>,
     pub partition_key: Vec<String>,
+    /// Where each column's value comes from; empty when every column is a
+    /// top-level field of the value (the internal sources of later stages).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub origins: Vec<ColumnOrigin>,
+}
+
+/// Where a source column's value comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ColumnOrigin {
+    /// A field of the JSON value: its path of keys (one for a top-level field).
+    Field(Vec<String>),
+    /// Something Kafka records about the record (`RecordMetadata::Header`
+    /// with the header's name in `header`).
+    Metadata { what: RecordMetadata, header: Option<String> },
+}
+
+impl ColumnOrigin {
+    /// The origin a column of a later stage's internal source has.
+    pub fn field(name: &str) -> Self {
+        Self::Field(vec![name.to_owned()])
+    }
 }
 
 impl SourceSchema {
@@ -64,6 +85,7 @@ impl SourceSchema {
     pub fn from_spec(spec: &SourceSpec) -> Result<Self, SqlError> {
         let mut schema = Schema::default();
         let mut required = Vec::with_capacity(spec.schema.columns.len());
+        let mut origins = Vec::with_capacity(spec.schema.columns.len());
         for c in &spec.schema.columns {
             if schema.fields.iter().any(|f| f.name.eq_ignore_ascii_case(&c.name)) {
                 return Err(SqlError::unpositioned(format!(
@@ -71,8 +93,16 @@ impl SourceSchema {
                     spec.name, c.name
                 )));
             }
+            origins.push(origin(&spec.name, c)?);
             schema.push(c.name.clone(), c.type_.into());
             required.push(c.required);
+        }
+        nested_fields_agree(&spec.name, &schema)?;
+        // Plain top-level fields need no record of their origin, which
+        // keeps the serialised plan (and its fingerprint) of every source
+        // that has only those exactly as before origins existed.
+        if origins.iter().all(|o| matches!(o, ColumnOrigin::Field(path) if path.len() == 1)) {
+            origins.clear();
         }
         let event_time = match &spec.event_time {
             None => None,
@@ -103,6 +133,98 @@ impl SourceSchema {
                 )));
             }
         }
-        Ok(Self { name: spec.name.clone(), schema, required, event_time, partition_key: spec.partition_key.clone() })
+        Ok(Self {
+            name: spec.name.clone(),
+            schema,
+            required,
+            event_time,
+            partition_key: spec.partition_key.clone(),
+            origins,
+        })
     }
+
+    /// Where column `i` comes from.
+    pub fn origin(&self, i: usize) -> ColumnOrigin {
+        self.origins.get(i).cloned().unwrap_or_else(|| ColumnOrigin::field(&self.schema.fields[i].name))
+    }
+}
+
+/// A column's origin, checking that its type suits it.
+fn origin(source: &str, c: &sluice_crds::ColumnSpec) -> Result<ColumnOrigin, SqlError> {
+    let Some(what) = c.metadata else {
+        if c.header.is_some() {
+            return Err(SqlError::unpositioned(format!(
+                "source `{source}`: column `{}` names a header but is not a `metadata: header` column",
+                c.name
+            )));
+        }
+        let path: Vec<String> = c.name.split('.').map(str::to_owned).collect();
+        if path.iter().any(String::is_empty) {
+            return Err(SqlError::unpositioned(format!(
+                "source `{source}`: column `{}` has an empty part in its dotted path",
+                c.name
+            )));
+        }
+        return Ok(ColumnOrigin::Field(path));
+    };
+    let fits = match what {
+        RecordMetadata::Key | RecordMetadata::Header => true,
+        RecordMetadata::Timestamp => matches!(c.type_, ColumnType::Timestamp | ColumnType::Bigint),
+        RecordMetadata::Partition | RecordMetadata::Offset => c.type_ == ColumnType::Bigint,
+        RecordMetadata::Headers => c.type_ == ColumnType::String,
+    };
+    let name = what.as_str();
+    if !fits {
+        let wanted = match what {
+            RecordMetadata::Timestamp => "timestamp or bigint",
+            RecordMetadata::Headers => "string",
+            _ => "bigint",
+        };
+        return Err(SqlError::unpositioned(format!(
+            "source `{source}`: metadata column `{}` reads the record's {name}, which is a {wanted} column, not {}",
+            c.name,
+            DataType::from(c.type_)
+        )));
+    }
+    if c.name.contains('.') {
+        return Err(SqlError::unpositioned(format!(
+            "source `{source}`: metadata column `{}` cannot hold a dot (a dot addresses a nested field of the value)",
+            c.name
+        )));
+    }
+    let header = match (what, &c.header) {
+        (RecordMetadata::Header, Some(h)) if !h.is_empty() => Some(h.clone()),
+        (RecordMetadata::Header, _) => {
+            return Err(SqlError::unpositioned(format!(
+                "source `{source}`: column `{}` is `metadata: header` without the `header` it reads",
+                c.name
+            )));
+        }
+        (_, Some(_)) => {
+            return Err(SqlError::unpositioned(format!(
+                "source `{source}`: column `{}` names a header but reads the record's {name}",
+                c.name
+            )));
+        }
+        (_, None) => None,
+    };
+    Ok(ColumnOrigin::Metadata { what, header })
+}
+
+/// A field cannot be both a value and an object holding others: `bid` and
+/// `bid.price` together describe no JSON record.
+fn nested_fields_agree(source: &str, schema: &Schema) -> Result<(), SqlError> {
+    for outer in schema.names() {
+        for inner in schema.names() {
+            if inner.len() > outer.len()
+                && inner.as_bytes()[outer.len()] == b'.'
+                && inner[..outer.len()].eq_ignore_ascii_case(outer)
+            {
+                return Err(SqlError::unpositioned(format!(
+                    "source `{source}`: column `{outer}` cannot be a value when `{inner}` makes it an object"
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -24,6 +24,7 @@ use crate::views::{aggregates_rows, column_type, table_named};
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
+    crate::nested::resolve_nested_fields(&mut parsed, sources);
     if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
         return Ok(flow);
     }
@@ -164,7 +165,7 @@ fn aggregate_over_aggregate(
     };
     let mut columns = Vec::with_capacity(last.plan.outputs.len());
     for o in &last.plan.outputs {
-        columns.push(ColumnSpec { name: o.name.clone(), type_: column_type(o.expr.data_type()), required: false });
+        columns.push(ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false));
     }
     let source = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&inner.name, &[]) };
     let mut plan = plan_parsed(&mut outer, &[source])?;
@@ -310,6 +311,7 @@ fn last_stage(plan: &Plan, schema: Schema, operator: OperatorPlan) -> Stage {
         required: vec![false; columns],
         event_time: None,
         partition_key: Vec::new(),
+        origins: Vec::new(),
     };
     let plan = Plan {
         source,

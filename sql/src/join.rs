@@ -743,11 +743,12 @@ fn rows_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
     let columns = sides
         .iter()
         .flat_map(|s| {
-            s.spec.schema.columns.iter().enumerate().map(|(c, column)| ColumnSpec {
-                name: s.joined_name(c),
-                type_: column.type_,
-                required: false,
-            })
+            s.spec
+                .schema
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(c, column)| ColumnSpec::field(s.joined_name(c), column.type_, false))
         })
         .collect();
     SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(JOINED, &[]) }
@@ -938,7 +939,7 @@ fn table_source(spec: &SourceSpec) -> SourceSpec {
     for column in &mut spec.schema.columns {
         column.required &= primary_key.iter().any(|k| k == &column.name);
     }
-    spec.schema.columns.push(ColumnSpec { name: DELETED.into(), type_: ColumnType::Boolean, required: false });
+    spec.schema.columns.push(ColumnSpec::field(DELETED, ColumnType::Boolean, false));
     spec
 }
 
@@ -1022,7 +1023,7 @@ fn windowed_side<'a>(
     let columns = names
         .iter()
         .zip(&plan.outputs)
-        .map(|(name, o)| ColumnSpec { name: name.clone(), type_: column_type(o.expr.data_type()), required: false })
+        .map(|(name, o)| ColumnSpec::field(name.clone(), column_type(o.expr.data_type()), false))
         .collect();
     let spec = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&alias.value, &[]) };
     Ok(Side {
@@ -1401,13 +1402,13 @@ fn joined_spec(sides: &[Side<'_>; 2], table: bool) -> SourceSpec {
     let mut columns = Vec::new();
     for s in sides {
         for (c, column) in s.spec.schema.columns.iter().enumerate() {
-            columns.push(ColumnSpec { name: s.joined_name(c), type_: column.type_, required: false });
+            columns.push(ColumnSpec::field(s.joined_name(c), column.type_, false));
         }
     }
-    columns.push(ColumnSpec { name: RIGHT.into(), type_: ColumnType::Boolean, required: false });
-    columns.push(ColumnSpec { name: TIME.into(), type_: ColumnType::Timestamp, required: false });
+    columns.push(ColumnSpec::field(RIGHT, ColumnType::Boolean, false));
+    columns.push(ColumnSpec::field(TIME, ColumnType::Timestamp, false));
     if table {
-        columns.push(ColumnSpec { name: DELETED.into(), type_: ColumnType::Boolean, required: false });
+        columns.push(ColumnSpec::field(DELETED, ColumnType::Boolean, false));
     }
     SourceSpec {
         schema: SchemaSpec { columns },

@@ -14,6 +14,7 @@ mod diagnostic;
 mod distinct;
 mod functions;
 mod join;
+mod nested;
 mod planner;
 mod rewrite;
 mod top_n;

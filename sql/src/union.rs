@@ -53,7 +53,7 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
     let columns = first
         .outputs
         .iter()
-        .map(|o| ColumnSpec { name: o.name.clone(), type_: column_type(o.expr.data_type()), required: false })
+        .map(|o| ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false))
         .collect();
     let union = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&name.value, &[]) };
     parsed.query.with = None;

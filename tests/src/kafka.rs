@@ -7,7 +7,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
@@ -123,6 +123,32 @@ pub fn produce_timed(topic: &str, records: &[Timed<'_>]) {
             let rec = BaseRecord::<[u8], [u8]>::to(topic).key(*key).partition(*partition).timestamp(*timestamp);
             match value {
                 Some(v) => rec.payload(*v),
+                None => rec,
+            }
+        }),
+    );
+}
+
+/// A record with everything Kafka carries: key, value, partition,
+/// timestamp and headers (a `None` header value is a null header).
+pub type Full<'a> = (Option<&'a [u8]>, &'a [u8], i32, i64, &'a [(&'a str, Option<&'a [u8]>)]);
+
+/// Produces `records` in order and waits for every delivery.
+pub fn produce_full(topic: &str, records: &[Full<'_>]) {
+    send_all(
+        topic,
+        records.iter().map(|(key, value, partition, timestamp, headers)| {
+            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+            for (name, value) in *headers {
+                owned = owned.insert(Header { key: name, value: *value });
+            }
+            let rec = BaseRecord::<[u8], [u8]>::to(topic)
+                .payload(*value)
+                .partition(*partition)
+                .timestamp(*timestamp)
+                .headers(owned);
+            match key {
+                Some(k) => rec.key(*k),
                 None => rec,
             }
         }),

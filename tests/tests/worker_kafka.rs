@@ -1713,3 +1713,118 @@ fn nexmark_queries_through_the_broker_match_the_oracle() {
         assert!(got == want, "{q}: results differ from the oracle's");
     }
 }
+
+/// A source whose value nests the fields it reads and whose other columns
+/// come from the Kafka record: the key (also the partition key), the
+/// timestamp (also the event time windows use), partition, offset, one
+/// header and all of them.
+fn metadata_source(topic: &str) -> String {
+    let bootstrap = &harness().bootstrap;
+    format!(
+        r#"    - name: bids
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      schema:
+        columns:
+          - {{ name: bid.price, type: bigint, required: true }}
+          - {{ name: bid.url.host, type: string }}
+          - {{ name: bidder, type: string, metadata: key, required: true }}
+          - {{ name: ts, type: timestamp, metadata: timestamp }}
+          - {{ name: part, type: bigint, metadata: partition }}
+          - {{ name: off, type: bigint, metadata: offset }}
+          - {{ name: trace, type: string, metadata: header, header: trace-id }}
+          - {{ name: hs, type: string, metadata: headers }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+      partitionKey: [bidder]
+"#
+    )
+}
+
+fn job_over(name: &str, sql: &str, source: &str, out: &str, dlq: &str) -> String {
+    let bootstrap = &harness().bootstrap;
+    format!(
+        "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: {name}\nspec:\n  sql: |\n    {sql}\n  \
+         sources:\n{source}  sink:\n    kafka: {{ bootstrapServers: \"{bootstrap}\", topic: {out} }}\n  deadLetter:\n    \
+         kafka: {{ bootstrapServers: \"{bootstrap}\", topic: {dlq} }}\n"
+    )
+}
+
+#[test]
+fn nested_fields_and_kafka_metadata_columns_read_through_the_broker() {
+    let (topic, dlq) = (unique_name("bids"), unique_name("dlq"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&dlq, 1);
+    let trace: &[(&str, Option<&[u8]>)] = &[("trace-id", Some(b"t-1")), ("empty", None), ("trace-id", Some(b"t-2"))];
+    let bad_header: &[(&str, Option<&[u8]>)] = &[("trace-id", Some(b"\xff"))];
+    // Bidder `a` on partition 0, `b` on 1; record timestamps place them in
+    // one-second windows.
+    let records: Vec<kafka::Full<'_>> = vec![
+        (Some(b"a"), br#"{"bid":{"price":10,"url":{"host":"x.org"}}}"#, 0, 1_000, trace),
+        (Some(b"a"), br#"{"bid":{"price":20}}"#, 0, 1_500, &[]),
+        (Some(b"b"), br#"{"bid":{"price":5,"url":null}}"#, 1, 1_200, &[]),
+        (Some(b"a"), br#"{"bid":{"price":30}}"#, 0, 2_100, &[]),
+        (Some(b"b"), br#"{"bid":{"price":7}}"#, 1, 2_500, &[]),
+        // Dead letters: a scalar where an object is declared, a missing
+        // required nested field, no key, a header that is not text.
+        (Some(b"a"), br#"{"bid":3}"#, 0, 2_600, &[]),
+        (Some(b"b"), br#"{"bid":{"url":{"host":"y"}}}"#, 1, 2_700, &[]),
+        (None, br#"{"bid":{"price":1}}"#, 1, 2_800, &[]),
+        (Some(b"b"), br#"{"bid":{"price":1}}"#, 1, 2_900, bad_header),
+    ];
+    kafka::produce_full(&topic, &records);
+
+    // Every column as read.
+    let out = unique_name("rows");
+    kafka::create_topic(&out, 1);
+    let sql = "SELECT bidder, bid.price, bid.url.host AS host, ts, part, off, trace, hs FROM bids";
+    let m = write_temp("rows.yaml", &job_over(&unique_name("meta"), sql, &metadata_source(&topic), &out, &dlq));
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
+    let rows: Vec<serde_json::Value> = kafka::consume(&out, 5, Duration::from_secs(20))
+        .iter()
+        .map(|r| serde_json::from_slice(&r.value).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 5, "{rows:?}");
+    let first = rows.iter().find(|r| r["price"] == 10).expect("the first bid");
+    assert_eq!(first["bidder"], "a");
+    assert_eq!(first["host"], "x.org");
+    assert_eq!(first["part"], 0);
+    assert_eq!(first["off"], 0);
+    assert_eq!(first["trace"], "t-2", "the last value of a repeated header");
+    assert_eq!(first["hs"], r#"{"trace-id":"t-2","empty":null}"#);
+    assert_eq!(first["ts"], "1970-01-01T00:00:01.000Z", "the record's timestamp");
+    let third = rows.iter().find(|r| r["price"] == 5).unwrap();
+    assert_eq!(
+        (third["bidder"].as_str(), third["part"].as_i64(), third["off"].as_i64()),
+        (Some("b"), Some(1), Some(0))
+    );
+    assert!(third["host"].is_null() && third["trace"].is_null() && third["hs"] == "{}", "{third}");
+
+    let letters = kafka::consume(&dlq, 4, Duration::from_secs(20));
+    let reasons: Vec<String> = letters.iter().map(|l| l.header("sluice.error.reason").unwrap_or_default()).collect();
+    for want in [
+        "field `bid`: expected an object, got number 3",
+        "missing required field `bid.price`",
+        "required column `bidder` is null: the record has no key",
+        "header `trace-id` is not valid UTF-8",
+    ] {
+        assert!(reasons.iter().any(|r| r.contains(want)), "no dead letter for {want:?}: {reasons:?}");
+    }
+
+    // The key as the partition key and the record timestamp as event time:
+    // a per-bidder window needs no repartition.
+    let out = unique_name("windows");
+    kafka::create_topic(&out, 1);
+    let sql = "SELECT bidder, window_start, COUNT(*) AS n, SUM(bid.price) AS total FROM bids \
+               GROUP BY bidder, TUMBLE(ts, INTERVAL '1' SECOND) EMIT FINAL";
+    let m = write_temp("windows.yaml", &job_over(&unique_name("meta-w"), sql, &metadata_source(&topic), &out, &dlq));
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
+    assert!(w.log().contains("dead-lettered: 4"), "{}", w.log());
+    let mut got: Vec<(String, i64, i64)> = kafka::consume(&out, 4, Duration::from_secs(20))
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+        .map(|v| (v["bidder"].as_str().unwrap().to_owned(), v["n"].as_i64().unwrap(), v["total"].as_i64().unwrap()))
+        .collect();
+    got.sort();
+    assert_eq!(got, [("a".into(), 1, 30), ("a".into(), 2, 30), ("b".into(), 1, 5), ("b".into(), 1, 7)]);
+}

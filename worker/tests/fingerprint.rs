@@ -101,10 +101,7 @@ fn filters_outputs_and_layout_keep_the_state() {
     // A column declared before the ones the query reads moves their
     // positions, not their meaning.
     let mut wider = trades();
-    wider
-        .schema
-        .columns
-        .insert(0, sluice_crds::ColumnSpec { name: "venue".into(), type_: ColumnType::String, required: false });
+    wider.schema.columns.insert(0, sluice_crds::ColumnSpec::field("venue", ColumnType::String, false));
     assert_eq!(state(GROUP_BY, &wider), base, "a new column elsewhere in the schema");
 }
 

@@ -10,6 +10,7 @@
 use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
 
 use super::json::DecodeError;
+use super::metadata::RecordMeta;
 use crate::encode::{BOOL, FLOAT, INT, NULL, STR};
 
 #[derive(Debug, Clone)]
@@ -181,6 +182,25 @@ impl RowDecoder {
             Self::Json(d) => d.decode(payload, batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
+    }
+
+    /// [`RowDecoder::decode`] with the record's metadata, for the columns
+    /// that read it (an internal topic's rows carry none).
+    pub fn decode_record(
+        &mut self,
+        payload: &[u8],
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+    ) -> Result<(), DecodeError> {
+        match self {
+            Self::Json(d) => d.decode_record(payload, meta, batch),
+            Self::Binary(d) => d.decode(payload, batch),
+        }
+    }
+
+    /// Whether the source must hand over the records' headers.
+    pub fn reads_headers(&self) -> bool {
+        matches!(self, Self::Json(d) if d.reads_headers())
     }
 }
 

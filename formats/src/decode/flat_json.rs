@@ -34,7 +34,7 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
         return None;
     }
     i = ws(p, i + 1);
-    let mut previous = dec.names.len(); // "start of record"
+    let mut previous = dec.start(0); // "start of record"
     if p.get(i) == Some(&b'}') {
         i += 1;
     } else {
@@ -48,7 +48,9 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
                 return None;
             }
             i = ws(p, i + 1);
-            i = match dec.lookup(key, previous) {
+            // The caller takes this path only for flat schemas, where
+            // level 0's entries are the columns in order.
+            i = match dec.lookup(0, key, previous) {
                 Some(col) => {
                     previous = col;
                     if std::mem::replace(&mut dec.seen[col], true) {

@@ -16,9 +16,10 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
+use sluice_crds::RecordMetadata;
 use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 use sluice_plan::{Batch, Column, ColumnData};
-use sluice_plan::{DataType, Plan};
+use sluice_plan::{ColumnOrigin, DataType, Plan};
 
 /// Why a record could not be decoded (the dead-letter reason).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +34,7 @@ impl fmt::Display for DecodeError {
 /// Column lookup tables for one source schema, shared by every record.
 #[derive(Debug, Clone)]
 pub struct JsonDecoder {
+    /// Each column's name, as error messages give it (`bid.price`).
     pub(super) names: Vec<Box<[u8]>>,
     pub(super) types: Vec<DataType>,
     pub(super) required: Vec<bool>,
@@ -42,9 +44,39 @@ pub struct JsonDecoder {
     /// (a `bigint` event time near `i64::MIN` would overflow window
     /// arithmetic; it is a dead letter instead).
     pub(super) time_bounded: Vec<bool>,
-    /// Column predicted for the key after a given column (or at the start).
-    next_after: Vec<u16>,
+    /// The JSON objects the columns are read from: the record's at 0, then
+    /// each nested object some column is a field of.
+    pub(super) levels: Vec<Level>,
+    /// Every column is a top-level field, so level 0's entries are the
+    /// columns in order and the flat fast path applies.
+    pub(super) flat: bool,
+    /// Columns read from the Kafka record rather than its value
+    /// (`metadata.rs` fills them).
+    pub(super) metadata: Vec<MetadataColumn>,
     pub(super) seen: Vec<bool>,
+}
+
+/// A column read from the Kafka record: its index, what it reads, and the
+/// header's name for a `header` column.
+pub(super) type MetadataColumn = (usize, RecordMetadata, Option<Box<[u8]>>);
+
+/// One JSON object's keys and what each holds.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Level {
+    /// The object's path, for messages (`bid`; empty for the record).
+    path: String,
+    keys: Vec<Box<[u8]>>,
+    targets: Vec<Target>,
+    /// Entry predicted for the key after a given entry (or at the start).
+    next_after: Vec<u16>,
+}
+
+/// What a key of an object holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    Column(usize),
+    /// The nested object at this level.
+    Object(usize),
 }
 
 const NONE: u16 = u16::MAX;
@@ -53,6 +85,45 @@ impl JsonDecoder {
     pub fn new(plan: &Plan) -> Self {
         let fields = &plan.source.schema.fields;
         let event_time = plan.source.event_time.map(|e| e.column);
+        let mut levels = vec![Level::default()];
+        let mut metadata = Vec::new();
+        for i in 0..fields.len() {
+            match plan.source.origin(i) {
+                ColumnOrigin::Field(path) => {
+                    let mut level = 0;
+                    for (depth, key) in path.iter().enumerate() {
+                        if depth + 1 == path.len() {
+                            levels[level].push(key, Target::Column(i));
+                            break;
+                        }
+                        let existing =
+                            levels[level].keys.iter().zip(&levels[level].targets).find_map(|(k, t)| match t {
+                                Target::Object(l) if **k == *key.as_bytes() => Some(*l),
+                                _ => None,
+                            });
+                        level = match existing {
+                            Some(l) => l,
+                            None => {
+                                let nested = levels.len();
+                                let path = path[..=depth].join(".");
+                                levels.push(Level { path, ..Level::default() });
+                                levels[level].push(key, Target::Object(nested));
+                                nested
+                            }
+                        };
+                    }
+                }
+                ColumnOrigin::Metadata { what, header } => {
+                    metadata.push((i, what, header.map(|h| h.into_bytes().into_boxed_slice())));
+                }
+            }
+        }
+        for level in &mut levels {
+            level.next_after = vec![NONE; level.keys.len() + 1];
+        }
+        let flat = levels.len() == 1
+            && metadata.is_empty()
+            && levels[0].targets.iter().enumerate().all(|(e, t)| *t == Target::Column(e));
         Self {
             time_bounded: fields
                 .iter()
@@ -63,7 +134,9 @@ impl JsonDecoder {
             types: fields.iter().map(|f| f.data_type).collect(),
             required: plan.source.required.clone(),
             used: plan.used_columns.clone(),
-            next_after: vec![NONE; fields.len() + 1],
+            levels,
+            flat,
+            metadata,
             seen: vec![false; fields.len()],
         }
     }
@@ -88,8 +161,8 @@ impl JsonDecoder {
     /// visitor, which gives the same result for what both accept.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
-        self.seen.fill(false);
-        if super::flat_json::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
+        self.reset_seen();
+        if self.flat && super::flat_json::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
             batch.len = rows + 1;
             return Ok(());
         }
@@ -103,9 +176,9 @@ impl JsonDecoder {
     #[doc(hidden)]
     pub fn decode_with_serde(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
-        self.seen.fill(false);
+        self.reset_seen();
         let mut de = serde_json::Deserializer::from_slice(payload);
-        let result = RecordSeed { dec: self, batch }
+        let result = RecordSeed { dec: self, batch, level: 0 }
             .deserialize(&mut de)
             .and_then(|()| de.end())
             .map_err(|e| DecodeError(describe(&e)))
@@ -122,8 +195,16 @@ impl JsonDecoder {
         }
     }
 
+    /// No field seen yet; metadata columns are not fields of the value.
+    fn reset_seen(&mut self) {
+        self.seen.fill(false);
+        for &(col, ..) in &self.metadata {
+            self.seen[col] = true;
+        }
+    }
+
     /// Drops whatever a failed decode appended after row `rows`.
-    fn rollback(&self, batch: &mut Batch, rows: usize) {
+    pub(super) fn rollback(&self, batch: &mut Batch, rows: usize) {
         for (c, used) in batch.columns.iter_mut().zip(&self.used) {
             if *used {
                 c.truncate(rows);
@@ -149,15 +230,36 @@ impl JsonDecoder {
         Ok(())
     }
 
+    /// The entry of `level` named `key`, trying first the one that followed
+    /// entry `previous` last time (`previous` = the level's key count at
+    /// the start of an object).
     #[inline]
-    pub(super) fn lookup(&mut self, key: &[u8], previous: usize) -> Option<usize> {
-        let guess = self.next_after[previous];
-        if guess != NONE && same_key(&self.names[guess as usize], key) {
+    pub(super) fn lookup(&mut self, level: usize, key: &[u8], previous: usize) -> Option<usize> {
+        let level = &mut self.levels[level];
+        let guess = level.next_after[previous];
+        if guess != NONE && same_key(&level.keys[guess as usize], key) {
             return Some(guess as usize);
         }
-        let found = self.names.iter().position(|n| same_key(n, key))?;
-        self.next_after[previous] = u16::try_from(found).unwrap_or(NONE);
+        let found = level.keys.iter().position(|n| same_key(n, key))?;
+        level.next_after[previous] = u16::try_from(found).unwrap_or(NONE);
         Some(found)
+    }
+
+    /// How many keys `level` has: the "start of an object" slot of
+    /// [`JsonDecoder::lookup`].
+    pub(super) fn start(&self, level: usize) -> usize {
+        self.levels[level].keys.len()
+    }
+
+    pub(super) fn target(&self, level: usize, entry: usize) -> Target {
+        self.levels[level].targets[entry]
+    }
+}
+
+impl Level {
+    fn push(&mut self, key: &str, target: Target) {
+        self.keys.push(key.as_bytes().into());
+        self.targets.push(target);
     }
 }
 
@@ -169,7 +271,7 @@ fn same_key(name: &[u8], key: &[u8]) -> bool {
 }
 
 /// serde_json errors carry "at line 1 column 17"; keep the message short.
-fn describe(e: &serde_json::Error) -> String {
+pub(super) fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     let text = e.to_string();
     match e.classify() {
@@ -179,15 +281,17 @@ fn describe(e: &serde_json::Error) -> String {
     }
 }
 
+/// Reads the object at `level` (the record itself at 0).
 struct RecordSeed<'a> {
     dec: &'a mut JsonDecoder,
     batch: &'a mut Batch,
+    level: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for RecordSeed<'_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
+        if self.level == 0 { d.deserialize_map(self) } else { d.deserialize_any(self) }
     }
 }
 
@@ -199,14 +303,21 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let columns = self.dec.names.len();
-        let mut previous = columns; // "start of record" slot
-        while let Some(col) = map.next_key_seed(KeySeed { dec: self.dec, previous })? {
-            let Some(col) = col else {
+        let level = self.level;
+        let mut previous = self.dec.start(level); // "start of object" slot
+        while let Some(entry) = map.next_key_seed(KeySeed { dec: self.dec, level, previous })? {
+            let Some(entry) = entry else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
-            previous = col;
+            previous = entry;
+            let col = match self.dec.target(level, entry) {
+                Target::Column(col) => col,
+                Target::Object(nested) => {
+                    map.next_value_seed(RecordSeed { dec: self.dec, batch: self.batch, level: nested })?;
+                    continue;
+                }
+            };
             if std::mem::replace(&mut self.dec.seen[col], true) {
                 return Err(de::Error::custom(format_args!(
                     "duplicate field `{}`",
@@ -224,12 +335,53 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
         }
         Ok(())
     }
+
+    // A nested object that is null or absent: its fields are missing.
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        Err(self.not_an_object(format_args!("boolean {v}")))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        Err(self.not_an_object(format_args!("number {v}")))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        Err(self.not_an_object(format_args!("number {v}")))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        Err(self.not_an_object(format_args!("number {v}")))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        let shown: String = v.chars().take(40).collect();
+        Err(self.not_an_object(format_args!("string {shown:?}")))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _seq: A) -> Result<(), A::Error> {
+        Err(self.not_an_object(format_args!("an array")))
+    }
+}
+
+impl RecordSeed<'_> {
+    fn not_an_object<E: de::Error>(&self, got: fmt::Arguments<'_>) -> E {
+        E::custom(format_args!("field `{}`: expected an object, got {got}", self.dec.levels[self.level].path))
+    }
 }
 
 /// Resolves a key to a column index without allocating (escaped keys
 /// arrive as temporary strings and are compared on the spot).
 struct KeySeed<'a> {
     dec: &'a mut JsonDecoder,
+    level: usize,
     previous: usize,
 }
 
@@ -246,14 +398,14 @@ impl Visitor<'_> for KeySeed<'_> {
         f.write_str("a field name")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<usize>, E> {
-        Ok(self.dec.lookup(v.as_bytes(), self.previous))
+        Ok(self.dec.lookup(self.level, v.as_bytes(), self.previous))
     }
     /// Keys arrive as raw bytes (escapes resolved, UTF-8 not yet checked):
     /// a key equal to a column name is valid UTF-8 by construction, so only
     /// unknown keys need the check.
     fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Option<usize>, E> {
-        match self.dec.lookup(v, self.previous) {
-            Some(col) => Ok(Some(col)),
+        match self.dec.lookup(self.level, v, self.previous) {
+            Some(entry) => Ok(Some(entry)),
             None if std::str::from_utf8(v).is_ok() => Ok(None),
             None => Err(E::custom("field name is not valid UTF-8")),
         }
@@ -262,12 +414,12 @@ impl Visitor<'_> for KeySeed<'_> {
 
 /// Parses one field's value into its column (or only checks it when the
 /// query does not read the column).
-struct ValueSeed<'a> {
-    name: &'a [u8],
-    data_type: DataType,
-    required: bool,
-    time_bounded: bool,
-    column: Option<&'a mut Column>,
+pub(super) struct ValueSeed<'a> {
+    pub(super) name: &'a [u8],
+    pub(super) data_type: DataType,
+    pub(super) required: bool,
+    pub(super) time_bounded: bool,
+    pub(super) column: Option<&'a mut Column>,
 }
 
 impl ValueSeed<'_> {

@@ -3,9 +3,11 @@
 mod binary;
 mod flat_json;
 mod json;
+mod metadata;
 
 pub use binary::{BinaryDecoder, RowDecoder};
 pub use json::{DecodeError, JsonDecoder};
+pub use metadata::{RecordHeaders, RecordMeta};
 
 /// The plan of `sql` over a source `t` of one column of each type, for the
 /// decoders' tests.

@@ -32,7 +32,9 @@ use sluice_plan::{DataType, SqlError};
 
 /// Plans `sql` against the declared sources.
 pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
-    plan_parsed(&mut rewrite::parse(sql)?, sources)
+    let mut parsed = rewrite::parse(sql)?;
+    crate::nested::resolve_nested_fields(&mut parsed, sources);
+    plan_parsed(&mut parsed, sources)
 }
 
 /// Plans an already parsed query (views merged, DISTINCT rewritten first).

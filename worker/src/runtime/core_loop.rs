@@ -129,14 +129,18 @@ pub struct CoreSummary {
     pub records_out: u64,
     pub dead_lettered: u64,
     pub late: u64,
+    /// The most state the core held after any batch (`Engine::stats`).
+    pub peak_state_bytes: u64,
 }
 
 impl CoreSummary {
+    /// Adds another core's (peaks add up: an upper bound on the job's).
     pub fn add(&mut self, o: &CoreSummary) {
         self.records_in += o.records_in;
         self.records_out += o.records_out;
         self.dead_lettered += o.dead_lettered;
         self.late += o.late;
+        self.peak_state_bytes += o.peak_state_bytes;
     }
 }
 
@@ -623,6 +627,7 @@ impl<'a> Core<'a> {
         self.summary.records_out += out_records;
         self.summary.dead_lettered += totals.malformed;
         self.summary.late += totals.late;
+        self.summary.peak_state_bytes = self.summary.peak_state_bytes.max(bytes as u64);
         Ok(())
     }
 

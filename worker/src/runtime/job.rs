@@ -36,17 +36,27 @@ pub struct JobSummary {
     pub dead_lettered: u64,
     pub late: u64,
     pub elapsed: Duration,
+    /// The cores' peak engine state, summed (approximate, as the
+    /// `sluice_state_bytes` gauge).
+    pub peak_state_bytes: u64,
 }
 
 impl fmt::Display for JobSummary {
+    #[allow(clippy::cast_precision_loss)]
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let secs = self.elapsed.as_secs_f64();
         #[allow(clippy::cast_precision_loss)]
         let rate = if secs > 0.0 { self.records_in as f64 / secs } else { 0.0 };
         write!(
             f,
-            "records in: {}, out: {}, dead-lettered: {}, late: {}, elapsed: {:.3}s, {:.0} records/s",
-            self.records_in, self.records_out, self.dead_lettered, self.late, secs, rate
+            "records in: {}, out: {}, dead-lettered: {}, late: {}, elapsed: {:.3}s, {:.0} records/s, peak state: {:.1} MiB",
+            self.records_in,
+            self.records_out,
+            self.dead_lettered,
+            self.late,
+            secs,
+            rate,
+            self.peak_state_bytes as f64 / (1024.0 * 1024.0)
         )
     }
 }
@@ -246,6 +256,7 @@ pub fn run_job(
         dead_lettered: summary.dead_lettered,
         late: summary.late,
         elapsed: started.elapsed(),
+        peak_state_bytes: summary.peak_state_bytes,
     })
 }
 

@@ -178,6 +178,7 @@ impl LocalStagedSource {
                         timestamp_ms: now,
                         payload: &chunk[start..end],
                         key: None,
+                        headers: None,
                     });
                     *offset += 1;
                     *read = end;

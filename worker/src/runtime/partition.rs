@@ -13,7 +13,7 @@ use crate::Error;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
@@ -222,7 +222,14 @@ impl PartitionPipeline {
         upstream: Option<u32>,
         dead_letter: &mut dyn DeadLetterSink,
     ) -> Result<usize, Error> {
-        match self.decoder.decode(payload, &mut self.batch) {
+        let meta = RecordMeta {
+            key: record.key,
+            timestamp_ms: Some(record.timestamp_ms),
+            partition: Some(self.partition),
+            offset: Some(record.offset),
+            headers: record.headers.map(|h| h as &dyn RecordHeaders),
+        };
+        match self.decoder.decode_record(payload, &meta, &mut self.batch) {
             Ok(()) => {
                 self.offsets.push(record.offset);
                 self.timestamps.push(record.timestamp_ms);
@@ -460,7 +467,7 @@ mod tests {
         let mut part = PartitionPipeline::new(&plan, "customers".into(), 0, EngineOptions::default(), 16, None);
         part.tombstones = Tombstones::of(&sources[1]);
         let mut dead = Reasons::default();
-        let tombstone = |key| Record { slot: 0, offset: 0, timestamp_ms: 5, payload: &[], key };
+        let tombstone = |key| Record { slot: 0, offset: 0, timestamp_ms: 5, payload: &[], key, headers: None };
         assert_eq!(part.push(&tombstone(Some(b"7")), &mut dead).unwrap(), 1, "a row that deletes key 7");
         assert_eq!(part.batch.len, 1);
         assert_eq!(part.push(&tombstone(None), &mut dead).unwrap(), 0);

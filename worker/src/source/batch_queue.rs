@@ -16,20 +16,74 @@
 //! carries only events — statistics, errors, commit results — and the
 //! caller keeps serving it with `BaseConsumer::poll(0)`.
 //!
-//! This is the crate's one `unsafe` module: four librdkafka calls, each
+//! This is the crate's one `unsafe` module: six librdkafka calls, each
 //! with its contract stated where it is made.
 
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::types::RDKafkaErrorCode;
 
+use sluice_formats::decode::RecordHeaders;
+
 use crate::Error;
+
+/// A fetched message's headers, which librdkafka parses only when first
+/// asked for (and then keeps with the message): a job that declares no
+/// header column never pays for them.
+#[derive(Debug, Clone, Copy)]
+pub struct MessageHeaders<'a>(*mut rd::rd_kafka_message_t, PhantomData<&'a ()>);
+
+impl<'a> MessageHeaders<'a> {
+    /// # Safety
+    /// `message` must be a live message that outlives `'a`.
+    unsafe fn of(message: *mut rd::rd_kafka_message_t) -> Self {
+        Self(message, PhantomData)
+    }
+
+    /// The headers of a message polled the ordinary way.
+    pub fn of_message(message: &'a BorrowedMessage<'_>) -> Self {
+        // SAFETY: the borrow keeps the message alive for `'a`.
+        unsafe { Self::of(message.ptr()) }
+    }
+
+    fn parsed(&self) -> Option<*mut rd::rd_kafka_headers_t> {
+        let mut headers = std::ptr::null_mut();
+        // SAFETY: the message is live (`of`'s contract); librdkafka writes a
+        // pointer to headers it owns with the message, or returns an error.
+        let err = unsafe { rd::rd_kafka_message_headers(self.0, &mut headers) };
+        (err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !headers.is_null()).then_some(headers)
+    }
+}
+
+impl RecordHeaders for MessageHeaders<'_> {
+    fn count(&self) -> usize {
+        // SAFETY: `parsed` returned headers owned by the live message.
+        self.parsed().map_or(0, |h| unsafe { rd::rd_kafka_header_cnt(h) })
+    }
+
+    fn header(&self, i: usize) -> Option<(&[u8], Option<&[u8]>)> {
+        let headers = self.parsed()?;
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0);
+        // SAFETY: `headers` is live with the message; librdkafka fills the
+        // out-pointers with its own NUL-terminated name and value buffer.
+        let err = unsafe { rd::rd_kafka_header_get_all(headers, i, &mut name, &mut value, &mut size) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return None;
+        }
+        // SAFETY: both point into the message's headers, valid while it is.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        let value = (!value.is_null()).then(|| unsafe { std::slice::from_raw_parts(value.cast::<u8>(), size) });
+        Some((name, value))
+    }
+}
 
 /// One message of a batch, borrowed until the batch's callback returns.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +96,7 @@ pub struct Fetched<'a> {
     pub timestamp_ms: Option<i64>,
     pub payload: &'a [u8],
     pub key: Option<&'a [u8]>,
+    pub headers: Option<&'a MessageHeaders<'a>>,
 }
 
 /// A consumer whose assigned partitions are read through one batch queue.
@@ -183,7 +238,17 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
                 error.get_or_insert(RDKafkaErrorCode::UnknownTopicOrPartition);
                 continue;
             };
-            f(Fetched { topic, partition: msg.partition, offset: msg.offset, timestamp_ms, payload, key });
+            // SAFETY: `m` lives until it is destroyed after the loop.
+            let headers = unsafe { MessageHeaders::of(m) };
+            f(Fetched {
+                topic,
+                partition: msg.partition,
+                offset: msg.offset,
+                timestamp_ms,
+                payload,
+                key,
+                headers: Some(&headers),
+            });
             delivered += 1;
         }
         for &m in &self.slots {

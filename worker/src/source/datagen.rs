@@ -210,7 +210,7 @@ impl Source for Datagen {
             let offset = self.next_offset[slot];
             self.next_offset[slot] += 1;
             self.generated += 1;
-            f(Record { slot, offset, timestamp_ms: now, payload: &self.buf, key: None });
+            f(Record { slot, offset, timestamp_ms: now, payload: &self.buf, key: None, headers: None });
             n += 1;
         }
         Ok((n, PollEnd::Open))

@@ -55,7 +55,7 @@ impl Source for FileSource {
             if payload.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            f(Record { slot: 0, offset, timestamp_ms: now, payload, key: None });
+            f(Record { slot: 0, offset, timestamp_ms: now, payload, key: None, headers: None });
             n += 1;
         }
         Ok((n, if self.done { PollEnd::Exhausted } else { PollEnd::Open }))

@@ -20,7 +20,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use sluice_crds::StartFrom;
 
-use super::batch_queue::{BatchConsumer, Fetched};
+use super::batch_queue::{BatchConsumer, Fetched, MessageHeaders};
 use super::{PollEnd, Record, Source};
 use crate::Error;
 
@@ -278,7 +278,7 @@ impl KafkaSource {
             }
         }
         let timestamp_ms = m.timestamp_ms.unwrap_or_else(crate::runtime::now_ms);
-        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key });
+        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key, headers: m.headers });
         true
     }
 
@@ -292,6 +292,7 @@ impl KafkaSource {
                     // Only possible if a message was fetched before the
                     // forward took effect; deliver it like any other.
                     let Some(topic) = self.topics.iter().position(|t| t == m.topic()) else { continue };
+                    let headers = MessageHeaders::of_message(&m);
                     let fetched = Fetched {
                         topic,
                         partition: m.partition(),
@@ -299,6 +300,7 @@ impl KafkaSource {
                         timestamp_ms: m.timestamp().to_millis(),
                         payload: m.payload().unwrap_or_default(),
                         key: m.key(),
+                        headers: Some(&headers),
                     };
                     let bounds = (&self.end_offsets[..], &mut self.done[..]);
                     n += usize::from(Self::deliver(&self.slot_of, bounds, fetched, f));

@@ -15,6 +15,8 @@ pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
 
 use std::time::Duration;
 
+pub use batch_queue::MessageHeaders;
+
 use crate::Error;
 
 /// One record, borrowed from the source until the callback returns.
@@ -29,6 +31,8 @@ pub struct Record<'a> {
     /// The record's key (Kafka); a table source reads a deletion's row
     /// from it.
     pub key: Option<&'a [u8]>,
+    /// The record's headers (Kafka), read only by header columns.
+    pub headers: Option<&'a MessageHeaders<'a>>,
 }
 
 /// What a poll ended with.

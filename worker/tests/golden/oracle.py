@@ -180,6 +180,19 @@ def convert(value, col_type: str):
     raise SystemExit(f"unknown column type {col_type!r}")
 
 
+def field(obj: dict, name: str):
+    """The value a column names: `bid.price` is obj["bid"]["price"]; a null or
+    absent object has null fields, anything else in its place is invalid."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        obj = obj.get(part)
+        if obj is None:
+            return None
+        if not isinstance(obj, dict):
+            raise Invalid(f"{'.'.join(parts[: i + 1])} is not an object")
+    return obj.get(parts[-1])
+
+
 def decode(payload: str, columns, required) -> list:
     """One record -> a row of column values, or Invalid."""
     try:
@@ -190,7 +203,7 @@ def decode(payload: str, columns, required) -> list:
         raise Invalid("not a JSON object")
     row = []
     for col, req in zip(columns, required):
-        v = convert(obj.get(col["name"]), col["type"])
+        v = convert(field(obj, col["name"]), col["type"])
         if v is None and req:
             raise Invalid(f"required column {col['name']!r} is missing or null")
         row.append(v)

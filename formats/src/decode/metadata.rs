@@ -1,0 +1,328 @@
+//! Columns read from the Kafka record around the value: its key,
+//! timestamp, partition, offset and headers (a source column's
+//! `metadata`), as Flink's `METADATA FROM` and ksqlDB's `ROWTIME`,
+//! `ROWPARTITION` and `ROWOFFSET` columns are.
+//!
+//! They are filled after the value decoded, so a record whose value is bad
+//! is a dead letter whatever its metadata; a key or header that does not
+//! parse as its column's type makes the record a dead letter too, with the
+//! reason naming the column.
+
+use serde::de::DeserializeSeed;
+use sluice_crds::RecordMetadata;
+use sluice_plan::time::MAX_TIMESTAMP_MS;
+use sluice_plan::{Batch, DataType};
+
+use super::json::{DecodeError, JsonDecoder, ValueSeed, describe};
+
+/// A record's headers, in the order the record lists them.
+pub trait RecordHeaders {
+    fn count(&self) -> usize;
+    /// The `i`-th header's name and value (`None` for a null value).
+    fn header(&self, i: usize) -> Option<(&[u8], Option<&[u8]>)>;
+}
+
+/// What the source knows of a record besides its value.
+#[derive(Clone, Copy, Default)]
+pub struct RecordMeta<'a> {
+    pub key: Option<&'a [u8]>,
+    pub timestamp_ms: Option<i64>,
+    pub partition: Option<i32>,
+    pub offset: Option<i64>,
+    /// `None` where the source has no headers (files, datagen) or the job
+    /// reads none (they are not parsed then).
+    pub headers: Option<&'a dyn RecordHeaders>,
+}
+
+impl std::fmt::Debug for RecordMeta<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordMeta")
+            .field("key", &self.key)
+            .field("timestamp_ms", &self.timestamp_ms)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("headers", &self.headers.map(|h| h.count()))
+            .finish()
+    }
+}
+
+impl JsonDecoder {
+    /// Whether some column reads the record's headers (the source then
+    /// hands them over).
+    pub fn reads_headers(&self) -> bool {
+        self.metadata.iter().any(|(_, what, _)| matches!(what, RecordMetadata::Headers | RecordMetadata::Header))
+    }
+
+    /// Appends the record with value `payload` as one row of `batch`, its
+    /// metadata columns from `meta`; or explains why it cannot.
+    pub fn decode_record(
+        &mut self,
+        payload: &[u8],
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+    ) -> Result<(), DecodeError> {
+        self.decode(payload, batch)?;
+        if self.metadata.is_empty() {
+            return Ok(());
+        }
+        let row = batch.len - 1;
+        let mut text = Vec::new();
+        for m in 0..self.metadata.len() {
+            if let Err(e) = self.push_metadata(m, meta, batch, &mut text) {
+                batch.len = row;
+                self.rollback(batch, row);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes metadata column `m`'s value for the record.
+    fn push_metadata(
+        &self,
+        m: usize,
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+        text: &mut Vec<u8>,
+    ) -> Result<(), DecodeError> {
+        let (col, what, header) = &self.metadata[m];
+        let col = *col;
+        let name = String::from_utf8_lossy(&self.names[col]);
+        let mut column = if self.used[col] { Some(&mut batch.columns[col]) } else { None };
+        let number = match what {
+            RecordMetadata::Key => return self.push_bytes(col, "key", meta.key, column),
+            RecordMetadata::Header => {
+                let wanted = header.as_deref().unwrap_or_default();
+                let value = meta.headers.and_then(|h| {
+                    (0..h.count()).rev().filter_map(|i| h.header(i)).find(|(n, _)| *n == wanted).and_then(|(_, v)| v)
+                });
+                let what = format!("header `{}`", String::from_utf8_lossy(wanted));
+                return self.push_bytes(col, &what, value, column);
+            }
+            RecordMetadata::Headers => {
+                let Some(headers) = meta.headers else { return self.push_null(col, "no headers", column) };
+                headers_json(headers, text).map_err(|e| DecodeError(format!("column `{name}`: {e}")))?;
+                let json = std::str::from_utf8(text).map_err(|e| DecodeError(e.to_string()))?;
+                if let Some(c) = column.as_deref_mut() {
+                    c.push_str(json).map_err(|e| DecodeError(e.to_string()))?;
+                }
+                return Ok(());
+            }
+            RecordMetadata::Timestamp => meta.timestamp_ms,
+            RecordMetadata::Partition => meta.partition.map(i64::from),
+            RecordMetadata::Offset => meta.offset,
+        };
+        let Some(x) = number else { return self.push_null(col, what.as_str(), column) };
+        if self.time_bounded[col] && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
+            return Err(DecodeError(format!(
+                "column `{name}`: the record's {} {x} is outside ±{MAX_TIMESTAMP_MS} ms from the epoch",
+                what.as_str()
+            )));
+        }
+        if let Some(c) = column {
+            c.push_i64(x).map_err(|e| DecodeError(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// A key or header: its bytes as text for a string column, a JSON
+    /// scalar of the column's type otherwise.
+    fn push_bytes(
+        &self,
+        col: usize,
+        what: &str,
+        bytes: Option<&[u8]>,
+        column: Option<&mut sluice_plan::Column>,
+    ) -> Result<(), DecodeError> {
+        let name = String::from_utf8_lossy(&self.names[col]);
+        let Some(bytes) = bytes else { return self.push_null(col, &format!("no {what}"), column) };
+        let what = if what == "key" { "the record's key" } else { what };
+        if self.types[col] == DataType::String {
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| DecodeError(format!("column `{name}`: {what} is not valid UTF-8")))?;
+            if let Some(c) = column {
+                c.push_str(text).map_err(|e| DecodeError(e.to_string()))?;
+            }
+            return Ok(());
+        }
+        let seed = ValueSeed {
+            name: &self.names[col],
+            data_type: self.types[col],
+            required: self.required[col],
+            time_bounded: self.time_bounded[col],
+            column,
+        };
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        seed.deserialize(&mut de).and_then(|()| de.end()).map_err(|e| DecodeError(format!("{what}: {}", describe(&e))))
+    }
+
+    fn push_null(&self, col: usize, why: &str, column: Option<&mut sluice_plan::Column>) -> Result<(), DecodeError> {
+        if self.required[col] {
+            return Err(DecodeError(format!(
+                "required column `{}` is null: the record has {why}",
+                String::from_utf8_lossy(&self.names[col])
+            )));
+        }
+        if let Some(c) = column {
+            c.push_null();
+        }
+        Ok(())
+    }
+}
+
+/// Every header as a JSON object of strings (null for a null value; a
+/// repeated name keeps its last value, as a map would).
+fn headers_json(headers: &dyn RecordHeaders, out: &mut Vec<u8>) -> Result<(), String> {
+    let mut pairs: Vec<(&str, Option<&str>)> = Vec::with_capacity(headers.count());
+    for i in 0..headers.count() {
+        let Some((name, value)) = headers.header(i) else { continue };
+        let name = std::str::from_utf8(name).map_err(|_| "a header name is not valid UTF-8".to_owned())?;
+        let value =
+            value.map(std::str::from_utf8).transpose().map_err(|_| format!("header `{name}` is not valid UTF-8"))?;
+        match pairs.iter_mut().find(|(n, _)| *n == name) {
+            Some(pair) => pair.1 = value,
+            None => pairs.push((name, value)),
+        }
+    }
+    out.clear();
+    out.push(b'{');
+    for (i, (name, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, name).map_err(|e| e.to_string())?;
+        out.push(b':');
+        serde_json::to_writer(&mut *out, value).map_err(|e| e.to_string())?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{ColumnSpec, ColumnType, RecordMetadata, SourceSpec};
+    use sluice_plan::Scalar;
+
+    use super::*;
+
+    struct Headers(Vec<(&'static [u8], Option<&'static [u8]>)>);
+
+    impl RecordHeaders for Headers {
+        fn count(&self) -> usize {
+            self.0.len()
+        }
+        fn header(&self, i: usize) -> Option<(&[u8], Option<&[u8]>)> {
+            self.0.get(i).copied()
+        }
+    }
+
+    fn meta_column(name: &str, type_: ColumnType, what: RecordMetadata, header: Option<&str>) -> ColumnSpec {
+        ColumnSpec { metadata: Some(what), header: header.map(str::to_owned), ..ColumnSpec::field(name, type_, false) }
+    }
+
+    fn decoder(extra: Vec<ColumnSpec>, required_key: bool) -> JsonDecoder {
+        let mut source =
+            SourceSpec::table("t", &[("bid.price", ColumnType::Bigint, true), ("v", ColumnType::String, false)]);
+        source.schema.columns.extend(extra);
+        if required_key {
+            source.schema.columns.push(ColumnSpec {
+                required: true,
+                ..meta_column("k2", ColumnType::String, RecordMetadata::Key, None)
+            });
+        }
+        let names: Vec<String> = source.schema.columns.iter().map(|c| format!("\"{}\"", c.name)).collect();
+        let plan = sluice_sql::plan_query(&format!("SELECT {} FROM t", names.join(", ")), &[source]).unwrap();
+        JsonDecoder::new(&plan)
+    }
+
+    fn all_metadata() -> Vec<ColumnSpec> {
+        vec![
+            meta_column("k", ColumnType::Bigint, RecordMetadata::Key, None),
+            meta_column("ts", ColumnType::Timestamp, RecordMetadata::Timestamp, None),
+            meta_column("p", ColumnType::Bigint, RecordMetadata::Partition, None),
+            meta_column("o", ColumnType::Bigint, RecordMetadata::Offset, None),
+            meta_column("hs", ColumnType::String, RecordMetadata::Headers, None),
+            meta_column("trace", ColumnType::String, RecordMetadata::Header, Some("trace")),
+        ]
+    }
+
+    #[test]
+    fn nested_fields_and_metadata_fill_their_columns() {
+        let mut d = decoder(all_metadata(), false);
+        assert!(d.reads_headers());
+        let mut b = d.new_batch(4);
+        let headers = Headers(vec![(b"trace", Some(b"a")), (b"x", None), (b"trace", Some(b"b\""))]);
+        let meta = RecordMeta {
+            key: Some(b"42"),
+            timestamp_ms: Some(1_700_000_000_000),
+            partition: Some(3),
+            offset: Some(17),
+            headers: Some(&headers),
+        };
+        d.decode_record(br#"{"v":"x","bid":{"auction":1,"price":7}}"#, &meta, &mut b).unwrap();
+        d.decode_record(br#"{"bid":{"price":8},"bid2":{"price":"no"}}"#, &RecordMeta::default(), &mut b).unwrap();
+        assert_eq!(b.len, 2);
+        let row = |r: usize| (0..b.columns.len()).map(|c| b.columns[c].scalar(r)).collect::<Vec<_>>();
+        assert_eq!(
+            row(0),
+            [
+                Scalar::Bigint(7),
+                Scalar::String("x".into()),
+                Scalar::Bigint(42),
+                Scalar::Timestamp(1_700_000_000_000),
+                Scalar::Bigint(3),
+                Scalar::Bigint(17),
+                Scalar::String(r#"{"trace":"b\"","x":null}"#.into()),
+                Scalar::String("b\"".into()),
+            ]
+        );
+        assert_eq!(
+            row(1),
+            [
+                Scalar::Bigint(8),
+                Scalar::Null,
+                Scalar::Null,
+                Scalar::Null,
+                Scalar::Null,
+                Scalar::Null,
+                Scalar::Null,
+                Scalar::Null
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_nested_fields_and_metadata_are_dead_letters_naming_the_column() {
+        let mut d = decoder(all_metadata(), true);
+        let mut b = d.new_batch(4);
+        let key = RecordMeta { key: Some(b"k"), ..RecordMeta::default() };
+        d.decode_record(br#"{"bid":{"price":1}}"#, &key, &mut b).unwrap_err();
+        let ok_key = RecordMeta { key: Some(b"7"), ..RecordMeta::default() };
+        let bad_headers = Headers(vec![(b"trace", Some(b"\xff"))]);
+        let cases: [(&[u8], RecordMeta<'_>, &str); 7] = [
+            (br#"{"bid":{"auction":1}}"#, ok_key, "missing required field `bid.price`"),
+            (br#"{"bid":null}"#, ok_key, "missing required field `bid.price`"),
+            (br#"{"bid":5}"#, ok_key, "field `bid`: expected an object, got number 5"),
+            (br#"{"bid":{"price":"x"}}"#, ok_key, "field `bid.price`: expected bigint, got string \"x\""),
+            (br#"{"bid":{"price":1}}"#, RecordMeta { key: Some(b"abc"), ..ok_key }, "the record's key: malformed JSON"),
+            (br#"{"bid":{"price":1}}"#, RecordMeta { key: None, ..ok_key }, "required column `k2` is null"),
+            (
+                br#"{"bid":{"price":1}}"#,
+                RecordMeta { headers: Some(&bad_headers), ..ok_key },
+                "column `hs`: header `trace` is not valid UTF-8",
+            ),
+        ];
+        for (input, meta, reason) in cases {
+            let e = d.decode_record(input, &meta, &mut b).unwrap_err();
+            assert!(e.0.contains(reason), "{}: {e}", String::from_utf8_lossy(input));
+            assert_eq!(b.len, 0);
+            assert!(
+                b.columns.iter().all(sluice_plan::Column::is_empty),
+                "rolled back after {}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        d.decode_record(br#"{"bid":{"price":1}}"#, &ok_key, &mut b).unwrap();
+        assert_eq!(b.len, 1);
+    }
+}
