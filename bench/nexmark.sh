@@ -119,7 +119,7 @@ if [ -n "$BROKER" ]; then
     for cores in 1 2; do
       out="$RUN-$q-out-$cores"
       $PY topic "$BOOTSTRAP" "$out" 4
-      sed -e "s|kafka:9092|$BOOTSTRAP|g" -e "s|topic: nexmark-\(person\|auction\|bid\) }|topic: $RUN-\1 }|" \
+      sed -e "s|kafka:9092|$BOOTSTRAP|g" -e "s#topic: nexmark-\(person\|auction\|bid\) }#topic: $RUN-\1 }#" \
         -e "s|topic: nexmark-$q }|topic: $out }|" "manifests/nexmark/$q.yaml" >"$TMP/$q.yaml"
       printf '  engine: { stateMemoryLimit: 8Gi }\n' >>"$TMP/$q.yaml"
       if ! /usr/bin/time -f '%M' -o "$TMP/rss" "$WORKER" run -f "$TMP/$q.yaml" --bounded --cores "$cores" \

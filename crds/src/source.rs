@@ -234,7 +234,8 @@ impl ColumnSpec {
 /// a JSON scalar of the column's type otherwise; `timestamp` is the
 /// record's CreateTime or LogAppendTime (`timestamp` or `bigint` column);
 /// `partition` and `offset` are `bigint`; `headers` is every header as a
-/// JSON object of strings (`string` column). A file source has offsets
+/// JSON object of strings (`string` column); `processingTime` is when the
+/// worker read the record. A file source has offsets
 /// (line numbers) and partition 0, a datagen source its simulated
 /// partition and sequence; neither has keys or headers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -246,6 +247,11 @@ pub enum RecordMetadata {
     Offset,
     Headers,
     Header,
+    /// When the worker read the record (Flink's `PROCTIME()`): a
+    /// `timestamp` or `bigint` column. As the event-time column it makes
+    /// windows processing-time windows.
+    #[serde(rename = "processingTime")]
+    ProcessingTime,
 }
 
 impl RecordMetadata {
@@ -258,6 +264,7 @@ impl RecordMetadata {
             Self::Offset => "offset",
             Self::Headers => "headers",
             Self::Header => "header",
+            Self::ProcessingTime => "processingTime",
         }
     }
 }

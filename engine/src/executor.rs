@@ -171,6 +171,36 @@ impl Engine {
         if n == 0 {
             return Ok(());
         }
+        if self.plan.shared.is_empty() {
+            return self.run_rows(batch, upstreams, out);
+        }
+        // The plan's shared subexpressions, once, as columns after the
+        // source's (`sluice_plan::Plan::shared`).
+        let inputs = batch.columns.len();
+        if inputs != self.plan.source.schema.fields.len() {
+            return Err(Error::Internal(format!(
+                "a batch of {inputs} columns for a source of {}",
+                self.plan.source.schema.fields.len()
+            )));
+        }
+        let plan = Arc::clone(&self.plan);
+        for e in &plan.shared {
+            let column = match eval(e, batch) {
+                Ok(v) => v.into_column(n).into_owned(),
+                Err(e) => {
+                    batch.columns.truncate(inputs);
+                    return Err(e.into());
+                }
+            };
+            batch.columns.push(column);
+        }
+        let result = self.run_rows(batch, upstreams, out);
+        batch.columns.truncate(inputs);
+        result
+    }
+
+    fn run_rows(&mut self, batch: &mut Batch, upstreams: &[u32], out: &mut dyn Output) -> Result<(), Error> {
+        let n = batch.len;
         self.stats.records_in += n as u64;
         let windowed = self.plan.judges_lateness();
         let mut event_times: &[i64] = &[];

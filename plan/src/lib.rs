@@ -19,6 +19,7 @@
 
 mod batch;
 mod column;
+mod cse;
 mod dataflow;
 mod error;
 pub mod eval;

@@ -35,6 +35,11 @@ pub struct Plan {
     /// How the source must be partitioned for per-partition engines to give
     /// complete results.
     pub partitioning: Partitioning,
+    /// Subexpressions the filter, outputs and keys share, evaluated once
+    /// per batch before the filter: the `i`-th is column
+    /// `source.schema.fields.len() + i` (`cse.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<PhysExpr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -169,14 +169,16 @@ fn origin(source: &str, c: &sluice_crds::ColumnSpec) -> Result<ColumnOrigin, Sql
     };
     let fits = match what {
         RecordMetadata::Key | RecordMetadata::Header => true,
-        RecordMetadata::Timestamp => matches!(c.type_, ColumnType::Timestamp | ColumnType::Bigint),
+        RecordMetadata::Timestamp | RecordMetadata::ProcessingTime => {
+            matches!(c.type_, ColumnType::Timestamp | ColumnType::Bigint)
+        }
         RecordMetadata::Partition | RecordMetadata::Offset => c.type_ == ColumnType::Bigint,
         RecordMetadata::Headers => c.type_ == ColumnType::String,
     };
     let name = what.as_str();
     if !fits {
         let wanted = match what {
-            RecordMetadata::Timestamp => "timestamp or bigint",
+            RecordMetadata::Timestamp | RecordMetadata::ProcessingTime => "timestamp or bigint",
             RecordMetadata::Headers => "string",
             _ => "bigint",
         };

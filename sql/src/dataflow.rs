@@ -23,6 +23,18 @@ use crate::views::{aggregates_rows, column_type, table_named};
 
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
+    let mut flow = plan_stages(sql, sources, partitions)?;
+    // Last: nothing after this reads a plan's expressions but the engine.
+    for stage in &mut flow.stages {
+        stage.plan.share_subexpressions();
+    }
+    for branch in &mut flow.branches {
+        branch.plan.share_subexpressions();
+    }
+    Ok(flow)
+}
+
+fn plan_stages(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
     crate::nested::resolve_nested_fields(&mut parsed, sources);
     if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
@@ -297,6 +309,7 @@ fn first_stage(
         keys,
         emit,
         partitioning: Partitioning::Any,
+        shared: Vec::new(),
     };
     Stage { plan, output: StageOutput::Exchange }
 }
@@ -346,6 +359,35 @@ mod tests {
                 ],
             )
         }
+    }
+
+    #[test]
+    fn repeated_costly_subexpressions_are_evaluated_once() {
+        // Nexmark q21's shape: the same REGEXP_EXTRACT in WHERE and SELECT,
+        // lower() five times.
+        let sql = "SELECT trader, CASE WHEN lower(symbol) = 'a' THEN '0' WHEN lower(symbol) = 'b' THEN '1' \
+                   ELSE REGEXP_EXTRACT(note, 'id=([^&]*)', 1) END AS id, lower(symbol) || '!' AS x \
+                   FROM trades WHERE REGEXP_EXTRACT(note, 'id=([^&]*)', 1) IS NOT NULL OR lower(symbol) IN ('a', 'b')";
+        let d = plan_dataflow(sql, &[trades()], 4).unwrap();
+        let plan = &d.stages[0].plan;
+        let shared: Vec<String> = plan.shared.iter().map(|e| format!("{e:?}")).collect();
+        assert_eq!(shared.len(), 2, "{shared:?}");
+        assert!(shared.iter().any(|e| e.contains("Lower")), "{shared:?}");
+        assert!(shared.iter().any(|e| e.contains("RegexpExtract")), "{shared:?}");
+        // Every occurrence reads the shared columns (5 and 6, after the
+        // source's five); none is left to evaluate.
+        let rest = format!("{:?} {:?}", plan.filter, plan.outputs);
+        assert!(!rest.contains("Lower") && !rest.contains("RegexpExtract"), "{rest}");
+        assert!(rest.contains("index: 5") && rest.contains("index: 6"), "{rest}");
+        // A stateful plan is left as written.
+        let d = plan_dataflow(
+            "SELECT trader, COUNT(*) FILTER (WHERE lower(symbol) = 'a') AS a, COUNT(*) FILTER (WHERE lower(symbol) = 'b') AS b \
+             FROM trades GROUP BY trader",
+            &[trades()],
+            4,
+        )
+        .unwrap();
+        assert!(d.stages.iter().all(|s| s.plan.shared.is_empty()));
     }
 
     #[test]

@@ -198,9 +198,9 @@ impl RowDecoder {
         }
     }
 
-    /// Whether the source must hand over the records' headers.
-    pub fn reads_headers(&self) -> bool {
-        matches!(self, Self::Json(d) if d.reads_headers())
+    /// Whether each record needs its processing time.
+    pub fn reads_processing_time(&self) -> bool {
+        matches!(self, Self::Json(d) if d.reads_processing_time())
     }
 }
 

@@ -29,6 +29,9 @@ pub struct RecordMeta<'a> {
     pub timestamp_ms: Option<i64>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    /// When the record was read; set only for a decoder that
+    /// [`JsonDecoder::reads_processing_time`].
+    pub processing_time_ms: Option<i64>,
     /// `None` where the source has no headers (files, datagen) or the job
     /// reads none (they are not parsed then).
     pub headers: Option<&'a dyn RecordHeaders>,
@@ -41,16 +44,17 @@ impl std::fmt::Debug for RecordMeta<'_> {
             .field("timestamp_ms", &self.timestamp_ms)
             .field("partition", &self.partition)
             .field("offset", &self.offset)
+            .field("processing_time_ms", &self.processing_time_ms)
             .field("headers", &self.headers.map(|h| h.count()))
             .finish()
     }
 }
 
 impl JsonDecoder {
-    /// Whether some column reads the record's headers (the source then
-    /// hands them over).
-    pub fn reads_headers(&self) -> bool {
-        self.metadata.iter().any(|(_, what, _)| matches!(what, RecordMetadata::Headers | RecordMetadata::Header))
+    /// Whether some column is the processing time (the source then reads
+    /// the clock for every record).
+    pub fn reads_processing_time(&self) -> bool {
+        self.metadata.iter().any(|(_, what, _)| *what == RecordMetadata::ProcessingTime)
     }
 
     /// Appends the record with value `payload` as one row of `batch`, its
@@ -111,6 +115,7 @@ impl JsonDecoder {
             RecordMetadata::Timestamp => meta.timestamp_ms,
             RecordMetadata::Partition => meta.partition.map(i64::from),
             RecordMetadata::Offset => meta.offset,
+            RecordMetadata::ProcessingTime => meta.processing_time_ms,
         };
         let Some(x) = number else { return self.push_null(col, what.as_str(), column) };
         if self.time_bounded[col] && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
@@ -243,13 +248,14 @@ mod tests {
             meta_column("o", ColumnType::Bigint, RecordMetadata::Offset, None),
             meta_column("hs", ColumnType::String, RecordMetadata::Headers, None),
             meta_column("trace", ColumnType::String, RecordMetadata::Header, Some("trace")),
+            meta_column("read_at", ColumnType::Timestamp, RecordMetadata::ProcessingTime, None),
         ]
     }
 
     #[test]
     fn nested_fields_and_metadata_fill_their_columns() {
         let mut d = decoder(all_metadata(), false);
-        assert!(d.reads_headers());
+        assert!(d.reads_processing_time());
         let mut b = d.new_batch(4);
         let headers = Headers(vec![(b"trace", Some(b"a")), (b"x", None), (b"trace", Some(b"b\""))]);
         let meta = RecordMeta {
@@ -257,6 +263,7 @@ mod tests {
             timestamp_ms: Some(1_700_000_000_000),
             partition: Some(3),
             offset: Some(17),
+            processing_time_ms: Some(1_800_000_000_000),
             headers: Some(&headers),
         };
         d.decode_record(br#"{"v":"x","bid":{"auction":1,"price":7}}"#, &meta, &mut b).unwrap();
@@ -274,12 +281,14 @@ mod tests {
                 Scalar::Bigint(17),
                 Scalar::String(r#"{"trace":"b\"","x":null}"#.into()),
                 Scalar::String("b\"".into()),
+                Scalar::Timestamp(1_800_000_000_000),
             ]
         );
         assert_eq!(
             row(1),
             [
                 Scalar::Bigint(8),
+                Scalar::Null,
                 Scalar::Null,
                 Scalar::Null,
                 Scalar::Null,

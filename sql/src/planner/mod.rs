@@ -34,7 +34,9 @@ use sluice_plan::{DataType, SqlError};
 pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
     crate::nested::resolve_nested_fields(&mut parsed, sources);
-    plan_parsed(&mut parsed, sources)
+    let mut plan = plan_parsed(&mut parsed, sources)?;
+    plan.share_subexpressions();
+    Ok(plan)
 }
 
 /// Plans an already parsed query (views merged, DISTINCT rewritten first).
@@ -169,6 +171,7 @@ impl Planner<'_> {
             keys,
             emit: emit_mode,
             partitioning,
+            shared: Vec::new(),
         })
     }
 }

@@ -23,6 +23,8 @@ pub struct PartitionPipeline {
     topic: Arc<str>,
     pub engine: Engine,
     decoder: RowDecoder,
+    /// A column is the processing time: read the clock per record.
+    clock: bool,
     batch: Batch,
     /// Source offset and timestamp of each row of `batch`.
     offsets: Vec<i64>,
@@ -108,6 +110,7 @@ impl PartitionPipeline {
             topic,
             late_policy: options.late_records,
             engine: Engine::new(Arc::clone(plan), options),
+            clock: decoder.reads_processing_time(),
             decoder,
             batch,
             offsets: Vec::with_capacity(capacity),
@@ -227,6 +230,7 @@ impl PartitionPipeline {
             timestamp_ms: Some(record.timestamp_ms),
             partition: Some(self.partition),
             offset: Some(record.offset),
+            processing_time_ms: self.clock.then(super::now_ms),
             headers: record.headers.map(|h| h as &dyn RecordHeaders),
         };
         match self.decoder.decode_record(payload, &meta, &mut self.batch) {
