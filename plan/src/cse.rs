@@ -92,32 +92,8 @@ fn size(e: &PhysExpr) -> usize {
 
 /// Calls `f` on `e` and every subexpression, children first.
 fn visit<'a>(e: &'a PhysExpr, f: &mut impl FnMut(&'a PhysExpr)) {
-    match e {
-        PhysExpr::Column { .. } | PhysExpr::Literal { .. } => {}
-        PhysExpr::Cast { expr, .. }
-        | PhysExpr::Not(expr)
-        | PhysExpr::Negate(expr)
-        | PhysExpr::IsNull { expr, .. }
-        | PhysExpr::Like { expr, .. }
-        | PhysExpr::InList { expr, .. } => visit(expr, f),
-        PhysExpr::Arith { left, right, .. }
-        | PhysExpr::Compare { left, right, .. }
-        | PhysExpr::And(left, right)
-        | PhysExpr::Or(left, right)
-        | PhysExpr::ConcatOp(left, right) => {
-            visit(left, f);
-            visit(right, f);
-        }
-        PhysExpr::Case { whens, otherwise, .. } => {
-            for (w, t) in whens {
-                visit(w, f);
-                visit(t, f);
-            }
-            visit(otherwise, f);
-        }
-        PhysExpr::Coalesce { args, .. } | PhysExpr::Concat(args) | PhysExpr::Func { args, .. } => {
-            args.iter().for_each(|a| visit(a, f));
-        }
+    for child in e.children() {
+        visit(child, f);
     }
     f(e);
 }
@@ -128,31 +104,7 @@ fn replace(e: &mut PhysExpr, from: &PhysExpr, to: &PhysExpr) {
         *e = to.clone();
         return;
     }
-    match e {
-        PhysExpr::Column { .. } | PhysExpr::Literal { .. } => {}
-        PhysExpr::Cast { expr, .. }
-        | PhysExpr::Not(expr)
-        | PhysExpr::Negate(expr)
-        | PhysExpr::IsNull { expr, .. }
-        | PhysExpr::Like { expr, .. }
-        | PhysExpr::InList { expr, .. } => replace(expr, from, to),
-        PhysExpr::Arith { left, right, .. }
-        | PhysExpr::Compare { left, right, .. }
-        | PhysExpr::And(left, right)
-        | PhysExpr::Or(left, right)
-        | PhysExpr::ConcatOp(left, right) => {
-            replace(left, from, to);
-            replace(right, from, to);
-        }
-        PhysExpr::Case { whens, otherwise, .. } => {
-            for (w, t) in whens {
-                replace(w, from, to);
-                replace(t, from, to);
-            }
-            replace(otherwise, from, to);
-        }
-        PhysExpr::Coalesce { args, .. } | PhysExpr::Concat(args) | PhysExpr::Func { args, .. } => {
-            args.iter_mut().for_each(|a| replace(a, from, to));
-        }
+    for child in e.children_mut() {
+        replace(child, from, to);
     }
 }

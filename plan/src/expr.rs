@@ -221,31 +221,51 @@ impl PhysExpr {
     pub fn columns(&self, out: &mut Vec<usize>) {
         match self {
             Self::Column { index, .. } => out.push(*index),
-            Self::Literal { .. } => {}
+            _ => self.children().into_iter().for_each(|c| c.columns(out)),
+        }
+    }
+
+    /// The direct subexpressions, in the order they are evaluated.
+    pub fn children(&self) -> Vec<&PhysExpr> {
+        match self {
+            Self::Column { .. } | Self::Literal { .. } => Vec::new(),
             Self::Cast { expr, .. }
             | Self::Not(expr)
             | Self::Negate(expr)
             | Self::IsNull { expr, .. }
             | Self::Like { expr, .. }
-            | Self::InList { expr, .. } => expr.columns(out),
+            | Self::InList { expr, .. } => vec![expr],
             Self::Arith { left, right, .. }
             | Self::Compare { left, right, .. }
             | Self::And(left, right)
             | Self::Or(left, right)
-            | Self::ConcatOp(left, right) => {
-                left.columns(out);
-                right.columns(out);
-            }
+            | Self::ConcatOp(left, right) => vec![left, right],
             Self::Case { whens, otherwise, .. } => {
-                for (w, t) in whens {
-                    w.columns(out);
-                    t.columns(out);
-                }
-                otherwise.columns(out);
+                whens.iter().flat_map(|(w, t)| [w, t]).chain(std::iter::once(&**otherwise)).collect()
             }
-            Self::Coalesce { args, .. } | Self::Concat(args) | Self::Func { args, .. } => {
-                args.iter().for_each(|a| a.columns(out));
+            Self::Coalesce { args, .. } | Self::Concat(args) | Self::Func { args, .. } => args.iter().collect(),
+        }
+    }
+
+    /// [`PhysExpr::children`], to rewrite them.
+    pub fn children_mut(&mut self) -> Vec<&mut PhysExpr> {
+        match self {
+            Self::Column { .. } | Self::Literal { .. } => Vec::new(),
+            Self::Cast { expr, .. }
+            | Self::Not(expr)
+            | Self::Negate(expr)
+            | Self::IsNull { expr, .. }
+            | Self::Like { expr, .. }
+            | Self::InList { expr, .. } => vec![expr],
+            Self::Arith { left, right, .. }
+            | Self::Compare { left, right, .. }
+            | Self::And(left, right)
+            | Self::Or(left, right)
+            | Self::ConcatOp(left, right) => vec![left, right],
+            Self::Case { whens, otherwise, .. } => {
+                whens.iter_mut().flat_map(|(w, t)| [w, t]).chain(std::iter::once(&mut **otherwise)).collect()
             }
+            Self::Coalesce { args, .. } | Self::Concat(args) | Self::Func { args, .. } => args.iter_mut().collect(),
         }
     }
 }
