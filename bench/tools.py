@@ -16,6 +16,9 @@
     tools.py delete BOOTSTRAP PREFIX       delete the topics whose names start with PREFIX
     tools.py quantiles METRICS_FILE NAME
         p50/p99 from a Prometheus histogram in a /metrics dump
+    tools.py side-input BOOTSTRAP TOPIC N
+        Nexmark q13's side input: rows {"key": k, "value": "k"} for k in 0..N,
+        keyed by k and partitioned as a Java producer would (murmur2)
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import argparse
 import json
 import sys
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -98,6 +101,15 @@ def cmd_topic(a):
     fut = admin.create_topics([NewTopic(a.name, num_partitions=a.partitions, replication_factor=1, config=config)])
     for f in fut.values():
         f.result()
+
+
+def cmd_side_input(a):
+    producer = Producer({"bootstrap.servers": a.bootstrap, "partitioner": "murmur2_random", "linger.ms": 5})
+    for k in range(a.n):
+        producer.produce(a.topic, key=str(k), value=json.dumps({"key": k, "value": str(k)}))
+        producer.poll(0)
+    if producer.flush(60):
+        sys.exit("side input: not every record was delivered")
 
 
 def cmd_delete(a):
@@ -209,9 +221,14 @@ def main():
     q = sub.add_parser("quantiles")
     q.add_argument("file")
     q.add_argument("name")
+    si = sub.add_parser("side-input")
+    si.add_argument("bootstrap")
+    si.add_argument("topic")
+    si.add_argument("n", type=int)
     a = p.parse_args()
     commands = {"topic": cmd_topic, "delete": cmd_delete, "check": cmd_check, "latency": cmd_latency,
-                "quantiles": cmd_quantiles, "watch": cmd_watch, "visible-latency": cmd_visible_latency}
+                "quantiles": cmd_quantiles, "watch": cmd_watch, "visible-latency": cmd_visible_latency,
+                "side-input": cmd_side_input}
     commands[a.cmd](a)
 
 
