@@ -111,8 +111,20 @@ pub(super) fn eval_function(
         }
         ScalarFunc::SplitIndex { sep, index } => {
             let index = usize::try_from(*index).ok();
+            // A one-character separator (q22's `/`) splits with memchr; a
+            // longer one needs the substring searcher.
+            let mut chars = sep.chars();
+            let single = match (chars.next(), chars.next()) {
+                (Some(c), None) => Some(c),
+                _ => None,
+            };
             map_str_opt(a, |s, buf| {
-                let piece = if sep.is_empty() { None } else { index.and_then(|i| s.split(sep.as_str()).nth(i)) };
+                let piece = match (index, single) {
+                    (None, _) => None,
+                    _ if sep.is_empty() => None,
+                    (Some(i), Some(c)) => s.split(c).nth(i),
+                    (Some(i), None) => s.split(sep.as_str()).nth(i),
+                };
                 piece.map(|p| buf.push_str(p)).is_some()
             })
         }
@@ -553,6 +565,12 @@ mod tests {
         assert_eq!(piece(3), vec![Some("a".into()), None]);
         assert_eq!(piece(6), vec![None, None]);
         assert_eq!(piece(-1), vec![None, None]);
+        // A separator of several characters (and a multi-byte one).
+        let text = strs(&["a::b::c", "x→y→z"]);
+        let split = |sep: &str, index| texts(&call(&ScalarFunc::SplitIndex { sep: sep.into(), index }, text.clone()));
+        assert_eq!(split("::", 1), vec![Some("b".into()), None]);
+        assert_eq!(split("→", 2), vec![None, Some("z".into())]);
+        assert_eq!(split("", 0), vec![None, None]);
     }
 
     #[test]
