@@ -20,7 +20,7 @@ use sluice_plan::Batch;
 use sluice_plan::DataType;
 use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 
-use super::json::JsonDecoder;
+use super::json::{JsonDecoder, Target};
 
 /// Appends `p` as one row of `batch` if it is a flat object this path
 /// decodes exactly; `false` leaves a partial row for the caller to roll back.
@@ -48,11 +48,12 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
                 return None;
             }
             i = ws(p, i + 1);
-            // The caller takes this path only for flat schemas, where
-            // level 0's entries are the columns in order.
+            // The caller takes this path only when no column is nested:
+            // every entry of the record's level is a column.
             i = match dec.lookup(0, key, previous) {
-                Some(col) => {
-                    previous = col;
+                Some(entry) => {
+                    previous = entry;
+                    let Target::Column(col) = dec.target(0, entry) else { return None };
                     if std::mem::replace(&mut dec.seen[col], true) {
                         return None; // duplicate: the visitor names it
                     }

@@ -47,8 +47,8 @@ pub struct JsonDecoder {
     /// The JSON objects the columns are read from: the record's at 0, then
     /// each nested object some column is a field of.
     pub(super) levels: Vec<Level>,
-    /// Every column is a top-level field, so level 0's entries are the
-    /// columns in order and the flat fast path applies.
+    /// No column is nested, so every entry of level 0 is a column and the
+    /// flat fast path applies (metadata columns are filled after it).
     pub(super) flat: bool,
     /// Columns read from the Kafka record rather than its value
     /// (`metadata.rs` fills them).
@@ -121,9 +121,7 @@ impl JsonDecoder {
         for level in &mut levels {
             level.next_after = vec![NONE; level.keys.len() + 1];
         }
-        let flat = levels.len() == 1
-            && metadata.is_empty()
-            && levels[0].targets.iter().enumerate().all(|(e, t)| *t == Target::Column(e));
+        let flat = levels.len() == 1;
         Self {
             time_bounded: fields
                 .iter()

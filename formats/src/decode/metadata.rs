@@ -301,6 +301,35 @@ mod tests {
     }
 
     #[test]
+    fn metadata_columns_beside_flat_fields_take_the_fast_path_as_the_visitor_would() {
+        let mut source = SourceSpec::table("t", &[("id", ColumnType::Bigint, true), ("v", ColumnType::String, false)]);
+        source.schema.columns.insert(0, meta_column("p", ColumnType::Bigint, RecordMetadata::Partition, None));
+        source.schema.columns.push(meta_column("k", ColumnType::String, RecordMetadata::Key, None));
+        let plan = sluice_sql::plan_query("SELECT p, id, v, k FROM t", &[source]).unwrap();
+        let (mut fast, mut visitor) = (JsonDecoder::new(&plan), JsonDecoder::new(&plan));
+        let (mut a, mut b) = (fast.new_batch(4), visitor.new_batch(4));
+        let meta = RecordMeta { key: Some(b"x"), partition: Some(2), ..RecordMeta::default() };
+        for record in [&br#"{"id":1,"v":"a"}"#[..], br#"{"v":"b","id":2,"extra":[1]}"#, br#"{"id":3}"#] {
+            fast.decode_record(record, &meta, &mut a).unwrap();
+            visitor.decode_with_serde(record, &mut b).unwrap();
+            let row = b.len - 1;
+            visitor.push_metadata(0, &meta, &mut b, &mut Vec::new()).unwrap();
+            visitor.push_metadata(1, &meta, &mut b, &mut Vec::new()).unwrap();
+            assert_eq!(b.len, row + 1);
+        }
+        for c in 0..4 {
+            assert_eq!(
+                (0..3).map(|r| a.columns[c].scalar(r)).collect::<Vec<_>>(),
+                (0..3).map(|r| b.columns[c].scalar(r)).collect::<Vec<_>>()
+            );
+        }
+        assert_eq!(a.columns[0].scalar(0), Scalar::Bigint(2));
+        assert_eq!(a.columns[3].scalar(2), Scalar::String("x".into()));
+        assert!(fast.decode_record(br#"{"v":"no id"}"#, &meta, &mut a).is_err());
+        assert_eq!(a.len, 3);
+    }
+
+    #[test]
     fn bad_nested_fields_and_metadata_are_dead_letters_naming_the_column() {
         let mut d = decoder(all_metadata(), true);
         let mut b = d.new_batch(4);
