@@ -54,6 +54,8 @@ pub struct JsonDecoder {
     /// (`metadata.rs` fills them).
     pub(super) metadata: Vec<MetadataColumn>,
     pub(super) seen: Vec<bool>,
+    /// Reused for a `headers` column's text.
+    pub(super) scratch: Vec<u8>,
 }
 
 /// A column read from the Kafka record: its index, what it reads, and the
@@ -136,6 +138,7 @@ impl JsonDecoder {
             flat,
             metadata,
             seen: vec![false; fields.len()],
+            scratch: Vec::new(),
         }
     }
 

@@ -70,15 +70,14 @@ impl JsonDecoder {
             return Ok(());
         }
         let row = batch.len - 1;
-        let mut text = Vec::new();
-        for m in 0..self.metadata.len() {
-            if let Err(e) = self.push_metadata(m, meta, batch, &mut text) {
-                batch.len = row;
-                self.rollback(batch, row);
-                return Err(e);
-            }
+        let mut text = std::mem::take(&mut self.scratch);
+        let pushed = (0..self.metadata.len()).try_for_each(|m| self.push_metadata(m, meta, batch, &mut text));
+        self.scratch = text;
+        if pushed.is_err() {
+            batch.len = row;
+            self.rollback(batch, row);
         }
-        Ok(())
+        pushed
     }
 
     /// Pushes metadata column `m`'s value for the record.
@@ -94,17 +93,16 @@ impl JsonDecoder {
         let name = String::from_utf8_lossy(&self.names[col]);
         let mut column = if self.used[col] { Some(&mut batch.columns[col]) } else { None };
         let number = match what {
-            RecordMetadata::Key => return self.push_bytes(col, "key", meta.key, column),
+            RecordMetadata::Key => return self.push_bytes(col, None, meta.key, column),
             RecordMetadata::Header => {
                 let wanted = header.as_deref().unwrap_or_default();
                 let value = meta.headers.and_then(|h| {
                     (0..h.count()).rev().filter_map(|i| h.header(i)).find(|(n, _)| *n == wanted).and_then(|(_, v)| v)
                 });
-                let what = format!("header `{}`", String::from_utf8_lossy(wanted));
-                return self.push_bytes(col, &what, value, column);
+                return self.push_bytes(col, Some(wanted), value, column);
             }
             RecordMetadata::Headers => {
-                let Some(headers) = meta.headers else { return self.push_null(col, "no headers", column) };
+                let Some(headers) = meta.headers else { return self.push_null(col, || "no headers".into(), column) };
                 headers_json(headers, text).map_err(|e| DecodeError(format!("column `{name}`: {e}")))?;
                 let json = std::str::from_utf8(text).map_err(|e| DecodeError(e.to_string()))?;
                 if let Some(c) = column.as_deref_mut() {
@@ -117,7 +115,7 @@ impl JsonDecoder {
             RecordMetadata::Offset => meta.offset,
             RecordMetadata::ProcessingTime => meta.processing_time_ms,
         };
-        let Some(x) = number else { return self.push_null(col, what.as_str(), column) };
+        let Some(x) = number else { return self.push_null(col, || what.as_str().into(), column) };
         if self.time_bounded[col] && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
             return Err(DecodeError(format!(
                 "column `{name}`: the record's {} {x} is outside ±{MAX_TIMESTAMP_MS} ms from the epoch",
@@ -130,21 +128,35 @@ impl JsonDecoder {
         Ok(())
     }
 
-    /// A key or header: its bytes as text for a string column, a JSON
-    /// scalar of the column's type otherwise.
+    /// The key (`header` None) or a header: its bytes as text for a string
+    /// column, a JSON scalar of the column's type otherwise. Messages are
+    /// made only for a record that needs one.
     fn push_bytes(
         &self,
         col: usize,
-        what: &str,
+        header: Option<&[u8]>,
         bytes: Option<&[u8]>,
         column: Option<&mut sluice_plan::Column>,
     ) -> Result<(), DecodeError> {
-        let name = String::from_utf8_lossy(&self.names[col]);
-        let Some(bytes) = bytes else { return self.push_null(col, &format!("no {what}"), column) };
-        let what = if what == "key" { "the record's key" } else { what };
+        let what = || match header {
+            None => "the record's key".to_owned(),
+            Some(h) => format!("header `{}`", String::from_utf8_lossy(h)),
+        };
+        let Some(bytes) = bytes else {
+            let missing = || match header {
+                None => "no key".to_owned(),
+                Some(h) => format!("no header `{}`", String::from_utf8_lossy(h)),
+            };
+            return self.push_null(col, missing, column);
+        };
         if self.types[col] == DataType::String {
-            let text = std::str::from_utf8(bytes)
-                .map_err(|_| DecodeError(format!("column `{name}`: {what} is not valid UTF-8")))?;
+            let text = std::str::from_utf8(bytes).map_err(|_| {
+                DecodeError(format!(
+                    "column `{}`: {} is not valid UTF-8",
+                    String::from_utf8_lossy(&self.names[col]),
+                    what()
+                ))
+            })?;
             if let Some(c) = column {
                 c.push_str(text).map_err(|e| DecodeError(e.to_string()))?;
             }
@@ -158,14 +170,23 @@ impl JsonDecoder {
             column,
         };
         let mut de = serde_json::Deserializer::from_slice(bytes);
-        seed.deserialize(&mut de).and_then(|()| de.end()).map_err(|e| DecodeError(format!("{what}: {}", describe(&e))))
+        seed.deserialize(&mut de)
+            .and_then(|()| de.end())
+            .map_err(|e| DecodeError(format!("{}: {}", what(), describe(&e))))
     }
 
-    fn push_null(&self, col: usize, why: &str, column: Option<&mut sluice_plan::Column>) -> Result<(), DecodeError> {
+    /// A NULL, unless the column is required (`why` says what the record lacks).
+    fn push_null(
+        &self,
+        col: usize,
+        why: impl FnOnce() -> String,
+        column: Option<&mut sluice_plan::Column>,
+    ) -> Result<(), DecodeError> {
         if self.required[col] {
             return Err(DecodeError(format!(
-                "required column `{}` is null: the record has {why}",
-                String::from_utf8_lossy(&self.names[col])
+                "required column `{}` is null: the record has {}",
+                String::from_utf8_lossy(&self.names[col]),
+                why()
             )));
         }
         if let Some(c) = column {
@@ -178,26 +199,27 @@ impl JsonDecoder {
 /// Every header as a JSON object of strings (null for a null value; a
 /// repeated name keeps its last value, as a map would).
 fn headers_json(headers: &dyn RecordHeaders, out: &mut Vec<u8>) -> Result<(), String> {
-    let mut pairs: Vec<(&str, Option<&str>)> = Vec::with_capacity(headers.count());
-    for i in 0..headers.count() {
-        let Some((name, value)) = headers.header(i) else { continue };
+    out.clear();
+    out.push(b'{');
+    let n = headers.count();
+    let named = |j: usize, name: &[u8]| headers.header(j).is_some_and(|(m, _)| m == name);
+    for i in 0..n {
+        let Some((name, _)) = headers.header(i) else { continue };
+        // A name is written where it first occurs, with its last value.
+        if (0..i).any(|j| named(j, name)) {
+            continue;
+        }
+        let last = (i..n).rev().find(|&j| named(j, name)).unwrap_or(i);
+        let value = headers.header(last).and_then(|(_, v)| v);
         let name = std::str::from_utf8(name).map_err(|_| "a header name is not valid UTF-8".to_owned())?;
         let value =
             value.map(std::str::from_utf8).transpose().map_err(|_| format!("header `{name}` is not valid UTF-8"))?;
-        match pairs.iter_mut().find(|(n, _)| *n == name) {
-            Some(pair) => pair.1 = value,
-            None => pairs.push((name, value)),
-        }
-    }
-    out.clear();
-    out.push(b'{');
-    for (i, (name, value)) in pairs.iter().enumerate() {
-        if i > 0 {
+        if out.len() > 1 {
             out.push(b',');
         }
         serde_json::to_writer(&mut *out, name).map_err(|e| e.to_string())?;
         out.push(b':');
-        serde_json::to_writer(&mut *out, value).map_err(|e| e.to_string())?;
+        serde_json::to_writer(&mut *out, &value).map_err(|e| e.to_string())?;
     }
     out.push(b'}');
     Ok(())
@@ -343,7 +365,11 @@ mod tests {
             (br#"{"bid":5}"#, ok_key, "field `bid`: expected an object, got number 5"),
             (br#"{"bid":{"price":"x"}}"#, ok_key, "field `bid.price`: expected bigint, got string \"x\""),
             (br#"{"bid":{"price":1}}"#, RecordMeta { key: Some(b"abc"), ..ok_key }, "the record's key: malformed JSON"),
-            (br#"{"bid":{"price":1}}"#, RecordMeta { key: None, ..ok_key }, "required column `k2` is null"),
+            (
+                br#"{"bid":{"price":1}}"#,
+                RecordMeta { key: None, ..ok_key },
+                "required column `k2` is null: the record has no key",
+            ),
             (
                 br#"{"bid":{"price":1}}"#,
                 RecordMeta { headers: Some(&bad_headers), ..ok_key },
