@@ -209,6 +209,16 @@ mod tests {
     }
 
     #[test]
+    fn star_names_nested_columns_in_full_and_a_field_cannot_also_be_an_object() {
+        let all = outputs("SELECT * FROM events");
+        assert!(all.iter().any(|n| n == "bid.price"), "{all:?}");
+        let both =
+            SourceSpec::table("t", &[("bid", ColumnType::Bigint, false), ("bid.price", ColumnType::Bigint, false)]);
+        let err = plan_query("SELECT 1 AS x FROM t", &[both]).unwrap_err();
+        assert!(err.to_string().contains("cannot be a value when `bid.price` makes it an object"), "{err}");
+    }
+
+    #[test]
     fn a_qualifier_keeps_its_meaning() {
         // `events.price` is the top-level column `price`, not a field.
         let plan = plan_query("SELECT events.price FROM events", &[events()]).unwrap();
