@@ -21,6 +21,13 @@
 //! The ON condition beyond the keys and the time bound (the residual) is
 //! evaluated on each candidate pair; only pairs that pass count as
 //! matches, so for outer joins it decides which rows are NULL-extended.
+//!
+//! Without a time bound (`JoinPlan::UNBOUNDED`, an INNER join only) it is
+//! a regular join, as Flink's: every row is kept for good, each pair is
+//! emitted when its second row arrives, nothing is late, and the output
+//! has no watermark. Its state grows with its inputs (`stateMemoryLimit`
+//! bounds it); an outer regular join would have to retract the
+//! NULL-extended rows it emitted, so is not planned.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -202,7 +209,9 @@ impl JoinOperator {
         let list = &mut self.keys[g][usize::from(right)];
         let at = list.partition_point(|&s| times[s as usize] <= time);
         list.insert(at, slot);
-        self.expiry.push(Reverse((Self::expires(&self.plan, right, time), gid)));
+        if !self.plan.unbounded() {
+            self.expiry.push(Reverse((Self::expires(&self.plan, right, time), gid)));
+        }
     }
 
     /// Compacts a side's store once most of its slots were let go.
@@ -350,10 +359,13 @@ impl Operator for JoinOperator {
         );
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
+        let unbounded = self.plan.unbounded();
         for r in rows {
             let right = side.is_valid(r) && sides[r];
             let t = times[r];
-            if input.watermark_before.get(r).is_some_and(|w| t < *w) {
+            // A regular join lets nothing go, so a row below the watermark
+            // still finds every partner: it is not late.
+            if !unbounded && input.watermark_before.get(r).is_some_and(|w| t < *w) {
                 out.late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
@@ -423,7 +435,13 @@ impl Operator for JoinOperator {
     /// from now on is at least `watermark − upper`. A row joining a kept
     /// left row arrives at or above the watermark, so its partner's time is
     /// at least `watermark − upper` too.
+    ///
+    /// A regular join's rows have no watermark (as in Flink, its output
+    /// has no time attribute): a row kept for good can join at any time.
     fn output_watermark(&self, watermark: i64) -> i64 {
+        if self.plan.unbounded() {
+            return i64::MIN;
+        }
         watermark.saturating_sub(self.plan.upper.max(0))
     }
 
@@ -607,6 +625,39 @@ mod tests {
         assert_eq!(joined, 5_000);
         assert!(op.state_size().entries < 50, "{:?}", op.state_size());
         assert!(op.stores.iter().all(|s| s.time.len() < 2_100), "let-go slots are compacted away");
+    }
+
+    /// A regular join: rows far apart in time join, a row below the
+    /// watermark is not late (nothing it could meet was let go), nothing
+    /// is ever let go, and its output has no watermark.
+    #[test]
+    fn a_regular_join_keeps_every_row_and_joins_whatever_arrives_late() {
+        let (lower, upper) = JoinPlan::UNBOUNDED;
+        let regular = JoinPlan { lower, upper, ..plan(JoinKind::Inner) };
+        let mut op = JoinOperator::new(&regular, &TYPES);
+        let (joined, late) = run(&mut op, &[(false, 1, 100, 1_000), (true, 1, 200, 9_000_000)], 0);
+        assert_eq!(joined, [(Scalar::Bigint(100), Scalar::Bigint(200))]);
+        assert!(late.is_empty());
+        let (joined, _) = run(&mut op, &[], i64::MAX - 1);
+        assert!(joined.is_empty());
+        assert_eq!(op.state_size().entries, 2, "the watermark lets nothing go");
+        let (mut joined, late) = run(&mut op, &[(true, 1, 201, 5), (false, 1, 101, 7)], i64::MAX - 1);
+        assert!(late.is_empty(), "far below the watermark, and not late");
+        joined.sort_by_key(|p| format!("{p:?}"));
+        assert_eq!(
+            joined,
+            [
+                (Scalar::Bigint(100), Scalar::Bigint(201)),
+                (Scalar::Bigint(101), Scalar::Bigint(200)),
+                (Scalar::Bigint(101), Scalar::Bigint(201))
+            ]
+        );
+        assert_eq!(op.output_watermark(i64::MAX - 1), i64::MIN);
+        let saved = op.snapshot(Vec::new()).unwrap();
+        let mut op = JoinOperator::new(&regular, &TYPES);
+        op.restore(&saved).unwrap();
+        assert_eq!(op.state_size().entries, 4);
+        assert!(op.expiry.is_empty(), "no expiry to track for rows kept for good");
     }
 
     /// Kept rows are found by time, however they arrived: rows of a key

@@ -135,6 +135,17 @@ pub struct JoinPlan {
     pub residual: Option<PhysExpr>,
 }
 
+impl JoinPlan {
+    /// A regular join (no time bound, INNER): every row is kept for good,
+    /// and any two rows of a key join, whenever each arrives.
+    pub const UNBOUNDED: (i64, i64) = (i64::MIN, i64::MAX);
+
+    /// Whether this is a regular join: no time bound, rows kept for good.
+    pub fn unbounded(&self) -> bool {
+        (self.lower, self.upper) == Self::UNBOUNDED
+    }
+}
+
 /// Which unmatched rows a join emits, NULL-extended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JoinKind {

@@ -488,10 +488,7 @@ impl<'a> JoinStep<'a> {
                                 a.span,
                                 format!(
                                     "FOR SYSTEM_TIME AS OF takes the stream's event-time column: {}",
-                                    sides[0].event_time().map_or_else(
-                                        || format!("{}.<eventTime>", sides[0].prefix),
-                                        |c| sides[0].written(c)
-                                    )
+                                    time_or_placeholder(&sides[0])
                                 ),
                             ));
                         }
@@ -500,7 +497,7 @@ impl<'a> JoinStep<'a> {
             };
             Layout::Table(table_keys(conditions, &sides, version, &on)?)
         } else {
-            Layout::Interval(interval_bounds(conditions, &sides, &on)?)
+            Layout::Interval(interval_bounds(conditions, &sides, kind, &on)?)
         };
         Ok(Self { sides, kind, table, layout, constraint: constraint.clone() })
     }
@@ -696,7 +693,7 @@ impl<'a> JoinStep<'a> {
     }
 
     /// This join's rows as the left side of the next join. Their event
-    /// time is the left side's: a joined row's watermark is held back by
+    /// time is the left side's (a regular join's have none): a joined row's watermark is held back by
     /// the join until no row older than it can still come out (see
     /// `sluice_engine`'s join operators), so the next join can judge time
     /// by it. A RIGHT or FULL join's rows may have no left side, so no time.
@@ -722,8 +719,11 @@ impl<'a> JoinStep<'a> {
             }
         }
         let rows = rows_spec(&self.sides);
+        // A regular join's rows have no watermark, so no event time.
+        let regular = matches!(&self.layout, Layout::Interval(i) if (i.lower, i.upper) == JoinPlan::UNBOUNDED);
         let event_time = self.sides[0]
             .event_time()
+            .filter(|_| !regular)
             .map(|c| EventTimeSpec { column: self.sides[0].joined_name(c), watermark_delay_millis: 0 });
         let name = format!("{} JOIN {}", self.sides[0].spec.name, self.sides[1].spec.name);
         let spec = SourceSpec { schema: rows.schema, event_time, ..SourceSpec::table(&name, &[]) };
@@ -840,29 +840,44 @@ impl Layout {
     }
 }
 
-/// A stream–stream join: both sides need event time and a bound on how
-/// far apart their times may be.
-fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<Interval, SqlError> {
-    for s in sides {
-        if s.event_time().is_none() {
+/// A stream–stream join: an interval join, whose sides need event time
+/// and a bound on how far apart their times may be both ways; or, with no
+/// time bound at all, an INNER regular join, which keeps every row for
+/// good (as Flink's regular join does, with no state TTL).
+fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], kind: JoinKind, on: &Expr) -> Result<Interval, SqlError> {
+    if (c.lower, c.upper) == (None, None) {
+        if kind != JoinKind::Inner {
             return Err(SqlError::at_node(
                 on,
                 format!(
-                    "a stream–stream join needs event time on both sides: source `{}` declares no eventTime",
-                    s.spec.name
+                    "a {} join needs a time bound: without one a row's partner may come at any time, so its \
+                     NULL-extended row could never be emitted for good (add AND {} BETWEEN {} - INTERVAL '1' MINUTE \
+                     AND {} + INTERVAL '1' MINUTE, or write an INNER join)",
+                    match kind {
+                        JoinKind::Left => "LEFT",
+                        JoinKind::Right => "RIGHT",
+                        _ => "FULL",
+                    },
+                    time_or_placeholder(&sides[1]),
+                    time_or_placeholder(&sides[0]),
+                    time_or_placeholder(&sides[0]),
                 ),
             ));
         }
+        let (lower, upper) = JoinPlan::UNBOUNDED;
+        return Ok(Interval { keys: c.keys, lower, upper, residual: c.residual });
     }
+    // A bound was found, so both sides have event time: a bound is one
+    // between their event-time columns (`Resolver::time_bound`).
     let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
         let (l, r) = (&sides[0], &sides[1]);
         let (lt, rt) = (l.written(l.event_time().unwrap_or(0)), r.written(r.event_time().unwrap_or(0)));
         return Err(SqlError::at_node(
             on,
             format!(
-                "a stream–stream join needs a time bound on both sides, or its state would grow forever: add \
-                 AND {rt} BETWEEN {lt} - INTERVAL '1' MINUTE AND {lt} + INTERVAL '1' MINUTE \
-                 (the sides' event-time columns; or declare `table` on a source whose records update rows)"
+                "a stream–stream join's time bound needs both ends: add AND {rt} BETWEEN {lt} - INTERVAL '1' MINUTE \
+                 AND {lt} + INTERVAL '1' MINUTE (the sides' event-time columns), or drop the bound for a regular \
+                 join that keeps every row"
             ),
         ));
     };
@@ -870,6 +885,11 @@ fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<In
         return Err(SqlError::at_node(on, "the join's time bound is empty: its lower end is above its upper end"));
     }
     Ok(Interval { keys: c.keys, lower, upper, residual: c.residual })
+}
+
+/// A side's event-time column as a user writes it, for a suggestion.
+fn time_or_placeholder(side: &Side<'_>) -> String {
+    side.event_time().map_or_else(|| format!("{}.<eventTime>", side.prefix), |c| side.written(c))
 }
 
 /// A stream–table join: the equality keys must cover the table's primary
@@ -1467,6 +1487,53 @@ mod tests {
         ]
     }
 
+    /// Without a time bound an INNER join of two streams is a regular
+    /// join, whose rows have no event time to join again by; an outer one,
+    /// or a bound with one end, is refused with what to add.
+    #[test]
+    fn an_inner_join_without_a_time_bound_is_a_regular_join_and_an_outer_one_is_refused() {
+        let mut sources = sources();
+        sources[1].table = None;
+        let flow =
+            plan_dataflow("SELECT o.id, c.name FROM orders o JOIN customers c ON o.cid = c.id", &sources, 2).unwrap();
+        let OperatorPlan::Join(join) = &flow.stages[1].plan.operator else { panic!("{flow:?}") };
+        assert!(join.unbounded(), "{join:?}");
+        for (sql, message) in [
+            ("SELECT o.id FROM orders o LEFT JOIN customers c ON o.cid = c.id", "a LEFT join needs a time bound"),
+            ("SELECT o.id FROM orders o FULL JOIN customers c ON o.cid = c.id", "a FULL join needs a time bound"),
+            ("SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id AND c.ts >= o.ts", "needs both ends"),
+        ] {
+            let err = plan_dataflow(sql, &sources, 2).unwrap_err();
+            assert!(err.message.contains(message), "{sql}: {err}");
+        }
+        sources.push(SourceSpec {
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            ..SourceSpec::table(
+                "payments",
+                &[("order_id", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)],
+            )
+        });
+        // A regular join's rows have no event time, so `o.ts` bounds nothing
+        // after it: the next join is a regular one too, `BETWEEN` its residual.
+        let flow = plan_dataflow(
+            "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
+             JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN o.ts AND o.ts",
+            &sources,
+            2,
+        )
+        .unwrap();
+        let OperatorPlan::Join(join) = &flow.stages[2].plan.operator else { panic!("{flow:?}") };
+        assert!(join.unbounded() && join.residual.is_some(), "{join:?}");
+        assert_eq!(
+            flow.stages[1].plan.outputs.last().map(|o| &o.expr),
+            Some(&sluice_plan::PhysExpr::Literal {
+                value: sluice_plan::Scalar::Null,
+                data_type: sluice_plan::DataType::Timestamp
+            }),
+            "the first join's rows cross with no time"
+        );
+    }
+
     #[test]
     fn a_join_with_a_table_is_a_table_join_as_of_event_time_only_when_asked() {
         for (sql, version) in [
@@ -1530,16 +1597,24 @@ mod tests {
         assert_eq!((join.lower, join.upper), (0, 60_000));
         let names: Vec<&str> = second.plan.outputs.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names, ["id", "customer", "payer"]);
+        // A bound on a column that is not the rows' event time (the table's
+        // `c.ts`; the rows' is `o.ts`) bounds nothing the join can let go
+        // by: a regular join, with the comparison as its residual (Flink
+        // plans it so too).
+        let flow = plan_dataflow(
+            "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
+             JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN c.ts AND c.ts",
+            &sources,
+            2,
+        )
+        .unwrap();
+        let OperatorPlan::Join(join) = &flow.stages[2].plan.operator else { panic!("{flow:?}") };
+        assert!(join.unbounded() && join.residual.is_some(), "{join:?}");
         for (sql, message) in [
             (
                 "SELECT name FROM orders o JOIN customers c ON o.cid = c.id \
               JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN o.ts AND o.ts",
                 "write c.name or p.name",
-            ),
-            (
-                "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
-              JOIN payments p ON o.id = p.order_id AND p.ts BETWEEN c.ts AND c.ts",
-                "time bound",
             ),
             (
                 "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
