@@ -114,7 +114,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let mut fresh: Option<String> = None;
     let outcome = match validate::validate(&job.spec) {
         Err(invalid) => Outcome::Invalid(invalid),
-        Ok(dataflow) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
+        Ok(_) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
             Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
             Err(unavailable) => Outcome::Unavailable(unavailable),
             Ok(parts) => {
@@ -129,10 +129,11 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
                     autoscaled = Some(scaled);
                 }
                 let job = autoscaled.as_ref().unwrap_or(job);
-                let source = validate::source_name(&dataflow);
-                let source_partitions =
-                    parts.iter().find(|p| p.source.eq_ignore_ascii_case(source)).map_or(1, |p| p.partitions);
-                match validate::check_partitioning(&job.spec, source_partitions) {
+                // Planned as the workers plan it: for the most partitions
+                // any source has, so a side whose source has several is
+                // never taken to be complete per partition.
+                let partitions = parts.iter().map(|p| p.partitions).max().unwrap_or(1);
+                match validate::check_partitioning(&job.spec, partitions) {
                     Err(invalid) => Outcome::Invalid(invalid),
                     Ok(dataflow) => {
                         let query = query_state(&dataflow);

@@ -34,6 +34,7 @@ use sqlparser::ast::{
     visit_expressions_mut,
 };
 
+use crate::cut::cut;
 use crate::diagnostic::{Located, suggestion};
 use crate::planner::{WINDOW_END, WINDOW_START};
 use crate::planner::{compile_over, find_source, plan_parsed};
@@ -231,7 +232,7 @@ pub fn plan_join(
         ));
     }
     let aggregating = aggregates_rows(select);
-    let mut left = Some(side(&from.relation, sources, partitions)?);
+    let mut left = Some(side(&from.relation, sources)?);
     let mut stages = Vec::with_capacity(from.joins.len() + 2);
     let mut branches = Vec::with_capacity(from.joins.len());
     let mut previous: Option<JoinStep<'_>> = None;
@@ -245,13 +246,47 @@ pub fn plan_join(
         if let Some(twice) = mine.get(1) {
             return Err(SqlError::at_span(twice.span, "FOR SYSTEM_TIME AS OF given twice"));
         }
-        let right = side(&join.relation, sources, partitions)?;
+        let right = side(&join.relation, sources)?;
         let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
         let step = JoinStep::new(left_side, right, &from.relation, join, mine.first())?;
-        stages.push(Stage { plan: step.side_plan(0, sources, previous.as_ref())?, output: StageOutput::Exchange });
+        let left_plan = step.side_plan(0, sources, previous.as_ref())?;
         let right_plan = step.side_plan(1, sources, None)?;
-        step.check_key_types(&stages[k].plan, &right_plan)?;
-        branches.push(Branch { plan: right_plan, beside: k });
+        step.check_key_types(&left_plan, &right_plan)?;
+        // A windowed side whose source is not keyed by its GROUP BY is cut
+        // as a query of its own would be: its rows cross an exchange keyed
+        // by its state first, and its aggregate runs after it. The stages
+        // are a chain, so that side goes first, as the stage, and the other
+        // writes beside its last (which side a row is from travels with
+        // the row, not with which one is the stage).
+        let [left_flow, right_flow] = [left_plan, right_plan].map(|p| cut(p, partitions));
+        let (left_flow, right_flow) = (left_flow?, right_flow?);
+        let (mut chain, other) = match (left_flow.has_exchange(), right_flow.has_exchange()) {
+            (false, true) if stages.is_empty() => (right_flow, left_flow),
+            (true, true) | (false, true) => {
+                return Err(SqlError::at_node(
+                    if right_flow.has_exchange() { &join.relation } else { &from.relation },
+                    format!(
+                        "{}: a windowed side of a join is re-keyed by its GROUP BY before the join only when it is \
+                         the one side that needs it, in the first join of a chain. Key its source by its GROUP BY \
+                         (partitionKey)",
+                        if stages.is_empty() {
+                            "both sides of this join aggregate by a key their sources are not partitioned by"
+                        } else {
+                            "this side aggregates by a key its source is not partitioned by"
+                        }
+                    ),
+                ));
+            }
+            _ => (left_flow, right_flow),
+        };
+        for stage in &mut chain.stages {
+            stage.output = StageOutput::Exchange;
+        }
+        stages.append(&mut chain.stages);
+        let Some(side) = other.stages.into_iter().next() else {
+            return Err(SqlError::unpositioned("internal: a join side planned into no stage"));
+        };
+        branches.push(Branch { plan: side.plan, beside: stages.len() - 1 });
         if next.is_some() {
             // This join's rows are the next one's left side.
             left = Some(step.rows_as_side(&join.relation)?);
@@ -963,9 +998,9 @@ fn table_source(spec: &SourceSpec) -> SourceSpec {
     spec
 }
 
-fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec], partitions: i32) -> Result<Side<'a>, SqlError> {
+fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
     if let TableFactor::Derived { lateral: false, subquery, alias: Some(alias), .. } = relation {
-        return windowed_side(subquery, &alias.name, sources, partitions);
+        return windowed_side(subquery, &alias.name, sources);
     }
     let TableFactor::Table { name, alias, args: None, .. } = relation else {
         return Err(SqlError::at_node(
@@ -988,17 +1023,20 @@ fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec], partitions: i32) 
 /// A subquery side, `(SELECT … GROUP BY …, TUMBLE(ts, …)) AS p` (Nexmark
 /// q8's shape): a windowed aggregate emitting each window's rows once,
 /// when the watermark passes its end, so its rows join as an interval
-/// join's would. It runs on its source's partitions before the exchange,
-/// so the source must be keyed by its GROUP BY (or have one partition).
-fn windowed_side<'a>(
-    subquery: &Query,
-    alias: &Ident,
-    sources: &'a [SourceSpec],
-    partitions: i32,
-) -> Result<Side<'a>, SqlError> {
+/// join's would. It runs on its source's partitions before the join's
+/// exchange when its source is keyed by its GROUP BY; otherwise after an
+/// exchange of its own (`plan_join`).
+fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
     let SetExpr::Select(select) = subquery.body.as_ref() else {
         return Err(SqlError::at_node(subquery, "a subquery side of a join is one SELECT"));
     };
+    if let Some(inner) = select.from.iter().find(|f| matches!(f.relation, TableFactor::Derived { .. })) {
+        return Err(SqlError::at_node(
+            &inner.relation,
+            "a subquery side of a join aggregates a source per time window: one that reads a subquery of its own \
+             (an aggregate over an aggregate) is not supported yet",
+        ));
+    }
     let mut exprs = Vec::with_capacity(select.projection.len());
     let mut names = Vec::with_capacity(select.projection.len());
     for item in &select.projection {
@@ -1029,15 +1067,6 @@ fn windowed_side<'a>(
             subquery,
             "a subquery side of a join aggregates per time window with EMIT FINAL (GROUP BY …, TUMBLE(ts, \
              INTERVAL …)): each of its rows must be final",
-        ));
-    }
-    if let Err(e) = plan.check_partitioning(partitions) {
-        return Err(SqlError::at_node(
-            subquery,
-            format!(
-                "a windowed subquery in a join runs on its source's partitions, so it needs the source keyed by its GROUP BY: {}",
-                e.message
-            ),
         ));
     }
     let columns = names
@@ -1454,7 +1483,7 @@ fn sql_type(t: ColumnType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec, TableSpec};
-    use sluice_plan::{OperatorPlan, TableVersion};
+    use sluice_plan::{OperatorPlan, Partitioning, StageOutput, TableVersion};
 
     use crate::plan_dataflow;
 
@@ -1583,7 +1612,7 @@ mod tests {
             flow.branches.iter().map(|b| (b.beside, b.plan.source.name.as_str())).collect();
         assert_eq!(beside, [(0, "customers"), (1, "payments")]);
         assert!(matches!(first.plan.operator, OperatorPlan::TableJoin(_)));
-        assert_eq!(first.output, sluice_plan::StageOutput::Exchange);
+        assert_eq!(first.output, StageOutput::Exchange);
         assert_eq!(first.plan.keys.len(), 1, "the first join's rows are keyed by the second join's key");
         let layout = |p: &sluice_plan::Plan| p.outputs.iter().map(|o| o.name.clone()).collect::<Vec<_>>();
         assert_eq!(
@@ -1694,10 +1723,27 @@ mod tests {
         assert_eq!((j.lower, j.upper), (0, 0), "rows of one window have one time, its end");
         let err = plan_dataflow(Q8, &people_and_auctions(), 4).unwrap_err();
         assert!(err.message.contains("equates their windows"), "{err}");
+        // Auctions keyed otherwise than by seller (Nexmark's are keyed by
+        // id): that side crosses an exchange keyed by seller first, and,
+        // being the chain's, goes first; people write beside its aggregate.
         let mut misaligned = people_and_auctions();
         misaligned[1].partition_key = vec!["ts".into()];
+        let flow = plan_dataflow(&format!("{Q8} AND p.s = a.s"), &misaligned, 4).unwrap();
+        let [rekey, sellers, join] = flow.stages.as_slice() else { panic!("three stages: {flow:?}") };
+        assert_eq!(rekey.plan.source.name, "auction");
+        assert!(matches!(rekey.plan.operator, OperatorPlan::Stateless));
+        assert_eq!(rekey.plan.keys.len(), 1, "keyed by seller");
+        assert!(sellers.plan.is_windowed() && sellers.plan.partitioning == Partitioning::ByExchange);
+        assert_eq!(sellers.plan.keys.len(), 2, "the join's keys: seller and window");
+        assert!(rekey.output == StageOutput::Exchange && sellers.output == StageOutput::Exchange);
+        let [people] = flow.branches.as_slice() else { panic!("one branch: {flow:?}") };
+        assert_eq!((people.plan.source.name.as_str(), people.beside), ("person", 1));
+        assert!(matches!(join.plan.operator, OperatorPlan::Join(_)));
+        // With one partition, nothing is re-keyed.
+        assert_eq!(plan_dataflow(&format!("{Q8} AND p.s = a.s"), &misaligned, 1).unwrap().stages.len(), 2);
+        misaligned[0].partition_key = vec!["ts".into()];
         let err = plan_dataflow(&format!("{Q8} AND p.s = a.s"), &misaligned, 4).unwrap_err();
-        assert!(err.message.contains("keyed by its GROUP BY"), "{err}");
+        assert!(err.message.contains("both sides of this join aggregate by a key"), "{err}");
         let err = plan_dataflow(
             "SELECT p.id FROM (SELECT id, COUNT(*) AS n FROM person GROUP BY id) AS p JOIN \
              (SELECT seller, COUNT(*) AS n FROM auction GROUP BY seller) AS a ON p.id = a.seller",

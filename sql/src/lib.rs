@@ -9,6 +9,7 @@
 
 mod agg_filter;
 mod compile;
+mod cut;
 mod dataflow;
 mod diagnostic;
 mod distinct;

@@ -304,8 +304,9 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_
     // The exchange has as many partitions as the largest source, as a
     // repartition topic gets by default.
     let n = texts.iter().map(|t| source_input(t).len()).max().unwrap_or(1).max(1);
-    let dataflow = plan_dataflow(&case.sql, &sources, i32::try_from(source_input(&case.input).len().max(1)).unwrap())
-        .unwrap_or_else(|e| panic!("plan: {e}"));
+    // Planned as the workers plan it: for the most partitions a source has.
+    let dataflow =
+        plan_dataflow(&case.sql, &sources, i32::try_from(n).unwrap()).unwrap_or_else(|e| panic!("plan: {e}"));
     let mut outcome = Outcome::default();
     let mut inputs = dataflow.stages.first().map(|s| input_of(&s.plan.source.name)).unwrap_or_default();
     let mut upstreams = 0;

@@ -78,17 +78,12 @@ pub fn run_job(
             .map(|p| p.partitions)
             .ok_or_else(|| Error::Config(format!("no partition count for source {name}")))
     };
-    // The source the query reads first (planning is cheap; the real plan
-    // needs its partition count).
-    let first_source = plan_dataflow(&config.spec.sql, &config.spec.sources, 1)?
-        .stages
-        .first()
-        .map(|s| s.plan.source.name.clone())
-        .ok_or_else(|| Error::Internal("a query planned into no stage".into()))?;
-    let first_partitions = partitions_of(&first_source)?;
-    // Cut where the query's state is keyed differently from the source:
-    // later stages read repartition topics.
-    let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, first_partitions)?);
+    // Cut where the query's state is keyed differently from its source:
+    // later stages read repartition topics. Planned for the most
+    // partitions any source has (as the operator plans it), so no source
+    // of several partitions is taken to be complete per partition.
+    let most_partitions = config.partitions.iter().map(|p| p.partitions).max().unwrap_or(1);
+    let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, most_partitions)?);
     // What the job reads, stage by stage: stage 0's source, or a later
     // stage's repartition topic; then the sources of the branches beside
     // the stage (UNION ALL branches, the right sides of joins), whose
