@@ -66,6 +66,9 @@ struct Side<'a> {
     names: Vec<String>,
     /// A join's rows: the sources they came from, and whose each column is.
     chain: Option<Chain>,
+    /// A source side: the source as declared (`spec` carries only the
+    /// columns the query names), for suggestions when a name is wrong.
+    declared: Option<&'a SourceSpec>,
 }
 
 /// The rows of a join, as the side of a further join: their columns are
@@ -214,6 +217,7 @@ pub fn plan_join(
     partitions: i32,
 ) -> Result<Option<Dataflow>, SqlError> {
     let mut as_of = std::mem::take(&mut parsed.as_of);
+    let referenced = referenced_names(&parsed.query, &as_of);
     let SetExpr::Select(select) = parsed.query.body.as_mut() else {
         parsed.as_of = as_of;
         return Ok(None);
@@ -232,7 +236,20 @@ pub fn plan_join(
         ));
     }
     let aggregating = aggregates_rows(select);
-    let mut left = Some(side(&from.relation, sources)?);
+    // WHERE's conjuncts that read one stream source only filter its rows
+    // before they cross the exchange, when every join is INNER (a
+    // conjunct on an outer join's NULL-extended side must see the NULLs).
+    // Not a table's: a filtered-out update would leave its key's previous
+    // version in the table.
+    let mut conjuncts: Vec<(Expr, bool)> = Vec::new();
+    if let Some(w) = &select.selection {
+        let mut parts = Vec::new();
+        split_and(w, &mut parts);
+        conjuncts = parts.into_iter().map(|c| (c.clone(), false)).collect();
+    }
+    let all_inner =
+        from.joins.iter().all(|j| matches!(j.join_operator, JoinOperator::Join(_) | JoinOperator::Inner(_)));
+    let mut left = Some(side(&from.relation, sources, referenced.as_ref())?);
     let mut stages = Vec::with_capacity(from.joins.len() + 2);
     let mut branches = Vec::with_capacity(from.joins.len());
     let mut previous: Option<JoinStep<'_>> = None;
@@ -246,11 +263,23 @@ pub fn plan_join(
         if let Some(twice) = mine.get(1) {
             return Err(SqlError::at_span(twice.span, "FOR SYSTEM_TIME AS OF given twice"));
         }
-        let right = side(&join.relation, sources)?;
+        let right = side(&join.relation, sources, referenced.as_ref())?;
         let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
         let step = JoinStep::new(left_side, right, &from.relation, join, mine.first())?;
-        let left_plan = step.side_plan(0, sources, previous.as_ref())?;
-        let right_plan = step.side_plan(1, sources, None)?;
+        let mut filters: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
+        if all_inner {
+            let resolver = Resolver { sides: &step.sides };
+            for (c, pushed) in conjuncts.iter_mut().filter(|(_, pushed)| !*pushed) {
+                let Some(i) = resolver.only_side(c) else { continue };
+                let s = &step.sides[i];
+                if s.chain.is_none() && s.subquery.is_none() && s.spec.table.is_none() {
+                    filters[i].push(c.clone());
+                    *pushed = true;
+                }
+            }
+        }
+        let left_plan = step.side_plan(0, sources, previous.as_ref(), &filters[0])?;
+        let right_plan = step.side_plan(1, sources, None, &filters[1])?;
         step.check_key_types(&left_plan, &right_plan)?;
         // A windowed side whose source is not keyed by its GROUP BY is cut
         // as a query of its own would be: its rows cross an exchange keyed
@@ -349,7 +378,12 @@ pub fn plan_join(
     } else {
         select.projection = items;
     }
-    select.selection = select.selection.as_ref().map(rewrite).transpose()?;
+    select.selection = conjuncts
+        .into_iter()
+        .filter(|(_, pushed)| !pushed)
+        .map(|(c, _)| rewrite(&c))
+        .reduce(|a, b| Ok(Expr::BinaryOp { left: Box::new(a?), op: BinaryOperator::And, right: Box::new(b?) }))
+        .transpose()?;
     select.from = vec![TableWithJoins { relation: table_named(Ident::new(JOINED)), joins: Vec::new() }];
     let emit = if aggregating { parsed.emit.take() } else { None };
     let aggregate = match aggregate_select {
@@ -541,11 +575,13 @@ impl<'a> JoinStep<'a> {
     /// columns, the other side's NULL, which side it is, its event time —
     /// keyed by its side of the equality key. The left side of a join of a
     /// join is the `previous` join's stage, which writes its rows so.
+    /// `filters`: WHERE's conjuncts that read only this side, a source.
     fn side_plan(
         &self,
         side: usize,
         sources: &[SourceSpec],
         previous: Option<&JoinStep<'_>>,
+        filters: &[Expr],
     ) -> Result<Plan, SqlError> {
         let s = &self.sides[side];
         let keys = self.layout.keys();
@@ -602,11 +638,13 @@ impl<'a> JoinStep<'a> {
             Some(c) => items.push(format!("{} AS {TIME}", s.local_reference(c))),
             None => items.push(format!("CAST(NULL AS TIMESTAMP) AS {TIME}")),
         }
-        let mut spec = Cow::Borrowed(s.spec.as_ref());
+        // The source as declared: its layout carries only the columns the
+        // query reads, but every record is checked as the source says.
+        let mut spec = Cow::Borrowed(find_declared(sources, &s.spec));
         if self.table {
             if side == 1 {
                 items.push(format!("COALESCE({}.{DELETED}, FALSE) AS {DELETED}", quote(&s.prefix)));
-                spec = Cow::Owned(table_source(&s.spec));
+                spec = Cow::Owned(table_source(&spec));
             } else {
                 items.push(format!("FALSE AS {DELETED}"));
             }
@@ -624,7 +662,14 @@ impl<'a> JoinStep<'a> {
                 plan
             }
             (None, None) => {
-                let sql = format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
+                let mut sql =
+                    format!("SELECT {} FROM {} AS {}", items.join(", "), quote(&s.spec.name), quote(&s.prefix));
+                for (k, f) in filters.iter().enumerate() {
+                    let mut f = f.clone();
+                    resolver.replace_references(&mut f, |i, c, _| self.sides[i].local_reference(c))?;
+                    sql.push_str(if k == 0 { " WHERE " } else { " AND " });
+                    sql.push_str(&format!("({f})"));
+                }
                 plan_parsed(&mut parse(&sql)?, std::slice::from_ref(spec.as_ref()))?
             }
             _ => return Err(SqlError::unpositioned("internal: a join's rows as a side without their join")),
@@ -768,6 +813,7 @@ impl<'a> JoinStep<'a> {
             prefix: self.sides[0].prefix.clone(),
             names: members.iter().flat_map(|m| m.names.iter().cloned()).collect(),
             chain: Some(Chain { members, columns }),
+            declared: None,
         })
     }
 }
@@ -998,7 +1044,11 @@ fn table_source(spec: &SourceSpec) -> SourceSpec {
     spec
 }
 
-fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
+fn side<'a>(
+    relation: &TableFactor,
+    sources: &'a [SourceSpec],
+    referenced: Option<&HashSet<String>>,
+) -> Result<Side<'a>, SqlError> {
     if let TableFactor::Derived { lateral: false, subquery, alias: Some(alias), .. } = relation {
         return windowed_side(subquery, &alias.name, sources);
     }
@@ -1017,7 +1067,83 @@ fn side<'a>(relation: &TableFactor, sources: &'a [SourceSpec]) -> Result<Side<'a
     if let Some(a) = alias {
         names.push(a.name.value.to_ascii_lowercase());
     }
-    Ok(Side { spec: Cow::Borrowed(spec), subquery: None, prefix, names, chain: None })
+    let declared = spec;
+    let spec = match referenced {
+        None => Cow::Borrowed(spec),
+        Some(names) => Cow::Owned(pruned(spec, names)),
+    };
+    Ok(Side { spec, subquery: None, prefix, names, chain: None, declared: Some(declared) })
+}
+
+/// Every name the query writes, lower case, as each identifier's parts and
+/// each dotted tail of them (a nested field's column is `bid.price`); `None`
+/// when it selects `*`, which reads every column.
+fn referenced_names(query: &Query, as_of: &[AsOf]) -> Option<HashSet<String>> {
+    let select = query.body.as_select()?;
+    if select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) {
+        return None;
+    }
+    let mut names = HashSet::new();
+    let mut add = |idents: &[Ident]| {
+        for start in 0..idents.len() {
+            let tail: Vec<String> = idents[start..].iter().map(|i| i.value.to_ascii_lowercase()).collect();
+            names.insert(tail.join("."));
+            names.insert(idents[start].value.to_ascii_lowercase());
+        }
+    };
+    for a in as_of {
+        add(&a.column);
+    }
+    let _ = visit_expressions(query, |x| {
+        match x {
+            Expr::Identifier(id) => add(std::slice::from_ref(id)),
+            Expr::CompoundIdentifier(ids) => add(ids),
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    for from in &select.from {
+        for join in &from.joins {
+            let (JoinOperator::Join(c)
+            | JoinOperator::Inner(c)
+            | JoinOperator::Left(c)
+            | JoinOperator::LeftOuter(c)
+            | JoinOperator::Right(c)
+            | JoinOperator::RightOuter(c)
+            | JoinOperator::FullOuter(c)) = &join.join_operator
+            else {
+                continue;
+            };
+            if let JoinConstraint::Using(columns) = c {
+                for n in columns {
+                    if let Some(ObjectNamePart::Identifier(i)) = n.0.last() {
+                        add(std::slice::from_ref(i));
+                    }
+                }
+            }
+        }
+    }
+    Some(names)
+}
+
+/// A source side's columns as the join carries them: those the query
+/// names, its event time and a table's primary key (what a join needs of
+/// a source whatever the query says).
+fn pruned(spec: &SourceSpec, names: &HashSet<String>) -> SourceSpec {
+    let mut spec = spec.clone();
+    let event_time = spec.event_time.as_ref().map(|e| e.column.to_ascii_lowercase());
+    let key: Vec<String> =
+        spec.table.iter().flat_map(|t| t.primary_key.iter().map(|k| k.to_ascii_lowercase())).collect();
+    spec.schema.columns.retain(|c| {
+        let name = c.name.to_ascii_lowercase();
+        names.contains(&name) || event_time.as_ref() == Some(&name) || key.contains(&name)
+    });
+    spec
+}
+
+/// The declared source a source side reads (its layout may be pruned).
+fn find_declared<'s>(sources: &'s [SourceSpec], side: &'s SourceSpec) -> &'s SourceSpec {
+    sources.iter().find(|s| s.name.eq_ignore_ascii_case(&side.name)).unwrap_or(side)
 }
 
 /// A subquery side, `(SELECT … GROUP BY …, TUMBLE(ts, …)) AS p` (Nexmark
@@ -1081,6 +1207,7 @@ fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec])
         prefix: alias.value.clone(),
         names: vec![alias.value.to_ascii_lowercase()],
         chain: None,
+        declared: None,
     })
 }
 
@@ -1209,13 +1336,13 @@ impl Resolver<'_, '_> {
                                     .map_or(q.value.as_str(), |m| m.source.as_str()),
                             };
                             let columns = s.columns_of(&lower).unwrap_or_default();
+                            let hint = match s.declared {
+                                Some(d) => suggestion(&name.value, d.schema.columns.iter().map(|c| c.name.as_str())),
+                                None => suggestion(&name.value, columns.iter().map(|&c| s.bare_name(c))),
+                            };
                             return Err(SqlError::at_span(
                                 name.span,
-                                format!(
-                                    "unknown column `{}` in source `{source}`{}",
-                                    name.value,
-                                    suggestion(&name.value, columns.iter().map(|&c| s.bare_name(c)))
-                                ),
+                                format!("unknown column `{}` in source `{source}`{hint}", name.value),
                             ));
                         }
                     }
@@ -1228,6 +1355,28 @@ impl Resolver<'_, '_> {
             }
             _ => Err(SqlError::at_node(node, "nested field access is not supported")),
         }
+    }
+
+    /// The one side whose columns `e` reads, if it reads some and every
+    /// name in it is a column of that side (so it means the same before
+    /// the join as after it).
+    fn only_side(&self, e: &Expr) -> Option<usize> {
+        let mut side = None;
+        let flow = visit_expressions(e, |x| {
+            let idents: &[Ident] = match x {
+                Expr::Identifier(id) => std::slice::from_ref(id),
+                Expr::CompoundIdentifier(ids) => ids,
+                _ => return ControlFlow::Continue(()),
+            };
+            match self.resolve(idents, x) {
+                Ok(Some((s, _))) if side.is_none_or(|o| o == s) => {
+                    side = Some(s);
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Break(()),
+            }
+        });
+        if flow.is_break() { None } else { side }
     }
 
     /// Whether `e` reads the left side, the right side.
@@ -1664,12 +1813,15 @@ mod tests {
     #[test]
     fn an_aggregate_over_a_join_is_a_third_stage_keyed_by_its_group() {
         let flow = plan_dataflow(
-            "SELECT c.name, COUNT(*) AS n FROM orders o JOIN customers c ON o.cid = c.id WHERE o.id > 0 GROUP BY c.name",
+            "SELECT c.name, COUNT(*) AS n FROM orders o JOIN customers c ON o.cid = c.id \
+             WHERE o.id > 0 AND o.id <> c.id GROUP BY c.name",
             &sources(),
             2,
         )
         .unwrap();
-        let [_, join, aggregate] = flow.stages.as_slice() else { panic!("three stages: {flow:?}") };
+        let [orders, join, aggregate] = flow.stages.as_slice() else { panic!("three stages: {flow:?}") };
+        assert!(orders.plan.filter.is_some(), "a conjunct on one stream filters it before the join");
+        assert!(flow.branches[0].plan.filter.is_none(), "the table's updates are never filtered");
         assert!(matches!(join.plan.operator, OperatorPlan::TableJoin(_)));
         assert!(join.plan.having.is_some(), "WHERE filters the joined rows before they cross");
         let forwarded: Vec<&str> = join.plan.outputs.iter().map(|o| o.name.as_str()).collect();
@@ -1685,6 +1837,59 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.message.contains("time window over a join"), "{err}");
+    }
+
+    /// Nexmark q3's shape: each side's WHERE conjunct filters its source
+    /// before the exchange, and only the columns the query names (with
+    /// the event time) cross and are kept; the rest of WHERE stays with
+    /// the join. An outer join keeps WHERE after it; `*` carries every column.
+    #[test]
+    fn where_on_one_stream_filters_it_before_the_join_and_only_named_columns_cross() {
+        let nexmark = vec![
+            SourceSpec::table(
+                "auction",
+                &[
+                    ("id", ColumnType::Bigint, true),
+                    ("seller", ColumnType::Bigint, true),
+                    ("category", ColumnType::Bigint, true),
+                    ("description", ColumnType::String, false),
+                ],
+            ),
+            SourceSpec::table(
+                "person",
+                &[
+                    ("id", ColumnType::Bigint, true),
+                    ("name", ColumnType::String, false),
+                    ("state", ColumnType::String, false),
+                    ("extra", ColumnType::String, false),
+                ],
+            ),
+        ];
+        let sql = "SELECT P.name, A.id FROM auction A JOIN person P ON A.seller = P.id \
+                   WHERE A.category = 10 AND (P.state = 'OR' OR P.state = 'CA') AND A.id <> P.id";
+        let flow = plan_dataflow(sql, &nexmark, 2).unwrap();
+        let [auctions, join] = flow.stages.as_slice() else { panic!("two stages: {flow:?}") };
+        let people = &flow.branches[0].plan;
+        assert!(auctions.plan.filter.is_some() && people.filter.is_some(), "{flow:?}");
+        let layout: Vec<&str> = join.plan.source.schema.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(layout, ["A.id", "A.seller", "A.category", "P.id", "P.name", "P.state", "__right", "__time"]);
+        assert!(join.plan.having.is_some(), "A.id <> P.id reads both sides");
+        assert_eq!(auctions.plan.source.schema.fields.len(), 4, "records are still checked against the whole schema");
+        let mut streams = sources();
+        streams[1].table = None;
+        let outer = plan_dataflow(
+            "SELECT o.id FROM orders o LEFT JOIN customers c ON o.cid = c.id AND c.ts BETWEEN o.ts AND o.ts \
+             WHERE o.id > 0 AND c.name = 'x'",
+            &streams,
+            2,
+        )
+        .unwrap();
+        assert!(outer.stages[0].plan.filter.is_none() && outer.branches[0].plan.filter.is_none(), "{outer:?}");
+        assert!(outer.stages[1].plan.having.is_some());
+        let err = plan_dataflow("SELECT P.nmae FROM auction A JOIN person P ON A.seller = P.id", &nexmark, 2);
+        assert!(err.unwrap_err().message.contains("did you mean `name`?"), "suggested from every declared column");
+        let flow = plan_dataflow("SELECT * FROM auction A JOIN person P ON A.seller = P.id", &nexmark, 2).unwrap();
+        assert_eq!(flow.stages[1].plan.source.schema.fields.len(), 10, "every column, and the layout's two");
     }
 
     fn people_and_auctions() -> Vec<SourceSpec> {
