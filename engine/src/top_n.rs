@@ -28,7 +28,9 @@ use sluice_plan::{Batch, Column, ColumnData, Scalar, TopNPlan, eval};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Kept {
     order: Scalar,
-    /// The source columns the query reads (others are NULL).
+    /// The source columns the query reads (others are NULL), then the
+    /// values of the ORDER BY keys after the first (in the row, so a
+    /// checkpoint of a plan without them reads as before).
     row: Vec<Scalar>,
 }
 
@@ -95,17 +97,27 @@ impl TopNOperator {
         }
     }
 
-    /// Whether row `r` of the ORDER BY column ranks strictly ahead of `old`.
-    fn ahead(&self, order: &Column, r: usize, old: &Scalar) -> bool {
-        let o = compare_cell(order, r, old);
-        if self.plan.descending { o == Ordering::Greater } else { o == Ordering::Less }
+    /// Whether row `r` of the ORDER BY columns (the first key's, then the
+    /// others') ranks strictly ahead of `old`: the first key that does not
+    /// tie decides.
+    fn ahead(&self, order: &Column, then: &[Cow<'_, Column>], r: usize, old: &Kept) -> bool {
+        let directed = |o: Ordering, descending: bool| if descending { o.reverse() } else { o };
+        let mut o = directed(compare_cell(order, r, &old.order), self.plan.descending);
+        let kept_then = old.row.get(self.used.len()..).unwrap_or_default();
+        for ((key, column), value) in self.plan.then_by.iter().zip(then).zip(kept_then) {
+            if o != Ordering::Equal {
+                break;
+            }
+            o = directed(compare_cell(column, r, value), key.descending);
+        }
+        o == Ordering::Less
     }
 
     /// Appends rank `rank` (1-based) of key `gid` as an intermediate row.
     fn emit(&self, gid: usize, rank: usize, out: &mut Batch) -> Result<(), Error> {
         let kept = &self.kept[gid][rank];
         let width = self.used.len();
-        for (c, value) in kept.row.iter().enumerate() {
+        for (c, value) in kept.row.iter().take(width).enumerate() {
             out.columns[c].push_scalar(value)?;
         }
         out.columns[width].push_i64(i64::try_from(rank + 1).unwrap_or(i64::MAX))?;
@@ -123,6 +135,8 @@ impl Operator for TopNOperator {
         let key_columns: Vec<&Column> = keys.iter().map(AsRef::as_ref).collect();
         let encoder = KeyEncoder::new(&key_columns);
         let order = eval(&self.plan.order_by, batch)?.into_column(n);
+        let then: Vec<Cow<'_, Column>> =
+            self.plan.then_by.iter().map(|k| Ok(eval(&k.expr, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
         for r in rows {
@@ -134,7 +148,7 @@ impl Operator for TopNOperator {
                 self.kept.resize_with(gid + 1, Vec::new);
             }
             let list = &self.kept[gid];
-            let at = list.iter().position(|k| self.ahead(&order, r, &k.order)).unwrap_or(list.len());
+            let at = list.iter().position(|k| self.ahead(&order, &then, r, k)).unwrap_or(list.len());
             if at >= self.limit {
                 continue;
             }
@@ -145,6 +159,7 @@ impl Operator for TopNOperator {
                 .iter()
                 .enumerate()
                 .map(|(c, u)| if *u { batch.columns[c].scalar(r) } else { Scalar::Null })
+                .chain(then.iter().map(|c| c.scalar(r)))
                 .collect();
             let list = &mut self.kept[gid];
             list.insert(at, Kept { order: value, row });
@@ -161,7 +176,7 @@ impl Operator for TopNOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        let per_row = size_of::<Kept>() + self.used.len() * size_of::<Scalar>();
+        let per_row = size_of::<Kept>() + (self.used.len() + self.plan.then_by.len()) * size_of::<Scalar>();
         StateSize { bytes: self.table.heap_bytes() + self.rows * per_row, entries: self.rows }
     }
 

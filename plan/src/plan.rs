@@ -285,6 +285,17 @@ pub struct TopNPlan {
     pub descending: bool,
     /// Rows kept per key.
     pub limit: u64,
+    /// The further ORDER BY keys, each deciding between rows the keys
+    /// before it tie on (`ORDER BY price DESC, ts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub then_by: Vec<SortKey>,
+}
+
+/// One ORDER BY key after the first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SortKey {
+    pub expr: PhysExpr,
+    pub descending: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -35,13 +35,14 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
 fn plan_stages(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
     crate::nested::resolve_nested_fields(&mut parsed, sources);
+    // First: a top-N's subquery may join (Nexmark q9), or read a union.
+    crate::top_n::take_top_n(&mut parsed)?;
     if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
         return Ok(flow);
     }
     if let Some(flow) = crate::union::plan_union(&mut parsed, sources)? {
         return Ok(flow);
     }
-    crate::top_n::take_top_n(&mut parsed)?;
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
     }

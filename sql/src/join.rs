@@ -236,6 +236,9 @@ pub fn plan_join(
         ));
     }
     let aggregating = aggregates_rows(select);
+    // A top-N over the join's rows is a stage after the join's, as an
+    // aggregate is.
+    let ranking = parsed.top_n.is_some();
     // WHERE's conjuncts that read one stream source only filter its rows
     // before they cross the exchange, when every join is INNER (a
     // conjunct on an outer join's NULL-extended side must see the NULLs).
@@ -355,7 +358,7 @@ pub fn plan_join(
     // join's, planned over the joined rows; WHERE stays with the join.
     let joined_rows = rows_spec(sides);
     let mut aggregate_select = None;
-    if aggregating {
+    if aggregating || ranking {
         let mut a = select.clone();
         a.projection = items;
         if let GroupByExpr::Expressions(exprs, _) = &mut a.group_by {
@@ -396,19 +399,23 @@ pub fn plan_join(
                 window: None,
                 emit,
                 clauses: parsed.clauses.clone(),
-                top_n: None,
+                top_n: parsed.top_n.take(),
                 as_of: Vec::new(),
             };
             let plan = plan_parsed(&mut p, std::slice::from_ref(&joined_rows))?;
-            let OperatorPlan::Aggregate(a) = &plan.operator else {
-                return Err(SqlError::unpositioned(
-                    "only GROUP BY aggregates may read a join's rows (no OVER window, no top-N) for now",
-                ));
-            };
-            if a.window.is_some() {
-                return Err(SqlError::unpositioned(
-                    "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no window)",
-                ));
+            match &plan.operator {
+                OperatorPlan::Aggregate(a) if a.window.is_some() => {
+                    return Err(SqlError::unpositioned(
+                        "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no \
+                         window)",
+                    ));
+                }
+                OperatorPlan::Aggregate(_) | OperatorPlan::TopN(_) => {}
+                _ => {
+                    return Err(SqlError::unpositioned(
+                        "only GROUP BY aggregates and top-N may read a join's rows (no OVER window) for now",
+                    ));
+                }
             }
             Some(plan)
         }
@@ -422,11 +429,17 @@ pub fn plan_join(
             // order: the aggregate's expressions over them hold over the
             // layout too. Only the columns it reads cross, keyed by its
             // group expressions (one partition for a global aggregate).
-            let OperatorPlan::Aggregate(a) = &aggregate.operator else {
-                return Err(SqlError::unpositioned("internal: an aggregate over a join without its aggregate"));
+            // Keyed by its group, or by the top-N's PARTITION BY.
+            let keys = match &aggregate.operator {
+                OperatorPlan::Aggregate(a) => &a.group_exprs,
+                OperatorPlan::TopN(t) => &t.partition_by,
+                _ => {
+                    return Err(SqlError::unpositioned(
+                        "internal: a stage over a join that neither aggregates nor ranks",
+                    ));
+                }
             };
-            outer.keys = a
-                .group_exprs
+            outer.keys = keys
                 .iter()
                 .enumerate()
                 .map(|(i, e)| OutputColumn { name: format!("key{i}"), expr: e.clone() })

@@ -8,13 +8,14 @@ use sqlparser::ast::{Expr, Function, Ident, OrderBySort, SelectItem, WindowType}
 use crate::compile::{Scope, call_args, compile};
 use crate::diagnostic::Located;
 use sluice_plan::{DataType, PhysExpr, Schema, SourceSchema, SqlError};
-use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, TopNPlan};
+use sluice_plan::{EmitMode, OperatorPlan, OutputColumn, Partitioning, SortKey, TopNPlan};
 
 use super::query::Planner;
 use super::scope::{InputScope, resolve_input, select_list};
 
-/// The PARTITION BY and ORDER BY of the row number.
-type Ranking = (Vec<PhysExpr>, PhysExpr, bool);
+/// The PARTITION BY and ORDER BY of the row number: the first key, its
+/// direction, and the keys after it.
+type Ranking = (Vec<PhysExpr>, PhysExpr, bool, Vec<SortKey>);
 
 impl Planner<'_> {
     #[allow(clippy::type_complexity)]
@@ -43,7 +44,7 @@ impl Planner<'_> {
                 row_number,
             },
         )?;
-        let Some((partition_by, order_by, descending)) = ranking else {
+        let Some((partition_by, order_by, descending, then_by)) = ranking else {
             return Err(SqlError::unpositioned("internal: a top-N query without its ROW_NUMBER"));
         };
         // The outer SELECT picks the subquery's columns by name.
@@ -94,7 +95,7 @@ impl Planner<'_> {
             expr: PhysExpr::Column { index: row_number, data_type: DataType::Bigint },
         });
         Ok((
-            OperatorPlan::TopN(TopNPlan { partition_by, order_by, descending, limit: spec.limit }),
+            OperatorPlan::TopN(TopNPlan { partition_by, order_by, descending, limit: spec.limit, then_by }),
             intermediate,
             outputs,
             keys,
@@ -161,26 +162,33 @@ impl TopNScope<'_> {
             }
             partition_by.push(e);
         }
-        let [o] = spec.order_by.as_slice() else {
-            let at = spec.order_by.get(1).map_or(node, |o| &o.expr);
-            return Err(SqlError::at_node(at, "a top-N query orders by one expression"));
-        };
-        let order_by = compile(&o.expr, &mut self.input("ORDER BY"))?;
-        if matches!(order_by.data_type(), DataType::Null) {
-            return Err(SqlError::at_node(&o.expr, "ORDER BY needs a typed expression, not NULL"));
+        let mut keys = Vec::with_capacity(spec.order_by.len());
+        for o in &spec.order_by {
+            let expr = compile(&o.expr, &mut self.input("ORDER BY"))?;
+            if matches!(expr.data_type(), DataType::Null) {
+                return Err(SqlError::at_node(&o.expr, "ORDER BY needs a typed expression, not NULL"));
+            }
+            let descending = match o.options.sort {
+                None | Some(OrderBySort::Asc) => false,
+                Some(OrderBySort::Desc) => true,
+                Some(OrderBySort::Using(_)) => {
+                    return Err(SqlError::at_node(&o.expr, "ORDER BY … USING is not supported"));
+                }
+            };
+            if o.options.nulls_first.is_some() {
+                return Err(SqlError::at_node(
+                    &o.expr,
+                    "NULLS FIRST / LAST is not supported: NULL sorts last ascending and first descending, as in \
+                     PostgreSQL",
+                ));
+            }
+            keys.push(SortKey { expr, descending });
         }
-        let descending = match o.options.sort {
-            None | Some(OrderBySort::Asc) => false,
-            Some(OrderBySort::Desc) => true,
-            Some(OrderBySort::Using(_)) => return Err(SqlError::at_node(&o.expr, "ORDER BY … USING is not supported")),
+        let mut keys = keys.into_iter();
+        let Some(SortKey { expr: order_by, descending }) = keys.next() else {
+            return Err(SqlError::at_node(node, "ROW_NUMBER needs ORDER BY"));
         };
-        if o.options.nulls_first.is_some() {
-            return Err(SqlError::at_node(
-                &o.expr,
-                "NULLS FIRST / LAST is not supported: NULL sorts last ascending and first descending, as in PostgreSQL",
-            ));
-        }
-        *self.ranking = Some((partition_by, order_by, descending));
+        *self.ranking = Some((partition_by, order_by, descending, keys.collect()));
         Ok(PhysExpr::Column { index: self.row_number, data_type: DataType::Bigint })
     }
 }
