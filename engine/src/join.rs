@@ -189,6 +189,18 @@ impl JoinOperator {
         if right { time.saturating_sub(plan.lower) } else { time.saturating_add(plan.upper) }
     }
 
+    /// A kept left row's `until` column (`JoinPlan::until`): past it, no
+    /// right row still to come can match it. NULL matches nothing: at once.
+    fn until(&self, right: bool, slot: u32) -> Option<i64> {
+        let column = self.plan.until?.checked_sub(self.plan.left.0).filter(|_| !right)?;
+        let kept = self.stores[0].columns.get(column)?;
+        let slot = slot as usize;
+        Some(match &kept.data {
+            ColumnData::Int(v) if kept.is_valid(slot) => v[slot],
+            _ => i64::MIN,
+        })
+    }
+
     /// Whether a left row at `left` and a right row at `right` are in range.
     fn in_range(&self, left: i64, right: i64) -> bool {
         let d = i128::from(right) - i128::from(left);
@@ -210,7 +222,11 @@ impl JoinOperator {
         let at = list.partition_point(|&s| times[s as usize] <= time);
         list.insert(at, slot);
         if !self.plan.unbounded() {
-            self.expiry.push(Reverse((Self::expires(&self.plan, right, time), gid)));
+            let at = match self.until(right, slot) {
+                Some(until) => until,
+                None => Self::expires(&self.plan, right, time),
+            };
+            self.expiry.push(Reverse((at, gid)));
         }
     }
 
@@ -405,10 +421,23 @@ impl Operator for JoinOperator {
                 break;
             }
             self.expiry.pop();
-            let Some(entry) = self.keys.get_mut(gid as usize) else { continue };
+            let g = gid as usize;
+            if g >= self.keys.len() {
+                continue;
+            }
             for right in [false, true] {
+                if !right && self.plan.until.is_some() {
+                    // Let go by their column, not their time: any of them.
+                    // (INNER only: nothing comes out unmatched.)
+                    let mut list = std::mem::take(&mut self.keys[g][0]);
+                    let before = list.len();
+                    list.retain(|&slot| self.until(false, slot).is_none_or(|u| u >= watermark));
+                    self.stores[0].live -= before - list.len();
+                    self.keys[g][0] = list;
+                    continue;
+                }
                 let store = &mut self.stores[usize::from(right)];
-                let list = &mut entry[usize::from(right)];
+                let list = &mut self.keys[g][usize::from(right)];
                 // In time order, so the rows to let go are a prefix.
                 let gone =
                     list.partition_point(|&s| Self::expires(&self.plan, right, store.time[s as usize]) < watermark);
@@ -420,7 +449,7 @@ impl Operator for JoinOperator {
                 list.drain(..gone);
                 store.live -= gone;
             }
-            if entry.iter().all(Vec::is_empty) {
+            if self.keys[g].iter().all(Vec::is_empty) {
                 self.table.remove(gid);
             }
         }
@@ -546,6 +575,7 @@ mod tests {
             right_keys: vec![col(2)],
             lower: 0,
             upper: 10,
+            until: None,
             residual: None,
         }
     }
@@ -658,6 +688,40 @@ mod tests {
         op.restore(&saved).unwrap();
         assert_eq!(op.state_size().entries, 4);
         assert!(op.expiry.is_empty(), "no expiry to track for rows kept for good");
+    }
+
+    /// Bounded above by a left column (`b.ts BETWEEN a.ts AND a.until`,
+    /// here the left value column): a right row is let go once the
+    /// watermark passes its time, a left row once it passes its column —
+    /// not its time plus an upper bound, which is unbounded.
+    #[test]
+    fn a_left_row_bounded_by_its_column_is_kept_until_the_watermark_passes_that_column() {
+        let col = |index| PhysExpr::Column { index, data_type: DataType::Bigint };
+        let bounded = JoinPlan {
+            upper: i64::MAX,
+            until: Some(1),
+            residual: Some(PhysExpr::Compare {
+                op: sluice_plan::CmpOp::LtEq,
+                left: Box::new(col(3)),
+                right: Box::new(col(1)),
+            }),
+            ..plan(JoinKind::Inner)
+        };
+        let mut op = JoinOperator::new(&bounded, &TYPES);
+        let (joined, _) = run(&mut op, &[(false, 1, 2_000, 1_000), (true, 1, 1_500, 1_500)], 0);
+        assert_eq!(joined, [(Scalar::Bigint(2_000), Scalar::Bigint(1_500))]);
+        run(&mut op, &[], 1_600);
+        assert_eq!(op.state_size().entries, 1, "the right row is let go; the left one is open until 2_000");
+        let (joined, late) = run(&mut op, &[(true, 1, 1_700, 1_700), (true, 1, 2_100, 2_100)], 1_600);
+        assert!(late.is_empty());
+        assert_eq!(joined, [(Scalar::Bigint(2_000), Scalar::Bigint(1_700))], "2_100 is past the left row's column");
+        let saved = op.snapshot(Vec::new()).unwrap();
+        let mut op = JoinOperator::new(&bounded, &TYPES);
+        op.restore(&saved).unwrap();
+        run(&mut op, &[], 2_001);
+        assert_eq!(op.state_size().entries, 1, "the left row is let go at 2_000, the right one at 2_100");
+        run(&mut op, &[], 2_101);
+        assert_eq!(op.state_size().entries, 0);
     }
 
     /// Kept rows are found by time, however they arrived: rows of a key

@@ -131,6 +131,12 @@ pub struct JoinPlan {
     /// `lower..=upper` (milliseconds).
     pub lower: i64,
     pub upper: i64,
+    /// A TIMESTAMP source column of the left side that the right row's
+    /// event time may not pass (`b.ts BETWEEN a.ts AND a.expires`; then
+    /// `upper` is unbounded and the comparison is in `residual`): a left
+    /// row is let go once the watermark passes its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<usize>,
     /// The rest of ON, over a joined row.
     pub residual: Option<PhysExpr>,
 }

@@ -751,7 +751,7 @@ impl<'a> JoinStep<'a> {
         let (side, time) = (index(RIGHT), index(TIME));
         let kind = self.kind;
         let operator = match &self.layout {
-            Layout::Interval(Interval { lower, upper, .. }) => OperatorPlan::Join(JoinPlan {
+            Layout::Interval(Interval { lower, upper, until, .. }) => OperatorPlan::Join(JoinPlan {
                 kind,
                 left,
                 right,
@@ -761,6 +761,7 @@ impl<'a> JoinStep<'a> {
                 right_keys,
                 lower: *lower,
                 upper: *upper,
+                until: *until,
                 residual,
             }),
             Layout::Table(TableKeys { version, .. }) => OperatorPlan::TableJoin(TableJoinPlan {
@@ -786,7 +787,7 @@ impl<'a> JoinStep<'a> {
     }
 
     /// This join's rows as the left side of the next join. Their event
-    /// time is the left side's (a regular join's have none): a joined row's watermark is held back by
+    /// time is the left side's (a join without an upper bound has none): a joined row's watermark is held back by
     /// the join until no row older than it can still come out (see
     /// `sluice_engine`'s join operators), so the next join can judge time
     /// by it. A RIGHT or FULL join's rows may have no left side, so no time.
@@ -812,8 +813,9 @@ impl<'a> JoinStep<'a> {
             }
         }
         let rows = rows_spec(&self.sides);
-        // A regular join's rows have no watermark, so no event time.
-        let regular = matches!(&self.layout, Layout::Interval(i) if (i.lower, i.upper) == JoinPlan::UNBOUNDED);
+        // A join without an upper time bound (a regular one, or one bounded
+        // by a column) holds its watermark back for good: no event time.
+        let regular = matches!(&self.layout, Layout::Interval(i) if i.upper == i64::MAX);
         let event_time = self.sides[0]
             .event_time()
             .filter(|_| !regular)
@@ -855,14 +857,34 @@ struct Conditions {
     keys: Vec<(Expr, Expr)>,
     lower: Option<i64>,
     upper: Option<i64>,
+    /// A left-side TIMESTAMP column the right side's event time may not
+    /// pass (`b.ts <= a.expires`): the comparison stays residual, and a
+    /// left row is let go once the watermark passes its value.
+    until: Option<usize>,
     residual: Vec<Expr>,
 }
 
 fn classify(on: &Expr, resolver: &Resolver<'_, '_>, time_bounds: bool) -> Result<Conditions, SqlError> {
     let mut conjuncts = Vec::new();
     split_and(on, &mut conjuncts);
-    let mut out = Conditions { keys: Vec::new(), lower: None, upper: None, residual: Vec::new() };
+    let mut out = Conditions { keys: Vec::new(), lower: None, upper: None, until: None, residual: Vec::new() };
     for c in conjuncts {
+        // `b.ts BETWEEN a.ts AND a.expires`: a time bound below, a column
+        // above (Nexmark q4, q6, q9: a bid within its auction's life).
+        if time_bounds
+            && let Expr::Between { expr, negated: false, low, high } = c
+            && let Some((until, lower)) = resolver.until_between(expr, low, high)?
+        {
+            out.until = Some(until);
+            out.lower = Some(out.lower.map_or(lower, |l| l.max(lower)));
+            out.residual.push(c.clone());
+            continue;
+        }
+        if time_bounds && let Some(until) = resolver.until_bound(c) {
+            out.until = Some(until);
+            out.residual.push(c.clone());
+            continue;
+        }
         if time_bounds && let Some(bounds) = resolver.time_bound(c)? {
             for (is_lower, v) in bounds {
                 if is_lower {
@@ -908,6 +930,9 @@ struct Interval {
     keys: Vec<(Expr, Expr)>,
     lower: i64,
     upper: i64,
+    /// A left column bounding the right side's time from above (then
+    /// `upper` is unbounded): `Conditions::until`.
+    until: Option<usize>,
     residual: Vec<Expr>,
 }
 
@@ -959,10 +984,15 @@ fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], kind: JoinKind, on: &Ex
             ));
         }
         let (lower, upper) = JoinPlan::UNBOUNDED;
-        return Ok(Interval { keys: c.keys, lower, upper, residual: c.residual });
+        return Ok(Interval { keys: c.keys, lower, upper, until: None, residual: c.residual });
     }
     // A bound was found, so both sides have event time: a bound is one
     // between their event-time columns (`Resolver::time_bound`).
+    if let (Some(lower), None, Some(until), JoinKind::Inner) = (c.lower, c.upper, c.until, kind) {
+        // Bounded above by a left column: a right row's partners all came
+        // before `its time − lower`, a left row's before its column's value.
+        return Ok(Interval { keys: c.keys, lower, upper: i64::MAX, until: Some(until), residual: c.residual });
+    }
     let (Some(lower), Some(upper)) = (c.lower, c.upper) else {
         let (l, r) = (&sides[0], &sides[1]);
         let (lt, rt) = (l.written(l.event_time().unwrap_or(0)), r.written(r.event_time().unwrap_or(0)));
@@ -978,7 +1008,7 @@ fn interval_bounds(c: Conditions, sides: &[Side<'_>; 2], kind: JoinKind, on: &Ex
     if lower > upper {
         return Err(SqlError::at_node(on, "the join's time bound is empty: its lower end is above its upper end"));
     }
-    Ok(Interval { keys: c.keys, lower, upper, residual: c.residual })
+    Ok(Interval { keys: c.keys, lower, upper, until: None, residual: c.residual })
 }
 
 /// A side's event-time column as a user writes it, for a suggestion.
@@ -1082,21 +1112,32 @@ fn side<'a>(
     }
     let declared = spec;
     let spec = match referenced {
-        None => Cow::Borrowed(spec),
-        Some(names) => Cow::Owned(pruned(spec, names)),
+        Some(referenced) if !names.iter().any(|n| referenced.contains(&format!("{n}.*"))) => {
+            Cow::Owned(pruned(spec, referenced))
+        }
+        _ => Cow::Borrowed(spec),
     };
     Ok(Side { spec, subquery: None, prefix, names, chain: None, declared: Some(declared) })
 }
 
 /// Every name the query writes, lower case, as each identifier's parts and
-/// each dotted tail of them (a nested field's column is `bid.price`); `None`
-/// when it selects `*`, which reads every column.
+/// each dotted tail of them (a nested field's column is `bid.price`), and
+/// `a.*` for each `a.*` it selects; `None` when it selects `*`, which reads
+/// every column.
 fn referenced_names(query: &Query, as_of: &[AsOf]) -> Option<HashSet<String>> {
     let select = query.body.as_select()?;
-    if select.projection.iter().any(|i| matches!(i, SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..))) {
-        return None;
-    }
     let mut names = HashSet::new();
+    for item in &select.projection {
+        match item {
+            SelectItem::Wildcard(_) => return None,
+            // `a.*` reads every column of `a`: `a.*` among the names.
+            SelectItem::QualifiedWildcard(SelectItemQualifiedWildcardKind::ObjectName(name), _) => {
+                names.insert(format!("{}.*", name.to_string().to_ascii_lowercase()));
+            }
+            SelectItem::QualifiedWildcard(..) => return None,
+            _ => {}
+        }
+    }
     let mut add = |idents: &[Ident]| {
         for start in 0..idents.len() {
             let tail: Vec<String> = idents[start..].iter().map(|i| i.value.to_ascii_lowercase()).collect();
@@ -1252,7 +1293,7 @@ fn window_keys(c: Conditions, sides: &[Side<'_>; 2], on: &Expr) -> Result<Interv
             ),
         ));
     }
-    Ok(Interval { keys: c.keys, lower: 0, upper: 0, residual: c.residual })
+    Ok(Interval { keys: c.keys, lower: 0, upper: 0, until: None, residual: c.residual })
 }
 
 /// `USING (a, b)`: `l.a = r.a AND l.b = r.b`.
@@ -1480,6 +1521,53 @@ impl Resolver<'_, '_> {
         Ok(self.resolve(idents, node)?.filter(|(s, c)| self.sides[*s].event_time() == Some(*c)).map(|(s, _)| (s, 0)))
     }
 
+    /// `right.ts <= left.c` (or `<`, or written the other way round) with
+    /// `left.c` a TIMESTAMP column of the left side: that column.
+    fn until_bound(&self, e: &Expr) -> Option<usize> {
+        let Expr::BinaryOp { left, op, right } = e else { return None };
+        let (time, column) = match op {
+            BinaryOperator::LtEq | BinaryOperator::Lt => (left, right),
+            BinaryOperator::GtEq | BinaryOperator::Gt => (right, left),
+            _ => return None,
+        };
+        self.until_column(time, column)
+    }
+
+    /// `right.ts BETWEEN left.ts [± INTERVAL] AND left.c`: the column, and
+    /// the lower bound on `right − left` the low end gives.
+    fn until_between(&self, expr: &Expr, low: &Expr, high: &Expr) -> Result<Option<(usize, i64)>, SqlError> {
+        let Some(until) = self.until_column(expr, high) else { return Ok(None) };
+        let at_least =
+            Expr::BinaryOp { left: Box::new(expr.clone()), op: BinaryOperator::GtEq, right: Box::new(low.clone()) };
+        match self.time_bound(&at_least)?.as_deref() {
+            Some([(true, lower)]) => Ok(Some((until, *lower))),
+            _ => Ok(None),
+        }
+    }
+
+    /// `time` is the right side's event time (no offset) and `column` a
+    /// left TIMESTAMP column other than its event time.
+    fn until_column(&self, time: &Expr, column: &Expr) -> Option<usize> {
+        let idents = |e: &Expr| -> Option<Vec<Ident>> {
+            match e {
+                Expr::Identifier(id) => Some(vec![id.clone()]),
+                Expr::CompoundIdentifier(ids) => Some(ids.clone()),
+                Expr::Nested(inner) => match inner.as_ref() {
+                    Expr::Identifier(id) => Some(vec![id.clone()]),
+                    Expr::CompoundIdentifier(ids) => Some(ids.clone()),
+                    _ => None,
+                },
+                _ => None,
+            }
+        };
+        let (t, c) = (idents(time)?, idents(column)?);
+        let (1, tc) = self.resolve(&t, time).ok()?? else { return None };
+        let (0, cc) = self.resolve(&c, column).ok()?? else { return None };
+        let (right, left) = (&self.sides[1], &self.sides[0]);
+        let timestamp = left.spec.schema.columns.get(cc).is_some_and(|x| x.type_ == ColumnType::Timestamp);
+        (right.event_time() == Some(tc) && left.event_time() != Some(cc) && timestamp).then_some(cc)
+    }
+
     /// A conjunct comparing the sides' event times: bounds on `right −
     /// left`, each `(is_lower, value)`; `None` if it is not one.
     fn time_bound(&self, e: &Expr) -> Result<Option<Vec<(bool, i64)>>, SqlError> {
@@ -1644,7 +1732,7 @@ fn sql_type(t: ColumnType) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec, TableSpec};
+    use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SourceSpec, TableSpec};
     use sluice_plan::{OperatorPlan, Partitioning, StageOutput, TableVersion};
 
     use crate::plan_dataflow;
@@ -1676,6 +1764,34 @@ mod tests {
                 )
             },
         ]
+    }
+
+    /// Nexmark q9's bound, `b.ts BETWEEN a.ts AND a.expires`: the low end
+    /// bounds `right − left`, the high end is a left column (kept as a
+    /// residual) by which left rows are let go; an outer join with it, or
+    /// an upper end on a right column, is not one.
+    #[test]
+    fn a_bound_by_a_left_column_lets_left_rows_go_by_it() {
+        let mut sources = sources();
+        sources[1].table = None;
+        sources[0].schema.columns.push(ColumnSpec::field("until", ColumnType::Timestamp, false));
+        let sql = "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id AND c.ts BETWEEN o.ts AND o.until";
+        let flow = plan_dataflow(sql, &sources, 2).unwrap();
+        let OperatorPlan::Join(join) = &flow.stages[1].plan.operator else { panic!("{flow:?}") };
+        assert_eq!((join.lower, join.upper, join.until), (0, i64::MAX, Some(3)), "{join:?}");
+        assert!(join.residual.is_some(), "the column comparison stays a residual");
+        let flow = plan_dataflow(&sql.replace("BETWEEN o.ts AND o.until", "<= o.until AND c.ts >= o.ts"), &sources, 2);
+        let OperatorPlan::Join(join) = &flow.unwrap().stages[1].plan.operator else { panic!() };
+        assert_eq!((join.lower, join.until), (0, Some(3)));
+        let err = plan_dataflow(&sql.replace(" JOIN ", " LEFT JOIN "), &sources, 2).unwrap_err();
+        assert!(err.message.contains("needs both ends"), "{err}");
+        let flow = plan_dataflow(
+            &sql.replace("BETWEEN o.ts AND o.until", "BETWEEN o.ts AND o.ts + INTERVAL '1' SECOND"),
+            &sources,
+            2,
+        );
+        let OperatorPlan::Join(join) = &flow.unwrap().stages[1].plan.operator else { panic!() };
+        assert_eq!((join.upper, join.until), (1_000, None));
     }
 
     /// Without a time bound an INNER join of two streams is a regular
@@ -1901,6 +2017,9 @@ mod tests {
         assert!(outer.stages[1].plan.having.is_some());
         let err = plan_dataflow("SELECT P.nmae FROM auction A JOIN person P ON A.seller = P.id", &nexmark, 2);
         assert!(err.unwrap_err().message.contains("did you mean `name`?"), "suggested from every declared column");
+        let flow = plan_dataflow("SELECT A.*, P.name FROM auction A JOIN person P ON A.seller = P.id", &nexmark, 2);
+        let layout = flow.unwrap().stages[1].plan.source.schema.fields.len();
+        assert_eq!(layout, 4 + 2 + 2, "every column of A, the two of P it names, and the layout's two");
         let flow = plan_dataflow("SELECT * FROM auction A JOIN person P ON A.seller = P.id", &nexmark, 2).unwrap();
         assert_eq!(flow.stages[1].plan.source.schema.fields.len(), 10, "every column, and the layout's two");
     }
