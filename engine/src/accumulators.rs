@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::group_keys::{KeyEncoder, hash_key};
 use crate::Error;
-use sluice_plan::{AggFunc, AggregateCall, DataType};
+use sluice_plan::{AggFunc, AggregateCall, DataType, Scalar};
 use sluice_plan::{Column, ColumnData};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -301,6 +301,32 @@ impl Accumulator {
                         ColumnData::Null(_) => "null",
                     }
                 )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes one value folded into group `g` back out (`value` NULL for
+    /// COUNT(*)'s row or a NULL argument, which only COUNT(*) counted).
+    pub fn retract(&mut self, g: usize, value: &Scalar, star: bool) -> Result<(), Error> {
+        match (self, value) {
+            (Self::Count { counts }, _) if star => counts[g] -= 1,
+            (_, Scalar::Null) => {}
+            (Self::Count { counts }, _) => counts[g] -= 1,
+            (Self::SumInt { sums, seen }, Scalar::Bigint(v)) => {
+                sums[g] -= i128::from(*v);
+                seen[g] -= 1;
+            }
+            (Self::SumFloat { sums, seen }, Scalar::Double(v)) => {
+                sums[g] -= v;
+                seen[g] -= 1;
+            }
+            (Self::Avg { sums, counts }, Scalar::Double(v)) => {
+                sums[g] -= v;
+                counts[g] -= 1;
+            }
+            (acc, _) => {
+                return Err(Error::Internal(format!("accumulator {} cannot take a value back", acc.name())));
             }
         }
         Ok(())

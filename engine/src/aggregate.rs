@@ -27,7 +27,7 @@ pub struct AggregateOperator {
     plan: AggregatePlan,
     group_types: Vec<DataType>,
     table: GroupTable,
-    accs: Vec<Accumulator>,
+    pub(crate) accs: Vec<Accumulator>,
     /// (start, end) of each group's window.
     bounds: Vec<(i64, i64)>,
     /// Open windows by end: the groups the watermark will close.
@@ -35,7 +35,9 @@ pub struct AggregateOperator {
     touched: Vec<u32>,
     touched_flag: Vec<bool>,
     rows: Vec<u32>,
-    gids: Vec<u32>,
+    /// The group of each row of the last batch folded (scratch; read by
+    /// the upsert aggregate, which records where each key's row went).
+    pub(crate) gids: Vec<u32>,
     /// Whether each of `gids` was created by its row (scratch).
     fresh: Vec<bool>,
     key: Vec<u8>,
@@ -244,7 +246,7 @@ impl AggregateOperator {
     }
 
     /// Appends group `g` as one intermediate row.
-    fn emit_group(&self, g: u32, out: &mut Batch) -> Result<(), Error> {
+    pub(crate) fn emit_group(&self, g: u32, out: &mut Batch) -> Result<(), Error> {
         let ng = self.group_types.len();
         let windowed = self.plan.window.is_some();
         decode_key_into(self.table.key(g), if windowed { 8 } else { 0 }, &self.group_types, &mut out.columns[..ng])?;
@@ -274,7 +276,7 @@ impl AggregateOperator {
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
     }
 
-    fn to_state(&self) -> AggregateStateRef<'_> {
+    pub(crate) fn to_state(&self) -> AggregateStateRef<'_> {
         AggregateStateRef {
             table: self.table.to_state(),
             accs: &self.accs,
@@ -283,7 +285,7 @@ impl AggregateOperator {
         }
     }
 
-    fn restore_state(&mut self, state: AggregateState) {
+    pub(crate) fn restore_state(&mut self, state: AggregateState) {
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
         for acc in &mut self.accs {

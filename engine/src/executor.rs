@@ -19,6 +19,7 @@ use super::session::SessionOperator;
 use super::stateless::Stateless;
 use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
+use super::upsert_aggregate::UpsertAggregateOperator;
 use crate::Error;
 use sluice_plan::{Batch, Selection};
 use sluice_plan::{
@@ -105,6 +106,7 @@ impl Engine {
             OperatorPlan::Stateless => Box::new(Stateless),
             OperatorPlan::Aggregate(a) => match a.window {
                 Some(TimeWindow::Session { gap_ms }) => Box::new(SessionOperator::new(a, gap_ms)),
+                _ if !a.upsert_key.is_empty() => Box::new(UpsertAggregateOperator::new(a)),
                 _ => Box::new(AggregateOperator::new(a)),
             },
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),

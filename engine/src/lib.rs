@@ -19,6 +19,7 @@ mod session;
 mod stateless;
 mod table_join;
 mod top_n;
+mod upsert_aggregate;
 
 pub use error::Error;
 pub use executor::{Engine, EngineOptions, EngineStats};

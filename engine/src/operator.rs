@@ -69,6 +69,7 @@ pub enum OperatorTag {
     Merge = 5,
     Join = 6,
     TableJoin = 7,
+    UpsertAggregate = 8,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -209,6 +209,13 @@ impl AggFunc {
     pub fn merges(self) -> bool {
         matches!(self, Self::CountStar | Self::Count | Self::Sum | Self::Min | Self::Max | Self::Avg)
     }
+
+    /// Whether a value folded in can be taken back out (an aggregate over
+    /// an updating input, see [`AggregatePlan::upsert_key`]): MIN and MAX
+    /// would have to keep every value to find the next extreme.
+    pub fn retracts(self) -> bool {
+        matches!(self, Self::CountStar | Self::Count | Self::Sum | Self::Avg)
+    }
 }
 
 /// GROUP BY (with an optional time window). Intermediate columns are the
@@ -218,6 +225,12 @@ pub struct AggregatePlan {
     pub group_exprs: Vec<PhysExpr>,
     pub aggregates: Vec<AggregateCall>,
     pub window: Option<TimeWindow>,
+    /// When not empty, the input is a changelog keyed by these (the rows
+    /// of an updating aggregate, keyed by its group): a row replaces the
+    /// last one of its key, whose contribution is taken back first. Only
+    /// aggregates that can take a value back (`AggFunc::retracts`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upsert_key: Vec<PhysExpr>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,6 +261,21 @@ impl AggFunc {
             "VAR_POP" => Self::VarPop,
             _ => return None,
         })
+    }
+
+    /// The function's SQL name (COUNT(*) is COUNT).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::CountStar | Self::Count => "COUNT",
+            Self::Sum => "SUM",
+            Self::Min => "MIN",
+            Self::Max => "MAX",
+            Self::Avg => "AVG",
+            Self::StddevSamp => "STDDEV_SAMP",
+            Self::StddevPop => "STDDEV_POP",
+            Self::VarSamp => "VAR_SAMP",
+            Self::VarPop => "VAR_POP",
+        }
     }
 
     /// Result type for an argument of type `arg`.

@@ -76,6 +76,7 @@ fn split_global(plan: &Plan) -> Option<Dataflow> {
         group_exprs: Vec::new(),
         aggregates: partial_calls,
         window: aggregate.window,
+        upsert_key: Vec::new(),
     });
     let partial = first_stage(plan, operator, schema.clone(), columns, keys, plan.emit);
     let merge = last_stage(plan, schema, OperatorPlan::Merge(MergePlan { window, calls }));
@@ -106,13 +107,22 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
     let value = PhysExpr::Column { index: 0, data_type };
     // GROUP BY the value without aggregates: a group's one row is emitted
     // when it first appears.
-    let operator =
-        OperatorPlan::Aggregate(AggregatePlan { group_exprs: vec![arg], aggregates: Vec::new(), window: None });
+    let operator = OperatorPlan::Aggregate(AggregatePlan {
+        group_exprs: vec![arg],
+        aggregates: Vec::new(),
+        window: None,
+        upsert_key: Vec::new(),
+    });
     let outputs = vec![OutputColumn { name: "value".into(), expr: value.clone() }];
     let partial = first_stage(plan, operator, schema.clone(), outputs, Vec::new(), EmitMode::Changes);
     let aggregates =
         aggregate.aggregates.iter().map(|a| AggregateCall { arg: Some(value.clone()), ..a.clone() }).collect();
-    let operator = OperatorPlan::Aggregate(AggregatePlan { group_exprs: Vec::new(), aggregates, window: None });
+    let operator = OperatorPlan::Aggregate(AggregatePlan {
+        group_exprs: Vec::new(),
+        aggregates,
+        window: None,
+        upsert_key: Vec::new(),
+    });
     let merge = last_stage(plan, schema, operator);
     Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })
 }

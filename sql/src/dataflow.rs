@@ -9,7 +9,9 @@
 //! already keyed right (`partitionKey`), there is one stage and no exchange.
 
 use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
-use sluice_plan::{Dataflow, EmitMode, Partitioning, SqlError, Stage, StageOutput};
+use sluice_plan::{
+    Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage, StageOutput,
+};
 use sqlparser::ast::{Ident, Query, SetExpr, Spanned, TableFactor};
 use sqlparser::tokenizer::Span;
 
@@ -35,6 +37,12 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
 fn plan_stages(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut parsed = rewrite::parse(sql)?;
     crate::nested::resolve_nested_fields(&mut parsed, sources);
+    plan_parsed_stages(parsed, sources, partitions)
+}
+
+/// The stages of a parsed query (the whole query, or an aggregating
+/// subquery an outer aggregate reads).
+fn plan_parsed_stages(mut parsed: ParsedQuery, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     // First: a top-N's subquery may join (Nexmark q9), or read a union.
     crate::top_n::take_top_n(&mut parsed)?;
     if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
@@ -75,19 +83,28 @@ fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
     Some(InnerQuery { query: inner, name: name.value, span })
 }
 
-/// `SELECT … FROM (SELECT … GROUP BY …, <window>) GROUP BY …` — an
-/// aggregate over the rows of a windowed aggregate (Nexmark q5's shape).
-/// The inner query is planned as usual; its rows — one per window and
-/// group, final, so append-only — cross an exchange keyed by the outer
+/// `SELECT … FROM (SELECT … GROUP BY …) GROUP BY …`: an aggregate over
+/// the rows of an aggregate. The inner query is planned as any query (it
+/// may join: Nexmark q4); its rows cross an exchange keyed by the outer
 /// query's state key, and the outer query is planned over them as over a
 /// source named by the subquery's alias.
+///
+/// A windowed inner aggregate (EMIT FINAL: Nexmark q5's shape) emits each
+/// row once, final: the outer one folds them as any rows. Any other inner
+/// aggregate updates its rows: each is the latest of its group, so the
+/// outer aggregate takes the group's last row back before folding the new
+/// one (`AggregatePlan::upsert_key`, as Flink retracts and ksqlDB
+/// aggregates a table). That needs outer aggregates that can take a value
+/// back (COUNT, SUM, AVG), and outer groups the inner group decides (its
+/// GROUP BY columns), so every version of an inner group meets on the
+/// same partition, in the same outer group.
 fn aggregate_over_aggregate(
     mut outer: ParsedQuery,
     inner: InnerQuery,
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Dataflow, SqlError> {
-    let mut inner_parsed = ParsedQuery {
+    let inner_parsed = ParsedQuery {
         query: Box::new(inner.query),
         window: None,
         emit: None,
@@ -95,24 +112,39 @@ fn aggregate_over_aggregate(
         top_n: None,
         as_of: Vec::new(),
     };
-    let inner_plan = plan_parsed(&mut inner_parsed, sources)?;
-    if !(inner_plan.is_windowed() && inner_plan.emit == EmitMode::Final) {
-        return Err(SqlError::at_span(
-            inner.span,
-            "an aggregate over a subquery's aggregate needs the subquery to aggregate per time window with \
-             EMIT FINAL (its default): each of its rows must be final, never updated",
-        ));
-    }
-    let mut flow = cut(inner_plan, partitions)?;
+    let mut flow = plan_parsed_stages(inner_parsed, sources, partitions)?;
     let Some(last) = flow.stages.last_mut() else {
         return Err(SqlError::unpositioned("internal: a dataflow without stages"));
     };
+    let groups = match &last.plan.operator {
+        OperatorPlan::Aggregate(a) if last.plan.is_windowed() && last.plan.emit == EmitMode::Final => None,
+        OperatorPlan::Aggregate(a) if a.window.is_none() && last.plan.having.is_none() => Some(a.group_exprs.len()),
+        _ => {
+            return Err(SqlError::at_span(
+                inner.span,
+                "an aggregate over a subquery's aggregate needs the subquery to GROUP BY (without HAVING), or to \
+                 aggregate per time window with EMIT FINAL",
+            ));
+        }
+    };
+    // An updating inner aggregate also writes its group, which keys its rows.
+    let visible = last.plan.outputs.len();
+    if let Some(n) = groups {
+        for g in 0..n {
+            let data_type = last.plan.intermediate.fields[g].data_type;
+            let expr = PhysExpr::Column { index: g, data_type };
+            last.plan.outputs.push(OutputColumn { name: format!("__group{g}"), expr });
+        }
+    }
     let mut columns = Vec::with_capacity(last.plan.outputs.len());
     for o in &last.plan.outputs {
         columns.push(ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false));
     }
     let source = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&inner.name, &[]) };
     let mut plan = plan_parsed(&mut outer, &[source])?;
+    if groups.is_some() {
+        updating_input(&mut plan, &last.plan, visible, inner.span)?;
+    }
     // The inner rows go to the partition of the outer state key: the inner
     // output columns the outer query keeps state by (all of its rows on
     // one partition for a global aggregate; spread as before when it
@@ -130,6 +162,55 @@ fn aggregate_over_aggregate(
     plan.partitioning = Partitioning::ByExchange;
     flow.stages.push(Stage { plan, output: StageOutput::Sink });
     Ok(flow)
+}
+
+/// Makes `plan` (the outer query) aggregate the rows of the updating
+/// aggregate `inner`, whose first `visible` outputs the query reads and
+/// whose group follows them (`__group0`, …): keyed by that group, if the
+/// outer query can aggregate a changelog.
+fn updating_input(plan: &mut Plan, inner: &Plan, visible: usize, at: Span) -> Result<(), SqlError> {
+    let refused = |why: &str| {
+        SqlError::at_span(
+            at,
+            format!(
+                "this subquery's aggregate updates its rows (it has no time window), so the aggregate over it \
+                 takes each group's last row back before adding its new one: {why}"
+            ),
+        )
+    };
+    let OperatorPlan::Aggregate(outer) = &mut plan.operator else {
+        return Err(refused("the outer query must aggregate (GROUP BY, no OVER window or top-N)"));
+    };
+    if outer.window.is_some() {
+        return Err(refused("the outer query cannot have a time window"));
+    }
+    if let Some(a) = outer.aggregates.iter().find(|a| !a.func.retracts() || a.distinct) {
+        return Err(refused(&format!(
+            "{}{} cannot take a value back (COUNT, SUM and AVG can)",
+            a.func.name(),
+            if a.distinct { " DISTINCT" } else { "" }
+        )));
+    }
+    // An outer group must be one of the inner group's columns: then every
+    // version of an inner group is in one outer group, on one partition.
+    let inner_groups = inner.outputs.len() - visible;
+    for e in &outer.group_exprs {
+        let grouped = e.as_column().and_then(|c| inner.outputs.get(c)).is_some_and(|o| {
+            o.expr.as_column().is_some_and(|g| g < inner_groups) && inner.outputs[..visible].contains(o)
+        });
+        if !grouped {
+            return Err(refused("the outer GROUP BY may only name the subquery's GROUP BY columns"));
+        }
+    }
+    outer.upsert_key = (visible..inner.outputs.len())
+        .map(|c| PhysExpr::Column { index: c, data_type: inner.outputs[c].expr.data_type() })
+        .collect();
+    for c in visible..inner.outputs.len() {
+        if let Some(u) = plan.used_columns.get_mut(c) {
+            *u = true;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -305,15 +386,31 @@ mod tests {
         assert_eq!(d.stages[2].plan.partitioning, Partitioning::ByExchange);
     }
 
+    /// Over an updating aggregate: the outer aggregate is keyed by the
+    /// inner group (its hidden `__group` columns), routed by its own group;
+    /// what cannot take a value back, or groups by what the inner computes,
+    /// is refused at the subquery.
     #[test]
-    fn an_aggregate_over_an_updating_aggregate_is_refused_at_the_subquery() {
-        let err = plan_dataflow(
-            "SELECT MAX(n) FROM (SELECT symbol, COUNT(*) AS n FROM trades GROUP BY symbol) AS c",
-            &[trades()],
-            4,
-        )
-        .unwrap_err();
-        assert_eq!((err.line, err.column), (1, 21), "{err}");
-        assert!(err.message.contains("EMIT FINAL"), "{err}");
+    fn an_aggregate_over_an_updating_aggregate_takes_each_groups_last_row_back() {
+        let inner = "(SELECT trader, symbol, SUM(qty) AS n FROM trades GROUP BY trader, symbol) AS c";
+        let d = plan_dataflow(&format!("SELECT symbol, AVG(n) AS a FROM {inner} GROUP BY symbol"), &[trades()], 4)
+            .unwrap();
+        let [sums, avg] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
+        let names: Vec<&str> = sums.plan.outputs.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["trader", "symbol", "n", "__group0", "__group1"]);
+        let keys: Vec<&str> = sums.plan.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(keys, ["symbol"], "routed by the outer group");
+        let OperatorPlan::Aggregate(a) = &avg.plan.operator else { panic!("{avg:?}") };
+        assert_eq!(a.upsert_key.len(), 2);
+        assert!(avg.plan.used_columns[3] && avg.plan.used_columns[4], "the group columns are read");
+        for (sql, message) in [
+            (format!("SELECT MAX(n) FROM {inner}"), "MAX cannot take a value back"),
+            (format!("SELECT n, COUNT(*) FROM {inner} GROUP BY n"), "may only name the subquery's GROUP BY columns"),
+            (format!("SELECT symbol, n FROM {inner}"), "the outer query must aggregate"),
+        ] {
+            let err = plan_dataflow(&sql, &[trades()], 4).unwrap_err();
+            assert_eq!((err.line, err.column), (1, sql.find("(SELECT").unwrap() as u64 + 2), "{err}");
+            assert!(err.message.contains(message), "{sql}: {err}");
+        }
     }
 }

@@ -136,7 +136,7 @@ impl Planner<'_> {
         }
         let emit = if window.is_some() { EmitMode::Final } else { EmitMode::Changes };
         Ok((
-            OperatorPlan::Aggregate(AggregatePlan { group_exprs, aggregates, window }),
+            OperatorPlan::Aggregate(AggregatePlan { group_exprs, aggregates, window, upsert_key: Vec::new() }),
             intermediate,
             outputs,
             keys,

@@ -1,0 +1,259 @@
+//! GROUP BY over a changelog: the rows of an updating aggregate, keyed by
+//! its group (Nexmark q4: per category, the average of each auction's
+//! running highest bid, `AggregatePlan::upsert_key`).
+//!
+//! Each input row is the latest version of its key and replaces the one
+//! before: that one's aggregate arguments are taken back out of the group
+//! it went to (`Accumulator::retract`), then the new row is folded in as
+//! any aggregate folds a row. Within a batch only each key's last row
+//! counts — the versions before it are superseded in the same batch —
+//! so a batch is one retraction and one fold per key, whatever its
+//! batching. A group whose key moved to another group is emitted again
+//! too. Only aggregates that can take a value back are planned here
+//! (`AggFunc::retracts`); the group table and accumulators are the plain
+//! aggregate's.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
+use crate::group_keys::KeyEncoder;
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use sluice_plan::{AggFunc, AggregatePlan, Batch, Column, PhysExpr, Scalar, Selection, eval};
+
+#[derive(Debug)]
+pub struct UpsertAggregateOperator {
+    inner: AggregateOperator,
+    key_exprs: Vec<PhysExpr>,
+    arg_exprs: Vec<Option<PhysExpr>>,
+    /// Per aggregate: whether it is COUNT(*) (which counts NULL rows too).
+    star: Vec<bool>,
+    /// Per key (encoded): the group its last row went to, and that row's
+    /// aggregate arguments, to take back when the key's next row comes.
+    last: HashMap<Vec<u8>, (u32, Vec<Scalar>)>,
+    /// Scratch, reused batch to batch: the batch's keys back to back, where
+    /// each ends, the rows by key, and the rows that count.
+    keys: Vec<u8>,
+    ends: Vec<usize>,
+    order: Vec<u32>,
+    keep: Vec<u32>,
+    moved: Vec<u32>,
+}
+
+#[derive(Serialize)]
+struct UpsertStateRef<'a> {
+    inner: AggregateStateRef<'a>,
+    last: Vec<(&'a [u8], u32, &'a [Scalar])>,
+}
+
+#[derive(Deserialize)]
+struct UpsertState {
+    inner: AggregateState,
+    last: Vec<(Vec<u8>, u32, Vec<Scalar>)>,
+}
+
+impl UpsertAggregateOperator {
+    pub fn new(plan: &AggregatePlan) -> Self {
+        Self {
+            inner: AggregateOperator::new(plan),
+            key_exprs: plan.upsert_key.clone(),
+            arg_exprs: plan.aggregates.iter().map(|a| a.arg.clone()).collect(),
+            star: plan.aggregates.iter().map(|a| a.func == AggFunc::CountStar).collect(),
+            last: HashMap::new(),
+            keys: Vec::new(),
+            ends: Vec::new(),
+            order: Vec::new(),
+            keep: Vec::new(),
+            moved: Vec::new(),
+        }
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.keys[start..self.ends[i]]
+    }
+
+    /// The rows of the selection that count: each key's last, in arrival
+    /// order, with `ends` and `keys` holding every selected row's key.
+    fn last_per_key(&mut self, batch: &Batch, selection: &Selection<'_>) -> Result<Vec<u32>, Error> {
+        let n = batch.len;
+        let columns: Vec<Cow<'_, Column>> =
+            self.key_exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
+        let refs: Vec<&Column> = columns.iter().map(AsRef::as_ref).collect();
+        let encoder = KeyEncoder::new(&refs);
+        self.keys.clear();
+        self.ends.clear();
+        let mut rows = Vec::with_capacity(selection.len());
+        selection.for_each(|r| {
+            encoder.encode(r, &mut self.keys);
+            self.ends.push(self.keys.len());
+            rows.push(u32::try_from(r).unwrap_or(u32::MAX));
+        });
+        // By key, then arrival: the last of each run of one key counts.
+        self.order.clear();
+        self.order.extend(0..u32::try_from(rows.len()).unwrap_or(u32::MAX));
+        let mut order = std::mem::take(&mut self.order);
+        order.sort_by(|&a, &b| self.key(a as usize).cmp(self.key(b as usize)).then(a.cmp(&b)));
+        self.keep.clear();
+        for (i, &at) in order.iter().enumerate() {
+            let next = order.get(i + 1).map(|&b| self.key(b as usize));
+            if next != Some(self.key(at as usize)) {
+                self.keep.push(at);
+            }
+        }
+        self.order = order;
+        self.keep.sort_unstable();
+        Ok(rows)
+    }
+}
+
+impl Operator for UpsertAggregateOperator {
+    fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
+        let batch = input.batch;
+        let rows = self.last_per_key(batch, &input.selection)?;
+        // Take back what each counting row's key contributed before.
+        self.moved.clear();
+        for &at in &self.keep {
+            let Some((gid, args)) = self.last.get(self.key(at as usize)) else { continue };
+            for ((acc, value), star) in self.inner.accs.iter_mut().zip(args).zip(&self.star) {
+                acc.retract(*gid as usize, value, *star)?;
+            }
+            self.moved.push(*gid);
+        }
+        let counting: Vec<u32> = self.keep.iter().map(|&at| rows[at as usize]).collect();
+        let only = BatchInput { selection: Selection::Rows(&counting), ..*input };
+        self.inner.process(&only, out)?;
+        // Where each counting row went, and what it brought.
+        let n = batch.len;
+        let args: Vec<Option<Cow<'_, Column>>> = self
+            .arg_exprs
+            .iter()
+            .map(|e| e.as_ref().map(|e| Ok::<_, Error>(eval(e, batch)?.into_column(n))).transpose())
+            .collect::<Result<_, Error>>()?;
+        let placed: Vec<u32> = self.inner.gids.clone();
+        for ((&at, &row), &gid) in self.keep.iter().zip(&counting).zip(&placed) {
+            let start = if at == 0 { 0 } else { self.ends[at as usize - 1] };
+            let key = &self.keys[start..self.ends[at as usize]];
+            let values = args.iter().map(|a| a.as_ref().map_or(Scalar::Null, |c| c.scalar(row as usize)));
+            match self.last.get_mut(key) {
+                Some((g, kept)) => {
+                    *g = gid;
+                    kept.clear();
+                    kept.extend(values);
+                }
+                None => {
+                    self.last.insert(key.to_vec(), (gid, values.collect()));
+                }
+            }
+        }
+        // A group a key left (its new row went to another) changed too.
+        self.moved.retain(|g| !placed.contains(g));
+        self.moved.sort_unstable();
+        self.moved.dedup();
+        if input.emit_changes {
+            for &g in &self.moved {
+                self.inner.emit_group(g, out.rows)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        self.inner.on_watermark(watermark, emit, rows)
+    }
+
+    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+        self.inner.finish(emit, rows)
+    }
+
+    fn state_size(&self) -> StateSize {
+        let inner = self.inner.state_size();
+        let per_key = size_of::<(Vec<u8>, u32, Vec<Scalar>)>() + self.star.len() * size_of::<Scalar>();
+        let keys: usize = self.last.keys().map(Vec::len).sum();
+        StateSize { bytes: inner.bytes + keys + self.last.len() * per_key, entries: inner.entries + self.last.len() }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let last = self.last.iter().map(|(k, (g, v))| (k.as_slice(), *g, v.as_slice())).collect();
+        write_state(OperatorTag::UpsertAggregate, &UpsertStateRef { inner: self.inner.to_state(), last }, out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let state: UpsertState = read_state(OperatorTag::UpsertAggregate, bytes)?;
+        self.inner.restore_state(state.inner);
+        self.last = state.last.into_iter().map(|(k, g, v)| (k, (g, v))).collect();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::empty_batch;
+    use sluice_plan::{AggregateCall, DataType};
+
+    /// Input (auction, category, final); per category AVG(final) and COUNT(*).
+    const TYPES: [DataType; 3] = [DataType::Bigint, DataType::Bigint, DataType::Double];
+    const OUT: [DataType; 3] = [DataType::Bigint, DataType::Double, DataType::Bigint];
+
+    fn plan() -> AggregatePlan {
+        let col = |index, data_type| PhysExpr::Column { index, data_type };
+        let call = |func, arg, data_type| AggregateCall { func, arg, distinct: false, data_type };
+        AggregatePlan {
+            group_exprs: vec![col(1, DataType::Bigint)],
+            aggregates: vec![
+                call(AggFunc::Avg, Some(col(2, DataType::Double)), DataType::Double),
+                call(AggFunc::CountStar, None, DataType::Bigint),
+            ],
+            window: None,
+            upsert_key: vec![col(0, DataType::Bigint), col(1, DataType::Bigint)],
+        }
+    }
+
+    fn run(op: &mut UpsertAggregateOperator, rows: &[(i64, i64, f64)]) -> Vec<(i64, f64, i64)> {
+        let mut b = empty_batch(&TYPES);
+        for &(a, c, f) in rows {
+            b.columns[0].push_i64(a).unwrap();
+            b.columns[1].push_i64(c).unwrap();
+            b.columns[2].push_scalar(&Scalar::Double(f)).unwrap();
+            b.len += 1;
+        }
+        let zeros = vec![0; rows.len()];
+        let input = BatchInput {
+            batch: &b,
+            selection: Selection::All(b.len),
+            event_times: &zeros,
+            watermark_before: &zeros,
+            per_record: false,
+            emit_changes: true,
+            upstreams: &[],
+        };
+        let mut out = empty_batch(&OUT);
+        let (mut columns, mut late) = (Vec::new(), Vec::new());
+        op.process(&input, &mut OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late }).unwrap();
+        (0..out.len)
+            .map(|r| match (out.columns[0].scalar(r), out.columns[1].scalar(r), out.columns[2].scalar(r)) {
+                (Scalar::Bigint(c), Scalar::Double(a), Scalar::Bigint(n)) => (c, a, n),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A key's new row replaces its old one in its group's aggregates, in
+    /// the same batch or a later one, before and after a restore.
+    #[test]
+    fn a_new_row_of_a_key_replaces_its_last_in_the_group() {
+        let mut op = UpsertAggregateOperator::new(&plan());
+        assert_eq!(run(&mut op, &[(1, 10, 4.0), (2, 10, 8.0)]), [(10, 6.0, 2)]);
+        // Auction 1's highest bid rises to 10, twice in one batch: 10 counts.
+        assert_eq!(run(&mut op, &[(1, 10, 6.0), (1, 10, 10.0), (3, 11, 1.0)]), [(10, 9.0, 2), (11, 1.0, 1)]);
+        let saved = op.snapshot(Vec::new()).unwrap();
+        let mut op = UpsertAggregateOperator::new(&plan());
+        op.restore(&saved).unwrap();
+        assert_eq!(run(&mut op, &[(2, 10, 12.0)]), [(10, 11.0, 2)]);
+        assert_eq!(op.state_size().entries, 2 + 3, "two groups, three keys");
+    }
+}
