@@ -393,8 +393,8 @@ mod tests {
     #[test]
     fn an_aggregate_over_an_updating_aggregate_takes_each_groups_last_row_back() {
         let inner = "(SELECT trader, symbol, SUM(qty) AS n FROM trades GROUP BY trader, symbol) AS c";
-        let d = plan_dataflow(&format!("SELECT symbol, AVG(n) AS a FROM {inner} GROUP BY symbol"), &[trades()], 4)
-            .unwrap();
+        let d =
+            plan_dataflow(&format!("SELECT symbol, AVG(n) AS a FROM {inner} GROUP BY symbol"), &[trades()], 4).unwrap();
         let [sums, avg] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
         let names: Vec<&str> = sums.plan.outputs.iter().map(|o| o.name.as_str()).collect();
         assert_eq!(names, ["trader", "symbol", "n", "__group0", "__group1"]);

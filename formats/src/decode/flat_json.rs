@@ -261,8 +261,34 @@ fn skip_scalar(p: &[u8], i: usize) -> Option<usize> {
 #[inline]
 fn plain_string(p: &[u8], start: usize) -> Option<(&[u8], usize)> {
     let rest = p.get(start..)?;
-    let end = rest.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    let skip = plain_run(rest);
+    let end = skip + rest[skip..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
     (rest[end] == b'"').then(|| (&rest[..end], start + end + 1))
+}
+
+/// How many bytes at the start of `s` are, eight at a time, none of `"`,
+/// `\` or a control character (long text fields are most of a record's
+/// bytes). Each test flags a byte that is; the lowest flag is exact (a
+/// borrow only runs upwards), so the first such byte is in the word where
+/// this stops.
+fn plain_run(s: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut i = 0;
+    while let Some(word) = s.get(i..i + 8) {
+        let mut bytes = [0; 8];
+        bytes.copy_from_slice(word);
+        let x = u64::from_le_bytes(bytes);
+        let hit = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
+        if hit != 0 {
+            return i + (hit.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i
 }
 
 /// A JSON number at `p[i..]`: the index after it, and whether it is an
@@ -316,6 +342,26 @@ fn ws(p: &[u8], mut i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-at-a-time scan stops in the word of the first quote,
+    /// backslash or control character, wherever it is and whatever comes
+    /// after it (multi-byte UTF-8 and DEL are plain text).
+    #[test]
+    fn a_plain_run_ends_before_the_first_byte_a_string_must_stop_at() {
+        let text = "héllo wörld ~\u{7f} plain text, long enough for several words".as_bytes();
+        for stop in [b'"', b'\\', 0x00, 0x1f, b'\n'] {
+            for at in 0..text.len() {
+                let mut s = text.to_vec();
+                s[at] = stop;
+                s.push(b'"');
+                let first = s.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).unwrap();
+                let run = plain_run(&s);
+                assert!(run <= first && first < run + 8, "stop {stop:#x} at {at}: run {run}, first {first}");
+                assert_eq!(plain_string(&s, 0).map(|(b, _)| b.len()), (s[first] == b'"').then_some(first));
+            }
+        }
+        assert_eq!(plain_run(text), text.len() / 8 * 8, "no stop: every whole word");
+    }
 
     #[test]
     fn numbers_follow_the_json_grammar() {
