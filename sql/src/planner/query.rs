@@ -97,7 +97,11 @@ impl<'q> Planner<'q> {
                 }
             },
             [t] => {
-                return Err(SqlError::at_node(&t.joins[0].relation, "JOIN is not supported yet: one source per query"));
+                return Err(SqlError::at_node(
+                    &t.joins[0].relation,
+                    "JOIN is not supported here yet: a join's rows are read by the query that joins, or by an \
+                     aggregate or a top-N over it — not by an OVER window, or through a further subquery",
+                ));
             }
             [_, second, ..] => {
                 return Err(SqlError::at_node(&second.relation, "one source per query (no comma joins)"));
