@@ -24,6 +24,7 @@ use crate::views::{aggregates_rows, column_type, table_named};
 /// Plans `sql` for sources of `partitions` partitions.
 pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     let mut flow = plan_stages(sql, sources, partitions)?;
+    one_stateful_reader(&flow)?;
     // Last: nothing after this reads a plan's expressions but the engine.
     for stage in &mut flow.stages {
         stage.plan.share_subexpressions();
@@ -32,6 +33,30 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
         branch.plan.share_subexpressions();
     }
     Ok(flow)
+}
+
+/// A source two plans read (a self-join) is read once for both, and its
+/// offsets are committed once, with one plan's state pointer: at most one
+/// of them may keep state.
+fn one_stateful_reader(flow: &Dataflow) -> Result<(), SqlError> {
+    let plans: Vec<&Plan> = flow.source_plans().collect();
+    for (i, p) in plans.iter().enumerate() {
+        let stateful = |q: &&&Plan| {
+            q.source.name.eq_ignore_ascii_case(&p.source.name) && !matches!(q.operator, OperatorPlan::Stateless)
+        };
+        if plans[..i].iter().any(|q| q.source.name.eq_ignore_ascii_case(&p.source.name))
+            || plans[i..].iter().filter(stateful).count() < 2
+        {
+            continue;
+        }
+        return Err(SqlError::unpositioned(format!(
+            "source `{}` is read by two parts of this query that both keep state right at the source (say, two \
+             windowed aggregates of it that its partitionKey already keys): one read of a source keeps one \
+             checkpoint, so this is not supported yet. Aggregate it once, or key the source differently",
+            p.source.name
+        )));
+    }
+    Ok(())
 }
 
 fn plan_stages(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
@@ -264,6 +289,29 @@ mod tests {
         )
         .unwrap();
         assert!(d.stages.iter().all(|s| s.plan.shared.is_empty()));
+    }
+
+    /// A source two plans read is read once: both may not keep state at
+    /// it (one read keeps one checkpoint). Re-keyed first, they may.
+    #[test]
+    fn two_stateful_plans_of_one_source_are_refused() {
+        let side = |agg: &str, by: &str| {
+            format!(
+                "(SELECT {by}, window_end AS we, {agg} AS v FROM trades GROUP BY {by}, TUMBLE(ts, INTERVAL '1' MINUTE))"
+            )
+        };
+        let sql = |by: &str, other: &str| {
+            format!(
+                "SELECT a.v, b.v AS w FROM {} a JOIN {} b ON a.{by} = b.{other} AND a.we = b.we",
+                side("COUNT(*)", by),
+                side("SUM(qty)", other)
+            )
+        };
+        let err = plan_dataflow(&sql("trader", "trader"), &[trades()], 4).unwrap_err();
+        assert!(err.message.contains("source `trades` is read by two parts of this query"), "{err}");
+        // One side re-keyed by symbol: it keeps its state after the exchange.
+        let d = plan_dataflow(&sql("trader", "symbol"), &[trades()], 4).unwrap();
+        assert_eq!(d.source_plans().filter(|p| p.source.name == "trades").count(), 2);
     }
 
     #[test]

@@ -176,14 +176,6 @@ impl Side<'_> {
         self.spec.schema.columns.iter().position(|c| c.name.eq_ignore_ascii_case(&et.column))
     }
 
-    /// The sources it reads.
-    fn sources(&self) -> Vec<&str> {
-        match &self.chain {
-            None => vec![self.spec.name.as_str()],
-            Some(ch) => ch.members.iter().map(|m| m.source.as_str()).collect(),
-        }
-    }
-
     /// The prefixes of its columns.
     fn prefixes(&self) -> Vec<&str> {
         match &self.chain {
@@ -268,7 +260,8 @@ pub fn plan_join(
         }
         let right = side(&join.relation, sources, referenced.as_ref())?;
         let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
-        let step = JoinStep::new(left_side, right, &from.relation, join, mine.first())?;
+        let conjuncts_here = all_inner.then_some(conjuncts.as_mut_slice());
+        let step = JoinStep::new(left_side, right, &from.relation, join, mine.first(), conjuncts_here)?;
         let mut filters: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
         if all_inner {
             let resolver = Resolver { sides: &step.sides };
@@ -477,21 +470,12 @@ impl<'a> JoinStep<'a> {
         left_relation: &TableFactor,
         join: &Join,
         as_of: Option<&AsOf>,
+        where_conjuncts: Option<&mut [(Expr, bool)]>,
     ) -> Result<Self, SqlError> {
-        let windowed = match (&left.subquery, &right.subquery) {
-            (None, None) => false,
-            (Some(_), Some(_)) => true,
-            _ => {
-                return Err(SqlError::at_node(
-                    &join.relation,
-                    "a join of a windowed subquery is with another windowed subquery (Nexmark q8's shape); \
-                     joining one with a source is not supported yet",
-                ));
-            }
-        };
-        if left.sources().iter().any(|s| s.eq_ignore_ascii_case(&right.spec.name)) {
-            return Err(SqlError::at_node(&join.relation, "a join of a source with itself is not supported yet"));
-        }
+        // Two windowed subqueries meet per window (Nexmark q8); a stream
+        // and a windowed subquery, as two streams do, by a time bound
+        // between the stream's event time and the window's end (q7).
+        let windowed = left.subquery.is_some() && right.subquery.is_some();
         if left.prefixes().iter().any(|p| p.eq_ignore_ascii_case(&right.prefix)) {
             return Err(SqlError::at_node(
                 &join.relation,
@@ -555,7 +539,24 @@ impl<'a> JoinStep<'a> {
             }
         };
         let resolver = Resolver { sides: &sides };
-        let conditions = classify(&on, &resolver, !table)?;
+        // In an INNER join, a WHERE conjunct over both sides means what it
+        // would in ON; there it can bound the sides' times (Nexmark q7's
+        // `B.dateTime BETWEEN B1.dateTime - INTERVAL … AND B1.dateTime`),
+        // so rows are let go instead of kept for good.
+        let mut on = on;
+        if let Some(conjuncts) = where_conjuncts
+            && !table
+        {
+            for (c, pushed) in conjuncts.iter_mut().filter(|(_, pushed)| !*pushed) {
+                if resolver.reads_both(c) {
+                    on = Expr::BinaryOp { left: Box::new(on), op: BinaryOperator::And, right: Box::new(c.clone()) };
+                    *pushed = true;
+                }
+            }
+        }
+        // Windows equated by key are not time bounds (q8's `P.endtime =
+        // A.endtime` is part of its key).
+        let conditions = classify(&on, &resolver, !table && !windowed)?;
         let layout = if windowed {
             Layout::Interval(window_keys(conditions, &sides, &on)?)
         } else if table {
@@ -1254,7 +1255,14 @@ fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec])
         .zip(&plan.outputs)
         .map(|(name, o)| ColumnSpec::field(name.clone(), column_type(o.expr.data_type()), false))
         .collect();
-    let spec = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&alias.value, &[]) };
+    // A window's rows are timed by its end (see `JoinStep::side_plan`):
+    // the column that is `window_end` is its event time, which a time
+    // bound against a stream reads.
+    let event_time = exprs
+        .iter()
+        .position(|e| matches!(e, Expr::Identifier(id) if id.value.eq_ignore_ascii_case(WINDOW_END)))
+        .map(|c| EventTimeSpec { column: names[c].clone(), watermark_delay_millis: 0 });
+    let spec = SourceSpec { schema: SchemaSpec { columns }, event_time, ..SourceSpec::table(&alias.value, &[]) };
     Ok(Side {
         spec: Cow::Owned(spec),
         subquery: Some((subquery.clone(), exprs)),
@@ -1415,7 +1423,21 @@ impl Resolver<'_, '_> {
     /// name in it is a column of that side (so it means the same before
     /// the join as after it).
     fn only_side(&self, e: &Expr) -> Option<usize> {
-        let mut side = None;
+        match self.sides_read(e)? {
+            [true, false] => Some(0),
+            [false, true] => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Whether `e` reads both sides, and only columns of them.
+    fn reads_both(&self, e: &Expr) -> bool {
+        self.sides_read(e) == Some([true, true])
+    }
+
+    /// Which sides `e` reads, if every name in it is a column of one.
+    fn sides_read(&self, e: &Expr) -> Option<[bool; 2]> {
+        let mut found = [false; 2];
         let flow = visit_expressions(e, |x| {
             let idents: &[Ident] = match x {
                 Expr::Identifier(id) => std::slice::from_ref(id),
@@ -1423,14 +1445,14 @@ impl Resolver<'_, '_> {
                 _ => return ControlFlow::Continue(()),
             };
             match self.resolve(idents, x) {
-                Ok(Some((s, _))) if side.is_none_or(|o| o == s) => {
-                    side = Some(s);
+                Ok(Some((s, _))) => {
+                    found[s] = true;
                     ControlFlow::Continue(())
                 }
                 _ => ControlFlow::Break(()),
             }
         });
-        if flow.is_break() { None } else { side }
+        flow.is_continue().then_some(found)
     }
 
     /// Whether `e` reads the left side, the right side.
@@ -1766,6 +1788,49 @@ mod tests {
         ]
     }
 
+    /// Nexmark q7's shape: a stream joined with a windowed aggregate of
+    /// itself. Both plans read `orders` (the runtime reads it once for
+    /// both); WHERE's bound between the stream's time and the window's end
+    /// (its `window_end` column) becomes the join's time bound, so the
+    /// join lets rows go; a one-sided conjunct still filters its side.
+    #[test]
+    fn a_stream_joins_a_windowed_aggregate_of_itself_bounded_by_where() {
+        let sql = "SELECT o.id, o.cid FROM orders o JOIN (SELECT MAX(cid) AS top, window_end AS wend FROM orders \
+                   GROUP BY TUMBLE(ts, INTERVAL '10' SECOND)) m ON o.cid = m.top \
+                   WHERE o.ts BETWEEN m.wend - INTERVAL '10' SECOND AND m.wend AND o.id > 0";
+        let flow = plan_dataflow(sql, &sources(), 2).unwrap();
+        let reads: Vec<&str> = flow.source_plans().map(|p| p.source.name.as_str()).collect();
+        assert_eq!(reads, ["orders", "orders"]);
+        let OperatorPlan::Join(join) = &flow.stages.last().unwrap().plan.operator else { panic!("{flow:?}") };
+        // right − left: the window's end is 0 to 10 s after the order.
+        assert_eq!((join.lower, join.upper), (0, 10_000), "{join:?}");
+        assert!(join.residual.is_none(), "the bound is no residual: {join:?}");
+        let last = &flow.stages.last().unwrap().plan;
+        assert!(last.filter.is_none(), "WHERE is all taken: {last:?}");
+        let stream = flow.branches.iter().find(|b| matches!(b.plan.operator, OperatorPlan::Stateless)).unwrap();
+        assert!(stream.plan.filter.is_some(), "`o.id > 0` filters the stream side before the exchange");
+        // A self-join of two streams plans too, each side under its alias.
+        let flow = plan_dataflow(
+            "SELECT a.id, b.id AS other FROM orders a JOIN orders b ON a.cid = b.cid \
+             WHERE b.ts BETWEEN a.ts AND a.ts + INTERVAL '1' MINUTE",
+            &sources(),
+            2,
+        )
+        .unwrap();
+        let OperatorPlan::Join(join) = &flow.stages[1].plan.operator else { panic!("{flow:?}") };
+        assert_eq!((join.lower, join.upper), (0, 60_000));
+        // An outer join keeps WHERE after it: the NULL-extended rows must
+        // meet it. Without a bound in ON it is refused.
+        let err = plan_dataflow(
+            "SELECT a.id FROM orders a LEFT JOIN orders b ON a.cid = b.cid \
+             WHERE b.ts BETWEEN a.ts AND a.ts + INTERVAL '1' MINUTE",
+            &sources(),
+            2,
+        )
+        .unwrap_err();
+        assert!(err.message.contains("needs a time bound"), "{err}");
+    }
+
     /// Nexmark q9's bound, `b.ts BETWEEN a.ts AND a.expires`: the low end
     /// bounds `right − left`, the high end is a left column (kept as a
     /// residual) by which left rows are let go; an outer join with it, or
@@ -1925,11 +1990,6 @@ mod tests {
             ),
             (
                 "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
-              JOIN customers d ON o.cid = d.id",
-                "with itself",
-            ),
-            (
-                "SELECT o.id FROM orders o JOIN customers c ON o.cid = c.id \
               JOIN payments c ON o.id = c.order_id AND c.ts BETWEEN o.ts AND o.ts",
                 "two sides are named `c`",
             ),
@@ -2002,7 +2062,9 @@ mod tests {
         assert!(auctions.plan.filter.is_some() && people.filter.is_some(), "{flow:?}");
         let layout: Vec<&str> = join.plan.source.schema.fields.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(layout, ["A.id", "A.seller", "A.category", "P.id", "P.name", "P.state", "__right", "__time"]);
-        assert!(join.plan.having.is_some(), "A.id <> P.id reads both sides");
+        // `A.id <> P.id` reads both sides: in an INNER join it is ON's.
+        let OperatorPlan::Join(j) = &join.plan.operator else { panic!("{join:?}") };
+        assert!(join.plan.having.is_none() && j.residual.is_some(), "A.id <> P.id is the join's condition");
         assert_eq!(auctions.plan.source.schema.fields.len(), 4, "records are still checked against the whole schema");
         let mut streams = sources();
         streams[1].table = None;

@@ -28,6 +28,7 @@ use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
+use super::shared_source::SharedSource;
 use super::state_store::StateStore;
 use crate::Error;
 use crate::kafka::{client_config, create_topic, delete_records};
@@ -264,6 +265,12 @@ impl<'a> Core<'a> {
             input_slots.push(first..parts.len());
         }
         let multi_stage = setup.dataflow.has_exchange();
+        let (read, readers) = shared_reads(setup, &input_slots)?;
+        for of in readers.iter().flatten() {
+            for &slot in of.iter().skip(1) {
+                parts[slot].input_counted_elsewhere = true;
+            }
+        }
         let mut stores = Vec::new();
         let mut exchange_client = None;
         let mut transaction = None;
@@ -296,7 +303,9 @@ impl<'a> Core<'a> {
                 let inputs: Vec<TopicInput> = setup
                     .inputs
                     .iter()
-                    .map(|i| TopicInput {
+                    .zip(&read)
+                    .filter(|(_, read)| **read)
+                    .map(|(i, _)| TopicInput {
                         topic: i.topic.clone(),
                         partitions: i.partitions.clone(),
                         topic_partitions: i.total,
@@ -323,9 +332,15 @@ impl<'a> Core<'a> {
             }
             None => {
                 let mut locals = Vec::new();
-                for (input, slots) in setup.inputs.iter().zip(&input_slots) {
-                    let Some(spec) = &input.source else { continue };
-                    locals.push((local_source(spec, &input.partitions)?, slots.start));
+                let mut base = 0;
+                for (input, read) in setup.inputs.iter().zip(&read) {
+                    if !read {
+                        continue;
+                    }
+                    if let Some(spec) = &input.source {
+                        locals.push((local_source(spec, &input.partitions)?, base));
+                    }
+                    base += input.partitions.len();
                 }
                 let single = locals.len() == 1 && !multi_stage;
                 match locals.pop() {
@@ -335,6 +350,20 @@ impl<'a> Core<'a> {
                         (Box::new(LocalSources(locals)) as Box<dyn Source>, Vec::new())
                     }
                 }
+            }
+        };
+        // A source more than one plan reads is read once for all of them.
+        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match readers {
+            None => (source, positions),
+            Some(readers) => {
+                let mut by_slot = vec![CommittedPosition::default(); parts.len()];
+                for (position, of) in positions.iter().zip(&readers) {
+                    for &slot in of {
+                        by_slot[slot] = position.clone();
+                    }
+                }
+                let positions = if positions.is_empty() { positions } else { by_slot };
+                (Box::new(SharedSource::new(source, readers)?), positions)
             }
         };
         let mut local_outputs = Vec::new();
@@ -452,15 +481,14 @@ impl<'a> Core<'a> {
         let idle_after = Duration::from_millis(u64::try_from(engine.idle_timeout_millis).unwrap_or(0));
         let idle_wait = Duration::from_millis(100);
         let mut last_checkpoint = Instant::now();
-        let mut rows_per_record = 1;
         while !self.all_ended() && !self.setup.health.stopping() {
             // One root span per batch: exported (and sampled) when OTLP is on.
             let span = tracing::info_span!("batch", core = self.setup.core, records = tracing::field::Empty);
             let _entered = span.enter();
-            // Collect one batch of up to `batch_max` rows. A packed exchange
-            // record holds many rows, so records are asked for by the rows
-            // per record of the last poll (a pack is small next to a batch:
-            // see `exchange::PACK_MAX_ROWS`).
+            // Collect one batch of about `batch_max` rows: sources count
+            // what they deliver in the rows each record added (a packed
+            // exchange record holds many), so a batch's memory is bounded
+            // whatever mix of sources and exchanges a core reads.
             let mut collected = 0;
             let mut first_at: Option<Instant> = None;
             // Busy time is the iteration's time less the polls that may
@@ -477,14 +505,17 @@ impl<'a> Core<'a> {
                     Some(t) => linger.saturating_sub(t.elapsed()),
                 };
                 let (parts, dead_letter) = (&mut self.parts, &mut self.dead_letter);
-                let want = ((batch_max - collected) / rows_per_record).max(1);
-                let mut rows = 0;
+                let want = batch_max - collected;
                 let polled_at = Instant::now();
                 let (n, end) = self.source.poll(want, timeout, &mut |record| {
-                    if push_error.is_none() {
-                        match parts[record.slot].push(&record, dead_letter.as_mut()) {
-                            Ok(added) => rows += added,
-                            Err(e) => push_error = Some(e),
+                    if push_error.is_some() {
+                        return 1;
+                    }
+                    match parts[record.slot].push(&record, dead_letter.as_mut()) {
+                        Ok(added) => added,
+                        Err(e) => {
+                            push_error = Some(e);
+                            1
                         }
                     }
                 })?;
@@ -497,10 +528,7 @@ impl<'a> Core<'a> {
                 if n > 0 && first_at.is_none() {
                     first_at = Some(Instant::now());
                 }
-                if let Some(ratio) = rows.checked_div(n) {
-                    rows_per_record = ratio.max(1);
-                }
-                collected = (collected + rows.max(n)).min(batch_max);
+                collected = (collected + n).min(batch_max);
                 if end == PollEnd::Exhausted {
                     self.source_done = true;
                     break;
@@ -561,7 +589,7 @@ impl<'a> Core<'a> {
                     p.last_input = started;
                     p.idle_sent = false;
                 }
-                if p.exchange.is_none() {
+                if p.exchange.is_none() && !p.input_counted_elsewhere {
                     input.records += c.records;
                     input.bytes += c.bytes;
                 }
@@ -837,6 +865,49 @@ fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partition
     Ok(())
 }
 
+/// Per slot of what a core's source reads, the pipeline slots its records
+/// go to (see `shared_source`).
+type Readers = Vec<Vec<usize>>;
+
+/// Which inputs the core's source reads (each source once: a later input
+/// of a source an earlier one reads is not read again), and, if some
+/// source is read by more than one input, per slot of what is read the
+/// pipeline slots its records go to, the one that commits first: the
+/// input whose plan keeps state (see `shared_source`).
+fn shared_reads(setup: &CoreSetup, input_slots: &[Range<usize>]) -> Result<(Vec<bool>, Option<Readers>), Error> {
+    let inputs = &setup.inputs;
+    let first_reader: Vec<Option<usize>> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let name = &input.source.as_ref()?.name;
+            inputs[..i].iter().position(|o| o.source.as_ref().is_some_and(|s| s.name.eq_ignore_ascii_case(name)))
+        })
+        .collect();
+    let read: Vec<bool> = first_reader.iter().map(Option::is_none).collect();
+    if read.iter().all(|r| *r) {
+        return Ok((read, None));
+    }
+    let mut readers = Vec::new();
+    for (i, input) in inputs.iter().enumerate().filter(|(i, _)| read[*i]) {
+        let mut group = vec![i];
+        group.extend((i + 1..inputs.len()).filter(|&t| first_reader[t] == Some(i)));
+        if let Some(t) = group.iter().find(|&&t| inputs[t].partitions != input.partitions) {
+            return Err(Error::Internal(format!(
+                "two plans read source {} but own different partitions of it ({:?}, {:?})",
+                input.topic, input.partitions, inputs[*t].partitions
+            )));
+        }
+        if let Some(k) = group.iter().position(|&g| !matches!(inputs[g].plan.operator, OperatorPlan::Stateless)) {
+            group.swap(0, k);
+        }
+        for k in 0..input.partitions.len() {
+            readers.push(group.iter().map(|&g| input_slots[g].start + k).collect());
+        }
+    }
+    Ok((read, Some(readers)))
+}
+
 /// A source that is not a Kafka topic (a file, the generator), for its
 /// partitions on this core.
 fn local_source(spec: &SourceSpec, partitions: &[i32]) -> Result<Box<dyn Source>, Error> {
@@ -864,12 +935,12 @@ impl Source for LocalSources {
         &mut self,
         max: usize,
         timeout: Duration,
-        f: &mut dyn FnMut(crate::source::Record<'_>),
+        f: &mut crate::source::Deliver<'_>,
     ) -> Result<(usize, PollEnd), Error> {
         let (mut n, mut open) = (0, false);
         for (source, offset) in &mut self.0 {
             let (got, end) = source.poll(max - n, if n == 0 { timeout } else { Duration::ZERO }, &mut |r| {
-                f(crate::source::Record { slot: r.slot + *offset, ..r });
+                f(crate::source::Record { slot: r.slot + *offset, ..r })
             })?;
             n += got;
             open |= end == PollEnd::Open;

@@ -12,9 +12,12 @@
 //!
 //! Channels are unbounded, so a writer never blocks (two cores each
 //! waiting for room in the other's partition would wedge); instead, while
-//! more than [`BACKLOG_LIMIT`] chunks are in flight over all exchanges, no
+//! more than [`BACKLOG_LIMIT`] bytes are in flight over all exchanges, no
 //! core takes more from the source — every core keeps draining its
-//! exchange partitions, so the backlog always shrinks.
+//! exchange partitions, so the backlog always shrinks. The limit is in
+//! bytes, not chunks: wide rows (a join's, every column of both sides)
+//! make chunks of megabytes, and a thousand of them were most of a join's
+//! memory. Below it the backlog lets later stages take large batches.
 //!
 //! A local run is not restartable (its sources replay from the start), so
 //! offsets here only count records; nothing is committed.
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::exchange::{Frame, Packer};
 use crate::Error;
 use crate::sink::ExchangeOutput;
-use crate::source::{PollEnd, Record, Source};
+use crate::source::{Deliver, PollEnd, Record, Source};
 use sluice_formats::encode::EncodedRows;
 
 /// Frames for one partition, each preceded by its length (`u32`, little-endian).
@@ -41,11 +44,11 @@ pub fn channels(partitions: usize) -> (Vec<Sender<Chunk>>, Vec<Receiver<Chunk>>)
     (0..partitions).map(|_| std::sync::mpsc::channel()).unzip()
 }
 
-/// Chunks (a batch's frames for one partition) in flight over all of a
-/// run's exchanges above which the source is not read.
-pub const BACKLOG_LIMIT: usize = 1024;
+/// Bytes of chunks (a batch's frames for one partition) in flight over all
+/// of a run's exchanges above which the source is not read.
+pub const BACKLOG_LIMIT: usize = 64 << 20;
 
-/// Chunks sent and not yet read, over all of a run's exchanges.
+/// Bytes of chunks sent and not yet read, over all of a run's exchanges.
 pub type Backlog = Arc<AtomicUsize>;
 
 /// A stage's output to an in-process exchange.
@@ -98,7 +101,7 @@ impl ExchangeOutput for LocalExchangeWriter {
     fn poll(&mut self) -> Result<(), Error> {
         for (chunk, to) in self.pending.iter_mut().zip(&self.to) {
             if !chunk.is_empty() {
-                self.backlog.fetch_add(1, Ordering::Relaxed);
+                self.backlog.fetch_add(chunk.len(), Ordering::Relaxed);
                 // The reader is gone only when its core stopped, which
                 // stops the job anyway: nothing to deliver to.
                 let _ = to.send(std::mem::take(chunk));
@@ -153,8 +156,8 @@ impl LocalStagedSource {
         Self { source, source_done: false, backlog, inputs }
     }
 
-    /// Delivers up to `max` exchange records that have arrived.
-    fn deliver(&mut self, max: usize, f: &mut dyn FnMut(Record<'_>)) -> usize {
+    /// Delivers exchange records that have arrived, up to a weight of `max`.
+    fn deliver(&mut self, max: usize, f: &mut Deliver<'_>) -> usize {
         let now = super::now_ms();
         let mut n = 0;
         for (input, chunks, read, offset) in &mut self.inputs {
@@ -172,22 +175,23 @@ impl LocalStagedSource {
                     let len = usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX);
                     let start = *read + 4;
                     let end = start.saturating_add(len).min(chunk.len());
-                    f(Record {
+                    n += f(Record {
                         slot: input.slot,
                         offset: *offset,
                         timestamp_ms: now,
                         payload: &chunk[start..end],
                         key: None,
                         headers: None,
-                    });
+                    })
+                    .max(1);
                     *offset += 1;
                     *read = end;
-                    n += 1;
                 }
                 if *read >= chunk.len() {
+                    let done = chunk.len();
                     chunks.pop_front();
                     *read = 0;
-                    self.backlog.fetch_sub(1, Ordering::Relaxed);
+                    self.backlog.fetch_sub(done, Ordering::Relaxed);
                 }
                 if n >= max {
                     return n;
@@ -199,16 +203,11 @@ impl LocalStagedSource {
 }
 
 impl Source for LocalStagedSource {
-    fn poll(
-        &mut self,
-        max: usize,
-        timeout: Duration,
-        f: &mut dyn FnMut(Record<'_>),
-    ) -> Result<(usize, PollEnd), Error> {
+    fn poll(&mut self, max: usize, timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
         let deadline = Instant::now() + timeout;
         let mut n = 0;
         loop {
-            if !self.source_done && self.backlog.load(Ordering::Relaxed) < BACKLOG_LIMIT {
+            if !self.source_done && n < max && self.backlog.load(Ordering::Relaxed) < BACKLOG_LIMIT {
                 let (got, end) = self.source.poll(max - n, Duration::ZERO, f)?;
                 n += got;
                 self.source_done = end == PollEnd::Exhausted;
@@ -223,5 +222,54 @@ impl Source for LocalStagedSource {
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok((n, if self.source_done { PollEnd::Exhausted } else { PollEnd::Open }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source with nothing (left to) read.
+    struct Exhausted;
+
+    impl Source for Exhausted {
+        fn poll(&mut self, _: usize, _: Duration, _: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
+            Ok((0, PollEnd::Exhausted))
+        }
+    }
+
+    /// A poll stops at `max` rows, not records: ten packed records of 64
+    /// rows each are taken four at a time when 256 rows are asked for (by
+    /// records, 256 of them would have been 16,384 rows), and the backlog
+    /// falls by the chunk's bytes once all of it is read.
+    #[test]
+    fn a_poll_is_bounded_by_the_rows_its_records_pack() {
+        let (senders, mut receivers) = channels(1);
+        let backlog = Backlog::default();
+        let mut chunk = Chunk::new();
+        for i in 0..10u8 {
+            push_frame(&mut chunk, &[i; 8]);
+        }
+        backlog.fetch_add(chunk.len(), Ordering::Relaxed);
+        senders[0].send(chunk).unwrap();
+        let from = receivers.pop().unwrap();
+        let input = ExchangeInputChannel { slot: 3, from };
+        let mut source = LocalStagedSource::new(Box::new(Exhausted), vec![input], Arc::clone(&backlog));
+        let mut seen = Vec::new();
+        let mut take = |max| {
+            source
+                .poll(max, Duration::ZERO, &mut |r| {
+                    assert_eq!(r.slot, 3);
+                    seen.push(r.payload[0]);
+                    64
+                })
+                .unwrap()
+        };
+        assert_eq!(take(256), (256, PollEnd::Exhausted));
+        assert_eq!(take(256), (256, PollEnd::Exhausted));
+        assert_eq!(backlog.load(Ordering::Relaxed), 120, "the chunk (ten frames of 12 bytes) is not all read");
+        assert_eq!(take(256), (128, PollEnd::Exhausted));
+        assert_eq!(seen, (0..10).collect::<Vec<u8>>());
+        assert_eq!(backlog.load(Ordering::Relaxed), 0);
     }
 }

@@ -8,6 +8,7 @@ mod health;
 mod job;
 pub mod local_exchange;
 mod partition;
+mod shared_source;
 mod state_store;
 mod tombstone;
 

@@ -69,6 +69,9 @@ pub struct PartitionPipeline {
     pub framed: bool,
     /// A table source's: how a record without a value deletes a row.
     pub tombstones: Option<Tombstones>,
+    /// Another plan's pipeline reads the same records (one source, two
+    /// plans: see `shared_source`) and counts them as the job's input.
+    pub input_counted_elsewhere: bool,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -133,6 +136,7 @@ impl PartitionPipeline {
             upstream: u32::try_from(partition).unwrap_or(0),
             framed: false,
             tombstones: None,
+            input_counted_elsewhere: false,
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use sluice_crds::DatagenScenario;
 
 use super::nexmark::{self, Kind};
-use super::{PollEnd, Record, Source};
+use super::{Deliver, PollEnd, Record, Source};
 use crate::Error;
 
 /// The Nexmark event kind a scenario generates, if it is one.
@@ -174,12 +174,7 @@ impl Datagen {
 }
 
 impl Source for Datagen {
-    fn poll(
-        &mut self,
-        max: usize,
-        timeout: Duration,
-        f: &mut dyn FnMut(Record<'_>),
-    ) -> Result<(usize, PollEnd), Error> {
+    fn poll(&mut self, max: usize, timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
         if self.next_offset.is_empty() {
             std::thread::sleep(timeout);
             return Ok((0, PollEnd::Exhausted));
@@ -210,8 +205,7 @@ impl Source for Datagen {
             let offset = self.next_offset[slot];
             self.next_offset[slot] += 1;
             self.generated += 1;
-            f(Record { slot, offset, timestamp_ms: now, payload: &self.buf, key: None, headers: None });
-            n += 1;
+            n += f(Record { slot, offset, timestamp_ms: now, payload: &self.buf, key: None, headers: None }).max(1);
         }
         Ok((n, PollEnd::Open))
     }
@@ -251,7 +245,7 @@ mod tests {
         let mut total = 0;
         for owned in [[0, 1], [2, 3]] {
             let mut g = Datagen::new(DatagenScenario::Trades, keys.clone(), 4, &owned, 1000, 0);
-            let (n, end) = g.poll(10_000, Duration::ZERO, &mut |_| {}).unwrap();
+            let (n, end) = g.poll(10_000, Duration::ZERO, &mut |_| 1).unwrap();
             assert_eq!(end, PollEnd::Exhausted);
             total += n;
         }

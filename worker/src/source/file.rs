@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use super::{PollEnd, Record, Source};
+use super::{Deliver, PollEnd, Record, Source};
 use crate::Error;
 
 #[derive(Debug)]
@@ -30,12 +30,7 @@ impl FileSource {
 }
 
 impl Source for FileSource {
-    fn poll(
-        &mut self,
-        max: usize,
-        _timeout: Duration,
-        f: &mut dyn FnMut(Record<'_>),
-    ) -> Result<(usize, PollEnd), Error> {
+    fn poll(&mut self, max: usize, _timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
         let now = crate::runtime::now_ms();
         let mut n = 0;
         while n < max && !self.done {
@@ -55,8 +50,7 @@ impl Source for FileSource {
             if payload.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            f(Record { slot: 0, offset, timestamp_ms: now, payload, key: None, headers: None });
-            n += 1;
+            n += f(Record { slot: 0, offset, timestamp_ms: now, payload, key: None, headers: None }).max(1);
         }
         Ok((n, if self.done { PollEnd::Exhausted } else { PollEnd::Open }))
     }

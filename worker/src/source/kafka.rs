@@ -21,7 +21,7 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use sluice_crds::StartFrom;
 
 use super::batch_queue::{BatchConsumer, Fetched, MessageHeaders};
-use super::{PollEnd, Record, Source};
+use super::{Deliver, PollEnd, Record, Source};
 use crate::Error;
 
 /// Consumer lag per slot, from librdkafka's periodic statistics.
@@ -255,36 +255,36 @@ impl KafkaSource {
 
 impl KafkaSource {
     /// Hands one fetched message to `f` as a record of its slot, unless a
-    /// bounded run already has everything up to its end offset.
+    /// bounded run already has everything up to its end offset; returns its
+    /// weight (0 if not delivered).
     fn deliver(
         slot_of: &[Vec<Option<usize>>],
         (ends, done): (&[Option<i64>], &mut [bool]),
         m: Fetched<'_>,
-        f: &mut dyn FnMut(Record<'_>),
-    ) -> bool {
+        f: &mut Deliver<'_>,
+    ) -> usize {
         let Some(slot) = slot_of
             .get(m.topic)
             .and_then(|of| usize::try_from(m.partition).ok().and_then(|p| of.get(p).copied().flatten()))
         else {
-            return false;
+            return 0;
         };
         if let Some(end) = ends[slot] {
             if m.offset >= end {
                 done[slot] = true;
-                return false;
+                return 0;
             }
             if m.offset + 1 >= end {
                 done[slot] = true;
             }
         }
         let timestamp_ms = m.timestamp_ms.unwrap_or_else(crate::runtime::now_ms);
-        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key, headers: m.headers });
-        true
+        f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key, headers: m.headers }).max(1)
     }
 
     /// Serves the main queue's events without blocking: statistics (the lag
     /// metric) and client errors. Fetched messages do not arrive here.
-    fn serve_events(&mut self, f: &mut dyn FnMut(Record<'_>)) -> Result<usize, Error> {
+    fn serve_events(&mut self, f: &mut Deliver<'_>) -> Result<usize, Error> {
         let mut n = 0;
         while let Some(event) = self.consumer.consumer().poll(Duration::ZERO) {
             match event {
@@ -303,7 +303,7 @@ impl KafkaSource {
                         headers: Some(&headers),
                     };
                     let bounds = (&self.end_offsets[..], &mut self.done[..]);
-                    n += usize::from(Self::deliver(&self.slot_of, bounds, fetched, f));
+                    n += Self::deliver(&self.slot_of, bounds, fetched, f);
                 }
                 Err(KafkaError::PartitionEOF(_)) => {}
                 Err(e) => self.consumer_error(e.rdkafka_error_code(), &e)?,
@@ -322,15 +322,34 @@ impl KafkaSource {
         Ok(())
     }
 
-    /// Up to `want` messages from the batch queue, waiting at most `wait`
-    /// for a full batch.
-    fn consume(&mut self, want: usize, wait: Duration, f: &mut dyn FnMut(Record<'_>)) -> Result<usize, Error> {
+    /// Messages from the batch queue until their weight reaches `want`,
+    /// waiting at most `wait` for a full first batch. A batch is taken
+    /// whole, so messages are asked for a few at a time: a weight is only
+    /// known once its message is delivered (a repartition record packs up
+    /// to `exchange::PACK_MAX_ROWS` rows), and each batch may pass `want`
+    /// by at most [`CONSUME_STEP`] messages.
+    fn consume(&mut self, want: usize, wait: Duration, f: &mut Deliver<'_>) -> Result<usize, Error> {
         let (slot_of, ends, done) = (&self.slot_of, &self.end_offsets[..], &mut self.done[..]);
         let mut delivered = 0;
-        let result = self.consumer.consume(want, wait, &mut |m| {
-            delivered += usize::from(Self::deliver(slot_of, (ends, &mut *done), m, f));
-        });
-        if let Err((_, code)) = result {
+        let mut wait = wait;
+        let mut error = None;
+        while delivered < want {
+            let mut fetched = 0;
+            let step = (want - delivered).min(CONSUME_STEP);
+            let result = self.consumer.consume(step, wait, &mut |m| {
+                fetched += 1;
+                delivered += Self::deliver(slot_of, (ends, &mut *done), m, f);
+            });
+            if let Err((_, code)) = result {
+                error = Some(code);
+                break;
+            }
+            if fetched < step {
+                break;
+            }
+            wait = Duration::ZERO;
+        }
+        if let Some(code) = error {
             self.consumer_error(Some(code), &code)?;
         }
         Ok(delivered)
@@ -356,13 +375,11 @@ impl KafkaSource {
     }
 }
 
+/// The most messages one batch call takes (see `KafkaSource::consume`).
+const CONSUME_STEP: usize = 256;
+
 impl Source for KafkaSource {
-    fn poll(
-        &mut self,
-        max: usize,
-        timeout: Duration,
-        f: &mut dyn FnMut(Record<'_>),
-    ) -> Result<(usize, PollEnd), Error> {
+    fn poll(&mut self, max: usize, timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
         // Once the bounded slots are done, the others (repartition topics
         // the job is still writing) are read on until the caller stops.
         let mut n = self.serve_events(f)?;

@@ -44,10 +44,19 @@ pub enum PollEnd {
     Exhausted,
 }
 
+/// What a record weighs towards a poll's `max`: the rows `f` says it added
+/// (an exchange record packs up to `exchange::PACK_MAX_ROWS`), at least
+/// one, so a run of dead-lettered records still ends a poll.
+pub type Deliver<'f> = dyn FnMut(Record<'_>) -> usize + 'f;
+
 pub trait Source: Send {
-    /// Delivers up to `max` records to `f`, waiting at most `timeout` for the first.
-    fn poll(&mut self, max: usize, timeout: Duration, f: &mut dyn FnMut(Record<'_>))
-    -> Result<(usize, PollEnd), Error>;
+    /// Delivers records to `f` until their weights (what `f` returns: rows)
+    /// reach `max`, waiting at most `timeout` for the first; returns the
+    /// weight delivered. Counted in rows, not records, so a batch is about
+    /// `max` rows however many rows each record packs: counting records,
+    /// a poll of packed exchange records once made a batch of 64× the rows
+    /// (and of the memory) asked for.
+    fn poll(&mut self, max: usize, timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error>;
 
     /// Records the next offset to read of each slot (and checkpoint metadata)
     /// as committed. Sources without commits ignore this.
