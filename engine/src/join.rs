@@ -230,10 +230,15 @@ impl JoinOperator {
         }
     }
 
-    /// Compacts a side's store once most of its slots were let go.
+    /// Compacts a side's store once most of its slots were let go, and
+    /// they are at least a quarter as many as the keys: a compaction visits
+    /// every key, so one side with few rows kept (q4's bids, let go as soon
+    /// as the watermark passes them) beside many keys (its auctions) would
+    /// otherwise pay for all the keys every thousand rows.
     fn compact(&mut self, right: bool) {
         let store = &self.stores[usize::from(right)];
-        if store.time.len() < 1024 || store.live * 2 > store.time.len() {
+        let gone = store.time.len() - store.live;
+        if gone < 1024 || gone < store.live || gone < self.keys.len() / 4 {
             return;
         }
         let mut live: Vec<u32> = self.keys.iter().flat_map(|k| k[usize::from(right)].iter().copied()).collect();
@@ -655,6 +660,28 @@ mod tests {
         assert_eq!(joined, 5_000);
         assert!(op.state_size().entries < 50, "{:?}", op.state_size());
         assert!(op.stores.iter().all(|s| s.time.len() < 2_100), "let-go slots are compacted away");
+    }
+
+    /// Compaction visits every key, so it waits until the let-go slots are
+    /// a quarter as many as the keys: 10,000 long-lived left keys and
+    /// right rows let go one by one compact every 2,500 right rows, not
+    /// every 1,024 (each paying for 10,000 keys), and every pair still
+    /// joins through the compactions.
+    #[test]
+    fn compactions_beside_many_keys_wait_for_a_quarter_as_many_let_go_rows() {
+        let long = JoinPlan { upper: 1_000_000, ..plan(JoinKind::Inner) };
+        let mut op = JoinOperator::new(&long, &TYPES);
+        let left: Vec<(bool, i64, i64, i64)> = (0..10_000).map(|k| (false, k, k, 0)).collect();
+        run(&mut op, &left, 0);
+        let mut most = 0;
+        for i in 1..=6_000i64 {
+            let (pairs, late) = run(&mut op, &[(true, i % 10_000, -i, i)], i);
+            assert!(late.is_empty());
+            assert_eq!(pairs, [(Scalar::Bigint(i % 10_000), Scalar::Bigint(-i))], "right row {i}");
+            most = most.max(op.stores[1].time.len());
+        }
+        assert!((2_500..=2_502).contains(&most), "right slots kept at most: {most}");
+        assert_eq!(op.stores[0].live, 10_000);
     }
 
     /// A regular join: rows far apart in time join, a row below the
