@@ -34,6 +34,10 @@ pub struct UpsertAggregateOperator {
     /// Per key (encoded): the group its last row went to, and that row's
     /// aggregate arguments, to take back when the key's next row comes.
     last: HashMap<Vec<u8>, (u32, Vec<Scalar>)>,
+    /// The bytes of `last`'s keys, kept as keys are added: the state's size
+    /// is read after every batch, and summing them was a pass over every
+    /// key per batch.
+    key_bytes: usize,
     /// Scratch, reused batch to batch: the batch's keys back to back, where
     /// each ends, the rows by key, and the rows that count.
     keys: Vec<u8>,
@@ -63,6 +67,7 @@ impl UpsertAggregateOperator {
             arg_exprs: plan.aggregates.iter().map(|a| a.arg.clone()).collect(),
             star: plan.aggregates.iter().map(|a| a.func == AggFunc::CountStar).collect(),
             last: HashMap::new(),
+            key_bytes: 0,
             keys: Vec::new(),
             ends: Vec::new(),
             order: Vec::new(),
@@ -145,6 +150,7 @@ impl Operator for UpsertAggregateOperator {
                     kept.extend(values);
                 }
                 None => {
+                    self.key_bytes += key.len();
                     self.last.insert(key.to_vec(), (gid, values.collect()));
                 }
             }
@@ -172,8 +178,10 @@ impl Operator for UpsertAggregateOperator {
     fn state_size(&self) -> StateSize {
         let inner = self.inner.state_size();
         let per_key = size_of::<(Vec<u8>, u32, Vec<Scalar>)>() + self.star.len() * size_of::<Scalar>();
-        let keys: usize = self.last.keys().map(Vec::len).sum();
-        StateSize { bytes: inner.bytes + keys + self.last.len() * per_key, entries: inner.entries + self.last.len() }
+        StateSize {
+            bytes: inner.bytes + self.key_bytes + self.last.len() * per_key,
+            entries: inner.entries + self.last.len(),
+        }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
@@ -185,6 +193,7 @@ impl Operator for UpsertAggregateOperator {
         let state: UpsertState = read_state(OperatorTag::UpsertAggregate, bytes)?;
         self.inner.restore_state(state.inner);
         self.last = state.last.into_iter().map(|(k, g, v)| (k, (g, v))).collect();
+        self.key_bytes = self.last.keys().map(Vec::len).sum();
         Ok(())
     }
 }
