@@ -71,8 +71,8 @@ pub struct DistinctState {
     table: HashTable<u32>,
     /// What the entries hold on the heap, kept as they change: the engine
     /// reads its state's size after every batch, and summing the entries
-    /// then cost a pass over all of them per batch (Nexmark q15: half its
-    /// time).
+    /// then cost a pass over all of them per batch (Nexmark q15: a third
+    /// of its time).
     #[serde(skip)]
     entry_bytes: usize,
 }

@@ -39,7 +39,8 @@ pub struct UpsertAggregateOperator {
     /// key per batch.
     key_bytes: usize,
     /// Scratch, reused batch to batch: the batch's keys back to back, where
-    /// each ends, the rows by key, and the rows that count.
+    /// each ends, the rows by key (then the groups rows went to, sorted),
+    /// the rows that count, and the groups keys left.
     keys: Vec<u8>,
     ends: Vec<usize>,
     order: Vec<u32>,
@@ -138,27 +139,32 @@ impl Operator for UpsertAggregateOperator {
             .iter()
             .map(|e| e.as_ref().map(|e| Ok::<_, Error>(eval(e, batch)?.into_column(n))).transpose())
             .collect::<Result<_, Error>>()?;
-        let placed: Vec<u32> = self.inner.gids.clone();
-        for ((&at, &row), &gid) in self.keep.iter().zip(&counting).zip(&placed) {
-            let start = if at == 0 { 0 } else { self.ends[at as usize - 1] };
-            let key = &self.keys[start..self.ends[at as usize]];
+        let Self { inner, last, key_bytes, keys, ends, order, keep, moved, .. } = self;
+        let placed = &inner.gids;
+        for ((&at, &row), &gid) in keep.iter().zip(&counting).zip(placed) {
+            let start = if at == 0 { 0 } else { ends[at as usize - 1] };
+            let key = &keys[start..ends[at as usize]];
             let values = args.iter().map(|a| a.as_ref().map_or(Scalar::Null, |c| c.scalar(row as usize)));
-            match self.last.get_mut(key) {
+            match last.get_mut(key) {
                 Some((g, kept)) => {
                     *g = gid;
                     kept.clear();
                     kept.extend(values);
                 }
                 None => {
-                    self.key_bytes += key.len();
-                    self.last.insert(key.to_vec(), (gid, values.collect()));
+                    *key_bytes += key.len();
+                    last.insert(key.to_vec(), (gid, values.collect()));
                 }
             }
         }
-        // A group a key left (its new row went to another) changed too.
-        self.moved.retain(|g| !placed.contains(g));
-        self.moved.sort_unstable();
-        self.moved.dedup();
+        // A group a key left (its new row went to another) changed too,
+        // unless a row went to it (then the aggregate emitted it already).
+        order.clear();
+        order.extend_from_slice(placed);
+        order.sort_unstable();
+        moved.sort_unstable();
+        moved.dedup();
+        moved.retain(|g| order.binary_search(g).is_err());
         if input.emit_changes {
             for &g in &self.moved {
                 self.inner.emit_group(g, out.rows)?;
@@ -264,5 +270,19 @@ mod tests {
         op.restore(&saved).unwrap();
         assert_eq!(run(&mut op, &[(2, 10, 12.0)]), [(10, 11.0, 2)]);
         assert_eq!(op.state_size().entries, 2 + 3, "two groups, three keys");
+    }
+
+    /// Keyed by the auction alone, a key's new row may go to another group:
+    /// the group it left is emitted too, without it; one a row went to
+    /// once, not twice.
+    #[test]
+    fn a_group_a_key_left_is_emitted_again() {
+        let by_auction =
+            AggregatePlan { upsert_key: vec![PhysExpr::Column { index: 0, data_type: DataType::Bigint }], ..plan() };
+        let mut op = UpsertAggregateOperator::new(&by_auction);
+        assert_eq!(run(&mut op, &[(1, 10, 4.0), (2, 10, 8.0), (3, 11, 1.0)]), [(10, 6.0, 2), (11, 1.0, 1)]);
+        let mut changed = run(&mut op, &[(1, 11, 5.0)]);
+        changed.sort_by_key(|r| r.0);
+        assert_eq!(changed, [(10, 8.0, 1), (11, 3.0, 2)]);
     }
 }

@@ -39,14 +39,9 @@ pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Resu
 /// offsets are committed once, with one plan's state pointer: at most one
 /// of them may keep state.
 fn one_stateful_reader(flow: &Dataflow) -> Result<(), SqlError> {
-    let plans: Vec<&Plan> = flow.source_plans().collect();
-    for (i, p) in plans.iter().enumerate() {
-        let stateful = |q: &&&Plan| {
-            q.source.name.eq_ignore_ascii_case(&p.source.name) && !matches!(q.operator, OperatorPlan::Stateless)
-        };
-        if plans[..i].iter().any(|q| q.source.name.eq_ignore_ascii_case(&p.source.name))
-            || plans[i..].iter().filter(stateful).count() < 2
-        {
+    let stateful: Vec<&Plan> = flow.source_plans().filter(|p| !matches!(p.operator, OperatorPlan::Stateless)).collect();
+    for (i, p) in stateful.iter().enumerate() {
+        if !stateful[i + 1..].iter().any(|q| q.source.name.eq_ignore_ascii_case(&p.source.name)) {
             continue;
         }
         return Err(SqlError::unpositioned(format!(

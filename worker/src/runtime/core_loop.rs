@@ -355,15 +355,17 @@ impl<'a> Core<'a> {
         // A source more than one plan reads is read once for all of them.
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match readers {
             None => (source, positions),
+            // A local source commits nothing: no positions to spread.
+            Some(readers) if positions.is_empty() => (Box::new(SharedSource::new(source, readers)?), positions),
             Some(readers) => {
+                // Each reader of a partition resumes where it was committed.
                 let mut by_slot = vec![CommittedPosition::default(); parts.len()];
                 for (position, of) in positions.iter().zip(&readers) {
                     for &slot in of {
                         by_slot[slot] = position.clone();
                     }
                 }
-                let positions = if positions.is_empty() { positions } else { by_slot };
-                (Box::new(SharedSource::new(source, readers)?), positions)
+                (Box::new(SharedSource::new(source, readers)?), by_slot)
             }
         };
         let mut local_outputs = Vec::new();
