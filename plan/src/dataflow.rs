@@ -40,6 +40,13 @@ pub struct Branch {
     pub plan: Plan,
     #[serde(default)]
     pub beside: usize,
+    /// It reads what stage `beside` reads — the exchange stage `beside - 1`
+    /// writes — rather than a source of its own: two plans over one
+    /// intermediate result (Nexmark q5 joins per-window counts with their
+    /// per-window maximum). Each record of that exchange is handed to both,
+    /// read once (`shared_source` in the worker).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reads_exchange: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -68,9 +75,10 @@ impl Dataflow {
         self.stages.last().map(|s| &s.plan)
     }
 
-    /// The plans that read sources: stage 0's, then the branches'.
+    /// The plans that read sources: stage 0's, then the branches' that do.
     pub fn source_plans(&self) -> impl Iterator<Item = &Plan> {
-        self.stages.first().map(|s| &s.plan).into_iter().chain(self.branches.iter().map(|b| &b.plan))
+        let branches = self.branches.iter().filter(|b| !b.reads_exchange).map(|b| &b.plan);
+        self.stages.first().map(|s| &s.plan).into_iter().chain(branches)
     }
 
     /// The branches that write where stage `stage` writes.

@@ -51,6 +51,16 @@ fn one_stateful_reader(flow: &Dataflow) -> Result<(), SqlError> {
             p.source.name
         )));
     }
+    // A branch over its stage's exchange reads it with the stage, and only
+    // the stage's plan may keep state there (its state topic is the stage's).
+    if let Some(b) =
+        flow.branches.iter().find(|b| b.reads_exchange && !matches!(b.plan.operator, OperatorPlan::Stateless))
+    {
+        return Err(SqlError::unpositioned(format!(
+            "internal: the plan beside stage {} over its exchange keeps state",
+            b.beside
+        )));
+    }
     Ok(())
 }
 
@@ -124,14 +134,7 @@ fn aggregate_over_aggregate(
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Dataflow, SqlError> {
-    let inner_parsed = ParsedQuery {
-        query: Box::new(inner.query),
-        window: None,
-        emit: None,
-        clauses: Vec::new(),
-        top_n: None,
-        as_of: Vec::new(),
-    };
+    let inner_parsed = ParsedQuery::of(inner.query);
     let mut flow = plan_parsed_stages(inner_parsed, sources, partitions)?;
     let Some(last) = flow.stages.last_mut() else {
         return Err(SqlError::unpositioned("internal: a dataflow without stages"));

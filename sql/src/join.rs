@@ -69,6 +69,9 @@ struct Side<'a> {
     /// A source side: the source as declared (`spec` carries only the
     /// columns the query names), for suggestions when a name is wrong.
     declared: Option<&'a SourceSpec>,
+    /// A subquery side whose rows another plan computes: they are read, as
+    /// this source, from the exchange that plan writes (`cascade`).
+    rows: Option<SourceSpec>,
 }
 
 /// The rows of a join, as the side of a further join: their columns are
@@ -244,7 +247,25 @@ pub fn plan_join(
     }
     let all_inner =
         from.joins.iter().all(|j| matches!(j.join_operator, JoinOperator::Join(_) | JoinOperator::Inner(_)));
-    let mut left = Some(side(&from.relation, sources, referenced.as_ref())?);
+    // A side aggregating the other side's rows computes them once with it.
+    let mut cascade = match from.joins.as_slice() {
+        [join] => crate::cascade::cascade([&from.relation, &join.relation], sources, partitions)?,
+        _ => None,
+    };
+    let cascade_side = |c: &crate::cascade::Cascade, i: usize, relation: &TableFactor| -> Result<Side<'_>, SqlError> {
+        let TableFactor::Derived { subquery, alias: Some(alias), .. } = relation else {
+            return Err(SqlError::unpositioned("internal: a cascaded side that is not an aliased subquery"));
+        };
+        if i == c.over {
+            windowed_side(&c.outer, &alias.name, std::slice::from_ref(&c.rows))
+        } else {
+            Ok(Side { rows: Some(c.rows.clone()), ..windowed_side(subquery, &alias.name, sources)? })
+        }
+    };
+    let mut left = Some(match &cascade {
+        Some(c) => cascade_side(c, 0, &from.relation)?,
+        None => side(&from.relation, sources, referenced.as_ref())?,
+    });
     let mut stages = Vec::with_capacity(from.joins.len() + 2);
     let mut branches = Vec::with_capacity(from.joins.len());
     let mut previous: Option<JoinStep<'_>> = None;
@@ -258,7 +279,10 @@ pub fn plan_join(
         if let Some(twice) = mine.get(1) {
             return Err(SqlError::at_span(twice.span, "FOR SYSTEM_TIME AS OF given twice"));
         }
-        let right = side(&join.relation, sources, referenced.as_ref())?;
+        let right = match &cascade {
+            Some(c) => cascade_side(c, 1, &join.relation)?,
+            None => side(&join.relation, sources, referenced.as_ref())?,
+        };
         let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
         let conjuncts_here = all_inner.then_some(conjuncts.as_mut_slice());
         let step = JoinStep::new(left_side, right, &from.relation, join, mine.first(), conjuncts_here)?;
@@ -273,6 +297,26 @@ pub fn plan_join(
                     *pushed = true;
                 }
             }
+        }
+        if let Some(c) = cascade.take() {
+            // The inner aggregate's stages; the outer aggregate reads their
+            // exchange, and the other side's rows are projected from it
+            // beside it (module `cascade`).
+            let rows = std::slice::from_ref(&c.rows);
+            let plans = [0, 1].map(|i| step.side_plan(i, if i == c.over { rows } else { sources }, None, &[]));
+            let [left_plan, right_plan] = plans;
+            let (left_plan, right_plan) = (left_plan?, right_plan?);
+            step.check_key_types(&left_plan, &right_plan)?;
+            let [mut outer, mut projected] =
+                if c.over == 1 { [right_plan, left_plan] } else { [left_plan, right_plan] };
+            // Both read an exchange: their watermark is its markers'.
+            outer.partitioning = Partitioning::ByExchange;
+            projected.partitioning = Partitioning::ByExchange;
+            stages.extend(c.inner.stages);
+            stages.push(Stage { plan: outer, output: StageOutput::Exchange });
+            branches.push(Branch { plan: projected, beside: stages.len() - 1, reads_exchange: true });
+            previous = Some(step);
+            continue;
         }
         let left_plan = step.side_plan(0, sources, previous.as_ref(), &filters[0])?;
         let right_plan = step.side_plan(1, sources, None, &filters[1])?;
@@ -311,7 +355,7 @@ pub fn plan_join(
         let Some(side) = other.stages.into_iter().next() else {
             return Err(SqlError::unpositioned("internal: a join side planned into no stage"));
         };
-        branches.push(Branch { plan: side.plan, beside: stages.len() - 1 });
+        branches.push(Branch { plan: side.plan, beside: stages.len() - 1, reads_exchange: false });
         if next.is_some() {
             // This join's rows are the next one's left side.
             left = Some(step.rows_as_side(&join.relation)?);
@@ -608,14 +652,32 @@ impl<'a> JoinStep<'a> {
                     items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
                     continue;
                 }
-                match &s.subquery {
-                    Some((_, exprs)) => items.push(format!("{} AS {name}", exprs[c])),
-                    None => items.push(format!("{} AS {name}", s.local_reference(c))),
+                match (&s.rows, &s.subquery) {
+                    (Some(_), _) => items.push(format!("{} AS {name}", quote(&column.name))),
+                    (None, Some((_, exprs))) => items.push(format!("{} AS {name}", exprs[c])),
+                    (None, None) => items.push(format!("{} AS {name}", s.local_reference(c))),
                 }
             }
         }
         items.push(format!("{} AS {RIGHT}", if side == 1 { "TRUE" } else { "FALSE" }));
         let key = |k: &(Expr, Expr)| if side == 0 { k.0.clone() } else { k.1.clone() };
+        if let Some(rows) = &s.rows {
+            // A projection of rows another plan aggregated: their columns
+            // are the subquery's, by name, then their window's end less 1 ms.
+            items.push(format!("({} + INTERVAL '1' MILLISECOND) AS {TIME}", quote(crate::cascade::ROW_TIME)));
+            for (k, pair) in keys.iter().enumerate() {
+                let mut e = key(pair);
+                resolver.replace_references(&mut e, |i, c, _| {
+                    Expr::Identifier(Ident::with_quote('"', self.sides[i].spec.schema.columns[c].name.clone()))
+                })?;
+                items.push(format!("({e}) AS __k{k}"));
+            }
+            let sql = format!("SELECT {} FROM {}", items.join(", "), quote(&rows.name));
+            let mut plan = plan_parsed(&mut parse(&sql)?, std::slice::from_ref(rows))?;
+            let width = plan.outputs.len() - keys.len();
+            plan.keys = plan.outputs.split_off(width);
+            return Ok(plan);
+        }
         if let Some((query, exprs)) = &s.subquery {
             // A window's row is final once the watermark passes its end:
             // its time is the end, which no watermark before it passed.
@@ -635,14 +697,7 @@ impl<'a> JoinStep<'a> {
                 .as_select()
                 .map(|s| s.projection.clone())
                 .unwrap_or_default();
-            let mut p = ParsedQuery {
-                query: Box::new(query),
-                window: None,
-                emit: None,
-                clauses: Vec::new(),
-                top_n: None,
-                as_of: Vec::new(),
-            };
+            let mut p = ParsedQuery::of(query);
             let mut plan = plan_parsed(&mut p, sources)?;
             let width = plan.outputs.len() - keys.len();
             plan.keys = plan.outputs.split_off(width);
@@ -830,6 +885,7 @@ impl<'a> JoinStep<'a> {
             names: members.iter().flat_map(|m| m.names.iter().cloned()).collect(),
             chain: Some(Chain { members, columns }),
             declared: None,
+            rows: None,
         })
     }
 }
@@ -1118,7 +1174,7 @@ fn side<'a>(
         }
         _ => Cow::Borrowed(spec),
     };
-    Ok(Side { spec, subquery: None, prefix, names, chain: None, declared: Some(declared) })
+    Ok(Side { spec, subquery: None, prefix, names, chain: None, declared: Some(declared), rows: None })
 }
 
 /// Every name the query writes, lower case, as each identifier's parts and
@@ -1207,7 +1263,7 @@ fn find_declared<'s>(sources: &'s [SourceSpec], side: &'s SourceSpec) -> &'s Sou
 /// join's would. It runs on its source's partitions before the join's
 /// exchange when its source is keyed by its GROUP BY; otherwise after an
 /// exchange of its own (`plan_join`).
-fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec]) -> Result<Side<'a>, SqlError> {
+fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &[SourceSpec]) -> Result<Side<'a>, SqlError> {
     let SetExpr::Select(select) = subquery.body.as_ref() else {
         return Err(SqlError::at_node(subquery, "a subquery side of a join is one SELECT"));
     };
@@ -1234,14 +1290,7 @@ fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec])
         exprs.push(expr.clone());
         names.push(name);
     }
-    let mut parsed = ParsedQuery {
-        query: Box::new(subquery.clone()),
-        window: None,
-        emit: None,
-        clauses: Vec::new(),
-        top_n: None,
-        as_of: Vec::new(),
-    };
+    let mut parsed = ParsedQuery::of(subquery.clone());
     let plan = plan_parsed(&mut parsed, sources)?;
     if !(plan.is_windowed() && plan.emit == EmitMode::Final) {
         return Err(SqlError::at_node(
@@ -1270,6 +1319,7 @@ fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &'a [SourceSpec])
         names: vec![alias.value.to_ascii_lowercase()],
         chain: None,
         declared: None,
+        rows: None,
     })
 }
 

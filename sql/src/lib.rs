@@ -8,6 +8,7 @@
 //! rules the workers will apply.
 
 mod agg_filter;
+mod cascade;
 mod compile;
 mod cut;
 mod dataflow;

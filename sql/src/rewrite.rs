@@ -40,6 +40,14 @@ pub struct ParsedQuery {
     pub as_of: Vec<AsOf>,
 }
 
+impl ParsedQuery {
+    /// A query planned as written: no streaming clauses of its own (a
+    /// subquery, or a query the planner rewrote).
+    pub fn of(query: Query) -> Self {
+        Self { query: Box::new(query), window: None, emit: None, clauses: Vec::new(), top_n: None, as_of: Vec::new() }
+    }
+}
+
 /// `FOR SYSTEM_TIME AS OF <column>`: the temporal join's version time.
 #[derive(Debug, Clone)]
 pub struct AsOf {

@@ -78,7 +78,7 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
 /// The first plan as stage 0, the others as its branches.
 fn side_by_side(mut plans: Vec<Plan>, output: StageOutput) -> Dataflow {
     let first = plans.remove(0);
-    let branches = plans.into_iter().map(|plan| Branch { plan, beside: 0 }).collect();
+    let branches = plans.into_iter().map(|plan| Branch { plan, beside: 0, reads_exchange: false }).collect();
     Dataflow { stages: vec![Stage { plan: first, output }], branches }
 }
 

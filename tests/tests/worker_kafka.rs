@@ -1663,7 +1663,10 @@ fn exactly_once_through_random_kill_nines_and_a_broker_restart_every_result_once
 /// windowed aggregate, the people's written beside it) and q9 (a top-1
 /// after a join), and q7 (the bids joined with a windowed aggregate of
 /// themselves: one topic read once for two plans; at the golden case's
-/// 10 ms windows) — run with `sluice-worker run` on two cores. Each result
+/// 10 ms windows), and q5 (per-window counts joined with their per-window
+/// maximum: one repartition topic read once by the maximum and by the
+/// counts' projection beside it; 10 ms windows every 2 ms) — run with
+/// `sluice-worker run` on two cores. Each result
 /// equals what the DuckDB oracle computed for the same events
 /// (`worker/tests/golden/expected`).
 #[test]
@@ -1709,6 +1712,7 @@ fn nexmark_queries_through_the_broker_match_the_oracle() {
         ("q8", false, 80),
         ("q9", true, 980),
         ("q7", false, 920),
+        ("q5", false, 920),
     ] {
         let out = unique_name(&format!("nexmark-{q}"));
         kafka::create_topic(&out, 2);
@@ -1716,10 +1720,11 @@ fn nexmark_queries_through_the_broker_match_the_oracle() {
             .unwrap()
             .replace("kafka:9092", &harness().bootstrap)
             .replace(&format!("topic: nexmark-{q} "), &format!("topic: {out} "));
-        if q == "q7" {
-            // The golden case's scale: the 920 bids span 100 ms.
+        if q == "q7" || q == "q5" {
+            // The golden cases' scale: the 920 bids span 100 ms.
             text = text
                 .replace("'10' SECOND", "'10' MILLISECOND")
+                .replace("'2' SECOND", "'2' MILLISECOND")
                 .replace("watermarkDelayMillis: 1000", "watermarkDelayMillis: 2");
         }
         for (kind, topic) in &topics {

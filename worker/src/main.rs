@@ -211,11 +211,12 @@ fn validate(file: &str) -> ExitCode {
     match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
         Ok(dataflow) => {
             println!("{file}: ok");
-            // Each stage, then the branches beside it (over sources of their own).
+            // Each stage, then the branches beside it (over sources of their
+            // own, or over the stage's repartition topic).
             let mut rows = Vec::new();
             for (s, st) in dataflow.stages.iter().enumerate() {
                 rows.push((s, &st.plan, st.output, s == 0));
-                rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, true)));
+                rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, !b.reads_exchange)));
             }
             for (stage, plan, output, reads_source) in rows {
                 let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();

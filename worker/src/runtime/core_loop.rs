@@ -377,9 +377,19 @@ impl<'a> Core<'a> {
                 })?;
                 let mut inputs = Vec::new();
                 for (s, receivers) in ends.inputs.into_iter().enumerate() {
-                    let exchange = setup.inputs.iter().position(|i| i.stage == s + 1 && i.source.is_none());
-                    let slots = exchange.map_or(0..0, |i| input_slots[i].clone());
-                    inputs.extend(slots.zip(receivers).map(|(slot, from)| ExchangeInputChannel { slot, from }));
+                    // Every plan reading the exchange (the stage's, and a
+                    // branch's beside it) gets each of its records.
+                    let readers: Vec<Range<usize>> = setup
+                        .inputs
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, i)| i.stage == s + 1 && i.source.is_none())
+                        .map(|(i, _)| input_slots[i].clone())
+                        .collect();
+                    for (k, from) in receivers.into_iter().enumerate() {
+                        let slots = readers.iter().filter_map(|r| r.clone().nth(k)).collect();
+                        inputs.push(ExchangeInputChannel { slots, from });
+                    }
                 }
                 local_outputs = ends.outputs;
                 backlog = Some(Arc::clone(&ends.backlog));
@@ -881,9 +891,12 @@ fn shared_reads(setup: &CoreSetup, input_slots: &[Range<usize>]) -> Result<(Vec<
     let first_reader: Vec<Option<usize>> = inputs
         .iter()
         .enumerate()
-        .map(|(i, input)| {
-            let name = &input.source.as_ref()?.name;
-            inputs[..i].iter().position(|o| o.source.as_ref().is_some_and(|s| s.name.eq_ignore_ascii_case(name)))
+        .map(|(i, input)| match &input.source {
+            Some(spec) => inputs[..i]
+                .iter()
+                .position(|o| o.source.as_ref().is_some_and(|s| s.name.eq_ignore_ascii_case(&spec.name))),
+            // A branch reading the repartition topic its stage reads.
+            None => inputs[..i].iter().position(|o| o.source.is_none() && o.topic == input.topic),
         })
         .collect();
     let read: Vec<bool> = first_reader.iter().map(Option::is_none).collect();

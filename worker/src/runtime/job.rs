@@ -85,9 +85,10 @@ pub fn run_job(
     let most_partitions = config.partitions.iter().map(|p| p.partitions).max().unwrap_or(1);
     let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, most_partitions)?);
     // What the job reads, stage by stage: stage 0's source, or a later
-    // stage's repartition topic; then the sources of the branches beside
-    // the stage (UNION ALL branches, the right sides of joins), whose
-    // partitions follow the stage's own as upstreams of what it writes.
+    // stage's repartition topic; then what the branches beside the stage
+    // read (the sources of UNION ALL branches and of the right sides of
+    // joins, or the stage's own repartition topic again), whose partitions
+    // follow the stage's own as upstreams of what it writes.
     let source_of = |plan: &sluice_plan::Plan| -> Result<(sluice_crds::SourceSpec, i32), Error> {
         let spec = config
             .spec
@@ -106,10 +107,12 @@ pub fn run_job(
     // How many upstream partitions write the exchange the stage reads.
     let mut upstreams = 0u32;
     for (s, stage) in dataflow.stages.iter().enumerate() {
-        let plans = std::iter::once(&stage.plan).chain(dataflow.beside(s).map(|b| &b.plan));
+        // Each plan, and whether it reads the stage's repartition topic.
+        let plans =
+            std::iter::once((&stage.plan, s > 0)).chain(dataflow.beside(s).map(|b| (&b.plan, b.reads_exchange)));
         let mut upstream_offset = 0u32;
-        for (i, plan) in plans.enumerate() {
-            let input = if i == 0 && s > 0 {
+        for (plan, reads_exchange) in plans {
+            let input = if reads_exchange {
                 CoreInput {
                     stage: s,
                     plan: Arc::new(plan.clone()),

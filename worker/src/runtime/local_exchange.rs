@@ -118,8 +118,9 @@ impl ExchangeOutput for LocalExchangeWriter {
 /// One exchange partition as a core reads it.
 #[derive(Debug)]
 pub struct ExchangeInputChannel {
-    /// The partition's slot in the core's partition list.
-    pub slot: usize,
+    /// The partition's slots in the core's partition list: one per plan
+    /// that reads the exchange (`sluice_plan::Branch::reads_exchange`).
+    pub slots: Vec<usize>,
     pub from: Receiver<Chunk>,
 }
 
@@ -175,15 +176,18 @@ impl LocalStagedSource {
                     let len = usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX);
                     let start = *read + 4;
                     let end = start.saturating_add(len).min(chunk.len());
-                    n += f(Record {
-                        slot: input.slot,
-                        offset: *offset,
-                        timestamp_ms: now,
-                        payload: &chunk[start..end],
-                        key: None,
-                        headers: None,
-                    })
-                    .max(1);
+                    let mut weight = 0;
+                    for &slot in &input.slots {
+                        weight += f(Record {
+                            slot,
+                            offset: *offset,
+                            timestamp_ms: now,
+                            payload: &chunk[start..end],
+                            key: None,
+                            headers: None,
+                        });
+                    }
+                    n += weight.max(1);
                     *offset += 1;
                     *read = end;
                 }
@@ -253,7 +257,7 @@ mod tests {
         backlog.fetch_add(chunk.len(), Ordering::Relaxed);
         senders[0].send(chunk).unwrap();
         let from = receivers.pop().unwrap();
-        let input = ExchangeInputChannel { slot: 3, from };
+        let input = ExchangeInputChannel { slots: vec![3], from };
         let mut source = LocalStagedSource::new(Box::new(Exhausted), vec![input], Arc::clone(&backlog));
         let mut seen = Vec::new();
         let mut take = |max| {
@@ -270,6 +274,32 @@ mod tests {
         assert_eq!(backlog.load(Ordering::Relaxed), 120, "the chunk (ten frames of 12 bytes) is not all read");
         assert_eq!(take(256), (128, PollEnd::Exhausted));
         assert_eq!(seen, (0..10).collect::<Vec<u8>>());
+        assert_eq!(backlog.load(Ordering::Relaxed), 0);
+    }
+
+    /// Two plans reading one exchange (a stage and a branch beside it) each
+    /// get every record, and the poll counts both deliveries' rows.
+    #[test]
+    fn an_exchange_two_plans_read_hands_each_record_to_both() {
+        let (senders, mut receivers) = channels(1);
+        let backlog = Backlog::default();
+        let mut chunk = Chunk::new();
+        for i in 0..3u8 {
+            push_frame(&mut chunk, &[i; 4]);
+        }
+        backlog.fetch_add(chunk.len(), Ordering::Relaxed);
+        senders[0].send(chunk).unwrap();
+        let input = ExchangeInputChannel { slots: vec![1, 4], from: receivers.pop().unwrap() };
+        let mut source = LocalStagedSource::new(Box::new(Exhausted), vec![input], Arc::clone(&backlog));
+        let mut seen = Vec::new();
+        let (rows, _) = source
+            .poll(100, Duration::ZERO, &mut |r| {
+                seen.push((r.slot, r.payload[0], r.offset));
+                1
+            })
+            .unwrap();
+        assert_eq!(rows, 6);
+        assert_eq!(seen, vec![(1, 0, 0), (4, 0, 0), (1, 1, 1), (4, 1, 1), (1, 2, 2), (4, 2, 2)]);
         assert_eq!(backlog.load(Ordering::Relaxed), 0);
     }
 }
