@@ -436,6 +436,87 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
 
+/// Nexmark q5's shape over trades keyed by trader, on 2 workers × 2
+/// cores: per 1-second window, the symbols with the most trades of
+/// quantity over 3 (every one on a tie) — the counts joined with their
+/// per-window maximum. The counts cross to the maximum's repartition topic,
+/// which the maximum and the counts' projection beside it read once; one
+/// worker is killed with SIGKILL after checkpointing a partition of that
+/// topic, and restarted. Both restore their positions there (the
+/// projection numbers its rows on from its checkpoint, so the join does
+/// not take them for replays), and every window's top symbols come out.
+#[test]
+fn a_join_with_an_aggregate_of_its_rows_on_two_workers_survives_kill_nine() {
+    let (topic, out) = (unique_name("trades"), unique_name("tops"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 2);
+    let group = unique_name("g");
+    let counts = "SELECT symbol, COUNT(*) AS n, window_start AS ws, window_end AS we FROM trades WHERE qty > 3 \
+                  GROUP BY symbol, TUMBLE(ts, INTERVAL '1' SECOND)";
+    let inner = "SELECT COUNT(*) AS n, window_start AS ws, window_end AS we FROM trades WHERE qty > 3 \
+                 GROUP BY symbol, TUMBLE(ts, INTERVAL '1' SECOND)";
+    let sql = format!(
+        "SELECT c.symbol, CAST(c.ws AS BIGINT) AS start_ms, c.n FROM ({counts}) AS c \
+         JOIN (SELECT MAX(x.n) AS top, x.ws, x.we FROM ({inner}) AS x GROUP BY x.ws, x.we) AS m \
+         ON c.ws = m.ws AND c.we = m.we AND c.n >= m.top"
+    );
+    let m = manifest(&unique_name("tops"), &sql, &topic, &out, "");
+    let (configs, mut first, second) = serve_two(&m, &group);
+    const RECORDS: u64 = 20_000;
+    let producer = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            for chunk in 0..20u64 {
+                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        })
+    };
+    let maxima = format!("{group}.repartition-2");
+    let mut second = kill_nine_mid_run(second, &configs[1], &group, &maxima, &producer, Duration::ZERO);
+    producer.join().unwrap();
+    produce_trades(&topic, 100_000_000..100_000_008, 4);
+    let mut per_window: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();
+    for t in (0..RECORDS).map(trade).filter(|t| t.qty > 3) {
+        *per_window.entry(t.ts / 1000 * 1000).or_default().entry(format!("S{}", t.symbol)).or_default() += 1;
+    }
+    let mut expected = BTreeSet::new();
+    for (start, counts) in &per_window {
+        let top = counts.values().copied().max().unwrap_or(0);
+        expected.extend(counts.iter().filter(|(_, n)| **n == top).map(|(s, n)| (s.clone(), *start, *n)));
+    }
+    let last = trade(RECORDS - 1).ts;
+    let rows = |records: &[Record]| -> BTreeSet<(String, i64, i64)> {
+        records
+            .iter()
+            .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+            .map(|v| {
+                (v["symbol"].as_str().unwrap().to_owned(), v["start_ms"].as_i64().unwrap(), v["n"].as_i64().unwrap())
+            })
+            .filter(|(_, start, _)| *start <= last)
+            .collect()
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| rows(r).len() >= expected.len());
+    let got = rows(&results);
+    let missing: Vec<_> = expected.difference(&got).collect();
+    let wrong: Vec<_> = got.difference(&expected).collect();
+    assert!(
+        missing.is_empty() && wrong.is_empty(),
+        "after kill -9 and restart, {} of {} rows missing (e.g. {:?}), {} wrong (e.g. {:?})",
+        missing.len(),
+        expected.len(),
+        &missing[..missing.len().min(3)],
+        wrong.len(),
+        &wrong[..wrong.len().min(3)]
+    );
+    assert!(second.log().contains("restored state"), "the restarted worker restored its state:\n{}", second.log());
+    for w in [&first, &second] {
+        w.signal("TERM");
+    }
+    assert!(first.wait(Duration::from_secs(30)).success(), "{}", first.log());
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
 /// A LEFT interval join of two 4-partition topics keyed by trader, joined
 /// by symbol, on 2 workers × 2 cores: both sides cross the repartition
 /// topic keyed by symbol. Trade i of `trades` meets trade i of `fills` (same

@@ -183,6 +183,8 @@ struct Core<'a> {
     /// Where the state of the partitions of the slots is checkpointed (the
     /// inputs whose plan keeps state).
     stores: Vec<(Range<usize>, StateStore)>,
+    /// Per slot, the slots checkpointed with it (see `restore_group`).
+    companions: Vec<Vec<usize>>,
     /// Sink delivery failures already counted in the metrics.
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
@@ -266,9 +268,16 @@ impl<'a> Core<'a> {
         }
         let multi_stage = setup.dataflow.has_exchange();
         let (read, readers) = shared_reads(setup, &input_slots)?;
+        // Per slot, the exchange-fed plans that read its input after it:
+        // checkpointed with it, as the one commit of that input carries
+        // one state pointer.
+        let mut companions: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
         for of in readers.iter().flatten() {
             for &slot in of.iter().skip(1) {
                 parts[slot].input_counted_elsewhere = true;
+            }
+            if let Some((&first, rest)) = of.split_first() {
+                companions[first] = rest.iter().copied().filter(|&c| parts[c].exchange.is_some()).collect();
             }
         }
         let mut stores = Vec::new();
@@ -288,7 +297,15 @@ impl<'a> Core<'a> {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
                 for (i, input) in setup.inputs.iter().enumerate() {
-                    if !matches!(input.plan.operator, OperatorPlan::Stateless) {
+                    // A plan fed by an exchange keeps its upstream
+                    // positions and its output count even when its
+                    // operator keeps nothing: a replay after a restart must
+                    // number its rows as before, or the next stage would
+                    // take them for ones it already had. A plan reading
+                    // what another reads first is checkpointed with it
+                    // (`companions`): one commit carries one state pointer.
+                    let keeps = !matches!(input.plan.operator, OperatorPlan::Stateless) || input.source.is_none();
+                    if keeps && read[i] {
                         let store = StateStore::open(
                             &client,
                             transaction.clone(),
@@ -398,17 +415,20 @@ impl<'a> Core<'a> {
             _ => source,
         };
         // Resume each partition from its checkpoint.
-        for (slot, (part, position)) in parts.iter_mut().zip(&positions).enumerate() {
+        for (part, position) in parts.iter_mut().zip(&positions) {
             part.committed_offset = position.offset;
             // A partition with no commit gets its resolved start committed
             // by the first checkpoint (see `source::kafka::start_offset`).
             part.next_offset = Some(position.start);
             part.metadata.clone_from(&position.metadata);
+        }
+        for (slot, position) in positions.iter().enumerate() {
+            let partition = parts[slot].partition;
             if let Some((_, store)) = stores.iter().find(|(r, _)| r.contains(&slot))
-                && let Some(bytes) = store.load(part.partition, &position.metadata)?
+                && let Some(bytes) = store.load(partition, &position.metadata)?
             {
-                part.restore(&bytes)?;
-                tracing::info!(slot, partition = part.partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
+                restore_group(&mut parts, slot, &companions[slot], &bytes)?;
+                tracing::info!(slot, partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
             }
         }
         let mut runs = Vec::with_capacity(stages.len());
@@ -477,6 +497,7 @@ impl<'a> Core<'a> {
             parts,
             input_slots,
             stores,
+            companions,
             failures_seen: 0,
             purge,
             source_done: false,
@@ -743,16 +764,29 @@ impl<'a> Core<'a> {
         self.dead_letter.flush()?;
         for (slots, store) in &mut self.stores {
             let mut snapshots = Vec::new();
-            for p in self.parts[slots.clone()].iter().filter(|p| p.dirty) {
-                snapshots.push((p.partition, p.snapshot()?, StateStore::next_slot(&p.metadata)));
+            for slot in slots.clone() {
+                let group = &self.companions[slot];
+                if !self.parts[slot].dirty && !group.iter().any(|&c| self.parts[c].dirty) {
+                    continue;
+                }
+                let p = &self.parts[slot];
+                snapshots.push((
+                    p.partition,
+                    snapshot_group(&self.parts, slot, group)?,
+                    StateStore::next_slot(&p.metadata),
+                ));
             }
             if snapshots.is_empty() {
                 continue;
             }
             for (partition, metadata) in store.save(&snapshots)? {
-                if let Some(p) = self.parts[slots.clone()].iter_mut().find(|p| p.partition == partition) {
-                    p.metadata = metadata;
-                    p.dirty = false;
+                if let Some(slot) = slots.clone().find(|&s| self.parts[s].partition == partition) {
+                    for &c in &self.companions[slot] {
+                        self.parts[c].metadata.clone_from(&metadata);
+                        self.parts[c].dirty = false;
+                    }
+                    self.parts[slot].metadata = metadata;
+                    self.parts[slot].dirty = false;
                 }
             }
         }
@@ -864,6 +898,48 @@ fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), 
 /// Creates a repartition topic (or finds it) with the partition count the
 /// job expects. Records are deleted by the purge, not by retention: one
 /// expiring before the next stage read it would be lost.
+/// Partition `slot`'s checkpoint, with those of the plans that read its
+/// input beside it (`companions`): a plan fed by an exchange keeps its
+/// upstream positions and output count even when its operator keeps
+/// nothing, and the input's commit can point at one snapshot only.
+fn snapshot_group(parts: &[PartitionPipeline], slot: usize, companions: &[usize]) -> Result<Vec<u8>, Error> {
+    let own = parts[slot].snapshot()?;
+    if companions.is_empty() {
+        return Ok(own);
+    }
+    let others = companions.iter().map(|&c| parts[c].snapshot()).collect::<Result<Vec<_>, _>>()?;
+    postcard::to_allocvec(&(own, others)).map_err(|e| {
+        Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", parts[slot].partition))
+    })
+}
+
+/// Restores [`snapshot_group`]'s bytes.
+fn restore_group(
+    parts: &mut [PartitionPipeline],
+    slot: usize,
+    companions: &[usize],
+    bytes: &[u8],
+) -> Result<(), Error> {
+    if companions.is_empty() {
+        return parts[slot].restore(bytes);
+    }
+    let partition = parts[slot].partition;
+    let (own, others): (Vec<u8>, Vec<Vec<u8>>) = postcard::from_bytes(bytes)
+        .map_err(|e| Error::Checkpoint(format!("cannot read the state of partition {partition}: {e}")))?;
+    if others.len() != companions.len() {
+        return Err(Error::Checkpoint(format!(
+            "the state of partition {partition} is of {} plan(s) reading it, this query has {}",
+            others.len() + 1,
+            companions.len() + 1
+        )));
+    }
+    parts[slot].restore(&own)?;
+    for (&c, bytes) in companions.iter().zip(&others) {
+        parts[c].restore(bytes)?;
+    }
+    Ok(())
+}
+
 fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
     let laid_out = create_topic(client, topic, partitions, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])?;
     if laid_out != partitions {
