@@ -25,15 +25,20 @@
 //! final too — the window is carried through (Flink's window attributes).
 //! The inner rows carry a hidden time, their window's end less 1 ms
 //! ([`ROW_TIME`]); the outer aggregate adds a tumbling window of the inner
-//! window's slide over it, which is exactly the inner window (its end is
-//! the inner window's end), so it emits each group once, when the watermark
-//! passes the window's end, as the inner aggregate did. Its `window_end`
-//! then stands for the inner window's end column, which lets the join
-//! match the sides by window as a join of windowed subqueries does.
+//! window's slide over it. Each inner window's rows fall in one such
+//! window, which ends where the inner window ends (for a hopping window
+//! it starts later: one slide before the end), so the outer aggregate
+//! emits each group once, when the watermark passes that end, as the inner
+//! aggregate did. Its `window_end` then stands for the inner window's end
+//! column, which lets the join match the sides by window as a join of
+//! windowed subqueries does; the inner window's start is read only as a
+//! group column.
 
 use sluice_crds::{ColumnSpec, EventTimeSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{Dataflow, EmitMode, OperatorPlan, Partitioning, SqlError, StageOutput, TimeWindow};
-use sqlparser::ast::{Expr, GroupByExpr, Ident, Query, SelectItem, SetExpr, TableFactor};
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{Expr, GroupByExpr, Ident, Query, SelectItem, SetExpr, TableFactor, visit_expressions};
 
 use crate::cut::cut;
 use crate::diagnostic::Located;
@@ -177,18 +182,23 @@ fn plan(
     let SetExpr::Select(inner_select) = d.body.as_ref() else {
         return Err(SqlError::unpositioned("internal: a subquery that is not a SELECT"));
     };
-    let window_column = |e: &Expr, end_only: bool| -> bool {
+    let d_columns: Vec<(&str, &Expr)> = inner_select.projection.iter().filter_map(named).collect();
+    // The inner column `e` names (bare, or qualified by the inner alias)
+    // if it is the inner window's `window_end` (`end`) or `window_start`.
+    let window_column = |e: &Expr, end: bool| -> Option<String> {
         let name = match e {
             Expr::Identifier(id) => &id.value,
             Expr::CompoundIdentifier(ids) => match ids.as_slice() {
                 [q, id] if q.value.eq_ignore_ascii_case(&d_alias.value) => &id.value,
-                _ => return false,
+                _ => return None,
             },
-            _ => return false,
+            _ => return None,
         };
-        inner_select.projection.iter().filter_map(named).any(|(n, expr)| {
-            n.eq_ignore_ascii_case(name) && (is_ident(expr, WINDOW_END) || (!end_only && is_ident(expr, WINDOW_START)))
-        })
+        let bound = if end { WINDOW_END } else { WINDOW_START };
+        d_columns
+            .iter()
+            .any(|(n, expr)| n.eq_ignore_ascii_case(name) && is_ident(expr, bound))
+            .then(|| name.to_ascii_lowercase())
     };
     let mut outer = b.clone();
     let SetExpr::Select(select) = outer.body.as_mut() else {
@@ -200,15 +210,40 @@ fn plan(
     let GroupByExpr::Expressions(groups, _) = &mut select.group_by else {
         return Err(SqlError::at_node(b, "GROUP BY ALL is not supported here: name the groups"));
     };
-    if !groups.iter().any(|g| window_column(g, false)) {
+    if !groups.iter().any(|g| window_column(g, true).is_some()) {
         return Err(SqlError::at_node(
             b,
             format!(
-                "this aggregate over {}'s rows is joined with them: it must group by their window (its window_start \
-                 or window_end column), so that its rows are final when the window is",
+                "this aggregate over {}'s rows is joined with them: it must group by their window's end (their \
+                 window_end column), so that its rows are final when the window is",
                 d_alias.value
             ),
         ));
+    }
+    // The window's start is read only as a group: the outer query's own
+    // `window_start` would be the carried window's, which starts later
+    // than the inner one when it hops.
+    let grouped_starts: Vec<String> = groups.iter().filter_map(|g| window_column(g, false)).collect();
+    let misread = |e: &Expr| -> ControlFlow<SqlError> {
+        let wrong = match e {
+            Expr::Identifier(id) if id.value.eq_ignore_ascii_case(WINDOW_START) => Some(format!(
+                "name the window's start of {}'s rows by its column, qualified ({}.<its window_start column>)",
+                d_alias.value, d_alias.value
+            )),
+            _ => window_column(e, false).filter(|n| !grouped_starts.contains(n)).map(|n| {
+                format!("{n} is the window's start of {}'s rows: read it only as a GROUP BY column", d_alias.value)
+            }),
+        };
+        match wrong {
+            Some(why) => ControlFlow::Break(SqlError::at_node(e, why)),
+            None => ControlFlow::Continue(()),
+        }
+    };
+    if let ControlFlow::Break(e) = visit_expressions(&select.projection, misread) {
+        return Err(e);
+    }
+    if let ControlFlow::Break(e) = visit_expressions(&select.having, misread) {
+        return Err(e);
     }
     let tumble = parse(&format!("SELECT 1 FROM t GROUP BY TUMBLE({ROW_TIME}, INTERVAL '{slide}' MILLISECOND)"))?;
     match tumble.query.body.as_select().map(|s| &s.group_by) {
@@ -219,18 +254,28 @@ fn plan(
     // sides by it, as it matches two windowed subqueries.
     for item in &mut select.projection {
         match item {
-            SelectItem::UnnamedExpr(e) if window_column(e, true) => {
+            SelectItem::UnnamedExpr(e) if window_column(e, true).is_some() => {
                 let alias = named(item).map(|(n, _)| Ident::new(n)).unwrap_or_else(|| Ident::new(WINDOW_END));
                 *item = SelectItem::ExprWithAlias { expr: Expr::Identifier(Ident::new(WINDOW_END)), alias };
             }
-            SelectItem::ExprWithAlias { expr, .. } if window_column(expr, true) => {
+            SelectItem::ExprWithAlias { expr, .. } if window_column(expr, true).is_some() => {
                 *expr = Expr::Identifier(Ident::new(WINDOW_END));
             }
             _ => {}
         }
     }
-    let mut parsed = ParsedQuery::of(outer.clone());
-    let outer_plan = plan_parsed(&mut parsed, std::slice::from_ref(&rows))?;
+    // Planned over the inner subquery's own columns first: the rows carry
+    // the other side's too, which the outer query cannot name.
+    let own = rows
+        .schema
+        .columns
+        .iter()
+        .filter(|c| c.name == ROW_TIME || d_columns.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name)))
+        .cloned()
+        .collect();
+    let visible = SourceSpec { schema: SchemaSpec { columns: own }, ..rows.clone() };
+    plan_parsed(&mut ParsedQuery::of(outer.clone()), std::slice::from_ref(&visible))?;
+    let outer_plan = plan_parsed(&mut ParsedQuery::of(outer.clone()), std::slice::from_ref(&rows))?;
 
     // The inner rows cross to the partitions of the outer groups.
     let Partitioning::KeyedBy(by) = &outer_plan.partitioning else {
@@ -315,6 +360,27 @@ mod tests {
         assert!(err.message.contains("multiple of its slide"), "{err}");
         // Tumbling windows need no more than that.
         plan_dataflow(&q5("TUMBLE(ts, INTERVAL '10' SECOND)", "C.s, C.e"), &bids(), 4).unwrap();
+    }
+
+    /// The outer query reads the inner window's start only as a group (its
+    /// own `window_start` would be the carried window's, which starts a
+    /// slide before the end), groups by the end, and names only the inner
+    /// subquery's columns; the other side, read by name, names each column
+    /// once (as any query must).
+    #[test]
+    fn the_outer_query_reads_what_the_inner_one_gives_it_as_it_is() {
+        let refused = |sql: String, why: &str| {
+            let err = plan_dataflow(&sql, &bids(), 4).unwrap_err();
+            assert!(err.message.contains(why), "{sql}: {err}");
+        };
+        refused(q5(HOP, "C.e"), "read it only as a GROUP BY column");
+        refused(q5(HOP, "C.s"), "must group by their window's end");
+        refused(q5(HOP, "C.s, C.e").replacen("C.s, C.e FROM", "window_start AS s, C.e FROM", 1), "qualified");
+        refused(q5(HOP, "C.s, C.e HAVING MAX(C.auction) > 0"), "auction");
+        refused(
+            q5(HOP, "C.s, C.e").replacen("COUNT(*) AS num", "COUNT(*) AS num, MAX(ts) AS num", 1),
+            "duplicate output column",
+        );
     }
 
     /// An inner subquery that is not the other side's (here: another

@@ -56,6 +56,19 @@ fn produce_trades(topic: &str, range: std::ops::Range<u64>, partitions: u64) {
     kafka::produce(topic, &records);
 }
 
+/// Produces trades 0‥`records` to the 4-partition `topic` in chunks of
+/// `chunk`, `pause` apart, from a thread: input still arriving while a
+/// fault is injected.
+fn produce_trades_slowly_to(topic: &str, records: u64, chunk: u64, pause: Duration) -> std::thread::JoinHandle<()> {
+    let topic = topic.to_owned();
+    std::thread::spawn(move || {
+        for c in 0..records / chunk {
+            produce_trades(&topic, c * chunk..(c + 1) * chunk, 4);
+            std::thread::sleep(pause);
+        }
+    })
+}
+
 fn manifest(name: &str, sql: &str, topic: &str, out: &str, extra: &str) -> String {
     let bootstrap = &harness().bootstrap;
     format!(
@@ -399,15 +412,7 @@ fn a_re_keyed_window_on_two_workers_survives_kill_nine_with_exact_results() {
     };
     check_owners(&[&first, &second]);
     const RECORDS: u64 = 20_000;
-    let producer = {
-        let topic = topic.clone();
-        std::thread::spawn(move || {
-            for chunk in 0..20u64 {
-                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
-                std::thread::sleep(Duration::from_millis(150));
-            }
-        })
-    };
+    let producer = produce_trades_slowly_to(&topic, 20_000, 1_000, Duration::from_millis(150));
     let mut second = kill_nine_mid_run(second, &configs[1], &group, &repartition, &producer, Duration::ZERO);
     check_owners(&[&first, &second]);
     producer.join().unwrap();
@@ -463,15 +468,7 @@ fn a_join_with_an_aggregate_of_its_rows_on_two_workers_survives_kill_nine() {
     let m = manifest(&unique_name("tops"), &sql, &topic, &out, "");
     let (configs, mut first, second) = serve_two(&m, &group);
     const RECORDS: u64 = 20_000;
-    let producer = {
-        let topic = topic.clone();
-        std::thread::spawn(move || {
-            for chunk in 0..20u64 {
-                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
-                std::thread::sleep(Duration::from_millis(150));
-            }
-        })
-    };
+    let producer = produce_trades_slowly_to(&topic, 20_000, 1_000, Duration::from_millis(150));
     let maxima = format!("{group}.repartition-2");
     let mut second = kill_nine_mid_run(second, &configs[1], &group, &maxima, &producer, Duration::ZERO);
     producer.join().unwrap();
@@ -713,15 +710,7 @@ fn kill_dash_nine_then_restart_loses_nothing_and_counts_nothing_twice() {
     let mut first = Worker::serve(&cfg, &[]);
     first.wait_ready(Duration::from_secs(60));
     // Records keep arriving while the worker is killed.
-    let producer = {
-        let topic = topic.clone();
-        std::thread::spawn(move || {
-            for chunk in 0..20u64 {
-                produce_trades(&topic, chunk * 1_000..(chunk + 1) * 1_000, 4);
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        })
-    };
+    let producer = produce_trades_slowly_to(&topic, 20_000, 1_000, Duration::from_millis(100));
     // Kill it mid-run, once it has checkpointed at least once.
     let deadline = Instant::now() + Duration::from_secs(60);
     while kafka::committed_positions(&group, &topic, 4).values().all(|(o, _)| *o == 0) {
@@ -1448,17 +1437,6 @@ fn exactly_once_counts_job(key: &str) -> (String, String, String, String) {
     (trades, out, unique_name("g"), m)
 }
 
-/// Produces trades 0‥12 000 in 40 chunks over ~6 s, on a thread.
-fn produce_trades_slowly(trades: &str) -> std::thread::JoinHandle<()> {
-    let trades = trades.to_owned();
-    std::thread::spawn(move || {
-        for chunk in 0..40u64 {
-            produce_trades(&trades, chunk * 300..(chunk + 1) * 300, 4);
-            std::thread::sleep(Duration::from_millis(150));
-        }
-    })
-}
-
 /// Waits until a `read_committed` reader of `out` sees the count of each
 /// of the `keys` values of `key` reach its total for 12 000 trades, then
 /// checks each one's counts are 1, 2, … n exactly once and in order.
@@ -1493,7 +1471,7 @@ fn exactly_once_counts_through_kills(key: &str, keys: usize, victims: &[usize], 
     let (trades, out, group, m) = exactly_once_counts_job(key);
     let (configs, first, second) = serve_two(&m, &group);
     let mut workers = [Some(first), Some(second)];
-    let producer = produce_trades_slowly(&trades);
+    let producer = produce_trades_slowly_to(&trades, 12_000, 300, Duration::from_millis(150));
     // Well into an interval: what a worker wrote since its last checkpoint is plenty.
     let into = Duration::from_millis(1000);
     for &v in victims {
@@ -1545,7 +1523,7 @@ fn exactly_once_covers_the_repartition_topic_of_a_re_keyed_count() {
 fn exactly_once_a_frozen_worker_resumed_after_its_replacement_started_commits_nothing() {
     let (trades, out, group, m) = exactly_once_counts_job("trader");
     let (configs, mut first, mut zombie) = serve_two(&m, &group);
-    let producer = produce_trades_slowly(&trades);
+    let producer = produce_trades_slowly_to(&trades, 12_000, 300, Duration::from_millis(150));
     wait_for_own_checkpoint(&zombie, &group, &trades);
     std::thread::sleep(Duration::from_millis(1000));
     zombie.signal("STOP");
@@ -1585,7 +1563,7 @@ fn exactly_once_a_frozen_worker_resumed_after_its_replacement_started_commits_no
 fn exactly_once_running_counts_survive_a_rescale_from_two_workers_to_three() {
     let (trades, out, group, m) = exactly_once_counts_job("trader");
     let (_, mut first, mut second) = serve_two(&m, &group);
-    let producer = produce_trades_slowly(&trades);
+    let producer = produce_trades_slowly_to(&trades, 12_000, 300, Duration::from_millis(150));
     wait_for_own_checkpoint(&second, &group, &trades);
     std::thread::sleep(Duration::from_millis(1000));
     for w in [&first, &second] {
@@ -1646,7 +1624,7 @@ fn exactly_once_through_random_kill_nines_and_a_broker_restart_every_result_once
         let (configs, first, second) = serve_two(m, group);
         workers.extend(configs.into_iter().zip([first, second]));
     }
-    let producer = produce_trades_slowly(&trades);
+    let producer = produce_trades_slowly_to(&trades, 12_000, 300, Duration::from_millis(150));
     let started = Instant::now();
     let mut killed = [0usize; 4];
     let mut restarted_broker = false;

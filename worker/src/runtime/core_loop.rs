@@ -185,6 +185,8 @@ struct Core<'a> {
     stores: Vec<(Range<usize>, StateStore)>,
     /// Per slot, the slots checkpointed with it (see `restore_group`).
     companions: Vec<Vec<usize>>,
+    /// Per input, whether it is read (not a second reader of a topic).
+    read: Vec<bool>,
     /// Sink delivery failures already counted in the metrics.
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
@@ -297,15 +299,19 @@ impl<'a> Core<'a> {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
                 for (i, input) in setup.inputs.iter().enumerate() {
-                    // A plan fed by an exchange keeps its upstream
-                    // positions and its output count even when its
-                    // operator keeps nothing: a replay after a restart must
-                    // number its rows as before, or the next stage would
-                    // take them for ones it already had. A plan reading
-                    // what another reads first is checkpointed with it
-                    // (`companions`): one commit carries one state pointer.
-                    let keeps = !matches!(input.plan.operator, OperatorPlan::Stateless) || input.source.is_none();
-                    if keeps && read[i] {
+                    // A plan fed by an exchange that writes one keeps its
+                    // upstream positions and its output count even when
+                    // its operator keeps nothing: a replay after a restart
+                    // must number its rows as before, or the next stage
+                    // would take them for ones it already had. Such a plan
+                    // reading what another reads first is checkpointed
+                    // with that one (`companions`): one commit carries one
+                    // state pointer.
+                    let stateful = !matches!(input.plan.operator, OperatorPlan::Stateless);
+                    let numbers_rows = input.source.is_none()
+                        && read[i]
+                        && stages.get(input.stage).is_some_and(|s| s.output == StageOutput::Exchange);
+                    if stateful || numbers_rows {
                         let store = StateStore::open(
                             &client,
                             transaction.clone(),
@@ -498,6 +504,7 @@ impl<'a> Core<'a> {
             input_slots,
             stores,
             companions,
+            read,
             failures_seen: 0,
             purge,
             source_done: false,
@@ -849,8 +856,10 @@ impl<'a> Core<'a> {
         }
         *last = Instant::now();
         let mut before = Vec::new();
-        for (input, slots) in self.setup.inputs.iter().zip(&self.input_slots) {
-            if input.source.is_some() {
+        for ((input, slots), read) in self.setup.inputs.iter().zip(&self.input_slots).zip(&self.read) {
+            // A topic two plans read is purged once (a request naming a
+            // partition twice fails whole).
+            if input.source.is_some() || !read {
                 continue;
             }
             for p in &self.parts[slots.clone()] {
@@ -895,9 +904,6 @@ fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), 
     Ok(written)
 }
 
-/// Creates a repartition topic (or finds it) with the partition count the
-/// job expects. Records are deleted by the purge, not by retention: one
-/// expiring before the next stage read it would be lost.
 /// Partition `slot`'s checkpoint, with those of the plans that read its
 /// input beside it (`companions`): a plan fed by an exchange keeps its
 /// upstream positions and output count even when its operator keeps
@@ -940,6 +946,9 @@ fn restore_group(
     Ok(())
 }
 
+/// Creates a repartition topic (or finds it) with the partition count the
+/// job expects. Records are deleted by the purge, not by retention: one
+/// expiring before the next stage read it would be lost.
 fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
     let laid_out = create_topic(client, topic, partitions, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])?;
     if laid_out != partitions {
