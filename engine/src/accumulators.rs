@@ -501,6 +501,12 @@ impl Accumulator {
         }
     }
 
+    /// Whether [`Accumulator::heap_bytes`] visits every group (a string's
+    /// size is its own).
+    pub fn heap_bytes_walks(&self) -> bool {
+        matches!(self, Self::MinMaxStr { .. })
+    }
+
     pub fn heap_bytes(&self) -> usize {
         match self {
             Self::Count { counts } => counts.capacity() * 8,

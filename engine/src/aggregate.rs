@@ -333,6 +333,10 @@ impl Operator for AggregateOperator {
         StateSize { bytes: self.state_bytes(), entries: self.groups() }
     }
 
+    fn state_size_walks(&self) -> bool {
+        self.accs.iter().any(Accumulator::heap_bytes_walks)
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Aggregate, &self.to_state(), out)
     }

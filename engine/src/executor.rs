@@ -88,6 +88,8 @@ pub struct Engine {
     having: Vec<u32>,
     late: Vec<u32>,
     stats: EngineStats,
+    /// `stats.records_in` when the state was last measured.
+    state_measured_at: u64,
 }
 
 const SNAPSHOT_VERSION: u32 = 1;
@@ -131,6 +133,7 @@ impl Engine {
             having: Vec::new(),
             late: Vec::new(),
             stats: EngineStats::default(),
+            state_measured_at: 0,
         }
     }
 
@@ -338,7 +341,22 @@ impl Engine {
         self.check_state_limit()
     }
 
+    /// Measures the operator's state and fails past the limit. An operator
+    /// whose measure walks its state (`Operator::state_size_walks`) is
+    /// measured once at least an eighth as many rows as its state had
+    /// entries have come since the last measure: a few steps a row however
+    /// large the state, where measuring after every batch cost a walk of a
+    /// million keys per 4,096 rows; between measures the state grows by
+    /// about an eighth at most, which the limit (a guard, not an account)
+    /// allows.
     fn check_state_limit(&mut self) -> Result<(), Error> {
+        if self.operator.state_size_walks() {
+            let since = self.stats.records_in.saturating_sub(self.state_measured_at);
+            if since < u64::try_from(self.stats.state_entries / 8).unwrap_or(u64::MAX) {
+                return Ok(());
+            }
+        }
+        self.state_measured_at = self.stats.records_in;
         let size = self.operator.state_size();
         let bytes = size.bytes;
         self.stats.state_bytes = bytes;
@@ -437,6 +455,37 @@ mod tests {
         fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), crate::Error> {
             Ok(())
         }
+    }
+
+    /// A session window's size walks every key's sessions, so it is
+    /// measured once an eighth as many rows as it had entries arrived, not
+    /// after every batch; the limit still stops it.
+    #[test]
+    fn a_state_whose_size_walks_it_is_measured_once_an_eighth_of_its_entries_arrived() {
+        use sluice_plan::{Column, ColumnData, DataType};
+        let source = SourceSpec {
+            partition_key: vec!["k".into()],
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            ..SourceSpec::table("t", &[("k", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)])
+        };
+        let sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k, SESSION(ts, INTERVAL '1' MINUTE)";
+        let plan = Arc::new(sluice_sql::plan_dataflow(sql, &[source], 1).unwrap().stages[0].plan.clone());
+        let batch = |keys: std::ops::Range<i64>| {
+            let n = keys.clone().count();
+            let k = Column::new(DataType::Bigint, ColumnData::Int(keys.collect()), None);
+            let ts = Column::new(DataType::Timestamp, ColumnData::Int(vec![1_000; n]), None);
+            Batch::new(vec![k, ts], n)
+        };
+        let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        engine.process(&mut batch(0..1_000), &mut Discard).unwrap();
+        assert_eq!(engine.stats().state_entries, 1_000, "measured: nothing was before");
+        engine.process(&mut batch(1_000..1_100), &mut Discard).unwrap();
+        assert_eq!(engine.stats().state_entries, 1_000, "100 rows since, under 1,000 / 8: not measured");
+        engine.process(&mut batch(1_100..1_200), &mut Discard).unwrap();
+        assert_eq!(engine.stats().state_entries, 1_200, "200 rows since: measured");
+        let tight = EngineOptions { state_limit_bytes: 1 << 10, ..EngineOptions::default() };
+        let mut limited = Engine::new(plan, tight);
+        assert!(limited.process(&mut batch(0..1_000), &mut Discard).is_err(), "past the limit");
     }
 
     #[test]

@@ -259,6 +259,10 @@ impl Operator for MergeOperator {
         StateSize { bytes: entries * (self.inputs.len() * size_of::<Scalar>() + 64) + strings, entries }
     }
 
+    fn state_size_walks(&self) -> bool {
+        true
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Merge, &MergeStateRef { windows: &self.windows, watermark: self.watermark }, out)
     }

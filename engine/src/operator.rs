@@ -106,6 +106,13 @@ pub trait Operator: std::fmt::Debug + Send {
         StateSize::default()
     }
 
+    /// Whether [`Operator::state_size`] walks the state (its cost grows
+    /// with it) rather than reading sizes kept as the state changes: the
+    /// engine then measures less often (`Engine::check_state_limit`).
+    fn state_size_walks(&self) -> bool {
+        false
+    }
+
     /// Appends the operator's tag and state to `out`.
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error>;
 

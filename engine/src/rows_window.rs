@@ -398,6 +398,11 @@ impl Operator for RowsOperator {
         StateSize { bytes: self.state_bytes(), entries: self.partitions() }
     }
 
+    /// Every PARTITION BY key's frame is visited.
+    fn state_size_walks(&self) -> bool {
+        true
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Rows, &self.to_state(), out)
     }

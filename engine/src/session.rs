@@ -341,6 +341,11 @@ impl Operator for SessionOperator {
         StateSize { bytes: self.state_bytes(), entries: self.groups() }
     }
 
+    /// Every key's session list is visited.
+    fn state_size_walks(&self) -> bool {
+        true
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Session, &self.to_state(), out)
     }

@@ -412,6 +412,11 @@ impl Operator for TableJoinOperator {
         StateSize { bytes: self.keys.heap_bytes() + bytes, entries: rows }
     }
 
+    /// Every key's version list is visited.
+    fn state_size_walks(&self) -> bool {
+        true
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let cells = |store: &Store, slot: u32| store.columns.iter().map(|c| c.scalar(slot as usize)).collect();
         let versions = self
