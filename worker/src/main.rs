@@ -18,6 +18,24 @@ use sluice_worker::config;
 use sluice_worker::metrics::Metrics;
 use sluice_worker::runtime::{Health, RunOptions, run_job};
 
+/// `println!` that survives a closed stdout (`sluice-worker validate … |
+/// head`): output with nowhere to go is not worth a panic.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that survives a closed stderr (`sluice-worker run … 2>&1 |
+/// head`).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "sluice-worker", version, about = "Streaming SQL over Kafka: one pinned engine per core")]
 struct Cli {
@@ -140,7 +158,7 @@ fn main() -> ExitCode {
                 timestamps == "event",
             ) {
                 Ok(summary) => {
-                    eprintln!("{summary}");
+                    say!("{summary}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e.to_string()),
@@ -150,7 +168,7 @@ fn main() -> ExitCode {
 }
 
 fn fail(message: &str) -> ExitCode {
-    eprintln!("sluice-worker: error: {message}");
+    say!("sluice-worker: error: {message}");
     ExitCode::FAILURE
 }
 
@@ -158,7 +176,7 @@ fn init_telemetry(json: bool, otlp: Option<&str>) -> Option<sluice_worker::telem
     match sluice_worker::telemetry::init(json, otlp, 0.01) {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("sluice-worker: telemetry disabled: {e}");
+            say!("sluice-worker: telemetry disabled: {e}");
             None
         }
     }
@@ -181,7 +199,7 @@ fn serve(path: &str, bounded: bool) -> ExitCode {
     });
     drop(waiter);
     let Some(text) = read else {
-        eprintln!("sluice-worker: terminated while waiting for the current config; nothing was consumed");
+        say!("sluice-worker: terminated while waiting for the current config; nothing was consumed");
         return ExitCode::SUCCESS;
     };
     let config = match text.and_then(|text| config::parse_layered(path, &text, config::process_env())) {
@@ -210,7 +228,7 @@ fn validate(file: &str) -> ExitCode {
     let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
     match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
         Ok(dataflow) => {
-            println!("{file}: ok");
+            out!("{file}: ok");
             // Each stage, then the branches beside it (over sources of their
             // own, or over the stage's repartition topic).
             let mut rows = Vec::new();
@@ -230,7 +248,7 @@ fn validate(file: &str) -> ExitCode {
                     sluice_plan::StageOutput::Sink => "the sink".to_owned(),
                     sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", stage + 1),
                 };
-                println!(
+                out!(
                     "  stage {stage}: {input} -> {} -> {output}\n    emit: {:?}\n    output: {}\n    key: {}",
                     match &plan.operator {
                         sluice_plan::OperatorPlan::Stateless => "filter/project",
@@ -285,7 +303,7 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
     if let Some(a) = bound {
         tracing::info!(address = %a, "serving /metrics /healthz /readyz");
         if local {
-            eprintln!("sluice-worker: metrics at http://{a}/metrics");
+            say!("sluice-worker: metrics at http://{a}/metrics");
         }
     }
     let app = sluice_worker::http::router(Arc::clone(&metrics), Arc::clone(&health));
@@ -334,7 +352,7 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
     match result {
         Ok(summary) => {
             if local || bounded {
-                eprintln!("sluice-worker: done: {summary}");
+                say!("sluice-worker: done: {summary}");
             } else if !health.signalled() {
                 // Every source was bounded and is read to its end. Exiting
                 // would make Kubernetes restart the pod and generate it all

@@ -193,6 +193,24 @@ fn every_example_manifest_validates() {
     assert!(checked >= 6, "the quickstart and the five seed scenarios: {checked} found");
 }
 
+/// Output with nowhere to go is no reason to panic: `validate` whose stdout
+/// is a pipe nobody reads (`sluice-worker validate -f … | head -1` once
+/// `head` has exited) ends as it would have, quietly.
+#[test]
+fn validate_into_a_closed_pipe_ends_without_a_panic() {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let manifest = repo().join("manifests/nexmark/q5.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+        .args(["validate", "-f", manifest.to_str().unwrap()])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("panicked"), "{:?}: {stderr}", out.status);
+}
+
 /// Runs `manifest` like [`run`], but gives up after `limit`: a run that
 /// does not end is a wedged core, and the test must say so, not hang.
 fn run_within(manifest: &Path, limit: std::time::Duration) -> Output {
