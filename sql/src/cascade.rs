@@ -225,14 +225,31 @@ fn plan(
     // than the inner one when it hops.
     let grouped_starts: Vec<String> = groups.iter().filter_map(|g| window_column(g, false)).collect();
     let misread = |e: &Expr| -> ControlFlow<SqlError> {
-        let wrong = match e {
-            Expr::Identifier(id) if id.value.eq_ignore_ascii_case(WINDOW_START) => Some(format!(
-                "name the window's start of {}'s rows by its column, qualified ({}.<its window_start column>)",
-                d_alias.value, d_alias.value
-            )),
-            _ => window_column(e, false).filter(|n| !grouped_starts.contains(n)).map(|n| {
-                format!("{n} is the window's start of {}'s rows: read it only as a GROUP BY column", d_alias.value)
+        let last = match e {
+            Expr::Identifier(id) => Some(id),
+            Expr::CompoundIdentifier(ids) => ids.last(),
+            _ => None,
+        };
+        let start_function = match e {
+            Expr::Function(f) => f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|id| {
+                ["TUMBLE_START", "HOP_START", "SESSION_START"].iter().any(|n| id.value.eq_ignore_ascii_case(n))
             }),
+            _ => false,
+        };
+        let wrong = match window_column(e, false) {
+            Some(n) if grouped_starts.contains(&n) => None,
+            Some(n) => Some(format!(
+                "{n} is the window's start of {}'s rows: read it only as a GROUP BY column",
+                d_alias.value
+            )),
+            None if start_function || last.is_some_and(|id| id.value.eq_ignore_ascii_case(WINDOW_START)) => {
+                Some(format!(
+                    "the window's start of {}'s rows is read by its column ({}.<its window_start column>), as a \
+                     GROUP BY column",
+                    d_alias.value, d_alias.value
+                ))
+            }
+            None => None,
         };
         match wrong {
             Some(why) => ControlFlow::Break(SqlError::at_node(e, why)),
@@ -375,7 +392,10 @@ mod tests {
         };
         refused(q5(HOP, "C.e"), "read it only as a GROUP BY column");
         refused(q5(HOP, "C.s"), "must group by their window's end");
-        refused(q5(HOP, "C.s, C.e").replacen("C.s, C.e FROM", "window_start AS s, C.e FROM", 1), "qualified");
+        for start in ["window_start", "C.window_start", "HOP_START(C.e)"] {
+            let sql = q5(HOP, "C.s, C.e").replacen("C.s, C.e FROM", &format!("C.s, C.e, {start} AS st FROM"), 1);
+            refused(sql, "read by its column");
+        }
         refused(q5(HOP, "C.s, C.e HAVING MAX(C.auction) > 0"), "auction");
         refused(
             q5(HOP, "C.s, C.e").replacen("COUNT(*) AS num", "COUNT(*) AS num, MAX(ts) AS num", 1),
