@@ -24,6 +24,7 @@ mod dataflow;
 mod error;
 pub mod eval;
 mod expr;
+mod literal_pattern;
 mod plan;
 mod scalar_fns;
 mod schema;

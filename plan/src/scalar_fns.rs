@@ -1,6 +1,7 @@
 //! Kernels of scalar functions, CAST and LIKE.
 
 use super::column::{Column, ColumnData, StrData};
+use super::literal_pattern::LiteralPattern;
 use crate::Error;
 use crate::time::{civil_from_days, extract, extract_epoch, format_timestamp, parse_timestamp_ms};
 use crate::{DataType, LikePattern, LikeToken, ScalarFunc, TimePart, TrimSide};
@@ -128,21 +129,22 @@ pub(super) fn eval_function(
                 piece.map(|p| buf.push_str(p)).is_some()
             })
         }
-        ScalarFunc::RegexpExtract { pattern, group } => {
-            // Compiled once per batch: the pattern is a constant of the query.
-            let re = regex::Regex::new(pattern).map_err(|e| Error::Internal(format!("REGEXP_EXTRACT pattern: {e}")))?;
-            let mut locs = re.capture_locations();
-            map_str_opt(a, |s, buf| {
-                let found = re.captures_read(&mut locs, s).is_some();
-                match locs.get(*group).filter(|_| found) {
-                    Some((start, end)) => {
-                        buf.push_str(&s[start..end]);
-                        true
+        ScalarFunc::RegexpExtract { pattern, group } => match compiled(pattern)? {
+            Matcher::Literal(p) => map_str_opt(a, |s, buf| p.extract(s, *group).map(|m| buf.push_str(m)).is_some()),
+            Matcher::Regex(re) => {
+                let mut locs = re.capture_locations();
+                map_str_opt(a, |s, buf| {
+                    let found = re.captures_read(&mut locs, s).is_some();
+                    match locs.get(*group).filter(|_| found) {
+                        Some((start, end)) => {
+                            buf.push_str(&s[start..end]);
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
-                }
-            })
-        }
+                })
+            }
+        },
         ScalarFunc::CountChar(c) => {
             let s = strings(a)?;
             let v = s.iter().map(|x| i64::try_from(x.matches(*c).count()).unwrap_or(i64::MAX)).collect();
@@ -160,6 +162,47 @@ pub(super) fn eval_function(
             Ok(Column::new(DataType::String, ColumnData::Str(out), a.validity.clone()))
         }
     }
+}
+
+/// A compiled REGEXP_EXTRACT pattern: the direct matcher where the
+/// pattern is literal-anchored (`literal_pattern.rs`), else the regex crate.
+#[derive(Clone)]
+enum Matcher {
+    Literal(std::rc::Rc<LiteralPattern>),
+    Regex(regex::Regex),
+}
+
+/// The compiled form of a REGEXP_EXTRACT pattern, compiled once per thread.
+///
+/// The pattern is a constant of the query, but compiling it is tens of
+/// microseconds (its prefilter, DFAs and one-pass matcher): once per batch,
+/// that was a tenth of q21's time. Each core is one thread, so the cache
+/// needs no lock. A plan names a handful of patterns, so the cache is only
+/// bounded against a process that plans many queries (tests, `validate`).
+fn compiled(pattern: &str) -> Result<Matcher, Error> {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    const MAX_PATTERNS: usize = 64;
+    thread_local! {
+        static COMPILED: RefCell<HashMap<String, Matcher>> = RefCell::new(HashMap::new());
+    }
+    COMPILED.with(|cache| {
+        if let Some(m) = cache.borrow().get(pattern) {
+            return Ok(m.clone());
+        }
+        let m = match LiteralPattern::new(pattern) {
+            Some(p) => Matcher::Literal(std::rc::Rc::new(p)),
+            None => Matcher::Regex(
+                regex::Regex::new(pattern).map_err(|e| Error::Internal(format!("REGEXP_EXTRACT pattern: {e}")))?,
+            ),
+        };
+        let mut cache = cache.borrow_mut();
+        if cache.len() >= MAX_PATTERNS {
+            cache.clear();
+        }
+        cache.insert(pattern.to_owned(), m.clone());
+        Ok(m)
+    })
 }
 
 /// [`map_str`] for a function that may be NULL: `f` returns false for
