@@ -340,6 +340,42 @@ impl Accumulator {
         Ok(())
     }
 
+    /// Whether [`Accumulator::merge_from`] takes this kind: those whose
+    /// merge is exact in any order and leaves the source as it was (a
+    /// floating-point sum would round differently from row-by-row folding).
+    pub fn merges_from(&self) -> bool {
+        matches!(self, Self::Count { .. } | Self::SumInt { .. } | Self::MinMaxInt { .. } | Self::MinMaxBool { .. })
+    }
+
+    /// Folds group `src` of `other` (an accumulator of the same call) into
+    /// group `dst` of this one, leaving `other` unchanged: the panes of a
+    /// hopping window are merged into each window they fall in.
+    pub fn merge_from(&mut self, dst: usize, other: &Self, src: usize) -> Result<(), Error> {
+        match (self, other) {
+            (Self::Count { counts }, Self::Count { counts: from }) => counts[dst] += from[src],
+            (Self::SumInt { sums, seen }, Self::SumInt { sums: from, seen: from_seen }) => {
+                sums[dst] += from[src];
+                seen[dst] += from_seen[src];
+            }
+            (Self::MinMaxInt { values, seen, max }, Self::MinMaxInt { values: from, seen: from_seen, .. }) => {
+                if from_seen[src]
+                    && (!seen[dst] || (*max && from[src] > values[dst]) || (!*max && from[src] < values[dst]))
+                {
+                    values[dst] = from[src];
+                    seen[dst] = true;
+                }
+            }
+            (Self::MinMaxBool { values, seen, max }, Self::MinMaxBool { values: from, seen: from_seen, .. }) => {
+                if from_seen[src] && (!seen[dst] || (*max && from[src]) || (!*max && !from[src])) {
+                    values[dst] = from[src];
+                    seen[dst] = true;
+                }
+            }
+            (this, _) => return Err(Error::Internal(format!("{} cannot merge from another accumulator", this.name()))),
+        }
+        Ok(())
+    }
+
     /// Folds group `src` into group `dst` (session windows merging).
     pub fn merge(&mut self, dst: usize, src: usize) {
         match self {

@@ -24,14 +24,14 @@ use sluice_plan::{Column, ColumnData};
 
 #[derive(Debug)]
 pub struct AggregateOperator {
-    plan: AggregatePlan,
+    pub(crate) plan: AggregatePlan,
     group_types: Vec<DataType>,
-    table: GroupTable,
+    pub(crate) table: GroupTable,
     pub(crate) accs: Vec<Accumulator>,
     /// (start, end) of each group's window.
-    bounds: Vec<(i64, i64)>,
+    pub(crate) bounds: Vec<(i64, i64)>,
     /// Open windows by end: the groups the watermark will close.
-    open_by_end: BTreeMap<i64, Vec<u32>>,
+    pub(crate) open_by_end: BTreeMap<i64, Vec<u32>>,
     touched: Vec<u32>,
     touched_flag: Vec<bool>,
     rows: Vec<u32>,
@@ -81,7 +81,12 @@ impl AggregateOperator {
 
     /// Folds a batch into the groups; appends emitted rows to `out` and the
     /// indices of late rows to `late`.
-    fn fold_batch(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
+    pub(crate) fn fold_batch(
+        &mut self,
+        input: &BatchInput<'_>,
+        out: &mut Batch,
+        late: &mut Vec<u32>,
+    ) -> Result<(), Error> {
         let batch = input.batch;
         let n = batch.len;
         let group_cols = self
@@ -206,7 +211,7 @@ impl AggregateOperator {
 
     /// Closes the windows that end at or before `watermark`, emitting them
     /// when `emit` (EMIT FINAL) and freeing their state.
-    fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    pub(crate) fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         let mut closed = Vec::new();
         while let Some(entry) = self.open_by_end.first_entry() {
             if *entry.key() > watermark {
@@ -227,7 +232,7 @@ impl AggregateOperator {
     }
 
     /// Closes every open window (end of a bounded run).
-    fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    pub(crate) fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         self.close_windows(i64::MAX, emit, out)
     }
 
@@ -264,11 +269,11 @@ impl AggregateOperator {
         Ok(())
     }
 
-    fn groups(&self) -> usize {
+    pub(crate) fn groups(&self) -> usize {
         self.table.live()
     }
 
-    fn state_bytes(&self) -> usize {
+    pub(crate) fn state_bytes(&self) -> usize {
         self.table.heap_bytes()
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
             + self.bounds.capacity() * 16

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
 use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::hop_panes::HopPaneOperator;
 use super::join::JoinOperator;
 use super::merge::MergeOperator;
 use super::operator::{BatchInput, Operator, OperatorOutput};
@@ -109,7 +110,10 @@ impl Engine {
             OperatorPlan::Aggregate(a) => match a.window {
                 Some(TimeWindow::Session { gap_ms }) => Box::new(SessionOperator::new(a, gap_ms)),
                 _ if !a.upsert_key.is_empty() => Box::new(UpsertAggregateOperator::new(a)),
-                _ => Box::new(AggregateOperator::new(a)),
+                _ => match HopPaneOperator::applies(a, plan.emit) {
+                    Some((size, advance)) => Box::new(HopPaneOperator::new(a, size, advance)),
+                    None => Box::new(AggregateOperator::new(a)),
+                },
             },
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),

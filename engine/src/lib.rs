@@ -10,6 +10,7 @@ mod aggregate;
 mod error;
 mod executor;
 mod group_keys;
+mod hop_panes;
 mod join;
 mod merge;
 mod operator;

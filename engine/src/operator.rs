@@ -70,6 +70,7 @@ pub enum OperatorTag {
     Join = 6,
     TableJoin = 7,
     UpsertAggregate = 8,
+    HopPanes = 9,
 }
 
 pub trait Operator: std::fmt::Debug + Send {
