@@ -13,7 +13,7 @@ use super::aggregate::{AggregateOperator, empty_batch, int_values};
 use super::hop_panes::HopPaneOperator;
 use super::join::JoinOperator;
 use super::merge::MergeOperator;
-use super::operator::{BatchInput, Operator, OperatorOutput};
+use super::operator::{BatchInput, Operator, OperatorOutput, OperatorTag};
 use super::output::{EmittedRows, Output};
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
@@ -384,6 +384,22 @@ impl Engine {
         self.operator.snapshot(out)
     }
 
+    /// A hopping aggregate's checkpoint written in panes (EMIT FINAL),
+    /// restored into the same query emitting changes, which runs per
+    /// window: its panes merged into the windows still open. `None` for
+    /// any other checkpoint.
+    fn panes_to_windows(&self, operator: &[u8]) -> Result<Option<AggregateOperator>, Error> {
+        let OperatorPlan::Aggregate(a) = &self.plan.operator else { return Ok(None) };
+        let Some(TimeWindow::Hopping { size_ms, advance_ms }) = a.window else { return Ok(None) };
+        let tag = postcard::take_from_bytes::<u32>(operator).map(|(t, _)| t).unwrap_or(u32::MAX);
+        if tag != OperatorTag::HopPanes as u32 || HopPaneOperator::applies(a, self.plan.emit).is_some() {
+            return Ok(None);
+        }
+        let mut panes = HopPaneOperator::new(a, size_ms, advance_ms);
+        panes.restore(operator)?;
+        panes.into_windows().map(Some)
+    }
+
     /// Restores state written by [`Engine::snapshot`] for a plan that keeps
     /// the same state: the query may have changed its filters and outputs
     /// since (a compatible upgrade), not its keys and aggregates.
@@ -404,7 +420,10 @@ impl Engine {
             )));
         }
         self.max_event_time = max_event_time;
-        self.operator.restore(operator)?;
+        match self.panes_to_windows(operator)? {
+            Some(windows) => self.operator = Box::new(windows),
+            None => self.operator.restore(operator)?,
+        }
         self.check_state_limit()
     }
 }

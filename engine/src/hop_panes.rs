@@ -109,37 +109,66 @@ impl HopPaneOperator {
             }
             while end <= last {
                 ends.insert(end);
-                end = end.saturating_add(advance);
+                let Some(next) = end.checked_add(advance) else { break };
+                end = next;
             }
         }
         for end in ends {
-            let start = end.saturating_sub(size);
-            for (_, pane_groups) in self.panes.open_by_end.range(start.saturating_add(1)..=end) {
-                for &g in pane_groups {
-                    self.key.clear();
-                    self.key.extend_from_slice(&start.to_le_bytes());
-                    self.key.extend_from_slice(&self.panes.table.key(g)[8..]);
-                    let (w, new) = self.windows.table.find_or_insert(&self.key);
-                    if new {
-                        let groups = self.windows.table.capacity();
-                        self.windows.bounds.resize(groups.max(self.windows.bounds.len()), (0, 0));
-                        self.windows.bounds[w as usize] = (start, end);
-                        self.windows.open_by_end.entry(end).or_default().push(w);
-                        for acc in &mut self.windows.accs {
-                            acc.ensure(groups);
-                        }
-                    }
-                    for (acc, from) in self.windows.accs.iter_mut().zip(&self.panes.accs) {
-                        acc.merge_from(w as usize, from, g as usize)?;
-                    }
-                }
-            }
+            self.merge_window(end)?;
             self.windows.close_windows(end, emit, out)?;
         }
         self.closed_through = watermark;
         // The last window of a pane ending at `end` ends at `end + size - advance`.
         self.panes.close_windows(watermark.saturating_sub(size - advance), false, out)?;
         Ok(())
+    }
+
+    /// Merges the panes of the window ending at `end` into its groups.
+    fn merge_window(&mut self, end: i64) -> Result<(), Error> {
+        let start = end.saturating_sub(self.size);
+        for (_, pane_groups) in self.panes.open_by_end.range(start.saturating_add(1)..=end) {
+            for &g in pane_groups {
+                self.key.clear();
+                self.key.extend_from_slice(&start.to_le_bytes());
+                self.key.extend_from_slice(&self.panes.table.key(g)[8..]);
+                let (w, new) = self.windows.table.find_or_insert(&self.key);
+                if new {
+                    let groups = self.windows.table.capacity();
+                    self.windows.bounds.resize(groups.max(self.windows.bounds.len()), (0, 0));
+                    self.windows.bounds[w as usize] = (start, end);
+                    self.windows.open_by_end.entry(end).or_default().push(w);
+                    for acc in &mut self.windows.accs {
+                        acc.ensure(groups);
+                    }
+                }
+                for (acc, from) in self.windows.accs.iter_mut().zip(&self.panes.accs) {
+                    acc.merge_from(w as usize, from, g as usize)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-window operator holding what this one holds: every window
+    /// still open, its panes merged in. A checkpoint taken under EMIT
+    /// FINAL restores into a query changed to EMIT CHANGES (the same
+    /// state, `state_fingerprint` says), which panes cannot run.
+    pub fn into_windows(mut self) -> Result<AggregateOperator, Error> {
+        let mut ends = BTreeSet::new();
+        for &pane_end in self.panes.open_by_end.keys() {
+            let mut end = pane_end;
+            for _ in 0..self.size / self.advance {
+                if end > self.closed_through {
+                    ends.insert(end);
+                }
+                let Some(next) = end.checked_add(self.advance) else { break };
+                end = next;
+            }
+        }
+        for end in ends {
+            self.merge_window(end)?;
+        }
+        Ok(self.windows)
     }
 }
 
@@ -307,6 +336,14 @@ mod tests {
                     let saved = panes.snapshot(Vec::new()).unwrap();
                     panes = HopPaneOperator::new(&plan(), size, advance);
                     panes.restore(&saved).unwrap();
+                }
+                41 => {
+                    // Panes turned back into windows (a FINAL checkpoint
+                    // restored under EMIT CHANGES) hold the same state.
+                    let saved = panes.snapshot(Vec::new()).unwrap();
+                    let mut restored = HopPaneOperator::new(&plan(), size, advance);
+                    restored.restore(&saved).unwrap();
+                    windows = restored.into_windows().unwrap();
                 }
                 33 => {
                     // A checkpoint of the per-window operator restores into panes.

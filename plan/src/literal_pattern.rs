@@ -37,8 +37,8 @@ enum Piece {
     Open(usize),
     Close(usize),
     /// The longest run of characters of a set, at least `min` of them: the
-    /// last piece but for `End` and closing groups, so the longest run is
-    /// the one leftmost-first picks and nothing after it can ask for less.
+    /// last piece but for closing groups, so the longest run is the one
+    /// leftmost-first picks and nothing after it can ask for less.
     Run {
         ascii: u128,
         non_ascii: bool,
@@ -66,9 +66,12 @@ impl LiteralPattern {
         let mut pieces = Vec::new();
         let mut groups = 1;
         flatten(&hir, &mut pieces, &mut groups)?;
-        // A run may only be followed by the end and closing groups.
+        // A run may only be followed by closing groups. (A `$` after it
+        // would make each occurrence of the text rescan the same run when
+        // it stops short of the end: quadratic, where the regex crate is
+        // linear.)
         if let Some(at) = pieces.iter().position(|p| matches!(p, Piece::Run { .. }))
-            && !pieces[at + 1..].iter().all(|p| matches!(p, Piece::End | Piece::Close(_)))
+            && !pieces[at + 1..].iter().all(|p| matches!(p, Piece::Close(_)))
         {
             return None;
         }
@@ -354,6 +357,7 @@ mod tests {
             "(ab)+x",                // a repeated group
             "a[^&]*bc",              // a run before the anchor text
             "bc[^&]*x",              // a piece after a run
+            "bc[^&]*$",              // the end after a run: quadratic on `bcbc…bc&`
             "bc.*?",                 // a lazy run
             "bc[a-z]{2,5}",          // a bounded run
             "(?m)^bc",               // a multi-line anchor
