@@ -96,31 +96,38 @@ impl HopPaneOperator {
         if watermark <= self.closed_through {
             return Ok(());
         }
-        let (size, advance) = (self.size, self.advance);
-        // A pane ending at `end` is in the windows ending at `end`,
-        // `end + advance`, …, `end + size - advance`.
-        let mut ends: BTreeSet<i64> = self.windows.open_by_end.range(..=watermark).map(|(e, _)| *e).collect();
-        for &pane_end in self.panes.open_by_end.range(..=watermark).map(|(e, _)| e) {
-            let last = pane_end.saturating_add(size - advance).min(watermark);
-            let mut end = pane_end;
-            if end <= self.closed_through {
-                let behind = self.closed_through.saturating_sub(end) / advance + 1;
-                end = end.saturating_add(behind.saturating_mul(advance));
-            }
-            while end <= last {
-                ends.insert(end);
-                let Some(next) = end.checked_add(advance) else { break };
-                end = next;
-            }
-        }
+        let mut ends = self.pane_window_ends(watermark);
+        ends.extend(self.windows.open_by_end.range(..=watermark).map(|(e, _)| *e));
         for end in ends {
             self.merge_window(end)?;
             self.windows.close_windows(end, emit, out)?;
         }
         self.closed_through = watermark;
         // The last window of a pane ending at `end` ends at `end + size - advance`.
-        self.panes.close_windows(watermark.saturating_sub(size - advance), false, out)?;
+        self.panes.close_windows(watermark.saturating_sub(self.size - self.advance), false, out)?;
         Ok(())
+    }
+
+    /// The ends of the windows not yet closed that panes ending at or
+    /// before `through` fall in, up to `through`: a pane ending at `end` is
+    /// in the windows ending at `end`, `end + advance`, …,
+    /// `end + size - advance`.
+    fn pane_window_ends(&self, through: i64) -> BTreeSet<i64> {
+        let mut ends = BTreeSet::new();
+        for &pane_end in self.panes.open_by_end.range(..=through).map(|(e, _)| e) {
+            let last = pane_end.saturating_add(self.size - self.advance).min(through);
+            let mut end = pane_end;
+            if end <= self.closed_through {
+                let behind = self.closed_through.saturating_sub(end) / self.advance + 1;
+                end = end.saturating_add(behind.saturating_mul(self.advance));
+            }
+            while end <= last {
+                ends.insert(end);
+                let Some(next) = end.checked_add(self.advance) else { break };
+                end = next;
+            }
+        }
+        ends
     }
 
     /// Merges the panes of the window ending at `end` into its groups.
@@ -154,17 +161,7 @@ impl HopPaneOperator {
     /// FINAL restores into a query changed to EMIT CHANGES (the same
     /// state, `state_fingerprint` says), which panes cannot run.
     pub fn into_windows(mut self) -> Result<AggregateOperator, Error> {
-        let mut ends = BTreeSet::new();
-        for &pane_end in self.panes.open_by_end.keys() {
-            let mut end = pane_end;
-            for _ in 0..self.size / self.advance {
-                if end > self.closed_through {
-                    ends.insert(end);
-                }
-                let Some(next) = end.checked_add(self.advance) else { break };
-                end = next;
-            }
-        }
+        let ends = self.pane_window_ends(i64::MAX);
         for end in ends {
             self.merge_window(end)?;
         }
