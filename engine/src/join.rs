@@ -159,6 +159,11 @@ pub struct JoinOperator {
     /// `(time at which a kept row of the key may be let go, key)`: the
     /// watermark visits only keys that have something to let go.
     expiry: BinaryHeap<Reverse<(i64, u32)>>,
+    /// Per key id, the time of its latest entry in `expiry` while that
+    /// entry is still there (else `i64::MIN`): rows of a key that may be
+    /// let go at the same time — every row of a window, in a window join —
+    /// share one entry instead of pushing and popping one each.
+    scheduled: Vec<i64>,
     key: Vec<u8>,
     pairs: Vec<Pair>,
     /// Candidate pairs, joined, when a residual condition must pass first.
@@ -176,6 +181,7 @@ impl JoinOperator {
             stores: [side(plan.left), side(plan.right)],
             keys: Vec::new(),
             expiry: BinaryHeap::new(),
+            scheduled: Vec::new(),
             key: Vec::new(),
             pairs: Vec::new(),
             candidates: Batch::new(types.iter().map(|t| Column::with_capacity(*t, 0)).collect(), 0),
@@ -217,6 +223,9 @@ impl JoinOperator {
         if self.keys.len() <= g {
             self.keys.resize_with(g + 1, Default::default);
         }
+        if self.scheduled.len() <= g {
+            self.scheduled.resize(g + 1, i64::MIN);
+        }
         let times = &self.stores[usize::from(right)].time;
         let list = &mut self.keys[g][usize::from(right)];
         let at = list.partition_point(|&s| times[s as usize] <= time);
@@ -226,7 +235,11 @@ impl JoinOperator {
                 Some(until) => until,
                 None => Self::expires(&self.plan, right, time),
             };
-            self.expiry.push(Reverse((at, gid)));
+            // An entry at the same time, still in the heap, lets this row
+            // go with the others.
+            if std::mem::replace(&mut self.scheduled[g], at) != at {
+                self.expiry.push(Reverse((at, gid)));
+            }
         }
     }
 
@@ -430,6 +443,9 @@ impl Operator for JoinOperator {
             if g >= self.keys.len() {
                 continue;
             }
+            if self.scheduled.get(g) == Some(&at) {
+                self.scheduled[g] = i64::MIN;
+            }
             for right in [false, true] {
                 if !right && self.plan.until.is_some() {
                     // Let go by their column, not their time: any of them.
@@ -494,6 +510,7 @@ impl Operator for JoinOperator {
         self.keys.clear();
         self.table = GroupTable::default();
         self.expiry.clear();
+        self.scheduled.clear();
         Ok(())
     }
 
@@ -533,6 +550,7 @@ impl Operator for JoinOperator {
         self.stores.iter_mut().for_each(Store::clear);
         self.keys.clear();
         self.expiry.clear();
+        self.scheduled.clear();
         for (g, entry) in state.keys.into_iter().enumerate() {
             let gid = u32::try_from(g).unwrap_or(u32::MAX);
             if self.keys.len() <= g {
@@ -749,6 +767,58 @@ mod tests {
         assert_eq!(op.state_size().entries, 1, "the left row is let go at 2_000, the right one at 2_100");
         run(&mut op, &[], 2_101);
         assert_eq!(op.state_size().entries, 0);
+    }
+
+    /// Rows of a key let go at the same time (every row of a window, in a
+    /// window join) share one expiry entry; each unmatched row of an outer
+    /// side still comes out exactly once when the watermark passes it —
+    /// across batches, a restore, and key ids freed and reused.
+    #[test]
+    fn rows_let_go_together_share_an_expiry_entry_and_each_comes_out_once() {
+        let mut op = JoinOperator::new(&plan(JoinKind::Left), &TYPES);
+        for round in 0..3i64 {
+            let (key, t) = (1 + round, 1_000 * (round + 1));
+            for part in 0..4 {
+                let mut rows: Vec<_> = (0..250).map(|i| (false, key, part * 250 + i, t)).collect();
+                if part == 3 {
+                    rows.push((false, key, -1, t + 5));
+                }
+                let (joined, late) = run(&mut op, &rows, t - 500);
+                assert!(joined.is_empty() && late.is_empty());
+            }
+            assert_eq!(op.expiry.len(), 2, "round {round}: one entry per time, for 1,001 rows");
+            if round == 1 {
+                let saved = op.snapshot(Vec::new()).unwrap();
+                op = JoinOperator::new(&plan(JoinKind::Left), &TYPES);
+                op.restore(&saved).unwrap();
+                assert_eq!(op.expiry.len(), 2, "a restore files them the same way");
+            }
+            assert!(run(&mut op, &[], t + 10).0.is_empty(), "round {round}: in range until {}", t + 10);
+            let (joined, _) = run(&mut op, &[], t + 11);
+            let mut values: Vec<Scalar> = joined.into_iter().map(|p| p.0).collect();
+            values.sort_by_key(|v| if let Scalar::Bigint(x) = v { *x } else { i64::MIN });
+            assert_eq!(values, (0..1_000).map(Scalar::Bigint).collect::<Vec<_>>(), "round {round}");
+            let (joined, _) = run(&mut op, &[], t + 16);
+            assert_eq!(joined, [(Scalar::Bigint(-1), Scalar::Null)], "round {round}");
+            assert_eq!(op.state_size().entries, 0);
+            assert!(op.expiry.is_empty());
+        }
+    }
+
+    /// A left row whose bounding column the watermark already passed is
+    /// let go at the next watermark, even when an entry at that time was
+    /// already taken from the heap for its key id.
+    #[test]
+    fn a_row_filed_at_a_time_whose_entry_was_taken_is_still_let_go() {
+        let bounded = JoinPlan { upper: i64::MAX, until: Some(1), ..plan(JoinKind::Inner) };
+        let mut op = JoinOperator::new(&bounded, &TYPES);
+        run(&mut op, &[(false, 1, 2_000, 1_000)], 0);
+        run(&mut op, &[], 2_001);
+        assert_eq!(op.state_size().entries, 0);
+        // The key's id is free and reused; the row's column is 2_000 again.
+        run(&mut op, &[(false, 1, 2_000, 2_100)], 2_001);
+        run(&mut op, &[], 2_002);
+        assert_eq!(op.state_size().entries, 0, "the second row is let go too");
     }
 
     /// Kept rows are found by time, however they arrived: rows of a key

@@ -56,6 +56,12 @@ fn json_value() -> impl Strategy<Value = String> {
             "\"with \\\"escape\\\"\"",
             "\"\\u00e9t\\u00e9\"",
             "\"été ✓\"",
+            // Invalid UTF-8 (see `invalid_utf8`): alone, in a word's
+            // first bytes, past whole words, and at a string's end.
+            "\"¤\"",
+            "\"ab¤cdefghijk\"",
+            "\"0123456789abcdef¦\"",
+            "\"plain text§ more\"",
             "\"tab\tinside\"",
             "\"2024-01-15T09:30:00Z\"",
             "\"2024-01-15\"",
@@ -79,6 +85,8 @@ fn key() -> impl Strategy<Value = String> {
         "flag",
         "unread",
         "note",
+        "memo",
+        "memo",
         "other",
         "ïd",
         "n\\u0061me",
@@ -105,9 +113,21 @@ fn record() -> impl Strategy<Value = String> {
         prop::sample::select(vec!["-0", "0", "-0.0", "1e3", "-2.5E-7", "123456789012345678901234567890"])
             .prop_map(str::to_owned),
     ];
-    let good = (any::<i64>(), price, "[a-z]{0,8}", 0i64..2_000_000_000_000, any::<bool>()).prop_map(
-        |(id, price, name, ts, flag)| {
-            format!(r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"note":null}}"#)
+    // An unread text column: plain, UTF-8, or not (`invalid_utf8`).
+    let memo = prop::sample::select(vec![
+        "",
+        "a memo of some length, past a few words",
+        "été",
+        "¤",
+        "ab¤cdefghijk",
+        "0123456789abcdef¦",
+        "plain text§ more",
+    ]);
+    let good = (any::<i64>(), price, "[a-z]{0,8}", 0i64..2_000_000_000_000, any::<bool>(), memo).prop_map(
+        |(id, price, name, ts, flag, memo)| {
+            format!(
+                r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"note":null,"memo":"{memo}"}}"#
+            )
         },
     );
     prop_oneof![
@@ -134,6 +154,23 @@ fn record_prefix() -> impl Strategy<Value = String> {
     .prop_map(str::to_owned)
 }
 
+/// The record's bytes, with each stand-in for invalid UTF-8 (the
+/// strategies make `String`s, which cannot hold it) replaced: `¤` by a
+/// byte no UTF-8 has, `¦` by a lead byte with nothing after it, `§` by an
+/// encoded surrogate.
+fn invalid_utf8(record: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(record.len());
+    for c in record.chars() {
+        match c {
+            '¤' => out.push(0xff),
+            '¦' => out.push(0xc3),
+            '§' => out.extend_from_slice(&[0xed, 0xa0, 0x80]),
+            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(support::deterministic(3_000))]
 
@@ -143,8 +180,9 @@ proptest! {
         let (mut fast, mut reference) = (JsonDecoder::new(&plan), JsonDecoder::new(&plan));
         let (mut a, mut b) = (fast.new_batch(16), reference.new_batch(16));
         for r in &records {
-            let got = fast.decode(r.as_bytes(), &mut a);
-            let want = reference.decode_with_serde(r.as_bytes(), &mut b);
+            let bytes = invalid_utf8(r);
+            let got = fast.decode(&bytes, &mut a);
+            let want = reference.decode_with_serde(&bytes, &mut b);
             prop_assert_eq!(&got, &want, "record {}", r);
             prop_assert_eq!(a.len, b.len);
         }

@@ -21,8 +21,8 @@ pub struct BinaryDecoder {
     names: Vec<String>,
     used: Vec<bool>,
     types: Vec<DataType>,
-    /// Columns filled by the row in progress (scratch).
-    filled: Vec<bool>,
+    /// Used columns no value of a row fills: NULL in every row.
+    unsent: Vec<usize>,
 }
 
 impl BinaryDecoder {
@@ -31,16 +31,19 @@ impl BinaryDecoder {
     /// same names.
     pub fn new(plan: &Plan, writer: &[String]) -> Self {
         let schema = &plan.source.schema;
-        let targets = writer
+        let targets: Vec<Option<usize>> = writer
             .iter()
             .map(|name| schema.index_of(name).filter(|&i| plan.used_columns.get(i).copied().unwrap_or(false)))
+            .collect();
+        let unsent = (0..schema.fields.len())
+            .filter(|&i| plan.used_columns.get(i).copied().unwrap_or(false) && !targets.contains(&Some(i)))
             .collect();
         Self {
             targets,
             names: writer.to_vec(),
             used: plan.used_columns.clone(),
             types: schema.fields.iter().map(|f| f.data_type).collect(),
-            filled: vec![false; schema.fields.len()],
+            unsent,
         }
     }
 
@@ -77,7 +80,6 @@ impl BinaryDecoder {
     }
 
     fn fill(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
-        self.filled.fill(false);
         let mut at = 0;
         for (field, target) in self.targets.iter().enumerate() {
             let Some(&tag) = payload.get(at) else {
@@ -126,7 +128,6 @@ impl BinaryDecoder {
                 (_, t) => return Err(self.error(field, &format!("{} for a {t} column", kind(tag)))),
             };
             pushed.map_err(|e| self.error(field, &e.to_string()))?;
-            self.filled[column] = true;
         }
         if at != payload.len() {
             return Err(DecodeError(format!(
@@ -137,10 +138,8 @@ impl BinaryDecoder {
         }
         // Columns the writer does not send are NULL (nothing on an
         // exchange is required: the first stage checked the records).
-        for (i, used) in self.used.iter().enumerate() {
-            if *used && !self.filled[i] {
-                batch.columns[i].push_null();
-            }
+        for &i in &self.unsent {
+            batch.columns[i].push_null();
         }
         Ok(())
     }

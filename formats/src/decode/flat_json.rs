@@ -42,7 +42,7 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
             if p.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, after) = plain_string(p, i + 1)?;
+            let (key, after, key_ascii) = plain_string(p, i + 1)?;
             i = ws(p, after);
             if p.get(i) != Some(&b':') {
                 return None;
@@ -61,7 +61,9 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
                 }
                 // An undeclared field: skipped, as long as it is valid.
                 None => {
-                    std::str::from_utf8(key).ok()?;
+                    if !key_ascii {
+                        std::str::from_utf8(key).ok()?;
+                    }
                     skip_scalar(p, i)?
                 }
             };
@@ -86,16 +88,20 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
     let column = if dec.used[col] { Some(&mut batch.columns[col]) } else { None };
     match *p.get(i)? {
         b'"' => {
-            let (bytes, after) = plain_string(p, i + 1)?;
-            let text = std::str::from_utf8(bytes).ok()?;
-            match data_type {
-                DataType::String => {
+            let (bytes, after, ascii) = plain_string(p, i + 1)?;
+            match (data_type, column) {
+                // Only checked, and ASCII is UTF-8: the text of a column the
+                // query does not read (most of a wide record's bytes) is
+                // not walked a second time.
+                (DataType::String, None) if ascii => {}
+                (DataType::String, column) => {
+                    let text = std::str::from_utf8(bytes).ok()?;
                     if let Some(c) = column {
                         c.push_str(text).ok()?;
                     }
                 }
-                DataType::Timestamp => {
-                    let ms = parse_timestamp_ms(text)?;
+                (DataType::Timestamp, column) => {
+                    let ms = parse_timestamp_ms(std::str::from_utf8(bytes).ok()?)?;
                     push_i64(column, dec.time_bounded[col], ms)?;
                 }
                 _ => return None,
@@ -244,8 +250,10 @@ fn exact_double(text: &[u8]) -> Option<f64> {
 fn skip_scalar(p: &[u8], i: usize) -> Option<usize> {
     match *p.get(i)? {
         b'"' => {
-            let (bytes, after) = plain_string(p, i + 1)?;
-            std::str::from_utf8(bytes).ok()?;
+            let (bytes, after, ascii) = plain_string(p, i + 1)?;
+            if !ascii {
+                std::str::from_utf8(bytes).ok()?;
+            }
             Some(after)
         }
         b'-' | b'0'..=b'9' => number(p, i).map(|(end, _)| end),
@@ -256,26 +264,27 @@ fn skip_scalar(p: &[u8], i: usize) -> Option<usize> {
     }
 }
 
-/// The bytes of a string that starts at `p[start]` (after its opening
-/// quote) and needs no unescaping, and the index after its closing quote.
+/// A string that starts at `p[start]` (after its opening quote) and needs
+/// no unescaping: its bytes, the index after its closing quote, and whether
+/// every byte is ASCII (then it is valid UTF-8 without a further pass).
 #[inline]
-fn plain_string(p: &[u8], start: usize) -> Option<(&[u8], usize)> {
+fn plain_string(p: &[u8], start: usize) -> Option<(&[u8], usize, bool)> {
     let rest = p.get(start..)?;
-    let skip = plain_run(rest);
+    let (skip, ascii) = plain_run(rest);
     let end = skip + rest[skip..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-    (rest[end] == b'"').then(|| (&rest[..end], start + end + 1))
+    (rest[end] == b'"').then(|| (&rest[..end], start + end + 1, ascii && rest[skip..end].is_ascii()))
 }
 
 /// How many bytes at the start of `s` are, eight at a time, none of `"`,
 /// `\` or a control character (long text fields are most of a record's
-/// bytes). Each test flags a byte that is; the lowest flag is exact (a
-/// borrow only runs upwards), so the first such byte is in the word where
-/// this stops.
-fn plain_run(s: &[u8]) -> usize {
+/// bytes), and whether those bytes are all ASCII. Each test flags a byte
+/// that is; the lowest flag is exact (a borrow only runs upwards), so the
+/// first such byte is in the word where this stops.
+fn plain_run(s: &[u8]) -> (usize, bool) {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let mut i = 0;
+    let (mut i, mut high) = (0, 0);
     while let Some(word) = s.get(i..i + 8) {
         let mut bytes = [0; 8];
         bytes.copy_from_slice(word);
@@ -284,11 +293,15 @@ fn plain_run(s: &[u8]) -> usize {
             | zero(x ^ (ONES * u64::from(b'\\')))
             | (x.wrapping_sub(ONES * 0x20) & !x & HIGH);
         if hit != 0 {
-            return i + (hit.trailing_zeros() / 8) as usize;
+            let stop = hit.trailing_zeros() / 8;
+            // The word's bytes before the stop are the string's too.
+            let before = if stop == 0 { 0 } else { x & (u64::MAX >> (64 - 8 * stop)) };
+            return (i + stop as usize, (high | before) & HIGH == 0);
         }
+        high |= x;
         i += 8;
     }
-    i
+    (i, high & HIGH == 0)
 }
 
 /// A JSON number at `p[i..]`: the index after it, and whether it is an
@@ -355,12 +368,13 @@ mod tests {
                 s[at] = stop;
                 s.push(b'"');
                 let first = s.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).unwrap();
-                let run = plain_run(&s);
+                let (run, ascii) = plain_run(&s);
+                assert_eq!(ascii, s[..run].is_ascii(), "stop {stop:#x} at {at}");
                 assert!(run <= first && first < run + 8, "stop {stop:#x} at {at}: run {run}, first {first}");
-                assert_eq!(plain_string(&s, 0).map(|(b, _)| b.len()), (s[first] == b'"').then_some(first));
+                assert_eq!(plain_string(&s, 0).map(|(b, _, _)| b.len()), (s[first] == b'"').then_some(first));
             }
         }
-        assert_eq!(plain_run(text), text.len() / 8 * 8, "no stop: every whole word");
+        assert_eq!(plain_run(text), (text.len() / 8 * 8, false), "no stop: every whole word");
     }
 
     #[test]
@@ -418,7 +432,9 @@ mod tests {
 
     #[test]
     fn strings_with_escapes_or_control_characters_are_not_plain() {
-        assert_eq!(plain_string(br#"abc" tail"#, 0), Some((&b"abc"[..], 4)));
+        assert_eq!(plain_string(br#"abc" tail"#, 0), Some((&b"abc"[..], 4, true)));
+        assert_eq!(plain_string("aé\"".as_bytes(), 0), Some(("aé".as_bytes(), 4, false)));
+        assert_eq!(plain_string(b"0123456789\xff\"", 0), Some((&b"0123456789\xff"[..], 12, false)), "past a word");
         assert_eq!(plain_string(br#"a\"b""#, 0), None);
         assert_eq!(plain_string(b"a\nb\"", 0), None);
         assert_eq!(plain_string(b"unterminated", 0), None);

@@ -41,6 +41,8 @@ pub fn decoder_source() -> SourceSpec {
             ("flag", ColumnType::Boolean, false),
             ("unread", ColumnType::Bigint, false),
             ("note", ColumnType::String, false),
+            // A text column the query does not read: checked, not kept.
+            ("memo", ColumnType::String, false),
         ],
     )
 }
