@@ -159,11 +159,11 @@ pub struct JoinOperator {
     /// `(time at which a kept row of the key may be let go, key)`: the
     /// watermark visits only keys that have something to let go.
     expiry: BinaryHeap<Reverse<(i64, u32)>>,
-    /// Per key id, the time of its latest entry in `expiry` while that
-    /// entry is still there (else `i64::MIN`): rows of a key that may be
-    /// let go at the same time — every row of a window, in a window join —
-    /// share one entry instead of pushing and popping one each.
-    scheduled: Vec<i64>,
+    /// Per key id, the time of an entry of it that is in `expiry`, if one
+    /// is known to be: rows of a key that may be let go at the same time —
+    /// every row of a window, in a window join — share one entry instead
+    /// of pushing and popping one each.
+    scheduled: Vec<Option<i64>>,
     key: Vec<u8>,
     pairs: Vec<Pair>,
     /// Candidate pairs, joined, when a residual condition must pass first.
@@ -224,7 +224,7 @@ impl JoinOperator {
             self.keys.resize_with(g + 1, Default::default);
         }
         if self.scheduled.len() <= g {
-            self.scheduled.resize(g + 1, i64::MIN);
+            self.scheduled.resize(g + 1, None);
         }
         let times = &self.stores[usize::from(right)].time;
         let list = &mut self.keys[g][usize::from(right)];
@@ -237,7 +237,7 @@ impl JoinOperator {
             };
             // An entry at the same time, still in the heap, lets this row
             // go with the others.
-            if std::mem::replace(&mut self.scheduled[g], at) != at {
+            if self.scheduled[g].replace(at) != Some(at) {
                 self.expiry.push(Reverse((at, gid)));
             }
         }
@@ -443,8 +443,8 @@ impl Operator for JoinOperator {
             if g >= self.keys.len() {
                 continue;
             }
-            if self.scheduled.get(g) == Some(&at) {
-                self.scheduled[g] = i64::MIN;
+            if self.scheduled.get(g) == Some(&Some(at)) {
+                self.scheduled[g] = None;
             }
             for right in [false, true] {
                 if !right && self.plan.until.is_some() {
@@ -819,6 +819,16 @@ mod tests {
         run(&mut op, &[(false, 1, 2_000, 2_100)], 2_001);
         run(&mut op, &[], 2_002);
         assert_eq!(op.state_size().entries, 0, "the second row is let go too");
+        // A NULL column bounds nothing: the row goes at once (its time to go
+        // is the lowest there is, which is no reason to skip its entry).
+        let mut b = batch(&[(false, 1, 0, 2_100)]);
+        b.columns[1] = {
+            let mut c = Column::with_capacity(DataType::Bigint, 1);
+            c.push_null();
+            c
+        };
+        run_at_watermark(&mut op, &b, &[2_100], 2_002, &TYPES);
+        assert_eq!(op.state_size().entries, 0, "a row with a NULL bound is let go too");
     }
 
     /// Kept rows are found by time, however they arrived: rows of a key

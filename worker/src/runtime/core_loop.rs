@@ -370,7 +370,7 @@ impl<'a> Core<'a> {
                     Some((only, 0)) if single => (only, Vec::new()),
                     last => {
                         locals.extend(last);
-                        (Box::new(LocalSources(locals)) as Box<dyn Source>, Vec::new())
+                        (Box::new(LocalSources { sources: locals, next: 0 }) as Box<dyn Source>, Vec::new())
                     }
                 }
             }
@@ -1025,10 +1025,18 @@ fn local_source(spec: &SourceSpec, partitions: &[i32]) -> Result<Box<dyn Source>
     }
 }
 
-/// Several local sources read as one (UNION ALL): each delivers its records
-/// as the slots from its offset on, and the whole is exhausted when every
-/// one is.
-struct LocalSources(Vec<(Box<dyn Source>, usize)>);
+/// Several local sources read as one (UNION ALL, or a join's sides): each
+/// delivers its records as the slots from its offset on, and the whole is
+/// exhausted when every one is.
+///
+/// Each poll starts at the next source in turn: a generator always has a
+/// full poll's worth, so a fixed order would read nothing else until it
+/// ended — never, unbounded — and a table beside it would stay empty.
+struct LocalSources {
+    sources: Vec<(Box<dyn Source>, usize)>,
+    /// The source the next poll starts at.
+    next: usize,
+}
 
 impl Source for LocalSources {
     fn poll(
@@ -1038,7 +1046,11 @@ impl Source for LocalSources {
         f: &mut crate::source::Deliver<'_>,
     ) -> Result<(usize, PollEnd), Error> {
         let (mut n, mut open) = (0, false);
-        for (source, offset) in &mut self.0 {
+        let count = self.sources.len();
+        let first = self.next;
+        self.next = (first + 1) % count.max(1);
+        for i in 0..count {
+            let (source, offset) = &mut self.sources[(first + i) % count];
             let (got, end) = source.poll(max - n, if n == 0 { timeout } else { Duration::ZERO }, &mut |r| {
                 f(crate::source::Record { slot: r.slot + *offset, ..r })
             })?;
@@ -1141,7 +1153,50 @@ fn to_commit(next: Option<i64>, committed: Option<i64>, refresh: bool) -> Option
 
 #[cfg(test)]
 mod tests {
-    use super::to_commit;
+    use super::{LocalSources, to_commit};
+    use crate::error::Error;
+    use crate::source::{Deliver, PollEnd, Record, Source};
+    use std::time::Duration;
+
+    /// A source with `left` records (`None`: without end), delivered as
+    /// fast as asked for.
+    struct Counted {
+        left: Option<usize>,
+        offset: i64,
+    }
+
+    impl Source for Counted {
+        fn poll(&mut self, max: usize, _: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
+            let n = self.left.map_or(max, |left| left.min(max));
+            for _ in 0..n {
+                f(Record { slot: 0, offset: self.offset, timestamp_ms: 0, payload: b"{}", key: None, headers: None });
+                self.offset += 1;
+            }
+            self.left = self.left.map(|left| left - n);
+            Ok((n, if self.left == Some(0) { PollEnd::Exhausted } else { PollEnd::Open }))
+        }
+    }
+
+    /// A generator without end beside a small table: the table's records
+    /// come in the second poll, not after the generator (never).
+    #[test]
+    fn local_sources_take_turns_so_an_endless_one_starves_none() {
+        let endless = Box::new(Counted { left: None, offset: 0 }) as Box<dyn Source>;
+        let table = Box::new(Counted { left: Some(10), offset: 0 }) as Box<dyn Source>;
+        let mut sources = LocalSources { sources: vec![(endless, 0), (table, 4)], next: 0 };
+        let mut slots = Vec::new();
+        for _ in 0..3 {
+            let (n, end) = sources
+                .poll(100, Duration::ZERO, &mut |r| {
+                    slots.push(r.slot);
+                    1
+                })
+                .unwrap();
+            assert_eq!((n, end), (100, PollEnd::Open));
+        }
+        assert_eq!(slots.iter().filter(|&&s| s == 4).count(), 10, "every table record, in slot 4");
+        assert_eq!(slots[100..110], [4; 10], "the second poll starts at the table");
+    }
 
     #[test]
     fn idle_partitions_are_committed_again_when_a_refresh_is_due() {
