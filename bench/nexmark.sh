@@ -6,6 +6,7 @@
 #   bash bench/nexmark.sh                       # 10,000,000 events, release build, 1 core
 #   bash bench/nexmark.sh --events N --cores C --queries q0,q5
 #   bash bench/nexmark.sh --smoke               # 200,000 events, debug build: proves it works
+#                                               # (fails if a query fails or writes no row)
 #   bash bench/nexmark.sh --broker [--events N] # end to end through the harness broker, 1 and 2 cores
 #
 # For each query: its manifest with every Kafka source replaced by the
@@ -37,9 +38,11 @@ CORES=1
 PROFILE=release
 ONLY=""
 BROKER=""
+SMOKE=""
+SMOKE_FAILED=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --smoke) EVENTS=200000; PROFILE=dev ;;
+    --smoke) EVENTS=200000; PROFILE=dev; SMOKE=1 ;;
     --events) EVENTS=$2; shift ;;
     --cores) CORES=$2; shift ;;
     --queries) ONLY=",$2,"; shift ;;
@@ -189,12 +192,18 @@ for q in $(seq 0 22); do
   done
   if [ -n "$failed" ]; then
     echo "| $q | failed: ${failed:-see the log} | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | | |" | tee -a "$OUT/nexmark.md"
+    SMOKE_FAILED+=" $q"
     continue
   fi
   read_records=$(sed -n 's/.*records in: \([0-9]*\),.*/\1/p' <<<"$line")
   out_rows=$(sed -n 's/.*out: \([0-9]*\),.*/\1/p' <<<"$line")
+  [ "${out_rows:-0}" -gt 0 ] || SMOKE_FAILED+=" $q(no rows)"
   rate=$(printf '%s\n' "${rates[@]}" | median)
   per_core=$((rate / CORES))
   peak=$(printf '%s\n' "${rss[@]}" | median)
   echo "| $q | $read_records | $(kilo "$per_core") | ${FELDERA[$q]:-–} K | $(ratio "$per_core" "${FELDERA[$q]:-}") | ${FLINK[$q]:-–} K | $(ratio "$per_core" "${FLINK[$q]:-}") | $out_rows | $((peak / 1024)) MiB | $(state_of "$line") |" | tee -a "$OUT/nexmark.md"
 done
+if [ -n "$SMOKE" ] && [ -n "$SMOKE_FAILED" ]; then
+  echo "nexmark smoke: failed:$SMOKE_FAILED" >&2
+  exit 1
+fi

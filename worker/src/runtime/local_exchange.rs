@@ -104,7 +104,10 @@ impl ExchangeOutput for LocalExchangeWriter {
                 self.backlog.fetch_add(chunk.len(), Ordering::Relaxed);
                 // The reader is gone only when its core stopped, which
                 // stops the job anyway: nothing to deliver to.
-                let _ = to.send(std::mem::take(chunk));
+                // The next batch's chunk starts at this one's size: grown
+                // from empty, it was reallocated (and copied) a dozen times.
+                let next = Vec::with_capacity(chunk.len());
+                let _ = to.send(std::mem::replace(chunk, next));
             }
         }
         Ok(())
