@@ -776,7 +776,7 @@ fn malformed_records_go_to_the_dead_letter_topic_with_reason_and_good_ones_flow(
     );
     let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
     assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
-    assert!(w.log().contains("dead-lettered: 3"), "{}", w.log());
+    assert!(w.log().contains("dead-lettered: 3,"), "{}", w.log());
     assert_eq!(kafka::consume(&out, 10, Duration::from_secs(20)).len(), 10, "all good records processed");
     let letters = kafka::consume(&dlq, 3, Duration::from_secs(20));
     assert_eq!(letters.len(), 3);
@@ -1914,7 +1914,7 @@ fn nested_fields_and_kafka_metadata_columns_read_through_the_broker() {
     let m = write_temp("windows.yaml", &job_over(&unique_name("meta-w"), sql, &metadata_source(&topic), &out, &dlq));
     let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
     assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
-    assert!(w.log().contains("dead-lettered: 4"), "{}", w.log());
+    assert!(w.log().contains("dead-lettered: 4,"), "{}", w.log());
     let mut got: Vec<(String, i64, i64)> = kafka::consume(&out, 4, Duration::from_secs(20))
         .iter()
         .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())

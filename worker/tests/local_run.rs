@@ -72,7 +72,7 @@ fn readme_quickstart_prints_every_hourly_window_and_a_summary() {
         summary.contains("records in: 200000") && summary.contains(&format!("out: {}", expected.len())),
         "{summary}"
     );
-    assert!(summary.contains("dead-lettered: 0") && summary.contains("records/s"), "{summary}");
+    assert!(summary.contains("dead-lettered: 0,") && summary.contains("records/s"), "{summary}");
 }
 
 /// `2024-01-15T09:00:00.000Z` → epoch ms (whole hours are all this test needs).
@@ -161,7 +161,7 @@ spec:
         assert!(d["reason"].as_str().unwrap().contains(reason), "line {offset}: {d}");
         assert_eq!(d["payload"], lines[usize::try_from(offset).unwrap()], "original bytes kept");
     }
-    assert!(stderr.contains("dead-lettered: 3"), "{stderr}");
+    assert!(stderr.contains("dead-lettered: 3,"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -690,7 +690,7 @@ fn a_temporal_table_join_runs_locally_from_a_file_table() {
     let result = run_within(&path, std::time::Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&result.stderr);
     assert!(result.status.success(), "{stderr}");
-    assert!(stderr.contains("dead-lettered: 1"), "the table row without its key: {stderr}");
+    assert!(stderr.contains("dead-lettered: 1,"), "the table row without its key: {stderr}");
     let mut rows = 0;
     for line in std::fs::read_to_string(&out).unwrap().lines() {
         let v: Value = serde_json::from_str(line).unwrap();
