@@ -36,6 +36,10 @@ pub struct Worker {
     pub http_host: String,
     pub http_port: u16,
     log: Arc<Mutex<String>>,
+    /// Closed by the stderr reader at end of file. A process's exit does
+    /// not mean its last lines were read: they may still sit in the pipe,
+    /// so [`Worker::wait`] waits for this before the log is looked at.
+    log_done: std::sync::mpsc::Receiver<()>,
     pub stdout: Option<std::process::ChildStdout>,
 }
 
@@ -51,6 +55,7 @@ impl Worker {
         let log = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = Arc::clone(&log);
+        let (done, log_done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(mut l) = sink.lock() {
@@ -58,9 +63,10 @@ impl Worker {
                     l.push('\n');
                 }
             }
+            drop(done);
         });
         let stdout = child.stdout.take();
-        Self { child, http_host: http_host.to_owned(), http_port, log, stdout }
+        Self { child, http_host: http_host.to_owned(), http_port, log, log_done, stdout }
     }
 
     /// `sluice-worker run -f <manifest> <args>` on a free HTTP port.
@@ -100,7 +106,18 @@ impl Worker {
 
     /// Whether the process has exited (and how), without waiting.
     pub fn try_exit(&mut self) -> Option<bool> {
-        self.child.try_wait().ok().flatten().map(|s| s.success())
+        let exited = self.child.try_wait().ok().flatten().map(|s| s.success());
+        if exited.is_some() {
+            self.drain_log();
+        }
+        exited
+    }
+
+    /// Waits (a bounded while: a child of its own could hold the pipe open)
+    /// until the stderr reader has read to the end of an exited process's
+    /// output.
+    fn drain_log(&self) {
+        let _ = self.log_done.recv_timeout(Duration::from_secs(10));
     }
 
     pub fn pid(&self) -> u32 {
@@ -116,10 +133,13 @@ impl Worker {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.drain_log();
                 return status;
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.drain_log();
                 panic!("worker did not exit within {timeout:?}; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -145,6 +165,7 @@ impl Worker {
                 return;
             }
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.drain_log();
                 panic!("worker exited ({status}) before becoming ready; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(100));
