@@ -121,11 +121,7 @@ impl AggregateOperator {
             encoder.encode(row, key);
             let (gid, new) = table.find_or_insert(key);
             if let (true, Some(s)) = (new, start) {
-                if bounds.len() <= gid as usize {
-                    bounds.resize(gid as usize + 1, (0, 0));
-                }
-                bounds[gid as usize] = (s, end);
-                open.entry(end).or_default().push(gid);
+                open_window_group(bounds, open, gid, s, end);
             }
             rows.push(u32::try_from(row).unwrap_or(u32::MAX));
             gids.push(gid);
@@ -342,6 +338,10 @@ impl Operator for AggregateOperator {
         self.accs.iter().any(Accumulator::heap_bytes_walks)
     }
 
+    fn state_entries(&self) -> usize {
+        self.groups()
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Aggregate, &self.to_state(), out)
     }
@@ -350,4 +350,20 @@ impl Operator for AggregateOperator {
         self.restore_state(read_state(OperatorTag::Aggregate, bytes)?);
         Ok(())
     }
+}
+
+/// Files new group `gid` of window `[start, end)`: its bounds, and its
+/// place among the groups the watermark closes at `end`.
+pub(crate) fn open_window_group(
+    bounds: &mut Vec<(i64, i64)>,
+    open_by_end: &mut BTreeMap<i64, Vec<u32>>,
+    gid: u32,
+    start: i64,
+    end: i64,
+) {
+    if bounds.len() <= gid as usize {
+        bounds.resize(gid as usize + 1, (0, 0));
+    }
+    bounds[gid as usize] = (start, end);
+    open_by_end.entry(end).or_default().push(gid);
 }

@@ -348,15 +348,20 @@ impl Engine {
     /// Measures the operator's state and fails past the limit. An operator
     /// whose measure walks its state (`Operator::state_size_walks`) is
     /// measured once at least an eighth as many rows as its state had
-    /// entries have come since the last measure: a few steps a row however
-    /// large the state, where measuring after every batch cost a walk of a
-    /// million keys per 4,096 rows; between measures the state grows by
-    /// about an eighth at most, which the limit (a guard, not an account)
-    /// allows.
+    /// entries have come since the last measure, or once its entry count
+    /// (read without a walk) moved by an eighth either way: a few steps a
+    /// row or a removed entry however large the state, where measuring
+    /// after every batch cost a walk of a million keys per 4,096 rows.
+    /// Between measures the state grows by about an eighth at most, which
+    /// the limit (a guard, not an account) allows; and a state emptied by
+    /// closing windows, with no row since, is reported at its new size.
     fn check_state_limit(&mut self) -> Result<(), Error> {
         if self.operator.state_size_walks() {
+            let measured = self.stats.state_entries;
             let since = self.stats.records_in.saturating_sub(self.state_measured_at);
-            if since < u64::try_from(self.stats.state_entries / 8).unwrap_or(u64::MAX) {
+            if since < u64::try_from(measured / 8).unwrap_or(u64::MAX)
+                && self.operator.state_entries().abs_diff(measured) < (measured / 8).max(1)
+            {
                 return Ok(());
             }
         }
@@ -482,7 +487,8 @@ mod tests {
 
     /// A session window's size walks every key's sessions, so it is
     /// measured once an eighth as many rows as it had entries arrived, not
-    /// after every batch; the limit still stops it.
+    /// after every batch, or once closing windows removed an eighth of its
+    /// entries; the limit still stops it.
     #[test]
     fn a_state_whose_size_walks_it_is_measured_once_an_eighth_of_its_entries_arrived() {
         use sluice_plan::{Column, ColumnData, DataType};
@@ -506,6 +512,13 @@ mod tests {
         assert_eq!(engine.stats().state_entries, 1_000, "100 rows since, under 1,000 / 8: not measured");
         engine.process(&mut batch(1_100..1_200), &mut Discard).unwrap();
         assert_eq!(engine.stats().state_entries, 1_200, "200 rows since: measured");
+        // One row ten minutes on: the watermark closes the 1,200 sessions.
+        // A single row is far under an eighth of them, but the state
+        // shrank by more than an eighth: it is measured again.
+        let later = Column::new(DataType::Timestamp, ColumnData::Int(vec![600_000]), None);
+        let k = Column::new(DataType::Bigint, ColumnData::Int(vec![5_000]), None);
+        engine.process(&mut Batch::new(vec![k, later], 1), &mut Discard).unwrap();
+        assert_eq!(engine.stats().state_entries, 1, "the closed sessions are gone from the measure");
         let tight = EngineOptions { state_limit_bytes: 1 << 10, ..EngineOptions::default() };
         let mut limited = Engine::new(plan, tight);
         assert!(limited.process(&mut batch(0..1_000), &mut Discard).is_err(), "past the limit");

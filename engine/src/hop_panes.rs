@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::accumulators::Accumulator;
-use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
+use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef, open_window_group};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::{AggregatePlan, Batch, EmitMode, Selection, TimeWindow};
 
@@ -141,9 +141,7 @@ impl HopPaneOperator {
                 let (w, new) = self.windows.table.find_or_insert(&self.key);
                 if new {
                     let groups = self.windows.table.capacity();
-                    self.windows.bounds.resize(groups.max(self.windows.bounds.len()), (0, 0));
-                    self.windows.bounds[w as usize] = (start, end);
-                    self.windows.open_by_end.entry(end).or_default().push(w);
+                    open_window_group(&mut self.windows.bounds, &mut self.windows.open_by_end, w, start, end);
                     for acc in &mut self.windows.accs {
                         acc.ensure(groups);
                     }
@@ -203,6 +201,10 @@ impl Operator for HopPaneOperator {
 
     fn state_size_walks(&self) -> bool {
         self.panes.state_size_walks() || self.windows.state_size_walks()
+    }
+
+    fn state_entries(&self) -> usize {
+        self.panes.groups() + self.windows.groups()
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {

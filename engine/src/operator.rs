@@ -114,6 +114,14 @@ pub trait Operator: std::fmt::Debug + Send {
         false
     }
 
+    /// [`StateSize::entries`] without walking the state. An operator whose
+    /// size walks overrides it: the engine reads it between walks, so that
+    /// a state that shrank without input (windows the watermark closed) is
+    /// measured again, not reported at its old size until enough rows come.
+    fn state_entries(&self) -> usize {
+        self.state_size().entries
+    }
+
     /// Appends the operator's tag and state to `out`.
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error>;
 

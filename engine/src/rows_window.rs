@@ -403,6 +403,10 @@ impl Operator for RowsOperator {
         true
     }
 
+    fn state_entries(&self) -> usize {
+        self.partitions()
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Rows, &self.to_state(), out)
     }

@@ -346,6 +346,10 @@ impl Operator for SessionOperator {
         true
     }
 
+    fn state_entries(&self) -> usize {
+        self.groups()
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         write_state(OperatorTag::Session, &self.to_state(), out)
     }

@@ -401,7 +401,7 @@ impl Operator for TableJoinOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        let rows = self.table.live + self.stream.live;
+        let rows = self.state_entries();
         let bytes = [&self.table, &self.stream]
             .iter()
             .map(|s| s.columns.iter().map(Column::heap_bytes).sum::<usize>() + s.time.capacity() * 9)
@@ -415,6 +415,10 @@ impl Operator for TableJoinOperator {
     /// Every key's version list is visited.
     fn state_size_walks(&self) -> bool {
         true
+    }
+
+    fn state_entries(&self) -> usize {
+        self.table.live + self.stream.live
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {

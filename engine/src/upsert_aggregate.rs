@@ -194,6 +194,10 @@ impl Operator for UpsertAggregateOperator {
         self.inner.state_size_walks()
     }
 
+    fn state_entries(&self) -> usize {
+        self.inner.state_entries() + self.last.len()
+    }
+
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let last = self.last.iter().map(|(k, (g, v))| (k.as_slice(), *g, v.as_slice())).collect();
         write_state(OperatorTag::UpsertAggregate, &UpsertStateRef { inner: self.inner.to_state(), last }, out)
