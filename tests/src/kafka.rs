@@ -186,6 +186,35 @@ fn send_all<'a>(topic: &str, records: impl Iterator<Item = BaseRecord<'a, [u8], 
 /// Reads every partition of `topic` from the beginning until `expected`
 /// records arrived or `timeout` passed, and returns what was read.
 pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
+    read(topic, expected, None, timeout)
+}
+
+/// Reads every partition of `topic` from the beginning up to the end it
+/// had when called (its high watermarks), and returns those records.
+/// A fixed reading time cannot promise that on a loaded machine, where the
+/// first fetch alone may take seconds; `timeout` only bounds a read that
+/// cannot get there (it then returns what it read).
+pub fn consume_all(topic: &str, timeout: Duration) -> Vec<Record> {
+    let consumer: BaseConsumer = config().create().expect("consumer");
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let ends: HashMap<i32, i64> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions())
+        .filter_map(|p| {
+            let (low, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10)).expect("watermarks");
+            // An empty partition has nothing to wait for.
+            (high > low).then_some((p.id(), high))
+        })
+        .collect();
+    read(topic, usize::MAX, Some(&ends), timeout)
+}
+
+/// Reads `topic` from its beginning until `expected` records arrived, every
+/// partition's reading position reached its offset in `ends` (if given), or
+/// `timeout` passed.
+fn read(topic: &str, expected: usize, ends: Option<&HashMap<i32, i64>>, timeout: Duration) -> Vec<Record> {
     let consumer: BaseConsumer = config()
         .set("group.id", crate::unique_name("reader"))
         .set("enable.auto.commit", "false")
@@ -199,11 +228,28 @@ pub fn consume(topic: &str, expected: usize, timeout: Duration) -> Vec<Record> {
         }
     }
     consumer.assign(&tpl).expect("assign");
+    // The next offset to read, per partition: after the last record read,
+    // or the consumer's position (which also passes transaction markers).
+    let mut next: HashMap<i32, i64> = HashMap::new();
+    let reached = |next: &HashMap<i32, i64>, consumer: &BaseConsumer| {
+        ends.is_some_and(|ends| {
+            let positions = consumer.position().ok();
+            ends.iter().all(|(p, end)| {
+                let position = positions
+                    .as_ref()
+                    .and_then(|l| l.find_partition(topic, *p))
+                    .and_then(|e| e.offset().to_raw())
+                    .unwrap_or(0);
+                next.get(p).copied().unwrap_or(0).max(position) >= *end
+            })
+        })
+    };
     let deadline = Instant::now() + timeout;
     let mut out = Vec::with_capacity(expected.min(100_000));
-    while out.len() < expected && Instant::now() < deadline {
+    while out.len() < expected && Instant::now() < deadline && !reached(&next, &consumer) {
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m.expect("consume");
+            next.insert(m.partition(), m.offset() + 1);
             out.push(Record {
                 partition: m.partition(),
                 offset: m.offset(),

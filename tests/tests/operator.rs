@@ -425,7 +425,7 @@ fn partitions_added_to_a_keyed_source_stop_the_job_with_a_clear_condition() {
     // partitions (0 and 1, where trader mod 4 is 0 or 1 still lands). The
     // traders that moved to the new partitions were never counted by a
     // second engine: their totals are exactly those from before the change.
-    let emitted = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    let emitted = kafka::consume_all(&t.out, Duration::from_secs(60));
     let last = final_counts(&emitted);
     for ((trader, symbol), n) in &before {
         let moved = trader.trim_start_matches("TRADER").parse::<u64>().unwrap() % 4 >= 2;
@@ -437,7 +437,7 @@ fn partitions_added_to_a_keyed_source_stop_the_job_with_a_clear_condition() {
         }
     }
     std::thread::sleep(Duration::from_secs(3));
-    let later = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    let later = kafka::consume_all(&t.out, Duration::from_secs(60));
     assert_eq!(later.len(), emitted.len(), "nothing emitted once the job stopped");
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
@@ -488,7 +488,7 @@ fn query_edits_keep_their_state_are_refused_or_start_fresh() {
     let after = get("sj", name, &ns).unwrap();
     assert_eq!(group(&after), first_group, "a compatible edit keeps the consumer group");
     assert_eq!(after["status"]["queryIdentity"], first["status"]["queryIdentity"]);
-    let latest = kafka::consume(&t.out, usize::MAX, Duration::from_secs(2));
+    let latest = kafka::consume_all(&t.out, Duration::from_secs(60));
     let last: Value = serde_json::from_slice(&latest.last().unwrap().value).unwrap();
     assert_eq!(last["doubled"].as_i64(), last["trade_count"].as_i64().map(|n| n * 2), "the new query runs: {last}");
 
@@ -536,8 +536,11 @@ fn query_edits_keep_their_state_are_refused_or_start_fresh() {
             .collect();
         (final_counts(&new) == expected_counts(0..5_000)).then_some(())
     });
-    let committed = kafka::committed_positions(&fresh_group, &t.trades, 2);
-    assert_eq!(committed.values().map(|(o, _)| o).sum::<i64>(), 5_000, "{committed:?}");
+    // Offsets commit at the checkpoint after the rows went out: polled.
+    wait_until("the new group's offsets at 5,000", Duration::from_secs(60), || {
+        let committed = kafka::committed_positions(&fresh_group, &t.trades, 2);
+        (committed.values().map(|(o, _)| o).sum::<i64>() == 5_000).then_some(())
+    });
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
