@@ -244,7 +244,8 @@ fn pod_ip() -> String {
     format!("127.{}.{}.{}", 1 + std::process::id() % 250, (n / 250) % 250, n % 250 + 1)
 }
 
-async fn patch_status(api: &Api<Pod>, pod: &str, ip: Option<&str>, ready: bool) {
+/// Whether the API server took the patch.
+async fn patch_status(api: &Api<Pod>, pod: &str, ip: Option<&str>, ready: bool) -> bool {
     let now = "2026-01-01T00:00:00Z";
     let status = if ready { "True" } else { "False" };
     let patch = json!({
@@ -259,7 +260,7 @@ async fn patch_status(api: &Api<Pod>, pod: &str, ip: Option<&str>, ready: bool) 
             ],
         }
     });
-    let _ = api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch)).await;
+    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch)).await.is_ok()
 }
 
 fn finish(s: &mut State, key: &(String, String), ok: bool) {
@@ -356,7 +357,7 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                 if let Ok(mut s) = state.lock() {
                     finish(&mut s, &key, ok);
                 }
-                patch_status(&api, &name, None, false).await;
+                let _ = patch_status(&api, &name, None, false).await;
             }
             let running = state.lock().map(|s| s.running.contains_key(&key)).unwrap_or(true);
             if !running {
@@ -384,7 +385,7 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                     });
                     s.running.insert(key.clone(), Running { worker, record, ready: false, terminating_since: None });
                 }
-                patch_status(&api, &name, ip.as_deref(), false).await;
+                let _ = patch_status(&api, &name, ip.as_deref(), false).await;
                 continue;
             }
             // Readiness probe.
@@ -401,17 +402,19 @@ async fn sync(client: &Client, state: &Arc<Mutex<State>>) {
                 materialize_volumes(client, &ns, pod, &root).await;
             }
             let ready = matches!(http_get_at(&host, port, "/readyz"), Some((200, _)));
-            if ready != was_ready {
-                if let Ok(mut s) = state.lock()
-                    && let Some(r) = s.running.get_mut(&key)
-                {
-                    r.ready = ready;
-                    let record = r.record;
-                    if ready && s.records[record].ready.is_none() {
-                        s.records[record].ready = Some(Instant::now());
-                    }
+            // Recorded only once the API server took it: a patch that
+            // failed (a timeout on a loaded machine) is tried again at the
+            // next probe, as a kubelet's status manager retries.
+            if ready != was_ready
+                && patch_status(&api, &name, Some(&host), ready).await
+                && let Ok(mut s) = state.lock()
+                && let Some(r) = s.running.get_mut(&key)
+            {
+                r.ready = ready;
+                let record = r.record;
+                if ready && s.records[record].ready.is_none() {
+                    s.records[record].ready = Some(Instant::now());
                 }
-                patch_status(&api, &name, Some(&host), ready).await;
             }
         }
     }
