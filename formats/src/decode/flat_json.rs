@@ -20,7 +20,7 @@ use sluice_plan::Batch;
 use sluice_plan::DataType;
 use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 
-use super::json::{JsonDecoder, Target};
+use super::json::{JsonDecoder, Target, same_key};
 
 /// Appends `p` as one row of `batch` if it is a flat object this path
 /// decodes exactly; `false` leaves a partial row for the caller to roll back.
@@ -42,7 +42,25 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
             if p.get(i) != Some(&b'"') {
                 return None;
             }
-            let (key, after, key_ascii) = plain_string(p, i + 1)?;
+            // Records of a topic list their fields in one order, mostly:
+            // the key that came next last time is compared in place,
+            // without a scan for the key's end or a search of the names.
+            let in_place = dec.predicted(0, previous).filter(|(_, name)| {
+                p.get(i + 1..i + 1 + name.len()).is_some_and(|k| same_key(name, k))
+                    && p.get(i + 1 + name.len()) == Some(&b'"')
+            });
+            let (entry, after) = match in_place {
+                Some((entry, name)) => (Some(entry), i + 2 + name.len()),
+                None => {
+                    let (key, after, key_ascii) = plain_string(p, i + 1)?;
+                    let entry = dec.lookup(0, key, previous);
+                    // An undeclared field: skipped below, if it is valid.
+                    if entry.is_none() && !key_ascii {
+                        std::str::from_utf8(key).ok()?;
+                    }
+                    (entry, after)
+                }
+            };
             i = ws(p, after);
             if p.get(i) != Some(&b':') {
                 return None;
@@ -50,7 +68,7 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
             i = ws(p, i + 1);
             // The caller takes this path only when no column is nested:
             // every entry of the record's level is a column.
-            i = match dec.lookup(0, key, previous) {
+            i = match entry {
                 Some(entry) => {
                     previous = entry;
                     let Target::Column(col) = dec.target(0, entry) else { return None };
@@ -59,13 +77,7 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
                     }
                     value(dec, col, p, i, batch)?
                 }
-                // An undeclared field: skipped, as long as it is valid.
-                None => {
-                    if !key_ascii {
-                        std::str::from_utf8(key).ok()?;
-                    }
-                    skip_scalar(p, i)?
-                }
+                None => skip_scalar(p, i)?,
             };
             i = ws(p, i);
             match p.get(i)? {
