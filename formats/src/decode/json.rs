@@ -283,10 +283,35 @@ impl Level {
 }
 
 /// Field names are short: comparing them inline beats a call to `memcmp`
-/// (measured: the call was 6 % of decoding).
+/// (measured: the call was 6 % of decoding), and comparing them a word at
+/// a time beats a byte at a time (the byte loop was the hottest spot of
+/// the decoder's profile). Words may overlap: 4 to 8 bytes are two 4-byte
+/// words, the first and the last; longer names, 8-byte words and the last 8.
 #[inline]
 pub(super) fn same_key(name: &[u8], key: &[u8]) -> bool {
-    name.len() == key.len() && name.iter().zip(key).all(|(a, b)| a == b)
+    fn word<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+        let mut w = [0; N];
+        w.copy_from_slice(&s[at..at + N]);
+        w
+    }
+    let n = name.len();
+    if n != key.len() {
+        return false;
+    }
+    match n {
+        0..4 => name.iter().zip(key).all(|(a, b)| a == b),
+        4..=8 => word::<4>(name, 0) == word::<4>(key, 0) && word::<4>(name, n - 4) == word::<4>(key, n - 4),
+        _ => {
+            let mut at = 0;
+            while at + 8 < n {
+                if word::<8>(name, at) != word::<8>(key, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            word::<8>(name, n - 8) == word::<8>(key, n - 8)
+        }
+    }
 }
 
 /// serde_json errors carry "at line 1 column 17"; keep the message short.
@@ -590,6 +615,21 @@ mod tests {
         assert_eq!(b.columns[2].scalar(1), Scalar::Double(1.5));
         assert_eq!(b.columns[3].scalar(0), Scalar::Timestamp(1_705_276_800_000));
         assert_eq!(b.columns[0].scalar(1), Scalar::Bigint(2));
+    }
+
+    /// Every length from 0 to 40 bytes, equal and differing at each byte.
+    #[test]
+    fn keys_compare_equal_exactly_when_their_bytes_are() {
+        for n in 0..=40usize {
+            let name: Vec<u8> = (0..n).map(|i| b'a' + u8::try_from(i % 26).unwrap()).collect();
+            assert!(same_key(&name, &name.clone()), "{n} bytes");
+            for at in 0..n {
+                let mut other = name.clone();
+                other[at] = b'_';
+                assert!(!same_key(&name, &other), "{n} bytes, differing at {at}");
+            }
+            assert!(!same_key(&name, &name[..n.saturating_sub(1)]) || n == 0, "{n} bytes against one fewer");
+        }
     }
 
     /// A key is first compared in place with the one that came next last
