@@ -37,6 +37,7 @@ pub(crate) trait Scope {
 
 /// Compiles `expr` in `scope`.
 pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, SqlError> {
+    let _level = crate::depth::CompileLevel::enter(expr)?;
     if let Some(p) = scope.resolve_whole(expr) {
         return Ok(p);
     }

@@ -12,6 +12,7 @@ mod cascade;
 mod compile;
 mod cut;
 mod dataflow;
+mod depth;
 mod diagnostic;
 mod distinct;
 mod functions;
@@ -24,6 +25,22 @@ mod typing;
 mod union;
 mod views;
 
-pub use dataflow::plan_dataflow;
+pub use depth::{MAX_EXPR_DEPTH, MAX_SQL_BYTES};
 pub use diagnostic::Located;
-pub use planner::plan_query;
+
+use sluice_crds::SourceSpec;
+use sluice_plan::{Dataflow, Plan, SqlError};
+
+/// Plans `sql` against the declared sources as the stages a job runs
+/// (`partitions`: how many each exchange has). Runs on a planning thread
+/// of its own (`depth`): no query, however nested, can overflow the
+/// caller's stack.
+pub fn plan_dataflow(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
+    depth::on_planning_stack(|| dataflow::plan_dataflow(sql, sources, partitions))
+}
+
+/// Plans `sql` against the declared sources as one plan, on a planning
+/// thread of its own like [`plan_dataflow`].
+pub fn plan_query(sql: &str, sources: &[SourceSpec]) -> Result<Plan, SqlError> {
+    depth::on_planning_stack(|| planner::plan_query(sql, sources))
+}

@@ -109,10 +109,12 @@ pub struct EmitClause {
 
 /// Parses one SELECT statement with streaming clauses.
 pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
+    crate::depth::check_length(sql)?;
     let dialect = GenericDialect {};
     let tokens = Tokenizer::new(&dialect, sql)
         .tokenize_with_location()
         .map_err(|e| SqlError::at(e.location, format!("syntax error: {}", e.message)))?;
+    crate::depth::check_operator_runs(&tokens)?;
     let clauses = top_level_clauses(&tokens);
     let mut rewriter = Rewriter { tokens, window: None, emit: None, as_of: Vec::new() };
     rewriter.rewrite()?;
@@ -125,6 +127,8 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
     let (Some(first), None) = (statements.next(), statements.next()) else {
         return Err(SqlError::unpositioned("expected exactly one SELECT statement"));
     };
+    // Before any pass that recurses over the whole tree.
+    crate::depth::check_nesting(&first)?;
     match first {
         Statement::Query(mut query) => {
             crate::agg_filter::rewrite_aggregate_filters(&mut query);

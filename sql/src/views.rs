@@ -23,6 +23,7 @@ use sqlparser::ast::{
     TableFactor, visit_expressions_mut,
 };
 
+use crate::depth::{MAX_EXPR_NODES, check_nesting, count_nodes, too_many_nodes};
 use crate::diagnostic::Located;
 
 /// Merges every subquery in FROM and every CTE `query` reads into it.
@@ -125,14 +126,17 @@ fn merge(
     // The subquery may itself read one.
     merge_from(&mut body, ctes)?;
 
-    // What each of its output names stands for.
+    // What each of its output names stands for, and how many nodes that is.
     let mut columns: HashMap<String, Expr> = HashMap::new();
+    let mut sizes: HashMap<String, usize> = HashMap::new();
     let mut wildcard = false;
     for (i, item) in body.projection.iter().enumerate() {
         match item {
             SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => wildcard = true,
             SelectItem::ExprWithAlias { expr, alias } => {
-                columns.insert(alias.value.to_ascii_lowercase(), expr.clone());
+                let name = alias.value.to_ascii_lowercase();
+                sizes.insert(name.clone(), node_count(expr));
+                columns.insert(name, expr.clone());
             }
             SelectItem::UnnamedExpr(expr) => {
                 let name = match expr {
@@ -148,7 +152,9 @@ fn merge(
                         ));
                     }
                 };
-                columns.insert(name.to_ascii_lowercase(), expr.clone());
+                let name = name.to_ascii_lowercase();
+                sizes.insert(name.clone(), node_count(expr));
+                columns.insert(name, expr.clone());
             }
             SelectItem::ExprWithAliases { expr, .. } => {
                 return Err(SqlError::at_node(expr, "multiple aliases are not supported"));
@@ -159,7 +165,11 @@ fn merge(
 
     // Every reference to the subquery's columns, replaced by its expression.
     let mut failure: Option<SqlError> = None;
+    let mut copied = 0usize;
     let mut substitute = |expr: &mut Expr| {
+        if failure.is_some() {
+            return ControlFlow::Break(());
+        }
         let name: Option<&Ident> = match expr {
             Expr::Identifier(id) => Some(id),
             Expr::CompoundIdentifier(ids) if ids.len() == 2 => {
@@ -169,7 +179,13 @@ fn merge(
             _ => None,
         };
         let Some(name) = name else { return ControlFlow::Continue(()) };
-        match columns.get(&name.value.to_ascii_lowercase()) {
+        let key = name.value.to_ascii_lowercase();
+        copied = copied.saturating_add(sizes.get(&key).copied().unwrap_or(1));
+        if copied > MAX_EXPR_NODES {
+            failure = Some(too_many_nodes(at));
+            return ControlFlow::Break(());
+        }
+        match columns.get(&key) {
             Some(Expr::Identifier(id)) => *expr = Expr::Identifier(id.clone()),
             Some(Expr::CompoundIdentifier(ids)) => *expr = Expr::CompoundIdentifier(ids.clone()),
             Some(e) => *expr = Expr::Nested(Box::new(e.clone())),
@@ -224,6 +240,8 @@ fn merge(
     if let Some(e) = failure {
         return Err(e);
     }
+    // Merged, its expressions nest under the reader's.
+    check_nesting(outer)?;
     outer.selection = match (body.selection.take(), outer.selection.take()) {
         (Some(i), Some(o)) => Some(Expr::BinaryOp {
             left: Box::new(Expr::Nested(Box::new(i))),
@@ -234,6 +252,12 @@ fn merge(
     };
     outer.from = std::mem::take(&mut body.from);
     Ok(())
+}
+
+/// The nodes of a subquery's column expression, saturated past the most a
+/// merge may copy.
+fn node_count(expr: &Expr) -> usize {
+    count_nodes(expr, MAX_EXPR_NODES).unwrap_or(MAX_EXPR_NODES + 1)
 }
 
 /// Whether a SELECT has a GROUP BY (of any kind).

@@ -10,8 +10,10 @@
 //!
 //! Input `i` is a pure function of (target, seed, i): valid seeds mutated by
 //! byte flips, insertions from a dictionary of tokens and extreme literals,
-//! deletions, duplications and splices. Each input must end in `Ok` or a
-//! clean error:
+//! deletions, duplications, splices, and long runs of one token (operator
+//! chains and nesting up to 20,000 deep: the trees that once overflowed a
+//! planning stack and aborted the process). Each input must end in `Ok` or
+//! a clean error (an abort ends the run, so a finished run had none):
 //! - a panic is caught and counted, with the input printed;
 //! - an input slower than the over-long limit (100 ms) is counted;
 //! - a watchdog ends the run when one input takes 10 s (a hang), naming it.
@@ -64,14 +66,14 @@ impl Rng {
 }
 
 /// One input: a seed mutated 1–8 times.
-fn mutate(seeds: &[&str], dictionary: &[&str], rng: &mut Rng) -> Vec<u8> {
+fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -> Vec<u8> {
     let mut v = seeds[rng.below(seeds.len())].as_bytes().to_vec();
     // Half the inputs carry one mutation (most still parse, reaching the
     // planner and the engine), the rest up to eight (the parser's edges).
     let mutations = if rng.below(2) == 0 { 1 } else { 1 + rng.below(8) };
     for _ in 0..mutations {
         let at = rng.below(v.len() + 1);
-        match rng.below(7) {
+        match rng.below(8) {
             0 if !v.is_empty() => {
                 let i = rng.below(v.len());
                 v[i] ^= 1 << rng.below(8);
@@ -84,6 +86,15 @@ fn mutate(seeds: &[&str], dictionary: &[&str], rng: &mut Rng) -> Vec<u8> {
             4 if !v.is_empty() => {
                 let end = (at + 1 + rng.below(12)).min(v.len());
                 v.drain(at.min(end)..end);
+            }
+            // A long run of one token (an operator chain, nested
+            // parentheses): deep trees are what overflowed the stack.
+            6 => {
+                let token = chains[rng.below(chains.len())].as_bytes();
+                let most = if rng.below(4) == 0 { 20_000 } else { 600 };
+                let times = 1 + rng.below(most);
+                let run: Vec<u8> = token.iter().copied().cycle().take(token.len() * times).collect();
+                v.splice(at..at, run);
             }
             5 if !v.is_empty() => {
                 let start = rng.below(v.len());
@@ -149,6 +160,14 @@ const JSON_DICTIONARY: &[&str] = &[
     "\n",
     "\u{FEFF}",
 ];
+
+/// What the chain mutation repeats in JSON: nesting.
+const JSON_CHAINS: &[&str] = &["[", "{\"a\":", "]", "}", ",1", "[{\"id\":1,\"n\":"];
+
+/// What the chain mutation repeats in SQL: binary operators with an
+/// operand, parentheses and prefix operators.
+const SQL_CHAINS: &[&str] =
+    &["+n", " * d", " AND n > 1", " OR s = 'a'", " || s", "(", "(n+", ")", "-", "NOT ", "COALESCE(", ",n)", " IS NULL"];
 
 const SQL_SEEDS: &[&str] = &[
     "SELECT s, d, n FROM t WHERE n > 100",
@@ -303,8 +322,8 @@ fn main() {
     for i in 0..inputs {
         let mut rng = Rng::new(seed ^ u64::from(target == "sql"), i);
         let input = match target.as_str() {
-            "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, &mut rng),
-            _ => mutate(SQL_SEEDS, SQL_DICTIONARY, &mut rng),
+            "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
+            _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
         current.store(i, Ordering::Release);
