@@ -298,9 +298,22 @@ fn format_date(ms: i64, tokens: &[DateToken<'_>], buf: &mut String) {
 }
 
 fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: DataType) -> Result<Column, Error> {
+    // Rows whose result is not a bigint: NULL, as an overflowing SUM is.
+    let mut overflowed = Vec::new();
     let data = match &a.data {
         ColumnData::Int(v) => match (func, digits) {
-            (ScalarFunc::Abs, _) => ColumnData::Int(v.iter().map(|x| x.wrapping_abs()).collect()),
+            (ScalarFunc::Abs, _) => ColumnData::Int(
+                v.iter()
+                    .enumerate()
+                    .map(|(i, x)| {
+                        x.checked_abs().unwrap_or_else(|| {
+                            // |i64::MIN| = i64::MAX + 1.
+                            overflowed.push(i);
+                            0
+                        })
+                    })
+                    .collect(),
+            ),
             (ScalarFunc::Round, Some(d)) => {
                 // ROUND(int, -k) rounds to tens, hundreds...
                 let ColumnData::Int(ds) = &d.data else {
@@ -342,10 +355,16 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
         ColumnData::Null(n) => ColumnData::Null(*n),
         _ => return Err(Error::Internal(format!("{func:?} of {}", a.data_type))),
     };
-    let validity = match digits {
+    let mut validity = match digits {
         Some(d) => super::eval::and_validity(a.validity.as_deref(), d.validity.as_deref(), a.len()),
         None => a.validity.clone(),
     };
+    if !overflowed.is_empty() {
+        let valid = validity.get_or_insert_with(|| vec![true; a.len()]);
+        for i in overflowed {
+            valid[i] = false;
+        }
+    }
     Ok(Column::new(data_type, data, validity))
 }
 
