@@ -27,12 +27,39 @@ const AUTHENTICATION_SHAPE: &str = "authentication type tls takes certificateAnd
 const PASSWORD_KEY: &str =
     "passwordSecret: set exactly one of key or password (Strimzi's name for it), the Secret key holding the password";
 
+/// A Secret's name: a DNS subdomain, as Kubernetes requires (so never a
+/// path: no `/`, no `..`).
+pub const SECRET_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// A key of a Secret, as Kubernetes requires: letters, digits, `-`, `_`
+/// and `.`, neither `.` nor starting with `..`. The workers read a key as
+/// the file `<secrets dir>/<secret>/<key>`: a key such as `../../x` or
+/// `/etc/x` would read any file of the pod as a password or a PEM.
+pub const SECRET_KEY_PATTERN: &str = r"^(\.[-_a-zA-Z0-9]|[-_a-zA-Z0-9])[-._a-zA-Z0-9]*$";
+
+/// Whether `name` is a valid Secret name ([`SECRET_NAME_PATTERN`]).
+pub fn is_secret_name(name: &str) -> bool {
+    let label = |l: &str| {
+        let b = l.as_bytes();
+        let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        b.first().is_some_and(alnum) && b.last().is_some_and(alnum) && b.iter().all(|c| alnum(c) || *c == b'-')
+    };
+    (1..=253).contains(&name.len()) && name.split('.').all(label)
+}
+
+/// Whether `key` is a valid Secret key ([`SECRET_KEY_PATTERN`]).
+pub fn is_secret_key(key: &str) -> bool {
+    (1..=253).contains(&key.len())
+        && key != "."
+        && !key.starts_with("..")
+        && key.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
 /// Reference to a Secret in the job's namespace whose keys are librdkafka
 /// properties (`secretRef`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretRef {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME_PATTERN))]
     pub name: String,
 }
 
@@ -90,13 +117,13 @@ impl AuthenticationType {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(validation = Rule::new("has(self.key) != has(self.password)").message(PASSWORD_KEY))]
 pub struct PasswordSecret {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME_PATTERN))]
     pub secret_name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub password: Option<String>,
 }
 
@@ -111,13 +138,13 @@ impl PasswordSecret {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CertificateAndKey {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME_PATTERN))]
     pub secret_name: String,
     /// The key holding the certificate (Strimzi: `user.crt`).
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub certificate: String,
     /// The key holding the private key (Strimzi: `user.key`).
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub key: String,
 }
 
@@ -138,9 +165,9 @@ pub struct KafkaTls {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CertSecretSource {
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_NAME_PATTERN))]
     pub secret_name: String,
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 253), regex(pattern = SECRET_KEY_PATTERN))]
     pub certificate: String,
 }
 
@@ -199,6 +226,9 @@ impl<'a> KafkaConnection<'a> {
     /// the CRD's rules cannot check (documents that never meet an API
     /// server, and properties that would contradict them).
     pub fn security_problem(&self) -> Option<String> {
+        if let Some(problem) = self.reference_problem() {
+            return Some(problem);
+        }
         let a = self.authentication;
         if a.is_none() && self.tls.is_none() {
             return None;
@@ -228,6 +258,42 @@ impl<'a> KafkaConnection<'a> {
             format!(
                 "properties {} conflict with authentication/tls, which set them: remove them from properties",
                 clash.join(", ")
+            )
+        })
+    }
+
+    /// The first Secret name or key this connection names that Kubernetes
+    /// would not accept: each is read as a path under the secrets
+    /// directory, so one must never step out of it.
+    fn reference_problem(&self) -> Option<String> {
+        let mut names: Vec<(&str, &str)> = Vec::new();
+        let mut keys: Vec<(&str, &str)> = Vec::new();
+        names.extend(self.secret_ref.map(|s| ("secretRef.name", s.name.as_str())));
+        if let Some(a) = self.authentication {
+            if let Some(p) = &a.password_secret {
+                names.push(("authentication.passwordSecret.secretName", &p.secret_name));
+                keys.push(("authentication.passwordSecret.key", p.secret_key()));
+            }
+            if let Some(c) = &a.certificate_and_key {
+                names.push(("authentication.certificateAndKey.secretName", &c.secret_name));
+                keys.push(("authentication.certificateAndKey.certificate", &c.certificate));
+                keys.push(("authentication.certificateAndKey.key", &c.key));
+            }
+        }
+        for c in self.tls.iter().flat_map(|t| &t.trusted_certificates) {
+            names.push(("tls.trustedCertificates.secretName", &c.secret_name));
+            keys.push(("tls.trustedCertificates.certificate", &c.certificate));
+        }
+        if let Some((field, name)) = names.into_iter().find(|(_, n)| !is_secret_name(n)) {
+            return Some(format!(
+                "{field}: `{name}` is not a Secret name (lower-case letters, digits, `-` and `.`, as Kubernetes \
+                 requires)"
+            ));
+        }
+        keys.into_iter().find(|(_, k)| !is_secret_key(k)).map(|(field, key)| {
+            format!(
+                "{field}: `{key}` is not a Secret key (letters, digits, `-`, `_` and `.`, not starting with `..`, \
+                 as Kubernetes requires)"
             )
         })
     }
@@ -318,6 +384,38 @@ mod tests {
 
     fn props(c: KafkaConnection<'_>) -> BTreeMap<&'static str, (String, Option<String>)> {
         c.security_properties(read).unwrap().into_iter().map(|p| (p.key, (p.value, p.secret))).collect()
+    }
+
+    #[test]
+    fn secret_names_and_keys_that_would_leave_the_secrets_directory_are_refused() {
+        for key in ["password", "user.crt", ".hidden", "a..b", "ca_1-x.pem"] {
+            assert!(is_secret_key(key), "{key}");
+        }
+        for key in ["", ".", "..", "../../etc/passwd", "/etc/shadow", "a/b", "..data", "x y"] {
+            assert!(!is_secret_key(key), "{key}");
+        }
+        for name in ["app-user", "cluster-ca-cert", "a.b.c", "x"] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in ["", "..", "../x", "/x", "A", "-a", "a-", "a..b", "a/b"] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+        let empty = BTreeMap::new();
+        let mut a = scram();
+        a.password_secret = Some(PasswordSecret {
+            secret_name: "app-user".into(),
+            key: Some("../../../etc/shadow".into()),
+            password: None,
+        });
+        let p = conn(&empty, Some(&a), None).security_problem().unwrap();
+        assert!(p.contains("authentication.passwordSecret.key: `../../../etc/shadow` is not a Secret key"), "{p}");
+        let mut t = tls();
+        t.trusted_certificates[1].certificate = "/var/run/secrets/kubernetes.io/serviceaccount/token".into();
+        let p = conn(&empty, None, Some(&t)).security_problem().unwrap();
+        assert!(p.contains("tls.trustedCertificates.certificate"), "{p}");
+        let r = SecretRef { name: "..".into() };
+        let c = KafkaConnection { secret_ref: Some(&r), ..conn(&empty, None, None) };
+        assert!(c.security_problem().unwrap().contains("secretRef.name: `..` is not a Secret name"));
     }
 
     #[test]

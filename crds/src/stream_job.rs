@@ -44,6 +44,7 @@ use crate::{AutoscalingSpec, DeadLetterSpec, EngineSpec, PodTemplateSpec, SinkSp
 #[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || (has(self.sink.kafka) && self.sources.all(s, has(s.kafka) && s.kafka.bootstrapServers == self.sink.kafka.bootstrapServers) && (!has(self.deadLetter) || (has(self.deadLetter.kafka) && self.deadLetter.kafka.bootstrapServers == self.sink.kafka.bootstrapServers)))").message("delivery ExactlyOnce needs Kafka sources, a Kafka sink and a Kafka dead-letter topic (if any) with the same bootstrapServers: one transaction per core holds the results, the dead letters and the input offsets"))]
 #[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || !has(self.engine) || !has(self.engine.checkpointIntervalMillis) || self.engine.checkpointIntervalMillis < 900000").message("delivery ExactlyOnce needs engine.checkpointIntervalMillis below 900000: a checkpoint's transaction must commit within the broker's transaction.max.timeout.ms (15 minutes by default)"))]
 #[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || !has(self.sink.kafka) || !has(self.sink.kafka.properties) || !('transaction.timeout.ms' in self.sink.kafka.properties) || int(self.sink.kafka.properties['transaction.timeout.ms']) > (has(self.engine) && has(self.engine.checkpointIntervalMillis) ? self.engine.checkpointIntervalMillis : 1000)").message("sink.kafka.properties transaction.timeout.ms must be longer than engine.checkpointIntervalMillis: a transaction lasts a checkpoint interval"))]
+#[x_kube(validation = Rule::new("self.sources.all(s, !has(s.file)) && !has(self.sink.file) && (!has(self.deadLetter) || !has(self.deadLetter.file))").message(LOCAL_ONLY))]
 pub struct StreamJobSpec {
     /// The query: one SELECT over one of `sources`, with the streaming clauses
     /// described in docs/sql.md (windows, EMIT CHANGES / EMIT FINAL).
@@ -119,6 +120,12 @@ impl UpgradeMode {
         *self == Self::default()
     }
 }
+
+/// The CRD rule's message for what only `sluice-worker run` may use,
+/// repeated by [`StreamJobSpec::local_only_problems`].
+pub const LOCAL_ONLY: &str = "file sources, a file sink and a file deadLetter run only on one machine (sluice-worker \
+                              run -f): on the cluster a file source would read any file of its worker pod, Secrets \
+                              mounted there included, and send what is not JSON to the dead-letter output";
 
 /// The delivery guarantee of the sink's results.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

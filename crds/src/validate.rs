@@ -144,6 +144,30 @@ impl StreamJobSpec {
 }
 
 impl StreamJobSpec {
+    /// What a job on the cluster may not use: sources and outputs that
+    /// read or write the worker pod's own files. A file source's lines that
+    /// are not JSON go verbatim to the dead-letter output, which may be a
+    /// topic the job's author reads: a StreamJob could read any file of its
+    /// pod, mounted Secrets included. `sluice-worker run` (one machine, the
+    /// user's own files) allows them; the operator and the CRD's rule do
+    /// not. Generated input and a stdout sink touch no file: the quickstart
+    /// runs on a cluster as it is.
+    pub fn local_only_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            if s.file.is_some() {
+                problems.push(format!("spec.sources[{i}].file: {}", crate::stream_job::LOCAL_ONLY));
+            }
+        }
+        if self.sink.file.is_some() {
+            problems.push(format!("spec.sink.file: {}", crate::stream_job::LOCAL_ONLY));
+        }
+        if self.dead_letter.as_ref().is_some_and(|d| d.file.is_some()) {
+            problems.push(format!("spec.deadLetter.file: {}", crate::stream_job::LOCAL_ONLY));
+        }
+        problems
+    }
+
     /// What keeps `delivery: ExactlyOnce` from working: one transaction per
     /// core must hold the results, the dead letters, the internal topics'
     /// records and the input offsets, so all live on one cluster; and a
@@ -201,7 +225,12 @@ mod tests {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
             let job: StreamJob = serde_saphyr::from_str(&text).unwrap();
-            let err = job.spec.validate().unwrap_err().to_string();
+            // What a job on the cluster is refused for: the spec's rules,
+            // and what runs only on one machine.
+            let mut problems: Vec<String> = job.spec.validate().err().map(|e| e.to_string()).into_iter().collect();
+            problems.extend(job.spec.local_only_problems());
+            assert!(!problems.is_empty(), "{} is accepted", path.display());
+            let err = problems.join("; ");
             for expected in text.lines().filter_map(|l| l.strip_prefix("# expect:")) {
                 assert!(err.contains(expected.trim()), "{}: {err} lacks {expected}", path.display());
             }

@@ -17,6 +17,12 @@ pub struct Invalid {
 /// carries its line:column.
 pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     spec.validate().map_err(|e| Invalid { reason: reasons::INVALID_SPEC, message: e.to_string() })?;
+    // The CRD's rule refuses these too; checked again for a CRD installed
+    // without it (an older chart) or edited.
+    let local = spec.local_only_problems();
+    if !local.is_empty() {
+        return Err(Invalid { reason: reasons::INVALID_SPEC, message: local.join("; ") });
+    }
     plan_dataflow(&spec.sql, &spec.sources, 1)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })
 }
@@ -74,6 +80,47 @@ mod tests {
         assert_eq!(e.reason, reasons::INVALID_SQL);
         assert!(e.message.starts_with("line 2, column"), "{}", e.message);
         assert!(e.message.contains("did you mean `trader_id`"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_job_reading_or_writing_the_pods_own_files_is_refused() {
+        let mut j = job("SELECT trader_id FROM market_data");
+        j.spec.sources[0].kafka = None;
+        j.spec.sources[0].file = Some(sluice_crds::FileSource { path: "/etc/sluice/secrets/kafka/password".into() });
+        let e = validate(&j.spec).unwrap_err();
+        assert_eq!(e.reason, reasons::INVALID_SPEC);
+        assert!(e.message.contains("spec.sources[0].file: file sources, a file sink"), "{}", e.message);
+        let mut j = job("SELECT trader_id FROM market_data");
+        j.spec.sink = serde_saphyr::from_str("file: { path: /etc/passwd }").unwrap();
+        j.spec.dead_letter = Some(serde_saphyr::from_str("file: { path: /tmp/x }").unwrap());
+        let e = validate(&j.spec).unwrap_err();
+        assert!(e.message.contains("spec.sink.file") && e.message.contains("spec.deadLetter.file"), "{}", e.message);
+        // Generated input and stdout touch no file of the pod.
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples/quickstart.yaml"))
+                .unwrap();
+        let quickstart: StreamJob = serde_saphyr::from_str(&text).unwrap();
+        validate(&quickstart.spec).unwrap();
+    }
+
+    /// What crash-looped the operator for every job: 2 KB of `x+x+…`,
+    /// planned on a tokio worker's 2 MiB stack, overflowed it and aborted
+    /// the process. Planned here on a thread of that size.
+    #[test]
+    fn sql_deep_enough_to_overflow_a_stack_is_invalid_sql_not_an_abort() {
+        for chain in [vec!["price"; 1_000].join("+"), vec!["price > 0"; 3_000].join(" AND ")] {
+            let spec = job(&format!("SELECT trader_id FROM market_data WHERE {chain} IS NOT NULL")).spec;
+            let e = std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || validate(&spec))
+                .unwrap()
+                .join()
+                .unwrap()
+                .unwrap_err();
+            assert_eq!(e.reason, reasons::INVALID_SQL);
+            assert!(e.message.contains("levels deep"), "{}", e.message);
+            assert!(e.message.starts_with("line 1, column"), "{}", e.message);
+        }
     }
 
     #[test]
