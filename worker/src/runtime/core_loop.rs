@@ -485,9 +485,9 @@ impl<'a> Core<'a> {
                     Box::new(KafkaDeadLetter::new(out, &k.topic)?)
                 }
                 (None, Some(f)) => Box::new(FileDeadLetter::open(&f.path)?),
-                _ => Box::new(LogDeadLetter),
+                _ => Box::new(LogDeadLetter::default()),
             },
-            None => Box::new(LogDeadLetter),
+            None => Box::new(LogDeadLetter::default()),
         };
         let purge = match &exchange_client {
             Some(client) if multi_stage => {

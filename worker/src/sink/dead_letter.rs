@@ -1,5 +1,7 @@
 //! Records that could not be processed, with where they came from and why.
 
+use std::time::{Duration, Instant};
+
 use crate::Error;
 
 /// One dead letter: the original payload, its source coordinates and the reason.
@@ -53,18 +55,178 @@ pub trait DeadLetterSink: Send {
     }
 }
 
-/// No dead-letter output configured: every dead letter is logged (and
-/// counted), so nothing disappears silently.
-#[derive(Debug, Default)]
-pub struct LogDeadLetter;
+/// No dead-letter output configured: dead letters are logged (and
+/// counted), so nothing disappears silently — but bounded, because a bad
+/// producer can send millions: 100,000 bad records once wrote 51 MB of log
+/// in 0.4 s, their payloads (user data) included. The first
+/// [`LOG_FIRST`] are logged one by one with their coordinates and reason;
+/// after that each interval's are summed up, one line per kind of reason
+/// (the reason up to its first `:`). Payloads are logged at debug level
+/// only.
+#[derive(Debug)]
+pub struct LogDeadLetter {
+    logged: u64,
+    /// Since the last summary: per kind of reason, how many and the first
+    /// one's coordinates.
+    pending: Vec<(String, u64, String)>,
+    since: Instant,
+    interval: Duration,
+}
+
+/// How many dead letters are logged one by one before summaries take over.
+pub const LOG_FIRST: u64 = 10;
+/// The most kinds of reason a summary tells apart (the rest are "other").
+const MAX_KINDS: usize = 16;
+
+impl Default for LogDeadLetter {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(10))
+    }
+}
+
+impl LogDeadLetter {
+    /// Summing up every `interval`.
+    pub fn new(interval: Duration) -> Self {
+        Self { logged: 0, pending: Vec::new(), since: Instant::now(), interval }
+    }
+
+    fn summarize(&mut self) {
+        let secs = self.since.elapsed().as_secs_f64();
+        for (kind, n, first) in self.pending.drain(..) {
+            tracing::warn!(
+                reason = %kind, records = n, first = %first,
+                "{n} more records not processed in the last {secs:.0} s (configure spec.deadLetter to keep them)"
+            );
+        }
+        self.since = Instant::now();
+    }
+}
 
 impl DeadLetterSink for LogDeadLetter {
     fn send(&mut self, r: &DeadLetter<'_>) -> Result<(), Error> {
-        let payload = String::from_utf8_lossy(&r.payload[..r.payload.len().min(512)]);
-        tracing::warn!(
-            topic = r.topic, partition = r.partition, offset = r.offset, reason = r.reason, payload = %payload,
-            "record not processed (configure spec.deadLetter to keep such records)"
+        self.logged += 1;
+        tracing::debug!(
+            topic = r.topic, partition = r.partition, offset = r.offset, reason = r.reason,
+            payload = %String::from_utf8_lossy(&r.payload[..r.payload.len().min(512)]),
+            "record not processed"
         );
+        if self.logged <= LOG_FIRST {
+            tracing::warn!(
+                topic = r.topic,
+                partition = r.partition,
+                offset = r.offset,
+                reason = r.reason,
+                "record not processed (configure spec.deadLetter to keep such records; payloads are logged at \
+                 debug level)"
+            );
+            if self.logged == LOG_FIRST {
+                tracing::warn!(
+                    "further records not processed are summed up every {} s, per reason",
+                    self.interval.as_secs()
+                );
+                self.since = Instant::now();
+            }
+            return Ok(());
+        }
+        let kind = r.reason.split(':').next().unwrap_or_default();
+        let mut end = kind.len().min(80);
+        while !kind.is_char_boundary(end) {
+            end -= 1;
+        }
+        let kind = &kind[..end];
+        let at = match self.pending.iter().position(|(k, _, _)| k == kind) {
+            Some(at) => at,
+            None if self.pending.len() < MAX_KINDS || self.pending.iter().all(|(k, _, _)| k != "other") => {
+                let kind = if self.pending.len() < MAX_KINDS { kind } else { "other" };
+                self.pending.push((kind.to_owned(), 0, format!("{}/{}@{}", r.topic, r.partition, r.offset)));
+                self.pending.len() - 1
+            }
+            None => self.pending.iter().position(|(k, _, _)| k == "other").unwrap_or(0),
+        };
+        self.pending[at].1 += 1;
+        self.poll()
+    }
+
+    fn poll(&mut self) -> Result<(), Error> {
+        if !self.pending.is_empty() && self.since.elapsed() >= self.interval {
+            self.summarize();
+        }
         Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), Error> {
+        if !self.pending.is_empty() {
+            self.summarize();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: failing loudly is its job.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(level: tracing::Level, interval: Duration, bad: usize) -> String {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut sink = LogDeadLetter::new(interval);
+            for i in 0..bad {
+                let reason =
+                    if i % 3 == 0 { "late: its window had closed (watermark 5)" } else { "malformed JSON: at byte 3" };
+                let offset = i64::try_from(i).unwrap();
+                let payload = b"{\"card\":\"4111-1111-1111-1111\"}";
+                sink.send(&DeadLetter { topic: "t", partition: 0, offset, timestamp_ms: 0, reason, payload }).unwrap();
+            }
+            sink.flush().unwrap();
+        });
+        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_flood_of_bad_records_logs_a_bounded_summary_without_payloads() {
+        let log = logged(tracing::Level::INFO, Duration::from_secs(3600), 100_000);
+        let lines: Vec<&str> = log.lines().collect();
+        // Ten one by one, the note that summaries follow, one per reason.
+        assert_eq!(lines.len(), 10 + 1 + 2, "{log}");
+        assert!(!log.contains("4111"), "no payload at info level: {log}");
+        assert!(log.contains("offset=9 ") && !log.contains("offset=10 "), "{log}");
+        let late = lines.iter().find(|l| l.contains("reason=late")).unwrap();
+        // 100,000 records, every third late: 33,334 late, 4 of them among the first ten.
+        assert!(late.contains("records=33330") && late.contains("first=t/0@12"), "{late}");
+        assert!(lines.iter().any(|l| l.contains("reason=malformed JSON") && l.contains("records=66660")), "{log}");
+        assert!(log.len() < 4096, "{} bytes", log.len());
+    }
+
+    #[test]
+    fn payloads_are_logged_at_debug_level_and_summaries_come_each_interval() {
+        let log = logged(tracing::Level::DEBUG, Duration::ZERO, 20);
+        assert_eq!(log.lines().filter(|l| l.contains("4111")).count(), 20, "{log}");
+        // With a zero interval every record after the tenth is its own summary.
+        assert_eq!(log.lines().filter(|l| l.contains("more records not processed")).count(), 10, "{log}");
     }
 }
