@@ -14,7 +14,7 @@
 //! write an exchange keyed by the outer query's state key, and the outer
 //! query reads it (`sluice_plan::Dataflow::branches`).
 
-use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
+use sluice_crds::{ColumnSpec, EventTimeSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{Branch, DataType, Dataflow, OperatorPlan, Partitioning, Plan, SqlError, Stage, StageOutput};
 use sqlparser::ast::{Ident, SetExpr, SetOperator, SetQuantifier, Spanned, TableFactor};
 
@@ -55,9 +55,24 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
         .iter()
         .map(|o| ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false))
         .collect();
-    let union = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&name.value, &[]) };
+    let union = SourceSpec {
+        schema: SchemaSpec { columns },
+        event_time: event_time(&plans)
+            .map(|c| EventTimeSpec { column: first.outputs[c].name.clone(), watermark_delay_millis: 0 }),
+        ..SourceSpec::table(&name.value, &[])
+    };
     parsed.query.with = None;
-    let mut outer_plan = plan_parsed(parsed, &[union])?;
+    let timed = union.event_time.is_some();
+    let mut outer_plan = plan_parsed(parsed, &[union]).map_err(|mut e| {
+        if !timed && e.message.starts_with("time windows need event time") {
+            e.message = format!(
+                "time windows over UNION ALL need event time: each branch's source must declare eventTime, and \
+                 every branch must select its event-time column, unchanged, at the same position (`{}` has none)",
+                name.value
+            );
+        }
+        e
+    })?;
     // The union's rows go to the partition of the outer query's state key
     // (one partition for a global aggregate); a query that keeps no state
     // spreads them by the whole row.
@@ -73,6 +88,22 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
     let mut flow = side_by_side(plans, StageOutput::Exchange);
     flow.stages.push(Stage { plan: outer_plan, output: StageOutput::Sink });
     Ok(Some(flow))
+}
+
+/// The union's event-time column: the output every branch fills with its
+/// own source's event time, unchanged. Its watermark needs no delay here:
+/// the exchange carries each branch partition's own watermark (its
+/// source's delay applied) and the reading partition takes the minimum
+/// over them, so a window over the union closes when every branch passed
+/// it (as after any repartition topic). None when a branch has no event
+/// time or passes it elsewhere, or not at all.
+fn event_time(plans: &[Plan]) -> Option<usize> {
+    let passed = |p: &Plan| {
+        let column = p.source.event_time.as_ref()?.column;
+        p.outputs.iter().position(|o| o.expr.as_column() == Some(column))
+    };
+    let first = passed(plans.first()?)?;
+    plans.iter().all(|p| passed(p) == Some(first)).then_some(first)
 }
 
 /// The first plan as stage 0, the others as its branches.
