@@ -90,4 +90,21 @@ impl Dataflow {
     pub fn has_exchange(&self) -> bool {
         self.stages.len() > 1
     }
+
+    /// Whether some plan that keeps state writes an exchange. What such a
+    /// plan emits depends on how its input was cut into batches, not on
+    /// the input alone: an aggregate emits one coalesced change per group
+    /// per batch, closes windows at batch ends. A replay after a restart
+    /// cuts its backlog differently, so its rows cannot be numbered as
+    /// before and recognised downstream as seen; the worker writes such an
+    /// exchange in one transaction per checkpoint (read committed
+    /// downstream) even at least once, so what a crash interrupted is
+    /// never seen at all. A stateless plan emits per input row, in input
+    /// order: its rows are numbered the same on a replay.
+    pub fn has_stateful_exchange_writer(&self) -> bool {
+        let writes_exchange = |stage: usize| self.stages.get(stage).is_some_and(|s| s.output == StageOutput::Exchange);
+        let stateful = |p: &Plan| !matches!(p.operator, crate::OperatorPlan::Stateless);
+        self.stages.iter().enumerate().any(|(i, s)| writes_exchange(i) && stateful(&s.plan))
+            || self.branches.iter().any(|b| writes_exchange(b.beside) && stateful(&b.plan))
+    }
 }

@@ -198,7 +198,10 @@ struct Core<'a> {
     purge: Option<(AdminClient<DefaultClientContext>, Instant)>,
     /// A bounded source delivered everything.
     source_done: bool,
-    /// Exactly once: the transactional producer everything goes through.
+    /// The transactional producer of each checkpoint's transaction:
+    /// exactly once, everything goes through it; at least once, the
+    /// exchanges, state and offsets of a job whose stateful plan writes an
+    /// exchange (`Dataflow::has_stateful_exchange_writer`).
     transaction: Option<Arc<CoreProducer>>,
     summary: CoreSummary,
 }
@@ -285,15 +288,20 @@ impl<'a> Core<'a> {
         let mut stores = Vec::new();
         let mut exchange_client = None;
         let mut transaction = None;
+        // The job's results and dead letters go through the transaction
+        // only exactly once; at least once it holds internal writes only.
+        let exactly_once = spec.delivery == Delivery::ExactlyOnce;
         let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
             Some(k) => {
                 let client = client_config(k.connection(), secrets)?;
-                if spec.delivery == Delivery::ExactlyOnce {
+                if exactly_once {
                     // Before the committed offsets are read: no producer
                     // of an earlier owner of these partitions can commit
                     // after that.
-                    transaction = Some(transactional_producer(setup, &client)?);
+                    transaction = Some(transactional_producer(setup, &client, Writes::Everything)?);
+                } else if setup.dataflow.has_stateful_exchange_writer() {
+                    transaction = Some(transactional_producer(setup, &client, Writes::Internal)?);
                 }
                 for s in 1..stages.len() {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
@@ -443,7 +451,9 @@ impl<'a> Core<'a> {
         let mut runs = Vec::with_capacity(stages.len());
         for ((s, stage), slots) in stages.iter().enumerate().zip(slots) {
             let sink = match (stage.output, &exchange_client) {
-                (StageOutput::Sink, _) => StageSink::Job(job_sink(setup, transaction.as_ref())?),
+                (StageOutput::Sink, _) => {
+                    StageSink::Job(job_sink(setup, transaction.as_ref().filter(|_| exactly_once))?)
+                }
                 (StageOutput::Exchange, Some(client)) => {
                     let topic = config.repartition_topic(s + 1);
                     let out = match &transaction {
@@ -475,7 +485,7 @@ impl<'a> Core<'a> {
         let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
             Some(d) => match (&d.kafka, &d.file) {
                 (Some(k), _) => {
-                    let out = match &transaction {
+                    let out = match transaction.as_ref().filter(|_| exactly_once) {
                         Some(t) => Arc::clone(t),
                         None => {
                             let config = client_config(k.connection(), secrets)?;
@@ -1090,21 +1100,39 @@ impl Source for LocalSources {
     }
 }
 
-/// The job's sink for this core.
-/// Exactly once: the core's transactional producer, writing with the
+/// What a core's transactional producer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// Exactly once: results, dead letters, exchanges, state and offsets.
+    Everything,
+    /// At least once, for a job whose stateful plan writes an exchange:
+    /// exchanges, state and offsets (the results and dead letters go
+    /// through producers of their own, flushed before each commit).
+    Internal,
+}
+
+/// The core's transactional producer. Exactly once it writes with the
 /// sink's client settings (validation puts every output on the sink's
-/// cluster). Creating it fences any earlier producer of its id; then the
+/// cluster); at least once, with the source's, where the internal topics
+/// are. Creating it fences any earlier producer of its id; then the
 /// producers of the earlier generations that owned this core's partitions
 /// (a rescale since) are fenced too, before anything is read.
-fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> Result<Arc<CoreProducer>, Error> {
+fn transactional_producer(
+    setup: &CoreSetup,
+    client: &rdkafka::ClientConfig,
+    writes: Writes,
+) -> Result<Arc<CoreProducer>, Error> {
     let spec = &setup.config.spec;
-    let sink = spec
-        .sink
-        .kafka
-        .as_ref()
-        .ok_or_else(|| Error::Config("spec.delivery: ExactlyOnce needs a Kafka sink (spec.sink.kafka)".into()))?;
-    let secrets = &setup.config.worker.secrets_dir;
-    let mut config = client_config(sink.connection(), secrets)?;
+    let (mut config, latency) = match writes {
+        Writes::Everything => {
+            let sink = spec.sink.kafka.as_ref().ok_or_else(|| {
+                Error::Config("spec.delivery: ExactlyOnce needs a Kafka sink (spec.sink.kafka)".into())
+            })?;
+            let config = client_config(sink.connection(), &setup.config.worker.secrets_dir)?;
+            (config, Some(Arc::clone(&setup.metrics.latency)))
+        }
+        Writes::Internal => (client.clone(), None),
+    };
     // Results are visible at commit, so fuller batches cost no latency.
     crate::kafka::set_default(&mut config, "linger.ms", "5");
     let interval = u64::try_from(spec.engine.checkpoint_interval_millis).unwrap_or(1000);
@@ -1113,7 +1141,6 @@ fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> 
     let (slot, slots) = setup.slot();
     let id = setup.transactional_id(slot, slots);
     config.set("transactional.id", &id);
-    let latency = Some(Arc::clone(&setup.metrics.latency));
     let producer = CoreProducer::new(&producer_config(config.clone()), &id, latency, setup.health.drain.clone())?;
     for (old_slots, old_slot) in earlier_owners(setup, client, slots)? {
         let old = setup.transactional_id(old_slot, old_slots);
@@ -1122,7 +1149,16 @@ fn transactional_producer(setup: &CoreSetup, client: &rdkafka::ClientConfig) -> 
         CoreProducer::new(&producer_config(config.clone()), &old, None, setup.health.drain.clone())?;
         tracing::info!(core = setup.core, fenced = %old, "fenced the producer of an earlier owner of this core's partitions");
     }
-    tracing::info!(core = setup.core, transactional_id = %id, "exactly once: writing in one transaction per checkpoint");
+    match writes {
+        Writes::Everything => {
+            tracing::info!(core = setup.core, transactional_id = %id, "exactly once: writing in one transaction per checkpoint");
+        }
+        Writes::Internal => tracing::info!(
+            core = setup.core, transactional_id = %id,
+            "at least once, with a stateful stage before a repartition topic: the repartition topics, state and \
+             offsets are written in one transaction per checkpoint, so a replay is never seen twice downstream"
+        ),
+    }
     Ok(producer)
 }
 
@@ -1147,6 +1183,7 @@ fn earlier_owners(setup: &CoreSetup, client: &rdkafka::ClientConfig, slots: u32)
     Ok(owners)
 }
 
+/// The job's sink for this core: exactly once, through the transaction.
 fn job_sink(setup: &CoreSetup, transaction: Option<&Arc<CoreProducer>>) -> Result<Box<dyn Sink>, Error> {
     let spec = &setup.config.spec;
     let secrets = &setup.config.worker.secrets_dir;

@@ -39,6 +39,17 @@
 //! at-least-once delivery: the sink may see a result twice, the state never
 //! counts a row twice.
 //!
+//! That holds where a replay emits the same rows in the same order: a
+//! stateless stage, which emits per input row. A stage that keeps state
+//! emits per batch (one coalesced change per group, windows closed at the
+//! batch's end), and a replay cuts its backlog into other batches, so its
+//! rows could not be numbered as before: counted, a replay's fewer rows got
+//! numbers the next stage had seen, and it dropped real updates. Such a
+//! job writes its exchanges in one transaction per checkpoint, read
+//! committed downstream, at least once too
+//! (`Dataflow::has_stateful_exchange_writer`): a replay is then the only
+//! version the next stage ever sees.
+//!
 //! Markers are produced to every partition after the rows they follow, so
 //! a downstream partition's watermark is the minimum over its upstream
 //! partitions' ([`UpstreamWatermarks`]); an upstream partition that has had
