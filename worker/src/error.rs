@@ -46,13 +46,26 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// Exactly once: a newer producer of this core's transactional id
-    /// started (a replacement of this worker, while this one was paused or
-    /// cut off). This process must not write anything more: retrying would
-    /// fence the replacement in turn. The worker stops; Kubernetes
-    /// restarts it only if it is still the pod it manages.
+    /// Kafka refused for good: the job's principal may not do what it
+    /// needs (a missing ACL), or a topic it writes does not exist and the
+    /// broker does not create topics. Retrying cannot help (it would
+    /// restart the core forever and, at least once, re-send its results
+    /// each time): the core stops, the worker reports why in `/readyz`,
+    /// and the operator sets `Degraded`.
+    #[error("kafka refused: {0}")]
+    Refused(String),
+    /// A transactional producer was fenced: a newer producer of this
+    /// core's transactional id started (a replacement of this worker,
+    /// while this one was paused or cut off), or the broker aborted a
+    /// transaction that outlived `transaction.timeout.ms` (a broker outage
+    /// longer than that), which librdkafka reports the same way. This
+    /// process must not write anything more: retrying would fence the
+    /// replacement in turn. The worker process exits; Kubernetes restarts
+    /// it only if it is still the pod its StatefulSet runs, and the new
+    /// process takes the id over and resumes from the last commit.
     #[error(
-        "fenced: another instance of this worker took over its transactional id, so this one stops without          writing more ({0})"
+        "fenced: another instance of this worker took over its transactional id, or the broker aborted a \
+         transaction that outlived transaction.timeout.ms; this process exits without writing more ({0})"
     )]
     Fenced(String),
     /// A broken internal invariant: a bug in Sluice.

@@ -234,7 +234,13 @@ pub fn run_job(
             Ok(Ok(s)) => summary.add(&s),
             Ok(Err(e)) => {
                 health.abort(e.to_string());
-                first_error.get_or_insert(e);
+                // A fence decides how the process ends (it exits): it wins
+                // over what the other cores stopped with after it.
+                if matches!(e, Error::Fenced(_)) {
+                    first_error = Some(e);
+                } else {
+                    first_error.get_or_insert(e);
+                }
             }
             // `supervise` catches panics; this is only a panic in the catching.
             Err(_) => {

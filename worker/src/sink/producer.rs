@@ -76,6 +76,11 @@ pub struct DeliveryContext {
     clock_ms: AtomicI64,
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// The first failure retrying cannot fix ([`refusal`]).
+    refused: Mutex<Option<String>>,
+    /// A topic a delivery failed for as unknown: missing for good, or only
+    /// being created (see [`CoreProducer::check_failures`]).
+    unknown_topic: Mutex<Option<String>>,
     /// State chunks acknowledged: (partition, chunk, offset).
     chunks: Mutex<Vec<(i32, usize, i64)>>,
 }
@@ -103,10 +108,22 @@ impl ProducerContext for DeliveryContext {
                     h.observe_millis(self.clock_ms.load(Ordering::Relaxed) - ts);
                 }
             }
-            Err((e, _)) => {
+            Err((e, m)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 if let Ok(mut first) = self.first_error.lock() {
                     first.get_or_insert_with(|| e.to_string());
+                }
+                use rdkafka::message::Message;
+                let code = e.rdkafka_error_code();
+                if let Some(why) = code.and_then(refusal)
+                    && let Ok(mut refused) = self.refused.lock()
+                {
+                    refused.get_or_insert_with(|| format!("topic {}: {why}", m.topic()));
+                }
+                if code == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+                    && let Ok(mut unknown) = self.unknown_topic.lock()
+                {
+                    unknown.get_or_insert_with(|| m.topic().to_owned());
                 }
             }
         }
@@ -154,6 +171,8 @@ impl CoreProducer {
             clock_ms: AtomicI64::new(0),
             failed: AtomicU64::new(0),
             first_error: Mutex::new(None),
+            refused: Mutex::new(None),
+            unknown_topic: Mutex::new(None),
             chunks: Mutex::new(Vec::new()),
         };
         let producer: BaseProducer<DeliveryContext> =
@@ -232,6 +251,23 @@ impl CoreProducer {
             && matches!(code, RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
         {
             return Err(Error::Fenced(format!("{}: {reason}", self.name)));
+        }
+        if let Some(why) = self.producer.context().refused.lock().ok().and_then(|r| r.clone()) {
+            return Err(Error::Refused(format!("deliver to {}: {why}", self.name)));
+        }
+        // Deliveries failed as "unknown topic" (after message.timeout.ms of
+        // retries): refused for good if the broker still does not know the
+        // topic; a topic only being created passes.
+        if let Some(topic) = self.producer.context().unknown_topic.lock().ok().and_then(|mut t| t.take())
+            && let Ok(m) = self.producer.client().fetch_metadata(Some(&topic), Timeout::After(METADATA_TIMEOUT))
+            && m.topics().first().and_then(rdkafka::metadata::MetadataTopic::error).map(RDKafkaErrorCode::from)
+                == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+        {
+            return Err(Error::Refused(format!(
+                "deliver to {}: topic {topic}: {}",
+                self.name,
+                refusal(RDKafkaErrorCode::UnknownTopic).unwrap_or_default()
+            )));
         }
         let failed = self.failed_deliveries();
         if failed > self.reported_failures.load(Ordering::Relaxed) {
@@ -344,15 +380,39 @@ impl CoreProducer {
 /// (the broker's trouble, or an abortable failure: the core starts again
 /// from its last checkpoint).
 fn produce_error(what: String, e: &KafkaError) -> Error {
+    if let Some(why) = e.rdkafka_error_code().and_then(refusal) {
+        return Error::Refused(format!("{what}: {why}"));
+    }
     if is_fenced(e) { Error::Fenced(format!("{what}: {e}")) } else { Error::kafka(what, e) }
+}
+
+/// Why Kafka refused for good, when `code` says so (see
+/// [`Error::Refused`]); `None` for what may pass (a broker down, a leader
+/// moving, a timeout).
+fn refusal(code: RDKafkaErrorCode) -> Option<&'static str> {
+    use RDKafkaErrorCode as C;
+    Some(match code {
+        C::TopicAuthorizationFailed => {
+            "not authorized to write the topic: grant the job's principal Write and Describe on it \
+             (docs/operations.md, the ACLs a job needs)"
+        }
+        C::TransactionalIdAuthorizationFailed => {
+            "not authorized to use the core's transactional id: grant the job's principal Write and Describe on \
+             transactional ids prefixed <group>.tx- (docs/operations.md, the ACLs a job needs)"
+        }
+        C::ClusterAuthorizationFailed => {
+            "not authorized on the cluster: an idempotent producer needs IdempotentWrite there (Kafka < 3.0)"
+        }
+        C::UnknownTopic => "the topic does not exist and the broker does not create topics: create it",
+        _ => return None,
+    })
 }
 
 fn is_fenced(e: &KafkaError) -> bool {
     use RDKafkaErrorCode as C;
     match e {
         KafkaError::Transaction(t) => {
-            matches!(t.code(), C::ProducerFenced | C::InvalidProducerEpoch | C::TransactionalIdAuthorizationFailed)
-                || (t.is_fatal() && t.code() == C::Fenced)
+            matches!(t.code(), C::ProducerFenced | C::InvalidProducerEpoch) || (t.is_fatal() && t.code() == C::Fenced)
         }
         other => matches!(other.rdkafka_error_code(), Some(C::ProducerFenced | C::Fenced | C::InvalidProducerEpoch)),
     }
@@ -377,6 +437,26 @@ mod tests {
         let e = p.flush().unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5), "flush took {:?}", started.elapsed());
         assert!(e.to_string().contains("still unacknowledged"), "{e}");
+    }
+
+    /// Authorization and a missing topic stop the core with why (retried,
+    /// they restarted it forever); a fence is a fence, not an ACL; a broker
+    /// away stays transient.
+    #[test]
+    fn refusals_are_named_and_not_retried() {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let e = produce_error("produce to out".into(), &KafkaError::MessageProduction(C::TopicAuthorizationFailed));
+        assert!(matches!(&e, Error::Refused(m) if m.starts_with("produce to out: not authorized")), "{e}");
+        assert!(!e.is_transient());
+        // A transaction's errors carry their code the same way.
+        assert!(refusal(C::TransactionalIdAuthorizationFailed).is_some_and(|r| r.contains("<group>.tx-")));
+        let e = produce_error("commit".into(), &KafkaError::MessageProduction(C::ProducerFenced));
+        assert!(matches!(e, Error::Fenced(_)), "{e}");
+        assert!(refusal(C::UnknownTopic).is_some_and(|r| r.contains("does not exist")));
+        for transient in [C::BrokerTransportFailure, C::RequestTimedOut, C::NotLeaderForPartition, C::MessageTimedOut] {
+            assert!(refusal(transient).is_none(), "{transient:?}");
+            assert!(produce_error("x".into(), &KafkaError::MessageProduction(transient)).is_transient());
+        }
     }
 
     #[test]
