@@ -786,6 +786,147 @@ fn kill_dash_nine_then_restart_loses_nothing_and_counts_nothing_twice() {
     assert!(second.wait(Duration::from_secs(30)).success());
 }
 
+/// At least once, two shapes whose first stage keeps state and writes a
+/// repartition topic: an aggregate over an updating aggregate, and a global
+/// aggregate in two phases. What such a stage emits depends on how its
+/// input was cut into batches (one coalesced change per group per batch):
+/// live, batches are small; a replay after a restart reads the backlog in
+/// full batches and emits far fewer rows. Rows were numbered by a count of
+/// the stage's output, and the next stage drops what it numbered as seen,
+/// so after the replay real updates were dropped and groups kept stale
+/// values for good. Here the worker checkpoints rarely, is killed with
+/// SIGKILL long after its checkpoint, and restarts into a backlog; every
+/// group's final value must be exact.
+#[test]
+fn at_least_once_an_aggregate_of_an_updating_aggregate_is_exact_after_kill_nine_into_a_backlog() {
+    const CHUNK: u64 = 40;
+    let jobs = [
+        (
+            "per-symbol",
+            "SELECT symbol, SUM(volume) AS total, COUNT(*) AS traders FROM (SELECT trader, symbol, SUM(qty) AS \
+             volume FROM trades GROUP BY trader, symbol) AS t GROUP BY symbol",
+        ),
+        ("global", "SELECT COUNT(*) AS n, SUM(qty) AS qty FROM trades"),
+    ];
+    for (name, sql) in jobs {
+        let (topic, out, group) = (unique_name("trades"), unique_name(name), unique_name("g"));
+        kafka::create_topic(&topic, 4);
+        kafka::create_topic(&out, 2);
+        // Checkpoints far apart: much is emitted after the last one.
+        let m = manifest(&unique_name(name), sql, &topic, &out, "")
+            .replace("checkpointIntervalMillis: 200", "checkpointIntervalMillis: 4000");
+        let cfg = config_file(&worker_config(&m, 4, 1, 2, 0, &group));
+        let mut worker = Worker::serve(&cfg, &[]);
+        worker.wait_ready(Duration::from_secs(60));
+        // Small chunks, often, until told to stop: live batches are small.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let producer = {
+            let (topic, stop) = (topic.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut c = 0;
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    produce_trades(&topic, c * CHUNK..(c + 1) * CHUNK, 4);
+                    c += 1;
+                    std::thread::sleep(Duration::from_millis(40));
+                }
+                c * CHUNK
+            })
+        };
+        wait_for_own_checkpoint(&worker, &group, &topic);
+        // Most of a checkpoint interval of live output after it.
+        std::thread::sleep(Duration::from_millis(3_000));
+        assert!(!producer.is_finished(), "the input is still arriving when the worker dies");
+        worker.signal("KILL");
+        let _ = worker.wait(Duration::from_secs(10));
+        // A backlog builds up meanwhile; then the input stops but for a
+        // few records after the restart.
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let sent = producer.join().unwrap();
+        let mut worker = Worker::serve(&cfg, &[]);
+        worker.wait_ready(Duration::from_secs(60));
+        let records = sent + 4 * CHUNK;
+        produce_trades(&topic, sent..records, 4);
+        let want = |symbol: Option<u64>| {
+            let trades: Vec<Trade> = (0..records).map(trade).filter(|t| symbol.is_none_or(|s| t.symbol == s)).collect();
+            let traders: BTreeSet<u64> = trades.iter().map(|t| t.trader).collect();
+            (trades.iter().map(|t| t.qty).sum::<i64>(), i64::try_from(traders.len()).unwrap(), trades.len())
+        };
+        if name == "global" {
+            // The result with the highest count (the sink has two
+            // partitions, so arrival order says nothing): it reaches every
+            // record, exactly.
+            let (qty, _, n) = want(None);
+            let want = (i64::try_from(n).unwrap(), qty);
+            let global = |records: &[Record]| {
+                records
+                    .iter()
+                    .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap())
+                    .map(|v| (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()))
+                    .max()
+            };
+            let results = wait_for_output(&out, Duration::from_secs(60), |r| global(r) >= Some(want));
+            assert_eq!(global(&results), Some(want), "global count and quantity after kill -9 and a backlog");
+        } else {
+            let want: BTreeMap<String, (i64, i64)> = (0..5)
+                .map(|s| {
+                    let (total, traders, _) = want(Some(s));
+                    (format!("S{s}"), (total, traders))
+                })
+                .collect();
+            let got = |records: &[Record]| -> BTreeMap<String, (i64, i64)> {
+                final_per_key(records)
+                    .values()
+                    .map(|v| {
+                        let symbol = v["symbol"].as_str().unwrap().to_owned();
+                        (symbol, (v["total"].as_i64().unwrap(), v["traders"].as_i64().unwrap()))
+                    })
+                    .collect()
+            };
+            let results = wait_for_output(&out, Duration::from_secs(60), |r| got(r) == want);
+            assert_eq!(got(&results), want, "per symbol: total volume and traders after kill -9 and a backlog");
+        }
+        assert!(worker.log().contains("restored state"), "the restarted worker restored its state:\n{}", worker.log());
+        worker.signal("TERM");
+        assert!(worker.wait(Duration::from_secs(30)).success());
+    }
+}
+
+/// A sink topic that does not exist, on a broker that creates none: the
+/// core stops, naming the topic, and the worker stays up not ready with
+/// that reason (what the operator reads to set Degraded). It used to count
+/// as a broker outage: the core restarted forever, its results re-sent
+/// each time, and `/readyz` flipped between ready and starting.
+#[test]
+fn a_sink_topic_that_does_not_exist_stops_the_job_naming_it_instead_of_restarting_forever() {
+    let (topic, out) = (unique_name("trades"), unique_name("missing"));
+    kafka::create_topic(&topic, 4);
+    let m = manifest(&unique_name("missing-sink"), GROUP_BY, &topic, &out, "");
+    let cfg = config_file(&worker_config(&m, 4, 1, 1, 0, &unique_name("g")));
+    let mut worker = Worker::serve(&cfg, &[]);
+    worker.wait_ready(Duration::from_secs(60));
+    produce_trades(&topic, 0..100, 4);
+    // librdkafka gives up on an unknown topic after
+    // topic.metadata.propagation.max.ms (30 s).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let reason = loop {
+        if let Some((503, body)) = worker.get("/readyz")
+            && body.contains("does not exist")
+        {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no refusal within 90 s:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(reason.contains(&out), "the reason names the topic: {reason}");
+    assert!(!worker.log().contains("restarting from its last checkpoint"), "not retried:\n{}", worker.log());
+    // And it stays so.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(worker.get("/readyz").is_some_and(|(code, body)| code == 503 && body.contains("does not exist")));
+    worker.signal("TERM");
+    let _ = worker.wait(Duration::from_secs(30));
+}
+
 #[test]
 fn malformed_records_go_to_the_dead_letter_topic_with_reason_and_good_ones_flow() {
     let (topic, out, dlq) = (unique_name("trades"), unique_name("out"), unique_name("dlq"));
@@ -991,12 +1132,13 @@ impl Schedule {
 /// Fault suite: `kill -9` of random workers at random times, ≥ 10 times in
 /// one run (`FAULT_KILLS`, default 12), over a GROUP BY, a windowed, a ROWS
 /// job, a window re-keyed through a repartition topic, a three-stage
-/// aggregate over a re-keyed window, a re-keyed top-N and a global
-/// aggregate in two phases, running side by side while input keeps
-/// arriving. Every job's results are checked against results computed
+/// aggregate over a re-keyed window, a re-keyed top-N, a global
+/// aggregate in two phases and an aggregate over an updating aggregate,
+/// running side by side while input keeps arriving. Every job's results are checked against results computed
 /// here: GROUP BY totals and window counts exact, one correct moving
 /// minimum per input row, the top 3 per symbol, the global count reached
-/// and never passed. Prints
+/// and never passed, every symbol's total over its traders' totals exact.
+/// Prints
 /// the figures recorded in docs/reliability.md.
 #[test]
 fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() {
@@ -1049,6 +1191,15 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
         // partial crosses the repartition topic, and replayed partials
         // replace rather than add to what was combined.
         ("global", "SELECT COUNT(*) AS n, SUM(qty) AS qty, MIN(qty) AS low, MAX(ts) AS latest FROM trades".to_owned()),
+        // An aggregate over an updating aggregate: each (trader, symbol)
+        // total crosses the repartition topic as changes, coalesced per
+        // batch (a replay's batches are not the live run's).
+        (
+            "updating",
+            "SELECT symbol, SUM(volume) AS total, COUNT(*) AS traders FROM (SELECT trader, symbol, SUM(qty) AS \
+             volume FROM trades GROUP BY trader, symbol) AS t GROUP BY symbol"
+                .to_owned(),
+        ),
     ];
     let mut outs = Vec::new();
     let mut workers: Vec<(std::path::PathBuf, Worker)> = Vec::new();
@@ -1069,10 +1220,10 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
             produce_trades(&topic, c * chunk..(c + 1) * chunk, u64::try_from(PARTITIONS).unwrap());
         })
     };
-    let mut killed = [0usize; 7];
+    let mut killed = [0usize; 8];
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(300 + schedule.below(900)));
-        let j = usize::try_from(schedule.below(7)).unwrap();
+        let j = usize::try_from(schedule.below(8)).unwrap();
         kill_and_restart(&mut workers[j]);
         killed[j] += 1;
     }
@@ -1254,11 +1405,36 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
     let top = highest(&results).unwrap();
     assert_eq!((top["n"].as_i64().unwrap(), top["qty"].as_i64().unwrap(), top["low"].as_i64().unwrap()), want, "{top}");
     assert_eq!(top["latest"], "2027-01-15T08:00:00.000Z", "{top}");
+    let global_rows = results.len();
+
+    // Updating: per symbol, the total quantity and how many traders
+    // traded it. The flush records (symbol F) are left out: one trader on
+    // every partition is against the source's partitionKey.
+    let mut updating: BTreeMap<String, (i64, BTreeSet<String>)> = BTreeMap::new();
+    for t in &all {
+        let e = updating.entry(format!("S{}", t.symbol)).or_default();
+        e.0 += t.qty;
+        e.1.insert(format!("T{}", t.trader));
+    }
+    let updating: BTreeMap<String, (i64, i64)> =
+        updating.into_iter().map(|(s, (q, t))| (s, (q, i64::try_from(t.len()).unwrap()))).collect();
+    let per_symbol_now = |records: &[Record]| -> BTreeMap<String, (i64, i64)> {
+        final_per_key(records)
+            .values()
+            .filter(|v| v["symbol"] != "F")
+            .map(|v| {
+                let symbol = v["symbol"].as_str().unwrap().to_owned();
+                (symbol, (v["total"].as_i64().unwrap(), v["traders"].as_i64().unwrap()))
+            })
+            .collect()
+    };
+    let results = wait_for_output(&outs[7], Duration::from_secs(120), |r| per_symbol_now(r) == updating);
+    assert_eq!(per_symbol_now(&results), updating, "an aggregate over an updating aggregate, per symbol");
     println!(
-        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}, top-n {}, global {}) \
-         input={RECORDS} group_by_results={group_by_records} keys_exact={} windows={} window_rows={window_rows} \
-         rows={} rows_duplicated={rows_duplicates} re_keyed_windows={} three_stage_windows={} top_n_ranks={} \
-         global_rows={} lost=0 wedged=0",
+        "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}, top-n {}, global {}, \
+         updating {}) input={RECORDS} group_by_results={group_by_records} keys_exact={} windows={} \
+         window_rows={window_rows} rows={} rows_duplicated={rows_duplicates} re_keyed_windows={} \
+         three_stage_windows={} top_n_ranks={} global_rows={global_rows} updating_symbols_exact={} lost=0 wedged=0",
         killed[0],
         killed[1],
         killed[2],
@@ -1266,13 +1442,14 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
         killed[4],
         killed[5],
         killed[6],
+        killed[7],
         expected.len(),
         windows.len(),
         rows_seen.len(),
         per_symbol.len(),
         q5.len(),
         latest.len(),
-        results.len()
+        updating.len()
     );
     for (_, w) in &mut workers {
         w.signal("TERM");
