@@ -70,80 +70,96 @@ pub(crate) fn check_length(sql: &str) -> Result<(), SqlError> {
     Ok(())
 }
 
-/// Refuses a run of more than [`MAX_OPERATOR_RUN`] binary operators on
-/// one path of the token stream, before the parser builds it into a tree.
-/// A parenthesised group's operators stay on the path of what follows it
-/// (the group is an operand there); a comma or a clause keyword starts a
-/// new path at the level of the enclosing parenthesis.
+/// Refuses, before the parser builds it into a tree, an expression whose
+/// tokens could nest more than [`MAX_OPERATOR_RUN`] levels deep, and more
+/// than [`MAX_OPERATOR_RUN`] set operations (`UNION ALL` …) at one level.
+///
+/// An upper bound on the depth, per parenthesised group (`CASE … END`
+/// counts as one): the operators of its current part (every token but a
+/// word, a number, a parenthesis, a comma, a dot or white space counts,
+/// and the words `AND OR XOR IS LIKE ILIKE IN BETWEEN DIV NOT`), plus the
+/// deepest group closed among them; a group is one level more than its
+/// deepest comma-separated part. A comma, `WHEN`, `THEN`, `ELSE` or a
+/// clause keyword starts a new part. The sqlparser builds operator chains
+/// iteratively, so without this a 1 MiB chain parses into a tree half a
+/// million levels deep, and any pass over it (dropping it included)
+/// overflows the stack. Overcounting (a string literal counts) is
+/// harmless: the bound is four times the precise check's.
 pub(crate) fn check_operator_runs(tokens: &[TokenWithSpan]) -> Result<(), SqlError> {
-    // Per open parenthesis: the count when it opened, and the most any of
-    // its comma-separated parts reached.
-    let mut open: Vec<(usize, usize)> = Vec::new();
-    let mut now = 0usize;
-    for t in tokens {
-        let base = open.last().map_or(0, |o| o.0);
-        match &t.token {
-            Token::LParen => open.push((now, now)),
-            Token::RParen => {
-                if let Some((_, most)) = open.pop() {
-                    now = now.max(most);
-                }
-            }
-            Token::Comma => {
-                if let Some(o) = open.last_mut() {
-                    o.1 = o.1.max(now);
-                }
-                now = base;
-            }
-            Token::Plus
-            | Token::Minus
-            | Token::Mul
-            | Token::Div
-            | Token::Mod
-            | Token::DuckIntDiv
-            | Token::StringConcat
-            | Token::Eq
-            | Token::DoubleEq
-            | Token::Neq
-            | Token::Lt
-            | Token::Gt
-            | Token::LtEq
-            | Token::GtEq
-            | Token::Spaceship
-            | Token::Ampersand
-            | Token::Pipe
-            | Token::Caret
-            | Token::ShiftLeft
-            | Token::ShiftRight => now += 1,
-            Token::Word(Word { value, quote_style: None, .. }) => {
-                let w = value.to_ascii_uppercase();
-                if matches!(w.as_str(), "AND" | "OR" | "XOR" | "IS" | "LIKE" | "ILIKE" | "IN" | "BETWEEN" | "DIV") {
-                    now += 1;
-                } else if matches!(
-                    w.as_str(),
-                    "SELECT"
-                        | "FROM"
-                        | "WHERE"
-                        | "GROUP"
-                        | "HAVING"
-                        | "ON"
-                        | "WHEN"
-                        | "THEN"
-                        | "ELSE"
-                        | "END"
-                        | "UNION"
-                ) {
-                    now = base;
-                }
-            }
-            _ => {}
+    #[derive(Default)]
+    struct Level {
+        /// Operators of the current part.
+        chain: usize,
+        /// The deepest group closed in the current part.
+        deepest: usize,
+        /// The deepest finished part.
+        most: usize,
+        /// Set operations at this level.
+        sets: usize,
+    }
+    impl Level {
+        fn depth(&self) -> usize {
+            self.chain + self.deepest
         }
-        if now > MAX_OPERATOR_RUN {
+        fn next_part(&mut self) {
+            self.most = self.most.max(self.depth());
+            self.chain = 0;
+            self.deepest = 0;
+        }
+    }
+    let mut levels = vec![Level::default()];
+    for t in tokens {
+        let word = match &t.token {
+            Token::Word(Word { value, quote_style: None, .. }) => Some(value.to_ascii_uppercase()),
+            _ => None,
+        };
+        let Some(level) = levels.last_mut() else { break };
+        match (&t.token, word.as_deref()) {
+            (Token::LParen, _) | (_, Some("CASE")) => levels.push(Level::default()),
+            (Token::RParen, _) | (_, Some("END")) => {
+                if levels.len() > 1
+                    && let Some(mut closed) = levels.pop()
+                {
+                    closed.next_part();
+                    if let Some(parent) = levels.last_mut() {
+                        parent.deepest = parent.deepest.max(closed.most + 1);
+                    }
+                }
+            }
+            (Token::Comma, _) => level.next_part(),
+            (_, Some("UNION" | "EXCEPT" | "INTERSECT")) => {
+                level.next_part();
+                level.sets += 1;
+            }
+            (
+                _,
+                Some(
+                    "WHEN" | "THEN" | "ELSE" | "SELECT" | "FROM" | "WHERE" | "GROUP" | "HAVING" | "ON" | "JOIN"
+                    | "WINDOW" | "ORDER" | "LIMIT",
+                ),
+            ) => level.next_part(),
+            (_, Some("AND" | "OR" | "XOR" | "IS" | "LIKE" | "ILIKE" | "IN" | "BETWEEN" | "DIV" | "NOT")) => {
+                level.chain += 1;
+            }
+            (
+                Token::Word(_)
+                | Token::Number(..)
+                | Token::Period
+                | Token::Whitespace(_)
+                | Token::EOF
+                | Token::SemiColon,
+                _,
+            ) => {}
+            _ => level.chain += 1,
+        }
+        let Some(level) = levels.last() else { break };
+        if level.depth() > MAX_OPERATOR_RUN || level.sets > MAX_OPERATOR_RUN {
             return Err(SqlError::at_span(
                 t.span,
                 format!(
-                    "more than {MAX_OPERATOR_RUN} operators in one expression: it would nest more than \
-                     {MAX_EXPR_DEPTH} levels deep; split it, or use IN (…) for a long chain of ORs"
+                    "more than {MAX_OPERATOR_RUN} operators in one expression (or set operations in one query): \
+                     it would nest more than {MAX_EXPR_DEPTH} levels deep; split it, or use IN (…) for a long \
+                     chain of ORs"
                 ),
             ));
         }
@@ -314,6 +330,10 @@ mod tests {
             // Parenthesised runs, each short, stacked: one path.
             format!("SELECT {} AS s FROM t", format!("({}+", chain("+", 30)).repeat(45) + "v" + &")".repeat(45)),
             format!("SELECT {} AS s FROM t", "(".repeat(45) + &format!("{})+", chain("+", 30)).repeat(45) + "v"),
+            // Operators the old scan did not count, and CASE chains.
+            format!("SELECT v FROM t WHERE {}", chain(" ~ ", 200_000)),
+            format!("SELECT {} AS s FROM t", "v".to_owned() + &"::bigint".repeat(100_000)),
+            format!("SELECT {} AS s FROM t", vec!["CASE WHEN b THEN v END"; 40_000].join(" + ")),
             format!("SELECT v, COUNT(*) FROM t GROUP BY v HAVING SUM({}) > 0", chain("-", 5_000)),
             format!("SELECT {} AS s FROM t", "COALESCE(".repeat(300) + "v" + &")".repeat(300)),
         ];
@@ -323,6 +343,31 @@ mod tests {
             let err = crate::plan_dataflow(sql, &sources, 4).unwrap_err();
             assert!(err.message.contains("levels deep") || err.message.contains("deeply"), "{}: {err}", &sql[..60]);
         }
+    }
+
+    #[test]
+    fn wide_but_shallow_expressions_are_not_refused() {
+        let source = sluice_crds::SourceSpec::table(
+            "t",
+            &[("x", sluice_crds::ColumnType::Double, true), ("w", sluice_crds::ColumnType::Double, true)],
+        );
+        // 200 terms of five operators each: a thousand operators, but
+        // only the chain of + nests (about 205 levels).
+        let terms: Vec<String> = (0..200).map(|i| format!("(x-{i})*(x-{i})*w")).collect();
+        let sql = format!("SELECT {} AS s FROM t", terms.join(" + "));
+        crate::plan_query(&sql, std::slice::from_ref(&source)).unwrap();
+        // A thousand columns, each a short expression, and a long IN list.
+        let items: Vec<String> = (0..1_000).map(|i| format!("x * {i} + w AS c{i}")).collect();
+        let list: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+        let sql = format!("SELECT {} FROM t WHERE x IN ({})", items.join(", "), list.join(", "));
+        crate::plan_query(&sql, &[source]).unwrap();
+    }
+
+    #[test]
+    fn a_long_union_chain_is_refused_before_it_is_parsed() {
+        let branches: Vec<String> = (0..2_000).map(|i| format!("SELECT v FROM t{i}")).collect();
+        let err = crate::plan_query(&branches.join(" UNION ALL "), &[]).unwrap_err();
+        assert!(err.message.contains("set operations"), "{err}");
     }
 
     #[test]

@@ -154,11 +154,18 @@ impl DeadLetterSink for LogDeadLetter {
         Ok(())
     }
 
+    /// Called at every checkpoint: a summary only once it is due (at the
+    /// end, [`Drop`] writes what is left).
     fn flush(&mut self) -> Result<(), Error> {
+        self.poll()
+    }
+}
+
+impl Drop for LogDeadLetter {
+    fn drop(&mut self) {
         if !self.pending.is_empty() {
             self.summarize();
         }
-        Ok(())
     }
 }
 
@@ -195,14 +202,24 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             let mut sink = LogDeadLetter::new(interval);
+            let summaries = |out: &Captured| {
+                String::from_utf8_lossy(&out.0.lock().unwrap()).matches("more records not processed").count()
+            };
             for i in 0..bad {
                 let reason =
                     if i % 3 == 0 { "late: its window had closed (watermark 5)" } else { "malformed JSON: at byte 3" };
                 let offset = i64::try_from(i).unwrap();
                 let payload = b"{\"card\":\"4111-1111-1111-1111\"}";
                 sink.send(&DeadLetter { topic: "t", partition: 0, offset, timestamp_ms: 0, reason, payload }).unwrap();
+                if i % 1_000 == 0 {
+                    // A checkpoint: no summary before the interval is up.
+                    let before = summaries(&out);
+                    sink.flush().unwrap();
+                    assert!(interval.is_zero() || summaries(&out) == before);
+                }
             }
-            sink.flush().unwrap();
+            // The end: what is pending is summed up.
+            drop(sink);
         });
         String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
     }
