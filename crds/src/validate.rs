@@ -168,6 +168,25 @@ impl StreamJobSpec {
         problems
     }
 
+    /// Why a job whose plan has a stage that keeps state and writes a
+    /// repartition topic cannot run at least once with this spec: such a
+    /// stage's output is written in one transaction per checkpoint (see
+    /// docs/operations.md), and a transaction must commit within the
+    /// broker's `transaction.max.timeout.ms` (15 minutes by default). The
+    /// CRD cannot tell (it needs the plan): the operator and the worker
+    /// ask.
+    pub fn internal_transaction_problem(&self) -> Option<String> {
+        let interval = self.engine.checkpoint_interval_millis;
+        (i64::from(interval) >= 900_000).then(|| {
+            format!(
+                "spec.engine.checkpointIntervalMillis ({interval}) must be below 900000 for this query: a stage of \
+                 it keeps state and writes a repartition topic, which is written in one transaction per \
+                 checkpoint, and a transaction must commit within the broker's transaction.max.timeout.ms (15 \
+                 minutes by default)"
+            )
+        })
+    }
+
     /// What keeps `delivery: ExactlyOnce` from working: one transaction per
     /// core must hold the results, the dead letters, the internal topics'
     /// records and the input offsets, so all live on one cluster; and a

@@ -23,8 +23,15 @@ pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     if !local.is_empty() {
         return Err(Invalid { reason: reasons::INVALID_SPEC, message: local.join("; ") });
     }
-    plan_dataflow(&spec.sql, &spec.sources, 1)
-        .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })
+    let dataflow = plan_dataflow(&spec.sql, &spec.sources, 1)
+        .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
+    if spec.delivery != sluice_crds::Delivery::ExactlyOnce
+        && dataflow.has_stateful_exchange_writer()
+        && let Some(problem) = spec.internal_transaction_problem()
+    {
+        return Err(Invalid { reason: reasons::INVALID_SPEC, message: problem });
+    }
+    Ok(dataflow)
 }
 
 /// The source the planned query reads.
@@ -80,6 +87,22 @@ mod tests {
         assert_eq!(e.reason, reasons::INVALID_SQL);
         assert!(e.message.starts_with("line 2, column"), "{}", e.message);
         assert!(e.message.contains("did you mean `trader_id`"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_transactional_hop_needs_a_checkpoint_interval_a_transaction_can_last() {
+        let updating = "SELECT symbol, SUM(volume) AS total FROM (SELECT trader_id, symbol, SUM(quantity) AS volume \
+                        FROM market_data GROUP BY trader_id, symbol) AS t GROUP BY symbol";
+        let mut j = job(updating);
+        j.spec.engine.checkpoint_interval_millis = 900_000;
+        let e = validate(&j.spec).unwrap_err();
+        assert!(e.message.contains("must be below 900000 for this query"), "{}", e.message);
+        j.spec.engine.checkpoint_interval_millis = 899_999;
+        validate(&j.spec).unwrap();
+        // A query without such a stage may checkpoint as rarely as it likes.
+        let mut j = job("SELECT trader_id, COUNT(*) AS n FROM market_data GROUP BY trader_id");
+        j.spec.engine.checkpoint_interval_millis = 3_600_000;
+        validate(&j.spec).unwrap();
     }
 
     #[test]

@@ -60,9 +60,9 @@ pub enum Error {
     /// transaction that outlived `transaction.timeout.ms` (a broker outage
     /// longer than that), which librdkafka reports the same way. This
     /// process must not write anything more: retrying would fence the
-    /// replacement in turn. The worker process exits; Kubernetes restarts
-    /// it only if it is still the pod its StatefulSet runs, and the new
-    /// process takes the id over and resumes from the last commit.
+    /// replacement in turn. The worker process exits; the kubelet restarts
+    /// its container, and the new process takes the id over and resumes
+    /// from the last commit.
     #[error(
         "fenced: another instance of this worker took over its transactional id, or the broker aborted a \
          transaction that outlived transaction.timeout.ms; this process exits without writing more ({0})"

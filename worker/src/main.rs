@@ -369,9 +369,10 @@ fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
         // Fenced, or a transaction the broker aborted after its timeout
         // (librdkafka reports both alike): waiting cannot fix it, and a
         // worker left up, not ready, with a liveness probe that answers
-        // was never restarted. Exit: Kubernetes restarts the pod if it is
-        // still the one its StatefulSet runs, and the new process takes
-        // the transactional id over and resumes from the last commit.
+        // was never restarted. Exit: the kubelet restarts the container,
+        // and the new process takes the transactional id over and resumes
+        // from the last commit. (Two live pods of one ordinal — only after
+        // a force-deletion — would fence each other in turn.)
         Err(e @ sluice_worker::Error::Fenced(_)) => fail(&e.to_string()),
         Err(e) => {
             // Keep serving /readyz (not ready, with the reason) until the

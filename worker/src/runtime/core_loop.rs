@@ -102,7 +102,8 @@ impl CoreSetup {
         (u32::try_from(slot).unwrap_or(0), u32::try_from(workers * cores).unwrap_or(1))
     }
 
-    /// Exactly once: the transactional id of engine slot `slot` of a
+    /// The transactional id (exactly once, or at least once with a
+    /// stateful stage before a repartition topic) of engine slot `slot` of a
     /// generation of `slots` slots. A fixed set per job and scale: a restart
     /// reuses its id (and so fences what it left running), and ids never
     /// accumulate.
@@ -301,6 +302,9 @@ impl<'a> Core<'a> {
                     // after that.
                     transaction = Some(transactional_producer(setup, &client, Writes::Everything)?);
                 } else if setup.dataflow.has_stateful_exchange_writer() {
+                    if let Some(problem) = spec.internal_transaction_problem() {
+                        return Err(Error::Config(problem));
+                    }
                     transaction = Some(transactional_producer(setup, &client, Writes::Internal)?);
                 }
                 for s in 1..stages.len() {
@@ -834,10 +838,9 @@ impl<'a> Core<'a> {
                 for (_, _, metadata) in &mut positions {
                     *metadata = StateStore::with_owner(metadata, slots, slot);
                 }
-                let (offsets, group) = self
-                    .source
-                    .transactional_offsets(&positions)
-                    .ok_or_else(|| Error::Internal("exactly once over a source without offsets".into()))??;
+                let (offsets, group) = self.source.transactional_offsets(&positions).ok_or_else(|| {
+                    Error::Internal("a transactional checkpoint over a source without offsets".into())
+                })??;
                 transaction.commit(&offsets, &group)?;
                 true
             }

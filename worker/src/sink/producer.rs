@@ -1,11 +1,12 @@
 //! The Kafka producer a core's outputs write through.
 //!
 //! At least once, each output (the sink, each repartition topic, the dead
-//! letters, the state topic) has a producer of its own, tuned for it.
-//! Exactly once, a core's outputs share one transactional producer: a Kafka
-//! transaction is a producer's, and one transaction per checkpoint must
-//! hold everything the core wrote since the last one together with its
-//! input offsets (see [`CoreProducer::commit`]).
+//! letters, the state topic) has a producer of its own, tuned for it — but
+//! where a stateful stage writes a repartition topic, the repartition
+//! topics, the state and the offsets share one transactional producer.
+//! Exactly once, all of a core's outputs share one: a Kafka transaction is
+//! a producer's, and one transaction per checkpoint must hold everything
+//! it covers together with the input offsets (see [`CoreProducer::commit`]).
 //!
 //! The delivery callback records the end-to-end latency of every
 //! acknowledged result (record timestamp → ack), the offsets of state
@@ -246,11 +247,17 @@ impl CoreProducer {
         // A transactional producer that a newer one of its id fenced fails
         // every delivery from then on; that is not a broker outage to wait
         // out, and retrying would fence the newer one in turn.
-        if self.transactional_id.is_some()
-            && let Some((code, reason)) = self.producer.client().fatal_error()
-            && matches!(code, RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
-        {
-            return Err(Error::Fenced(format!("{}: {reason}", self.name)));
+        if let Some((code, reason)) = self.producer.client().fatal_error() {
+            // An idempotent producer refused on the cluster fails for good
+            // too (its deliveries then fail as `_FATAL`).
+            if let Some(why) = refusal(code) {
+                return Err(Error::Refused(format!("{}: {why} ({reason})", self.name)));
+            }
+            if self.transactional_id.is_some()
+                && matches!(code, RDKafkaErrorCode::Fenced | RDKafkaErrorCode::ProducerFenced)
+            {
+                return Err(Error::Fenced(format!("{}: {reason}", self.name)));
+            }
         }
         if let Some(why) = self.producer.context().refused.lock().ok().and_then(|r| r.clone()) {
             return Err(Error::Refused(format!("deliver to {}: {why}", self.name)));
