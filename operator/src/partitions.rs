@@ -106,10 +106,34 @@ pub async fn client_properties(
     match security {
         Ok(security) => {
             props.extend(security.into_iter().map(|p| (p.key.to_owned(), (p.value, p.secret))));
+            if let Some(problem) = cleartext_credentials(&props) {
+                return Ok(Err(invalid(problem)));
+            }
             Ok(Ok(props))
         }
         Err(invalid) => Ok(Err(invalid)),
     }
+}
+
+/// Why the operator will not connect with `props`: a SASL PLAIN password
+/// over a connection without TLS. The operator reads a job's Secrets and
+/// connects to the job's `bootstrapServers`; PLAIN sends the password as it
+/// is, so over a plaintext listener whoever controls that address, or the
+/// path to it, would read it. (SCRAM proves the password without sending
+/// it; without SASL it is not sent at all.) A job meant to run so must add
+/// `tls` — its workers would send the same password in the clear.
+fn cleartext_credentials(props: &Properties) -> Option<String> {
+    let (_, origin) = props.get("sasl.password")?;
+    let protocol = props.get("security.protocol").map_or("plaintext", |(p, _)| p.as_str());
+    let mechanism = props.get("sasl.mechanism").or_else(|| props.get("sasl.mechanisms")).map(|(m, _)| m.as_str());
+    if !protocol.eq_ignore_ascii_case("sasl_plaintext") || !mechanism.is_some_and(|m| m.eq_ignore_ascii_case("plain")) {
+        return None;
+    }
+    let from = origin.as_deref().map_or_else(|| "the spec".to_owned(), |s| format!("Secret `{s}`"));
+    Some(format!(
+        "a SASL password (from {from}) would go over a connection without TLS (security.protocol {protocol}): the \
+         operator never sends credentials unencrypted; add `tls` to the connection"
+    ))
 }
 
 /// A client config for the operator's own reads of a cluster.
@@ -170,6 +194,25 @@ fn not_found(topic: &str, bootstrap: &str) -> Invalid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_is_never_sent_without_tls() {
+        let password = ("p4ss".to_owned(), Some("app-user".to_owned()));
+        let with = |protocol: &str, mechanism: &str| {
+            let mut props = Properties::from([("sasl.password".to_owned(), password.clone())]);
+            props.insert("security.protocol".into(), (protocol.into(), None));
+            props.insert("sasl.mechanism".into(), (mechanism.into(), None));
+            cleartext_credentials(&props)
+        };
+        let refused = with("SASL_PLAINTEXT", "PLAIN").unwrap();
+        assert!(refused.contains("Secret `app-user`") && refused.contains("add `tls`"), "{refused}");
+        assert!(!refused.contains("p4ss"), "{refused}");
+        assert!(with("sasl_plaintext", "plain").is_some());
+        assert!(with("SASL_SSL", "PLAIN").is_none(), "encrypted");
+        assert!(with("SASL_PLAINTEXT", "SCRAM-SHA-512").is_none(), "SCRAM does not send the password");
+        assert!(with("SSL", "PLAIN").is_none(), "no SASL: the password is not sent");
+        assert!(cleartext_credentials(&Properties::new()).is_none(), "no password, nothing to protect");
+    }
 
     /// A Secret value the client rejects never appears in the status
     /// message (which also becomes the Warning event's note).
