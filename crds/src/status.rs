@@ -95,6 +95,10 @@ pub mod reasons {
     /// A worker stopped on a fatal error (state limit, a checkpoint that
     /// does not fit the query, a bug); its /readyz reason is in the message.
     pub const WORKER_FAILED: &str = "WorkerFailed";
+    /// A core of a worker failed and restarted several times in a row
+    /// (`Degraded` only: it keeps retrying, as the failure looks transient);
+    /// its last error is in the message.
+    pub const WORKER_RESTARTING: &str = "WorkerRestarting";
     /// Every worker read its bounded input (datagen with `records`, a file)
     /// to the end; the workers stay up, idle, instead of restarting.
     pub const FINISHED: &str = "Finished";

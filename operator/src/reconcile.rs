@@ -100,7 +100,14 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
     let statefulset = sts.get_opt(&names::statefulset(&name)).await?;
     let pods = pods.list(&ListParams::default().labels(&names::selector_string(&name))).await?.items;
     let reports = worker_health::probe(&pods).await;
-    Ok(Observed { statefulset, live_pods: pods.len(), pods, failures: reports.failures, finished: reports.finished })
+    Ok(Observed {
+        statefulset,
+        live_pods: pods.len(),
+        pods,
+        failures: reports.failures,
+        finished: reports.finished,
+        restarting: reports.restarting,
+    })
 }
 
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {

@@ -40,6 +40,9 @@ pub struct Observed {
     pub failures: Vec<WorkerFailure>,
     /// Workers whose bounded input is read to the end (pod, summary).
     pub finished: Vec<(String, String)>,
+    /// Workers with a core that keeps failing and restarting, with the
+    /// reason their /readyz gives.
+    pub restarting: Vec<WorkerFailure>,
 }
 
 impl Observed {
@@ -162,9 +165,15 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
                 set(ct::READY, False, reasons::STARTING, &m);
                 set(ct::PROGRESSING, True, reasons::STARTING, &m);
             }
-            match observed.failures.first() {
-                Some(f) => set(ct::DEGRADED, True, reasons::WORKER_FAILED, &format!("worker {}: {}", f.pod, f.reason)),
-                None => set(ct::DEGRADED, False, reasons::AS_EXPECTED, ""),
+            match (observed.failures.first(), observed.restarting.first()) {
+                (Some(f), _) => {
+                    set(ct::DEGRADED, True, reasons::WORKER_FAILED, &format!("worker {}: {}", f.pod, f.reason));
+                }
+                (None, Some(r)) => {
+                    let m = format!("worker {}: {} (it keeps retrying)", r.pod, r.reason);
+                    set(ct::DEGRADED, True, reasons::WORKER_RESTARTING, &m);
+                }
+                (None, None) => set(ct::DEGRADED, False, reasons::AS_EXPECTED, ""),
             }
             let idle = d.assignment.idle_cores();
             if idle > 0 {
@@ -222,6 +231,7 @@ mod tests {
             pods: Vec::new(),
             failures: Vec::new(),
             finished: Vec::new(),
+            restarting: Vec::new(),
         }
     }
 
@@ -239,6 +249,24 @@ mod tests {
         let degraded = s.conditions.iter().find(|c| c.type_ == ct::DEGRADED).unwrap();
         assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", reasons::WORKER_FAILED));
         assert!(degraded.message.contains("s2-group-by-1") && degraded.message.contains("state of partition 3"));
+    }
+
+    /// A core that failed and restarted again and again left the job at
+    /// `WorkersStarting`, `Degraded=False`, its error in no status.
+    #[test]
+    fn a_worker_restarting_again_and_again_degrades_the_job_with_its_last_error() {
+        let j = job("s2-group-by.yaml");
+        let d = Box::new(desired_for(&j, 8));
+        let mut observed = sts(1, 2);
+        observed.restarting = vec![WorkerFailure {
+            pod: "s2-group-by-0".into(),
+            reason: "core 0 restarted 4 times in a row; last error: kafka: deliver to out: refused".into(),
+        }];
+        let s = compute(&j, &Outcome::Applied(d), &observed, &now());
+        let degraded = s.conditions.iter().find(|c| c.type_ == ct::DEGRADED).unwrap();
+        assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", reasons::WORKER_RESTARTING));
+        assert!(degraded.message.contains("s2-group-by-0") && degraded.message.contains("restarted 4 times"));
+        assert_eq!(ready(&s).0, "False");
     }
 
     /// A bounded job that has read everything is `Finished`, not `Running`,

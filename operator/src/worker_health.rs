@@ -25,6 +25,8 @@ pub struct WorkerFailure {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkerReports {
     pub failures: Vec<WorkerFailure>,
+    /// Workers with a core that keeps failing and restarting (`degraded:`).
+    pub restarting: Vec<WorkerFailure>,
     /// Pods whose job finished its bounded input, with their summaries.
     pub finished: Vec<(String, String)>,
 }
@@ -47,6 +49,8 @@ pub async fn probe(pods: &[Pod]) -> WorkerReports {
         let Some((code, body)) = answer else { continue };
         if let Some(reason) = failure(code, &body) {
             reports.failures.push(WorkerFailure { pod, reason });
+        } else if let Some(reason) = restarting(code, &body) {
+            reports.restarting.push(WorkerFailure { pod, reason });
         } else if let Some(summary) = finished(code, &body) {
             reports.finished.push((pod, summary));
         }
@@ -71,6 +75,12 @@ fn truncate(s: &str) -> &str {
 /// is only starting or restoring answers 503 too, without `failed:`).
 pub fn failure(code: u16, body: &str) -> Option<String> {
     let reason = body.trim().strip_prefix("failed: ").filter(|_| code == 503)?;
+    Some(truncate(reason).to_owned())
+}
+
+/// What a /readyz answer says of a core that keeps restarting.
+pub fn restarting(code: u16, body: &str) -> Option<String> {
+    let reason = body.trim().strip_prefix("degraded: ").filter(|_| code == 503)?;
     Some(truncate(reason).to_owned())
 }
 
@@ -165,6 +175,18 @@ mod tests {
         assert!((sum_of(text, "sluice_records_in_total") - 49.5).abs() < 1e-9);
         assert!((sum_of(text, "sluice_core_busy_seconds_total") - 1.25).abs() < 1e-9);
         assert!(sum_of(text, "sluice_missing").abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn a_core_restarting_again_and_again_is_told_from_a_failure_and_from_starting() {
+        let body = "degraded: core 1 restarted 3 times in a row; last error: kafka: deliver to out: refused\n";
+        assert_eq!(
+            restarting(503, body).as_deref(),
+            Some("core 1 restarted 3 times in a row; last error: kafka: deliver to out: refused")
+        );
+        assert_eq!(failure(503, body), None, "it is not stopped");
+        assert_eq!(restarting(503, "1 of 2 cores still starting"), None);
+        assert_eq!(restarting(503, "failed: x"), None);
     }
 
     #[test]

@@ -36,7 +36,16 @@ pub struct Health {
     /// cannot go on without that core's partitions), but the process keeps
     /// serving /readyz with the reason instead of exiting into a crash loop.
     aborted: AtomicBool,
+    /// Per core: how many times in a row it failed and was restarted, and
+    /// the last error (see [`Health::restarting`]).
+    restarts: Mutex<Vec<(u32, String)>>,
 }
+
+/// Consecutive restarts of one core from which `/readyz` reports the job
+/// degraded (`degraded: …`), so the operator says so on the StreamJob: a
+/// failure that looks transient but keeps coming back (a broker that
+/// refuses, a listener that is not Kafka) is not hidden as "starting".
+pub const RESTARTS_REPORTED: u32 = 3;
 
 impl Health {
     pub fn set_cores(&self, n: usize) {
@@ -50,6 +59,17 @@ impl Health {
             && let Some(s) = c.get(core)
         {
             s.store(status as u8, Ordering::Release);
+        }
+    }
+
+    /// Core `core` failed (`error`, transient) and restarts: the
+    /// `consecutive`-th time in a row (0: it is running again).
+    pub fn restarting(&self, core: usize, consecutive: u32, error: &str) {
+        if let Ok(mut r) = self.restarts.lock() {
+            if r.len() <= core {
+                r.resize(core + 1, (0, String::new()));
+            }
+            r[core] = (consecutive, error.to_owned());
         }
     }
 
@@ -107,6 +127,11 @@ impl Health {
         if let Some(summary) = self.finished() {
             return Ok(format!("finished: {summary}"));
         }
+        if let Ok(r) = self.restarts.lock()
+            && let Some((core, (n, error))) = r.iter().enumerate().find(|(_, (n, _))| *n >= RESTARTS_REPORTED)
+        {
+            return Err(format!("degraded: core {core} restarted {n} times in a row; last error: {error}"));
+        }
         let cores = self.cores.lock().map_err(|_| "poisoned".to_owned())?;
         if cores.is_empty() {
             return Err("starting".into());
@@ -138,6 +163,23 @@ mod tests {
         assert!(e.contains("state limit exceeded"), "{e}");
         assert!(h.stopping(), "the other cores stop");
         assert!(!h.signalled(), "a failure is not a signal: serve keeps reporting it");
+    }
+
+    #[test]
+    fn a_core_restarting_again_and_again_is_reported_degraded_with_its_last_error() {
+        let h = Health::default();
+        h.set_cores(2);
+        h.set(0, CoreStatus::Running);
+        h.set(1, CoreStatus::Starting);
+        h.restarting(1, 2, "kafka: deliver to out: timed out");
+        assert!(h.readiness().unwrap_err().contains("still starting"), "two restarts: starting");
+        h.restarting(1, 3, "kafka: deliver to out: broker refused");
+        let e = h.readiness().unwrap_err();
+        assert_eq!(e, "degraded: core 1 restarted 3 times in a row; last error: kafka: deliver to out: broker refused");
+        // Running again for long enough: the count starts over.
+        h.restarting(1, 0, "");
+        h.set(1, CoreStatus::Running);
+        assert_eq!(h.readiness(), Ok("ready".into()));
     }
 
     #[test]

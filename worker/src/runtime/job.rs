@@ -297,6 +297,10 @@ fn check_sources(inputs: &[CoreInput]) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long a core must have run before a failure counts as the first in a
+/// row again (and the backoff starts over).
+const RUN_RESETS_RESTARTS: Duration = Duration::from_secs(120);
+
 /// Runs a core; after a transient failure, starts it again from its last
 /// checkpoint with exponential backoff (Kafka sources only: local sources
 /// would replay from the start).
@@ -304,13 +308,23 @@ fn supervise(setup: &CoreSetup) -> Result<CoreSummary, Error> {
     let restartable = setup.commits();
     let mut backoff = Duration::from_secs(1);
     let mut attempts = 0;
+    // Failures in a row: a run that lasted a while before failing starts
+    // the count over (a broker outage now and then is not a loop).
+    let mut in_a_row = 0u32;
     loop {
+        let started = Instant::now();
         match catch_panic(|| run_core(setup)) {
             Ok(s) => return Ok(s),
             Err(e)
                 if restartable && e.is_transient() && !setup.health.stopping() && (!setup.bounded || attempts < 5) =>
             {
                 attempts += 1;
+                if started.elapsed() >= RUN_RESETS_RESTARTS {
+                    in_a_row = 0;
+                    backoff = Duration::from_secs(1);
+                }
+                in_a_row += 1;
+                setup.health.restarting(setup.core, in_a_row, &e.to_string());
                 setup.health.set(setup.core, CoreStatus::Starting);
                 tracing::warn!(core = setup.core, error = %e, retry_in = ?backoff, "core failed; restarting from its last checkpoint");
                 let until = Instant::now() + backoff;
