@@ -36,7 +36,7 @@ pub async fn read(
     let mut total = SourceOffsets::default();
     for s in &spec.sources {
         let Some(k) = &s.kafka else { continue };
-        let props = match client_properties(client, namespace, &s.name, k).await? {
+        let props = match client_properties(client, namespace, &format!("source {}", s.name), k.connection()).await? {
             Ok(props) => props,
             Err(invalid) => return Ok(Err(invalid.message)),
         };

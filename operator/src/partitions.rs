@@ -11,13 +11,17 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use sluice_crds::{
-    KafkaSource, PropertyOrigin, SourcePartitions, StreamJobSpec, operator_applies, reasons, rejected_property,
+    KafkaConnection, PropertyOrigin, SourcePartitions, StreamJobSpec, operator_applies, reasons, rejected_property,
 };
 
 use crate::Error;
 use crate::validate::Invalid;
 
-/// Looks up every source's partition count.
+/// Looks up every source's partition count, and that the Kafka sink and
+/// dead-letter topics exist: a job writing a topic the broker does not
+/// have (and will not create) would start, fail every delivery and stop;
+/// it is `TopicNotFound` before anything is launched instead, retried with
+/// backoff until the topic is there, as a missing source is.
 pub async fn lookup(
     client: &Client,
     namespace: &str,
@@ -28,21 +32,10 @@ pub async fn lookup(
     for s in &spec.sources {
         let partitions = match (&s.kafka, &s.datagen) {
             (Some(k), _) => {
-                let props = match client_properties(client, namespace, &s.name, k).await? {
-                    Ok(props) => props,
-                    Err(invalid) => return Ok(Err(invalid)),
-                };
-                let (bootstrap, topic) = (k.bootstrap_servers.clone(), k.topic.clone());
-                let name = s.name.clone();
-                let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, timeout))
-                    .await
-                    .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
-                match result {
+                let what = format!("source {}", s.name);
+                match topic_partitions(client, namespace, &what, k.connection(), &k.topic, timeout).await? {
                     Ok(n) => n,
-                    Err(mut invalid) => {
-                        invalid.message = format!("source {name}: {}", invalid.message);
-                        return Ok(Err(invalid));
-                    }
+                    Err(invalid) => return Ok(Err(invalid)),
                 }
             }
             (None, Some(d)) => d.partitions,
@@ -50,13 +43,46 @@ pub async fn lookup(
         };
         out.push(SourcePartitions { source: s.name.clone(), partitions });
     }
+    let outputs =
+        [("sink", spec.sink.kafka.as_ref()), ("deadLetter", spec.dead_letter.as_ref().and_then(|d| d.kafka.as_ref()))];
+    for (what, target) in outputs {
+        let Some(k) = target else { continue };
+        if let Err(invalid) = topic_partitions(client, namespace, what, k.connection(), &k.topic, timeout).await? {
+            return Ok(Err(invalid));
+        }
+    }
     Ok(Ok(out))
+}
+
+/// The partition count of `topic` on `conn`'s cluster, read with its
+/// client properties; a problem names `what` (a source, the sink).
+async fn topic_partitions(
+    client: &Client,
+    namespace: &str,
+    what: &str,
+    conn: KafkaConnection<'_>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Result<i32, Invalid>, Error> {
+    let props = match client_properties(client, namespace, what, conn).await? {
+        Ok(props) => props,
+        Err(invalid) => return Ok(Err(invalid)),
+    };
+    let (bootstrap, topic) = (conn.bootstrap_servers.to_owned(), topic.to_owned());
+    let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, timeout))
+        .await
+        .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
+    Ok(result.map_err(|mut invalid| {
+        invalid.message = format!("{what}: {}", invalid.message);
+        invalid
+    }))
 }
 
 /// Client properties by key: value, and the Secret it came from (if any).
 pub type Properties = BTreeMap<String, (String, Option<String>)>;
 
-/// The connection and authentication properties of a Kafka source, from
+/// The connection and authentication properties of a Kafka connection (a
+/// source, the sink, the dead-letter topic), from
 /// its spec and its Secrets: only those the operator applies in its own
 /// process (see `sluice_crds::OPERATOR_CLIENT_PROPERTIES`), and what
 /// `authentication` / `tls` set — the same properties the workers make
@@ -66,16 +92,14 @@ pub type Properties = BTreeMap<String, (String, Option<String>)>;
 pub async fn client_properties(
     client: &Client,
     namespace: &str,
-    source: &str,
-    k: &KafkaSource,
+    what: &str,
+    conn: KafkaConnection<'_>,
 ) -> Result<Result<Properties, Invalid>, Error> {
-    let invalid =
-        |message: String| Invalid { reason: reasons::INVALID_SPEC, message: format!("source {source}: {message}") };
-    let conn = k.connection();
+    let invalid = |message: String| Invalid { reason: reasons::INVALID_SPEC, message: format!("{what}: {message}") };
     if let Some(problem) = conn.security_problem() {
         return Ok(Err(invalid(problem)));
     }
-    let mut props: Properties = k
+    let mut props: Properties = conn
         .properties
         .iter()
         .filter(|(key, _)| operator_applies(key))
@@ -89,7 +113,7 @@ pub async fn client_properties(
         };
         secrets.insert(name.to_owned(), sec.data.unwrap_or_default());
     }
-    if let Some(secret) = &k.secret_ref {
+    if let Some(secret) = conn.secret_ref {
         for (key, value) in &secrets[&secret.name] {
             if operator_applies(key) {
                 let value = String::from_utf8_lossy(&value.0).trim_end().to_owned();

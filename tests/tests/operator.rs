@@ -99,6 +99,32 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// A sink topic that does not exist (the harness broker creates none):
+/// `TopicNotFound` naming the sink before anything is launched, instead of
+/// workers that start, fail every delivery and stop; once the topic is
+/// created the job runs.
+#[test]
+fn a_missing_sink_topic_is_reported_launches_nothing_and_recovers_once_created() {
+    let ns = new_namespace("op-sink");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let missing = unique_name("not-yet");
+    let job =
+        example("s2-group-by.yaml", &t, |s| s.replace(&format!("topic: {}", t.out), &format!("topic: {missing}")));
+    kubectl_ok(["apply", "-n", &ns, "-f", job.to_str().unwrap()]);
+    let name = "s2-group-by";
+    let (status, _, message) = wait_until("TopicNotFound", Duration::from_secs(60), || {
+        condition(&get("sj", name, &ns)?, "Ready").filter(|c| c.1 == "TopicNotFound")
+    });
+    assert_eq!(status, "False");
+    assert!(message.starts_with("sink: topic") && message.contains(&missing), "{message}");
+    assert!(get("statefulset", name, &ns).is_none(), "workers launched for a sink that does not exist");
+    kafka::create_topic(&missing, 2);
+    wait_ready(name, &ns, 2);
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
 #[test]
 fn scaling_one_three_two_moves_partitions_without_overlap_or_loss() {
     let ns = new_namespace("op-scale");
