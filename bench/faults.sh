@@ -3,7 +3,8 @@
 # broker stopped and started, the broker frozen (SIGSTOP) for 75 s while a
 # worker restores, the control plane restarted, the broker restarted with
 # offsets retention cut to one minute and a partition idle, exactly once
-# through random kills and a broker restart. Each would break tests
+# through a broker outage and a worker frozen past the transaction timeout,
+# exactly once through random kills and a broker restart. Each would break tests
 # running beside it, so this script runs them one at a time on a harness of
 # its own (other ports, its own run directory), then the CI fault tests at
 # volume (FAULT_KILLS kills of random workers, default 30).

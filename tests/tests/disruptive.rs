@@ -59,6 +59,56 @@ fn the_broker_stopped_and_started_mid_run_loses_nothing() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// Exactly once, the broker down for longer than the transaction timeout
+/// (10 s here): when it is back it aborts the open transaction and bumps
+/// the producer's epoch, which librdkafka reports as a fatal fence. The
+/// worker used to stay up, not ready, for good (its liveness probe
+/// answering, so nothing restarted it); now it exits, the kubelet restarts
+/// it, and it resumes from the last commit: every count exact, read
+/// committed.
+#[test]
+#[ignore = "disruptive: stops the shared broker; run by bench/faults.sh"]
+fn exactly_once_rides_out_a_broker_outage_longer_than_the_transaction_timeout() {
+    let ns = new_namespace("faults-txn");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| {
+        s.replace("workers: 2", "workers: 1\n  delivery: ExactlyOnce").replace(
+            &format!("topic: {} }}", t.out),
+            &format!("topic: {}, properties: {{ transaction.timeout.ms: \"10000\" }} }}", t.out),
+        )
+    });
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    wait_ready("s2-group-by", &ns, 1);
+    produce_trades(&t.trades, 0..3_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..3_000), Duration::from_secs(90));
+    infra("kafka.sh", &["stop"]);
+    std::thread::sleep(Duration::from_secs(25));
+    infra("kafka.sh", &["start"]);
+    produce_trades(&t.trades, 3_000..6_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..6_000), Duration::from_secs(240));
+    let pid = kubelet().history(&ns).last().unwrap().pid.to_string();
+    let signal = |s: &str| assert!(Command::new("kill").args([s, &pid]).status().unwrap().success());
+    // Input arrives while the worker is frozen: its open transaction
+    // holds some of it when the coordinator aborts it.
+    produce_trades(&t.trades, 6_000..7_000, 2);
+    signal("-STOP");
+    produce_trades(&t.trades, 7_000..8_000, 2);
+    std::thread::sleep(Duration::from_secs(25));
+    signal("-CONT");
+    produce_trades(&t.trades, 8_000..9_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..9_000), Duration::from_secs(240));
+    let history = kubelet().history(&ns);
+    assert!(history.len() >= 2, "the fenced worker exited and was restarted: {} process(es)", history.len());
+    println!(
+        "FIGURES txn-timeout: broker_outage=25s worker_frozen=25s transaction.timeout.ms=10000 records=9000 lost=0 \
+         worker_processes={}",
+        history.len()
+    );
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
 #[test]
 #[ignore = "disruptive: freezes the shared broker; run by bench/faults.sh"]
 fn the_broker_frozen_during_a_restore_for_longer_than_every_timeout_loses_nothing() {
