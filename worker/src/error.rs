@@ -46,6 +46,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// One record is larger than its producer's `message.max.bytes`: the
+    /// broker would refuse it however often it is sent. A result goes to
+    /// the dead-letter output instead ([`crate::sink::KafkaSink`]); met
+    /// anywhere else it stops the core, naming the size.
+    #[error(
+        "kafka: a record of {bytes} bytes for topic {topic} is over the producer's message.max.bytes: raise it (and \
+         the topic's max.message.bytes) in the output's properties, or make the rows smaller"
+    )]
+    RecordTooLarge { topic: String, bytes: usize },
     /// Kafka refused for good: the job's principal may not do what it
     /// needs (a missing ACL), or a topic it writes does not exist and the
     /// broker does not create topics. Retrying cannot help (it would

@@ -652,7 +652,8 @@ impl<'a> Core<'a> {
                 }
                 totals.malformed += c.malformed;
                 totals.late += c.late;
-                let (records, bytes) = write(stage, p)?;
+                let (records, bytes, rejected) = write(stage, p, self.dead_letter.as_mut())?;
+                totals.malformed += rejected;
                 out_records += records;
                 out_bytes += bytes;
             }
@@ -734,7 +735,8 @@ impl<'a> Core<'a> {
                     continue;
                 }
                 p.finish(&stage.encoder, &mut stage.emitted)?;
-                let (r, b) = write(stage, p)?;
+                let (r, b, rejected) = write(stage, p, self.dead_letter.as_mut())?;
+                self.summary.dead_lettered += rejected;
                 records += r;
                 bytes += b;
                 if let StageSink::Exchange(x) = &mut stage.sink {
@@ -892,15 +894,20 @@ impl<'a> Core<'a> {
 
 /// Writes what partition `p` of `stage` emitted to the stage's output; for
 /// a repartition topic, followed by a marker if its watermark moved.
-/// Returns the records and bytes written to the job's sink.
-fn write(stage: &mut StageRun, p: &mut PartitionPipeline) -> Result<(u64, u64), Error> {
+/// Returns the records and bytes written to the job's sink, and how many
+/// results went to the dead-letter output instead (too large for it).
+fn write(
+    stage: &mut StageRun,
+    p: &mut PartitionPipeline,
+    dead: &mut dyn DeadLetterSink,
+) -> Result<(u64, u64, u64), Error> {
     let emitted = &mut stage.emitted;
-    let mut written = (0, 0);
+    let mut written = (0, 0, 0);
     match &mut stage.sink {
         StageSink::Job(sink) => {
             if !emitted.rows.is_empty() {
-                written = (emitted.rows.len() as u64, emitted.rows.values.len() as u64);
-                sink.send(&emitted.rows, &emitted.timestamps)?;
+                let rejected = sink.send(&emitted.rows, &emitted.timestamps, dead)?;
+                written = (emitted.rows.len() as u64 - rejected, emitted.rows.values.len() as u64, rejected);
             }
         }
         StageSink::Exchange(x) => {

@@ -34,7 +34,8 @@ impl KafkaSink {
 }
 
 impl Sink for KafkaSink {
-    fn send(&mut self, rows: &EncodedRows, timestamps: &[i64]) -> Result<(), Error> {
+    fn send(&mut self, rows: &EncodedRows, timestamps: &[i64], dead: &mut dyn DeadLetterSink) -> Result<u64, Error> {
+        let mut rejected = 0;
         for i in 0..rows.len() {
             let ts = timestamps.get(i).copied().unwrap_or(0);
             let mut record =
@@ -46,9 +47,27 @@ impl Sink for KafkaSink {
             if ts > 0 {
                 record = record.timestamp(ts);
             }
-            self.out.send(record)?;
+            match self.out.send(record) {
+                Ok(()) => {}
+                // Retried, it would fail the core again and again (and,
+                // at least once, re-send what came before it each time).
+                Err(e @ Error::RecordTooLarge { .. }) => {
+                    let reason = format!("result not written: {e}");
+                    tracing::warn!(topic = %self.topic, bytes = rows.value(i).len(), "a result is too large for the sink: dead-lettered");
+                    dead.send(&DeadLetter {
+                        topic: &self.topic,
+                        partition: -1,
+                        offset: -1,
+                        timestamp_ms: ts,
+                        reason: &reason,
+                        payload: rows.value(i),
+                    })?;
+                    rejected += 1;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        Ok(())
+        Ok(rejected)
     }
 
     fn poll(&mut self) -> Result<(), Error> {
@@ -186,5 +205,47 @@ impl DeadLetterSink for KafkaDeadLetter {
 
     fn flush(&mut self) -> Result<(), Error> {
         self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Test code: failing loudly is its job.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::sink::DrainDeadline;
+    use crate::sink::producer_config;
+
+    #[derive(Default)]
+    struct Collected(Vec<(String, Vec<u8>)>);
+
+    impl DeadLetterSink for Collected {
+        fn send(&mut self, r: &DeadLetter<'_>) -> Result<(), Error> {
+            self.0.push((r.reason.to_owned(), r.payload.to_vec()));
+            Ok(())
+        }
+    }
+
+    /// A result larger than the producer's message.max.bytes is refused by
+    /// the client whatever is retried: it used to fail the core, which
+    /// restarted, met the same row and failed again, for good. It goes to
+    /// the dead-letter output; the rows beside it are written.
+    #[test]
+    fn a_result_too_large_for_the_sink_is_dead_lettered_and_the_rest_go_on() {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1").set("message.max.bytes", "1000");
+        let out = CoreProducer::new(&producer_config(config), "out", None, DrainDeadline::default()).unwrap();
+        let mut sink = KafkaSink { out, topic: "out".into() };
+        let mut rows = EncodedRows::default();
+        for value in [vec![b'a'; 10], vec![b'b'; 5_000], vec![b'c'; 10]] {
+            rows.values.extend_from_slice(&value);
+            rows.value_ends.push(rows.values.len());
+        }
+        let mut dead = Collected::default();
+        assert_eq!(sink.send(&rows, &[1, 2, 3], &mut dead).unwrap(), 1);
+        assert_eq!(dead.0.len(), 1);
+        assert!(dead.0[0].0.contains("a record of 5000 bytes for topic out"), "{}", dead.0[0].0);
+        assert_eq!(dead.0[0].1, vec![b'b'; 5_000]);
     }
 }

@@ -35,7 +35,7 @@ fn open_append(path: &str) -> Result<File, Error> {
 }
 
 impl Sink for LineSink {
-    fn send(&mut self, rows: &EncodedRows, _timestamps: &[i64]) -> Result<(), Error> {
+    fn send(&mut self, rows: &EncodedRows, _timestamps: &[i64], _: &mut dyn DeadLetterSink) -> Result<u64, Error> {
         self.buf.clear();
         for i in 0..rows.len() {
             self.buf.extend_from_slice(rows.value(i));
@@ -48,7 +48,7 @@ impl Sink for LineSink {
                 out.write_all(&self.buf).and_then(|()| out.flush())
             }
         };
-        written.map_err(|e| Error::io(format!("write {}", self.what), e))
+        written.map(|()| 0).map_err(|e| Error::io(format!("write {}", self.what), e))
     }
 
     fn poll(&mut self) -> Result<(), Error> {

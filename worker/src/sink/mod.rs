@@ -38,8 +38,10 @@ pub trait ExchangeOutput: Send {
 
 pub trait Sink: Send {
     /// Queues `rows`; `timestamps[i]` is the record timestamp of row `i`
-    /// (the input record it came from, for end-to-end latency).
-    fn send(&mut self, rows: &EncodedRows, timestamps: &[i64]) -> Result<(), Error>;
+    /// (the input record it came from, for end-to-end latency). A row the
+    /// output can never take (larger than a Kafka producer's
+    /// `message.max.bytes`) goes to `dead` instead: returns how many did.
+    fn send(&mut self, rows: &EncodedRows, timestamps: &[i64], dead: &mut dyn DeadLetterSink) -> Result<u64, Error>;
     /// Serves delivery reports without blocking.
     fn poll(&mut self) -> Result<(), Error>;
     /// Waits until everything queued is acknowledged.

@@ -233,6 +233,10 @@ impl CoreProducer {
                         self.serve(Duration::from_millis(1));
                     }
                 }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge), r)) => {
+                    let bytes = r.payload.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len);
+                    return Err(Error::RecordTooLarge { topic: r.topic.to_owned(), bytes });
+                }
                 Err((e, r)) => return Err(produce_error(format!("produce to {}", r.topic), &e)),
             }
         }
