@@ -6,6 +6,7 @@
 //! ```text
 //! cargo run --release -p sluice-worker --example fuzz -- json 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- sql 10000000 [seed]
+//! cargo run --release -p sluice-worker --example fuzz -- sql 1 24301 695720   # input 695720 alone
 //! ```
 //!
 //! Input `i` is a pure function of (target, seed, i): valid seeds mutated by
@@ -286,8 +287,10 @@ fn main() {
     let target = args.get(1).map_or("json", String::as_str).to_owned();
     let inputs: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
+    // Inputs `first..first + inputs`: one input reported again, alone.
+    let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
     if target != "json" && target != "sql" {
-        eprintln!("usage: fuzz json|sql [inputs] [seed]");
+        eprintln!("usage: fuzz json|sql [inputs] [seed] [first input]");
         std::process::exit(2);
     }
     // Panics are caught and reported with their input; keep the default
@@ -319,7 +322,7 @@ fn main() {
     let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);
     let mut slowest = Duration::ZERO;
     let run_started = Instant::now();
-    for i in 0..inputs {
+    for i in first..first.saturating_add(inputs) {
         let mut rng = Rng::new(seed ^ u64::from(target == "sql"), i);
         let input = match target.as_str() {
             "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
