@@ -19,9 +19,11 @@ use crate::validate::Invalid;
 
 /// Looks up every source's partition count, and that the Kafka sink and
 /// dead-letter topics exist: a job writing a topic the broker does not
-/// have (and will not create) would start, fail every delivery and stop;
-/// it is `TopicNotFound` before anything is launched instead, retried with
-/// backoff until the topic is there, as a missing source is.
+/// have (and will not create: where it creates topics, the lookup creates
+/// this one, as the workers' producer would) would start, fail every
+/// delivery and stop; it is `TopicNotFound` before anything is launched
+/// instead, retried with backoff until the topic is there, as a missing
+/// source is.
 pub async fn lookup(
     client: &Client,
     namespace: &str,
@@ -47,11 +49,49 @@ pub async fn lookup(
         [("sink", spec.sink.kafka.as_ref()), ("deadLetter", spec.dead_letter.as_ref().and_then(|d| d.kafka.as_ref()))];
     for (what, target) in outputs {
         let Some(k) = target else { continue };
-        if let Err(invalid) = topic_partitions(client, namespace, what, k.connection(), &k.topic, timeout).await? {
+        let mut props = match client_properties(client, namespace, what, k.connection()).await? {
+            Ok(props) => props,
+            Err(invalid) => return Ok(Err(invalid)),
+        };
+        // As the workers' producer would: a broker that creates topics
+        // creates it now; one that does not says it does not exist.
+        props.insert("allow.auto.create.topics".into(), ("true".into(), None));
+        let (bootstrap, topic) = (k.bootstrap_servers.clone(), k.topic.clone());
+        let found = tokio::task::spawn_blocking(move || topic_exists(&bootstrap, &props, &topic, timeout))
+            .await
+            .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
+        if let Err(mut invalid) = found {
+            invalid.message = format!("{what}: {}", invalid.message);
             return Ok(Err(invalid));
         }
     }
     Ok(Ok(out))
+}
+
+/// Whether `topic` exists (or is being created: its leader not known yet).
+fn topic_exists(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<(), Invalid> {
+    let config = client_config(bootstrap, props);
+    let unreachable = |e: &dyn std::fmt::Display| Invalid {
+        reason: reasons::BROKER_UNREACHABLE,
+        message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
+    };
+    let consumer: BaseConsumer = config.create().map_err(|e| rejected(props, &e).unwrap_or_else(|| unreachable(&e)))?;
+    let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| match e {
+        KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            not_found(topic, bootstrap)
+        }
+        other => unreachable(&other),
+    })?;
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Err(not_found(topic, bootstrap));
+    };
+    match t.error().map(RDKafkaErrorCode::from) {
+        None | Some(RDKafkaErrorCode::LeaderNotAvailable) => Ok(()),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            Err(not_found(topic, bootstrap))
+        }
+        Some(other) => Err(unreachable(&other)),
+    }
 }
 
 /// The partition count of `topic` on `conn`'s cluster, read with its

@@ -206,8 +206,13 @@ fn deleting_the_job_drains_and_garbage_collects_its_children() {
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
     let t = topics(2);
+    // Its sink and dead-letter topics are the test's (the operator checks
+    // they exist), then its source.
     let file = example("s0-pure-select.yaml", &t, |s| {
-        s.replace("workers: 2", "workers: 1").replace("topic: orders", &format!("topic: {}", t.trades))
+        s.replace("workers: 2", "workers: 1")
+            .replace("topic: orders-over-100", &format!("topic: {}", t.out))
+            .replace("topic: orders-dlq", &format!("topic: {}", t.dlq))
+            .replace("topic: orders", &format!("topic: {}", t.trades))
     });
     kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
     let name = "s0-pure-select";
