@@ -7,7 +7,10 @@
 # exactly once through random kills and a broker restart. Each would break tests
 # running beside it, so this script runs them one at a time on a harness of
 # its own (other ports, its own run directory), then the CI fault tests at
-# volume (FAULT_KILLS kills of random workers, default 30).
+# volume (FAULT_KILLS kills of random workers of eight jobs, default 90: each
+# job about ten times, the two at-least-once shapes of issue 34's first
+# finding, a global aggregate and an aggregate over an updating aggregate,
+# included).
 #
 #   bash bench/faults.sh
 #   FAULT_KILLS=50 FAULT_SEED=7 bash bench/faults.sh
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 export SLUICE_RUN_DIR="$PWD/target/faults"
 export SLUICE_KAFKA_PORT=29092 SLUICE_KAFKA_CONTROLLER_PORT=29093 SLUICE_KAFKA_SASL_PORT=29094 SLUICE_KAFKA_MTLS_PORT=29095
 export SLUICE_ETCD_PORT=22379 SLUICE_ETCD_PEER_PORT=22380 SLUICE_APISERVER_PORT=26443 SLUICE_KCM_PORT=20257
-export FAULT_KILLS="${FAULT_KILLS:-30}"
+export FAULT_KILLS="${FAULT_KILLS:-90}"
 cargo build -q --workspace
 bash tests/infra/up.sh
 trap 'bash tests/infra/down.sh' EXIT

@@ -252,6 +252,9 @@ spec:
         std::fs::write(&path, "assignmentEpoch: 1\n").unwrap();
         let new = "assignmentEpoch: 2\n";
         let expected = sluice_crds::config_hash(new);
+        // Before the writer starts: on a loaded machine this thread may
+        // run again only after the writer slept and wrote.
+        let started = std::time::Instant::now();
         let writer = {
             let path = path.clone();
             std::thread::spawn(move || {
@@ -259,7 +262,6 @@ spec:
                 std::fs::write(&path, new).unwrap();
             })
         };
-        let started = std::time::Instant::now();
         let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         let text =
             rt.block_on(read_current(path.to_str().unwrap(), Some(&expected), Duration::from_millis(20))).unwrap();
