@@ -35,7 +35,7 @@ pub async fn lookup(
         let partitions = match (&s.kafka, &s.datagen) {
             (Some(k), _) => {
                 let what = format!("source {}", s.name);
-                match topic_partitions(client, namespace, &what, k.connection(), &k.topic, timeout).await? {
+                match look_up_topic(client, namespace, &what, k.connection(), &k.topic, Role::Source, timeout).await? {
                     Ok(n) => n,
                     Err(invalid) => return Ok(Err(invalid)),
                 }
@@ -49,67 +49,48 @@ pub async fn lookup(
         [("sink", spec.sink.kafka.as_ref()), ("deadLetter", spec.dead_letter.as_ref().and_then(|d| d.kafka.as_ref()))];
     for (what, target) in outputs {
         let Some(k) = target else { continue };
-        let mut props = match client_properties(client, namespace, what, k.connection()).await? {
-            Ok(props) => props,
-            Err(invalid) => return Ok(Err(invalid)),
-        };
-        // As the workers' producer would: a broker that creates topics
-        // creates it now; one that does not says it does not exist.
-        props.insert("allow.auto.create.topics".into(), ("true".into(), None));
-        let (bootstrap, topic) = (k.bootstrap_servers.clone(), k.topic.clone());
-        let found = tokio::task::spawn_blocking(move || topic_exists(&bootstrap, &props, &topic, timeout))
-            .await
-            .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
-        if let Err(mut invalid) = found {
-            invalid.message = format!("{what}: {}", invalid.message);
+        if let Err(invalid) =
+            look_up_topic(client, namespace, what, k.connection(), &k.topic, Role::Output, timeout).await?
+        {
             return Ok(Err(invalid));
         }
     }
     Ok(Ok(out))
 }
 
-/// Whether `topic` exists (or is being created: its leader not known yet).
-fn topic_exists(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<(), Invalid> {
-    let config = client_config(bootstrap, props);
-    let unreachable = |e: &dyn std::fmt::Display| Invalid {
-        reason: reasons::BROKER_UNREACHABLE,
-        message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
-    };
-    let consumer: BaseConsumer = config.create().map_err(|e| rejected(props, &e).unwrap_or_else(|| unreachable(&e)))?;
-    let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| match e {
-        KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-            not_found(topic, bootstrap)
-        }
-        other => unreachable(&other),
-    })?;
-    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
-        return Err(not_found(topic, bootstrap));
-    };
-    match t.error().map(RDKafkaErrorCode::from) {
-        None | Some(RDKafkaErrorCode::LeaderNotAvailable) => Ok(()),
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-            Err(not_found(topic, bootstrap))
-        }
-        Some(other) => Err(unreachable(&other)),
-    }
+/// What the operator asks of a topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// A source: its partition count, which must be known.
+    Source,
+    /// The sink or dead-letter topic: that it exists. Asked as the
+    /// workers' producer would: a broker that creates topics creates it
+    /// now (and may not know its leaders yet), one that does not says it
+    /// does not exist.
+    Output,
 }
 
-/// The partition count of `topic` on `conn`'s cluster, read with its
-/// client properties; a problem names `what` (a source, the sink).
-async fn topic_partitions(
+/// `topic` on `conn`'s cluster, read with its client properties: its
+/// partition count (0 for an output being created); a problem names
+/// `what` (a source, the sink).
+async fn look_up_topic(
     client: &Client,
     namespace: &str,
     what: &str,
     conn: KafkaConnection<'_>,
     topic: &str,
+    role: Role,
     timeout: Duration,
 ) -> Result<Result<i32, Invalid>, Error> {
-    let props = match client_properties(client, namespace, what, conn).await? {
+    let mut props = match client_properties(client, namespace, what, conn).await? {
         Ok(props) => props,
         Err(invalid) => return Ok(Err(invalid)),
     };
+    if role == Role::Output {
+        props.insert("allow.auto.create.topics".into(), ("true".into(), None));
+    }
     let (bootstrap, topic) = (conn.bootstrap_servers.to_owned(), topic.to_owned());
-    let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, timeout))
+    let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, role, timeout))
         .await
         .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
     Ok(result.map_err(|mut invalid| {
@@ -210,7 +191,13 @@ pub fn client_config(bootstrap: &str, props: &Properties) -> ClientConfig {
     config
 }
 
-fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Duration) -> Result<i32, Invalid> {
+fn partition_count(
+    bootstrap: &str,
+    props: &Properties,
+    topic: &str,
+    role: Role,
+    timeout: Duration,
+) -> Result<i32, Invalid> {
     let config = client_config(bootstrap, props);
     let unreachable = |e: &dyn std::fmt::Display| Invalid {
         reason: reasons::BROKER_UNREACHABLE,
@@ -226,14 +213,15 @@ fn partition_count(bootstrap: &str, props: &Properties, topic: &str, timeout: Du
     let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
         return Err(not_found(topic, bootstrap));
     };
-    if let Some(err) = t.error() {
-        let code = RDKafkaErrorCode::from(err);
-        return Err(match code {
-            RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => not_found(topic, bootstrap),
-            other => unreachable(&other),
-        });
+    match (t.error().map(RDKafkaErrorCode::from), role) {
+        (None, _) => {}
+        (Some(RDKafkaErrorCode::LeaderNotAvailable), Role::Output) => return Ok(0),
+        (Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic), _) => {
+            return Err(not_found(topic, bootstrap));
+        }
+        (Some(other), _) => return Err(unreachable(&other)),
     }
-    if t.partitions().is_empty() {
+    if t.partitions().is_empty() && role == Role::Source {
         return Err(not_found(topic, bootstrap));
     }
     i32::try_from(t.partitions().len()).map_err(|e| unreachable(&e))
@@ -286,7 +274,7 @@ mod tests {
             "security.protocol".to_owned(),
             ("p4ssw0rd-not-a-protocol".to_owned(), Some("creds".to_owned())),
         )]);
-        let e = partition_count("127.0.0.1:1", &props, "t", Duration::from_millis(100)).unwrap_err();
+        let e = partition_count("127.0.0.1:1", &props, "t", Role::Source, Duration::from_millis(100)).unwrap_err();
         assert_eq!(e.reason, reasons::INVALID_SPEC);
         assert!(!e.message.contains("p4ssw0rd"), "{}", e.message);
         assert!(e.message.contains("`security.protocol` from Secret `creds`"), "{}", e.message);

@@ -143,6 +143,21 @@ fn final_per_key(records: &[Record]) -> BTreeMap<String, serde_json::Value> {
     out
 }
 
+/// The last `(total, traders)` per symbol of an aggregate over an updating
+/// aggregate (`SELECT symbol, SUM(volume) AS total, COUNT(*) AS traders …`),
+/// the flush records' symbol F left out (one trader on every partition is
+/// against the source's partitionKey).
+fn symbol_totals(records: &[Record]) -> BTreeMap<String, (i64, i64)> {
+    final_per_key(records)
+        .values()
+        .filter(|v| v["symbol"] != "F")
+        .map(|v| {
+            let symbol = v["symbol"].as_str().unwrap().to_owned();
+            (symbol, (v["total"].as_i64().unwrap(), v["traders"].as_i64().unwrap()))
+        })
+        .collect()
+}
+
 /// Count, quantity and value per (trader, symbol), computed independently.
 fn expected_totals(range: std::ops::Range<u64>) -> BTreeMap<(String, String), (i64, i64, f64)> {
     let mut m: BTreeMap<(String, String), (i64, i64, f64)> = BTreeMap::new();
@@ -874,17 +889,12 @@ fn at_least_once_an_aggregate_of_an_updating_aggregate_is_exact_after_kill_nine_
                     (format!("S{s}"), (total, traders))
                 })
                 .collect();
-            let got = |records: &[Record]| -> BTreeMap<String, (i64, i64)> {
-                final_per_key(records)
-                    .values()
-                    .map(|v| {
-                        let symbol = v["symbol"].as_str().unwrap().to_owned();
-                        (symbol, (v["total"].as_i64().unwrap(), v["traders"].as_i64().unwrap()))
-                    })
-                    .collect()
-            };
-            let results = wait_for_output(&out, Duration::from_secs(60), |r| got(r) == want);
-            assert_eq!(got(&results), want, "per symbol: total volume and traders after kill -9 and a backlog");
+            let results = wait_for_output(&out, Duration::from_secs(60), |r| symbol_totals(r) == want);
+            assert_eq!(
+                symbol_totals(&results),
+                want,
+                "per symbol: total volume and traders after kill -9 and a backlog"
+            );
         }
         assert!(worker.log().contains("restored state"), "the restarted worker restored its state:\n{}", worker.log());
         worker.signal("TERM");
@@ -1408,8 +1418,7 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
     let global_rows = results.len();
 
     // Updating: per symbol, the total quantity and how many traders
-    // traded it. The flush records (symbol F) are left out: one trader on
-    // every partition is against the source's partitionKey.
+    // traded it (the flush records left out, see `symbol_totals`).
     let mut updating: BTreeMap<String, (i64, BTreeSet<String>)> = BTreeMap::new();
     for t in &all {
         let e = updating.entry(format!("S{}", t.symbol)).or_default();
@@ -1418,18 +1427,8 @@ fn random_kill_nine_of_group_by_windowed_rows_and_re_keyed_jobs_loses_nothing() 
     }
     let updating: BTreeMap<String, (i64, i64)> =
         updating.into_iter().map(|(s, (q, t))| (s, (q, i64::try_from(t.len()).unwrap()))).collect();
-    let per_symbol_now = |records: &[Record]| -> BTreeMap<String, (i64, i64)> {
-        final_per_key(records)
-            .values()
-            .filter(|v| v["symbol"] != "F")
-            .map(|v| {
-                let symbol = v["symbol"].as_str().unwrap().to_owned();
-                (symbol, (v["total"].as_i64().unwrap(), v["traders"].as_i64().unwrap()))
-            })
-            .collect()
-    };
-    let results = wait_for_output(&outs[7], Duration::from_secs(120), |r| per_symbol_now(r) == updating);
-    assert_eq!(per_symbol_now(&results), updating, "an aggregate over an updating aggregate, per symbol");
+    let results = wait_for_output(&outs[7], Duration::from_secs(120), |r| symbol_totals(r) == updating);
+    assert_eq!(symbol_totals(&results), updating, "an aggregate over an updating aggregate, per symbol");
     println!(
         "FIGURES kills={kills} (group-by {}, windowed {}, rows {}, re-keyed {}, three-stage {}, top-n {}, global {}, \
          updating {}) input={RECORDS} group_by_results={group_by_records} keys_exact={} windows={} \

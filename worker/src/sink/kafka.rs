@@ -52,8 +52,9 @@ impl Sink for KafkaSink {
                 // Retried, it would fail the core again and again (and,
                 // at least once, re-send what came before it each time).
                 Err(e @ Error::RecordTooLarge { .. }) => {
+                    // The dead-letter output logs it, bounded, when it is
+                    // the log: no line per row here.
                     let reason = format!("result not written: {e}");
-                    tracing::warn!(topic = %self.topic, bytes = rows.value(i).len(), "a result is too large for the sink: dead-lettered");
                     dead.send(&DeadLetter {
                         topic: &self.topic,
                         partition: -1,
