@@ -258,6 +258,7 @@ impl Engine {
         let selection = if filtered { Selection::Rows(&self.selection) } else { Selection::All(n) };
         self.intermediate.clear();
         self.columns.clear();
+        let mut drained = 0;
         {
             let input = BatchInput {
                 batch,
@@ -268,10 +269,18 @@ impl Engine {
                 emit_changes,
                 upstreams,
             };
-            let mut produced =
-                OperatorOutput { rows: &mut self.intermediate, columns: &mut self.columns, late: &mut self.late };
+            let having = &mut self.having;
+            let mut drain = |rows: &Batch| {
+                drained += emit_intermediate(&plan, rows, having, out)?;
+                Ok(())
+            };
+            let mut produced = OperatorOutput {
+                drain: Some(&mut drain),
+                ..OperatorOutput::new(&mut self.intermediate, &mut self.columns, &mut self.late)
+            };
             self.operator.process(&input, &mut produced)?;
         }
+        self.stats.records_out += drained as u64;
         if let Some(wm) = watermark {
             self.operator.on_watermark(wm, !emit_changes, &mut self.intermediate)?;
         }

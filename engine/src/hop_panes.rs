@@ -282,7 +282,7 @@ mod tests {
         };
         let mut out = empty_batch(&OUT);
         let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late }).unwrap();
+        op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
         op.on_watermark(after, true, &mut out).unwrap();
         let mut emitted: Vec<String> = (0..out.len)
             .map(|r| format!("{:?}", (0..6).map(|c| out.columns[c].scalar(r)).collect::<Vec<_>>()))

@@ -350,7 +350,7 @@ mod tests {
             upstreams,
         };
         let (mut extra, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput { rows: &mut rows, columns: &mut extra, late: &mut late }).unwrap();
+        op.process(&input, &mut OperatorOutput::new(&mut rows, &mut extra, &mut late)).unwrap();
         (0..rows.len)
             .map(|r| {
                 let scalar = |c: usize| rows.columns[c].scalar(r);

@@ -37,7 +37,6 @@ pub struct BatchInput<'a> {
 }
 
 /// Where an operator puts what it computed for a batch.
-#[derive(Debug)]
 pub struct OperatorOutput<'a> {
     /// Rows of its own, in the plan's intermediate schema.
     pub rows: &'a mut Batch,
@@ -46,6 +45,49 @@ pub struct OperatorOutput<'a> {
     pub columns: &'a mut Vec<(usize, Column)>,
     /// Input rows that arrived after every window they belong to closed.
     pub late: &'a mut Vec<u32>,
+    /// Hands the rows so far on — through HAVING and the SELECT list to
+    /// the engine's output — so that they need not all be held at once.
+    /// Absent where nothing downstream can take rows mid-batch (tests).
+    pub drain: Option<Drain<'a>>,
+}
+
+/// Takes an operator's rows so far (see [`OperatorOutput::drain`]).
+pub type Drain<'a> = &'a mut dyn FnMut(&Batch) -> Result<(), Error>;
+
+/// How many rows an operator whose output for one batch has no bound (a
+/// join: every pair of a key) holds before handing them on: one hot key
+/// of 20,000 rows a side is 400 M pairs from a single batch, which, held
+/// whole, took 6 GB that no state limit saw.
+pub const OUTPUT_CHUNK_ROWS: usize = 8192;
+
+impl std::fmt::Debug for OperatorOutput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OperatorOutput")
+            .field("rows", &self.rows.len)
+            .field("columns", &self.columns.len())
+            .field("late", &self.late.len())
+            .field("drain", &self.drain.is_some())
+            .finish()
+    }
+}
+
+impl<'a> OperatorOutput<'a> {
+    pub fn new(rows: &'a mut Batch, columns: &'a mut Vec<(usize, Column)>, late: &'a mut Vec<u32>) -> Self {
+        Self { rows, columns, late, drain: None }
+    }
+
+    /// Hands [`OperatorOutput::rows`] on and clears it once it holds
+    /// [`OUTPUT_CHUNK_ROWS`] rows (when a drain is there to take them).
+    pub fn drain_if_full(&mut self) -> Result<(), Error> {
+        if self.rows.len < OUTPUT_CHUNK_ROWS {
+            return Ok(());
+        }
+        if let Some(drain) = self.drain.as_mut() {
+            drain(self.rows)?;
+            self.rows.clear();
+        }
+        Ok(())
+    }
 }
 
 /// How much state an operator holds, for `sluice_state_bytes` and the
@@ -167,7 +209,7 @@ pub(crate) fn run_at_watermark(
     };
     let mut out = crate::aggregate::empty_batch(types);
     let (mut columns, mut late) = (Vec::new(), Vec::new());
-    let mut output = OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late };
+    let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
     op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
     op.on_watermark(watermark, true, &mut out).unwrap_or_else(|e| panic!("watermark: {e}"));
     (out, late)

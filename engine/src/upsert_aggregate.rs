@@ -256,7 +256,7 @@ mod tests {
         };
         let mut out = empty_batch(&OUT);
         let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput { rows: &mut out, columns: &mut columns, late: &mut late }).unwrap();
+        op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
         (0..out.len)
             .map(|r| match (out.columns[0].scalar(r), out.columns[1].scalar(r), out.columns[2].scalar(r)) {
                 (Scalar::Bigint(c), Scalar::Double(a), Scalar::Bigint(n)) => (c, a, n),

@@ -637,10 +637,18 @@ impl<'a> Core<'a> {
         let mut totals = BatchCounters::default();
         let mut input = BatchCounters::default();
         let (mut out_records, mut out_bytes) = (0u64, 0u64);
+        // What partitions wrote mid-batch: records, bytes, dead-lettered.
+        let mut written = (0u64, 0u64, 0u64);
         for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
-                p.process(&stage.encoder, &mut stage.emitted, self.dead_letter.as_mut())?;
+                let (from, sink, flushed) = (p.upstream, &mut stage.sink, &mut written);
+                let mut flush = |emitted: &mut Emitted, dead: &mut dyn DeadLetterSink| {
+                    let (records, bytes, rejected) = send(sink, from, emitted, dead)?;
+                    *flushed = (flushed.0 + records, flushed.1 + bytes, flushed.2 + rejected);
+                    Ok(())
+                };
+                p.process(&stage.encoder, &mut stage.emitted, &mut flush, self.dead_letter.as_mut())?;
                 let c = std::mem::take(&mut p.counters);
                 if c.records > 0 {
                     p.last_input = started;
@@ -658,6 +666,9 @@ impl<'a> Core<'a> {
                 out_bytes += bytes;
             }
         }
+        totals.malformed += written.2;
+        out_records += written.0;
+        out_bytes += written.1;
         let mut polled = Ok(());
         for stage in &mut self.stages {
             match &mut stage.sink {
@@ -901,30 +912,40 @@ fn write(
     p: &mut PartitionPipeline,
     dead: &mut dyn DeadLetterSink,
 ) -> Result<(u64, u64, u64), Error> {
-    let emitted = &mut stage.emitted;
-    let mut written = (0, 0, 0);
-    match &mut stage.sink {
+    let written = send(&mut stage.sink, p.upstream, &stage.emitted, dead)?;
+    stage.emitted.clear();
+    if let StageSink::Exchange(x) = &mut stage.sink
+        && let Some(w) = p.engine.output_watermark()
+        && p.marked.is_none_or(|m| w > m)
+    {
+        x.mark(Frame::Watermark { from: p.upstream, at: w })?;
+        p.marked = Some(w);
+    }
+    Ok(written)
+}
+
+/// Sends a partition's results (`from`: its number upstream of an
+/// exchange) to its stage's sink: records and bytes written, records
+/// dead-lettered instead.
+fn send(
+    sink: &mut StageSink,
+    from: u32,
+    emitted: &Emitted,
+    dead: &mut dyn DeadLetterSink,
+) -> Result<(u64, u64, u64), Error> {
+    if emitted.rows.is_empty() {
+        return Ok((0, 0, 0));
+    }
+    match sink {
         StageSink::Job(sink) => {
-            if !emitted.rows.is_empty() {
-                let rejected = sink.send(&emitted.rows, &emitted.timestamps, dead)?;
-                written = (emitted.rows.len() as u64 - rejected, emitted.rows.values.len() as u64, rejected);
-            }
+            let rejected = sink.send(&emitted.rows, &emitted.timestamps, dead)?;
+            Ok((emitted.rows.len() as u64 - rejected, emitted.rows.values.len() as u64, rejected))
         }
         StageSink::Exchange(x) => {
-            let from = p.upstream;
-            if !emitted.rows.is_empty() {
-                x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
-            }
-            if let Some(w) = p.engine.output_watermark()
-                && p.marked.is_none_or(|m| w > m)
-            {
-                x.mark(Frame::Watermark { from, at: w })?;
-                p.marked = Some(w);
-            }
+            x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
+            Ok((0, 0, 0))
         }
     }
-    emitted.clear();
-    Ok(written)
 }
 
 /// Partition `slot`'s checkpoint, with those of the plans that read its

@@ -280,6 +280,7 @@ impl PartitionPipeline {
         &mut self,
         encoder: &RowEncoder,
         out: &mut Emitted,
+        flush: Flush<'_>,
         dead_letter: &mut dyn DeadLetterSink,
     ) -> Result<(), Error> {
         if self.batch.len == 0 && self.marks.is_empty() {
@@ -297,8 +298,14 @@ impl PartitionPipeline {
             emitted: &mut self.emitted,
             newest,
             late: &mut self.late_rows,
+            flush: Some((flush, &mut *dead_letter)),
+            failed: None,
         };
-        self.engine.process_exchanged(&mut self.batch, &self.marks, &self.upstreams, &mut sink)?;
+        let processed = self.engine.process_exchanged(&mut self.batch, &self.marks, &self.upstreams, &mut sink);
+        if let Some(failed) = sink.failed.take() {
+            return Err(failed);
+        }
+        processed?;
         self.marks.clear();
         self.dirty = true;
         self.counters.late += self.late_rows.len() as u64;
@@ -322,6 +329,8 @@ impl PartitionPipeline {
             emitted: &mut self.emitted,
             newest: super::now_ms(),
             late: &mut self.late_rows,
+            flush: None,
+            failed: None,
         };
         self.engine.finish(&mut sink)?;
         self.dirty = true;
@@ -387,6 +396,20 @@ impl Emitted {
     }
 }
 
+/// Writes a partition's results so far to its stage's sink and clears
+/// them, mid-batch: one batch's results have no bound (a join's pairs on
+/// a hot key), so past [`FLUSH_ROWS`] rows or [`FLUSH_BYTES`] bytes they
+/// go on instead of piling up until the batch ends.
+pub type Flush<'a> = &'a mut dyn FnMut(&mut Emitted, &mut dyn DeadLetterSink) -> Result<(), Error>;
+
+/// Encoded results a partition holds before writing them mid-batch: far
+/// above what a batch of the default size emits, so that ordinary batches
+/// are written whole as before. A flush changes no result nor its order;
+/// it only writes part of a batch's results earlier.
+pub const FLUSH_ROWS: usize = 131_072;
+/// ... or bytes of encoded values.
+pub const FLUSH_BYTES: usize = 32 << 20;
+
 /// Adapts the engine's output to the encoder.
 struct BatchOutput<'a> {
     encoder: &'a RowEncoder,
@@ -397,10 +420,41 @@ struct BatchOutput<'a> {
     emitted: &'a mut i64,
     newest: i64,
     late: &'a mut Vec<u32>,
+    /// Where results go once they pass the bound (absent: held to the end).
+    flush: Option<(Flush<'a>, &'a mut dyn DeadLetterSink)>,
+    /// A flush's error as it was (the engine's error type cannot carry
+    /// a sink's classification through).
+    failed: Option<Error>,
 }
 
 impl Output for BatchOutput<'_> {
     fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), sluice_engine::Error> {
+        self.push(rows);
+        let out = &mut *self.out;
+        if out.rows.len() < FLUSH_ROWS && out.rows.values.len() < FLUSH_BYTES {
+            return Ok(());
+        }
+        let Some((flush, dead)) = &mut self.flush else { return Ok(()) };
+        match flush(out, &mut **dead) {
+            Ok(()) => {
+                out.clear();
+                Ok(())
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                Err(sluice_engine::Error::Internal("writing results mid-batch failed".into()))
+            }
+        }
+    }
+
+    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_engine::Error> {
+        self.late.extend_from_slice(rows);
+        Ok(())
+    }
+}
+
+impl BatchOutput<'_> {
+    fn push(&mut self, rows: &EmittedRows<'_>) {
         self.encoder.encode(rows, &mut self.out.rows);
         let out = &mut *self.out;
         let n = rows.selection.len();
@@ -419,12 +473,6 @@ impl Output for BatchOutput<'_> {
                 out.seqs.extend(first..=*self.emitted);
             }
         }
-        Ok(())
-    }
-
-    fn late(&mut self, _batch: &Batch, rows: &[u32]) -> Result<(), sluice_engine::Error> {
-        self.late.extend_from_slice(rows);
-        Ok(())
     }
 }
 
@@ -451,6 +499,68 @@ mod tests {
         fn send(&mut self, record: &DeadLetter<'_>) -> Result<(), Error> {
             self.0.push(record.reason.to_owned());
             Ok(())
+        }
+    }
+
+    /// Results past the bound go to the stage's sink mid-batch, every row
+    /// once and in order; a sink's error comes back as it was.
+    #[test]
+    fn results_past_the_bound_are_written_mid_batch_and_a_failed_write_keeps_its_error() {
+        use sluice_engine::{EmittedRows, Output};
+        use sluice_formats::encode::{BinaryEncoder, RowEncoder};
+        use sluice_plan::{Column, DataType, Selection, Value};
+
+        use super::{BatchOutput, Emitted, FLUSH_ROWS};
+
+        let mut column = Column::with_capacity(DataType::Bigint, 1000);
+        (0..1000).for_each(|v| column.push_i64(v).unwrap());
+        let columns = [Value::Column(std::borrow::Cow::Borrowed(&column))];
+        let rows = EmittedRows { columns: &columns, keys: &[], selection: Selection::All(1000), from_input: false };
+        let encoder = RowEncoder::Binary(BinaryEncoder);
+        for fail in [false, true] {
+            let (mut out, mut emitted, mut late, mut dead) = (Emitted::default(), 0, Vec::new(), Reasons::default());
+            let mut written = Vec::new();
+            let mut flush = |e: &mut Emitted, _: &mut dyn DeadLetterSink| {
+                if fail {
+                    return Err(Error::Refused("topic `out`: not authorised".into()));
+                }
+                written.push((e.rows.len(), e.seqs[0], *e.seqs.last().unwrap()));
+                Ok(())
+            };
+            let mut sink = BatchOutput {
+                encoder: &encoder,
+                out: &mut out,
+                input_timestamps: &[],
+                input_offsets: None,
+                emitted: &mut emitted,
+                newest: 0,
+                late: &mut late,
+                flush: Some((&mut flush, &mut dead)),
+                failed: None,
+            };
+            let mut result = Ok(());
+            for _ in 0..300 {
+                result = sink.rows(&rows);
+                if result.is_err() {
+                    break;
+                }
+            }
+            if fail {
+                assert!(result.is_err());
+                assert!(matches!(sink.failed, Some(Error::Refused(_))), "{:?}", sink.failed);
+                continue;
+            }
+            assert!(result.is_ok());
+            let held = out.rows.len();
+            assert!(held < FLUSH_ROWS, "{held}");
+            assert_eq!(written.len(), 300_000 / FLUSH_ROWS, "{written:?}");
+            let mut next = 1;
+            for (n, first, last) in &written {
+                assert_eq!((*first, *last), (next, next + *n as i64 - 1), "in order, every row once");
+                next += *n as i64;
+            }
+            assert_eq!(out.seqs[0], next, "the rest held, continuing the count");
+            assert_eq!(next - 1 + held as i64, 300_000);
         }
     }
 
