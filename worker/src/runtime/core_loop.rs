@@ -942,8 +942,8 @@ fn send(
             Ok((emitted.rows.len() as u64 - rejected, emitted.rows.values.len() as u64, rejected))
         }
         StageSink::Exchange(x) => {
-            x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps)?;
-            Ok((0, 0, 0))
+            let rejected = x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps, dead)?;
+            Ok((0, 0, rejected))
         }
     }
 }

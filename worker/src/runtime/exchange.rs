@@ -330,8 +330,10 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-/// Takes a finished pack: `(partition, record, timestamp)`.
-pub type EmitPack<'a> = dyn FnMut(usize, &[u8], i64) -> Result<(), Error> + 'a;
+/// Takes a finished pack: `(partition, record, timestamp, its row)`, the
+/// last `Some` when the pack holds one row only — a row too large for its
+/// record can then be set aside alone (see [`Packer::pack`]).
+pub type EmitPack<'a> = dyn FnMut(usize, &[u8], i64, Option<&[u8]>) -> Result<(), Error> + 'a;
 
 /// Packs the rows of an upstream partition's batch by destination
 /// partition into records of kind 4 (see the module docs), reusing its
@@ -348,6 +350,15 @@ struct Pack {
     last_seq: i64,
     /// The oldest row's timestamp (0: none known).
     timestamp: i64,
+    /// Where the first row's bytes start.
+    first_row: usize,
+}
+
+impl Pack {
+    /// The pack's one row, when it holds one only.
+    fn single(&self) -> Option<&[u8]> {
+        (self.rows == 1).then(|| self.bytes.get(self.first_row..)).flatten()
+    }
 }
 
 impl Packer {
@@ -356,9 +367,11 @@ impl Packer {
     }
 
     /// Packs upstream partition `from`'s rows and hands every finished
-    /// pack to `emit(partition, record, timestamp)`; all of them are
+    /// pack to `emit(partition, record, timestamp, row)`; all of them are
     /// handed over before it returns (a batch's rows are never held back
-    /// for the next one: they would wait a whole batch).
+    /// for the next one: they would wait a whole batch). A row that would
+    /// take a pack past [`PACK_MAX_BYTES`] starts a pack of its own, so a
+    /// row too large for any record fails alone.
     pub fn pack(
         &mut self,
         from: u32,
@@ -373,15 +386,23 @@ impl Packer {
             let seq = seqs.get(i).copied().unwrap_or_default();
             let ts = timestamps.get(i).copied().unwrap_or(0);
             let pack = &mut self.packs[p];
+            let row = rows.value(i);
+            if pack.rows > 0 && pack.bytes.len() + row.len() > PACK_MAX_BYTES {
+                let emitted = emit(p, &pack.bytes, pack.timestamp, pack.single());
+                pack.rows = 0;
+                emitted?;
+            }
             if pack.rows == 0 {
                 pack.bytes.clear();
                 write_header(&mut pack.bytes, ROWS, from, seq);
                 pack.last_seq = seq;
                 pack.timestamp = 0;
             }
-            let row = rows.value(i);
             write_varint(&mut pack.bytes, zigzag(seq.wrapping_sub(pack.last_seq)));
             write_varint(&mut pack.bytes, row.len() as u64);
+            if pack.rows == 0 {
+                pack.first_row = pack.bytes.len();
+            }
             pack.bytes.extend_from_slice(row);
             pack.last_seq = seq;
             pack.rows += 1;
@@ -389,14 +410,16 @@ impl Packer {
                 pack.timestamp = ts;
             }
             if pack.rows >= PACK_MAX_ROWS || pack.bytes.len() >= PACK_MAX_BYTES {
+                let emitted = emit(p, &pack.bytes, pack.timestamp, pack.single());
                 pack.rows = 0;
-                emit(p, &pack.bytes, pack.timestamp)?;
+                emitted?;
             }
         }
         for (p, pack) in self.packs.iter_mut().enumerate() {
             if pack.rows > 0 {
+                let emitted = emit(p, &pack.bytes, pack.timestamp, pack.single());
                 pack.rows = 0;
-                emit(p, &pack.bytes, pack.timestamp)?;
+                emitted?;
             }
         }
         Ok(())
@@ -582,12 +605,38 @@ mod tests {
     fn packed(rows: &EncodedRows, seqs: &[i64], ts: &[i64], partitions: usize) -> Vec<(usize, Vec<u8>, i64)> {
         let mut out = Vec::new();
         Packer::new(partitions)
-            .pack(7, rows, seqs, ts, &mut |p, bytes, t| {
+            .pack(7, rows, seqs, ts, &mut |p, bytes, t, _| {
                 out.push((p, bytes.to_vec(), t));
                 Ok(())
             })
             .unwrap();
         out
+    }
+
+    /// A row that would take its pack past `PACK_MAX_BYTES` goes alone,
+    /// and is handed over as the pack's one row; packs of several rows
+    /// are not.
+    #[test]
+    fn a_row_too_wide_to_share_a_pack_is_packed_alone() {
+        let wide = "w".repeat(PACK_MAX_BYTES);
+        let r = rows(&[("k", "a"), ("k", "b"), ("k", &wide), ("k", "c")]);
+        let mut packs = Vec::new();
+        Packer::new(1)
+            .pack(7, &r, &[1, 2, 3, 4], &[0; 4], &mut |_, bytes, _, single| {
+                let got: Vec<Vec<u8>> = parse_frame(bytes).unwrap().rows().map(|x| x.unwrap().1.to_vec()).collect();
+                packs.push((got, single.map(<[u8]>::to_vec)));
+                Ok(())
+            })
+            .unwrap();
+        let wide = wide.into_bytes();
+        assert_eq!(
+            packs,
+            [
+                (vec![b"a".to_vec(), b"b".to_vec()], None),
+                (vec![wide.clone()], Some(wide)),
+                (vec![b"c".to_vec()], Some(b"c".to_vec())),
+            ]
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use super::exchange::{Frame, Packer};
 use crate::Error;
-use crate::sink::ExchangeOutput;
+use crate::sink::{DeadLetterSink, ExchangeOutput};
 use crate::source::{Deliver, PollEnd, Record, Source};
 use sluice_formats::encode::EncodedRows;
 
@@ -82,12 +82,21 @@ fn push_frame(chunk: &mut Chunk, frame: &[u8]) {
 }
 
 impl ExchangeOutput for LocalExchangeWriter {
-    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
+    /// A channel takes a row of any size: none is dead-lettered.
+    fn send(
+        &mut self,
+        from: u32,
+        rows: &EncodedRows,
+        seqs: &[i64],
+        timestamps: &[i64],
+        _dead: &mut dyn DeadLetterSink,
+    ) -> Result<u64, Error> {
         let pending = &mut self.pending;
-        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, _| {
+        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, _, _| {
             push_frame(&mut pending[p], pack);
             Ok(())
-        })
+        })?;
+        Ok(0)
     }
 
     fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {

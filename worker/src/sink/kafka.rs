@@ -130,19 +130,45 @@ impl ExchangeSink {
 }
 
 impl ExchangeOutput for ExchangeSink {
-    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error> {
+    fn send(
+        &mut self,
+        from: u32,
+        rows: &EncodedRows,
+        seqs: &[i64],
+        timestamps: &[i64],
+        dead: &mut dyn DeadLetterSink,
+    ) -> Result<u64, Error> {
         let (out, topic) = (&self.out, &self.topic);
+        let mut rejected = 0;
         // The keys chose the partitions; they are not written (the rows
         // hold their columns), which saves their bytes twice over the broker.
-        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, ts| {
-            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, 0)
-                .partition(i32::try_from(p).unwrap_or(0))
-                .payload(pack);
+        self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, ts, single| {
+            let partition = i32::try_from(p).unwrap_or(0);
+            let mut record =
+                BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, 0).partition(partition).payload(pack);
             if ts > 0 {
                 record = record.timestamp(ts);
             }
-            out.send(record)
-        })
+            match (out.send(record), single) {
+                // A row too large alone: retried, it would fail the core
+                // again and again. Set aside, the next stage never sees
+                // it (its number is skipped; a gap is no loss there).
+                (Err(e @ Error::RecordTooLarge { .. }), Some(row)) => {
+                    let reason = format!("intermediate row not written: {e}");
+                    rejected += 1;
+                    dead.send(&DeadLetter {
+                        topic,
+                        partition,
+                        offset: -1,
+                        timestamp_ms: ts,
+                        reason: &reason,
+                        payload: row,
+                    })
+                }
+                (sent, _) => sent,
+            }
+        })?;
+        Ok(rejected)
     }
 
     fn mark(&mut self, marker: Frame<'_>) -> Result<(), Error> {
@@ -248,5 +274,29 @@ mod tests {
         assert_eq!(dead.0.len(), 1);
         assert!(dead.0[0].0.contains("a record of 5000 bytes for topic out"), "{}", dead.0[0].0);
         assert_eq!(dead.0[0].1, vec![b'b'; 5_000]);
+    }
+
+    /// The same for a row on its way to the next stage: a row that would
+    /// take a packed record past 64 KiB is packed alone, so one too large
+    /// for the topic is dead-lettered as it was encoded, and the rows
+    /// before and after it are written.
+    #[test]
+    fn an_intermediate_row_too_large_for_the_repartition_topic_is_dead_lettered_alone() {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1").set("message.max.bytes", "70000");
+        let out = CoreProducer::new(&producer_config(config), "x", None, DrainDeadline::default()).unwrap();
+        let mut sink =
+            ExchangeSink { out, topic: "x".into(), partitions: 1, packer: Packer::new(1), frame: Vec::new() };
+        let mut rows = EncodedRows::default();
+        for value in [vec![b'a'; 10], vec![b'b'; 100_000], vec![b'c'; 10]] {
+            rows.values.extend_from_slice(&value);
+            rows.value_ends.push(rows.values.len());
+        }
+        let mut dead = Collected::default();
+        assert_eq!(sink.send(0, &rows, &[1, 2, 3], &[1, 2, 3], &mut dead).unwrap(), 1);
+        assert_eq!(dead.0.len(), 1);
+        assert!(dead.0[0].0.contains("intermediate row not written"), "{}", dead.0[0].0);
+        assert!(dead.0[0].0.contains("a record of 100"), "{}", dead.0[0].0);
+        assert_eq!(dead.0[0].1, vec![b'b'; 100_000], "the row alone");
     }
 }

@@ -26,8 +26,17 @@ use sluice_formats::encode::EncodedRows;
 /// `crate::runtime::exchange`).
 pub trait ExchangeOutput: Send {
     /// Queues the rows upstream partition `from` emitted, with their
-    /// sequence numbers and timestamps.
-    fn send(&mut self, from: u32, rows: &EncodedRows, seqs: &[i64], timestamps: &[i64]) -> Result<(), Error>;
+    /// sequence numbers and timestamps. A row the topic can never take
+    /// (larger than the producer's `message.max.bytes`) goes to `dead`
+    /// instead: returns how many did.
+    fn send(
+        &mut self,
+        from: u32,
+        rows: &EncodedRows,
+        seqs: &[i64],
+        timestamps: &[i64],
+        dead: &mut dyn DeadLetterSink,
+    ) -> Result<u64, Error>;
     /// Queues a marker to every partition, after the rows sent so far.
     fn mark(&mut self, marker: crate::runtime::exchange::Frame<'_>) -> Result<(), Error>;
     /// Serves delivery without blocking.
