@@ -30,6 +30,20 @@ pub fn consumer_group(namespace: &str, name: &str, identity: Option<&str>) -> St
     }
 }
 
+/// Whether `topic` is one of the internal topics a job running in consumer
+/// group `group` creates: `<group>.state`, `<group>.state-<n>`,
+/// `<group>.state-branch-<n>`, `<group>.repartition-<n>` (see
+/// [`crate::WorkerConfig::state_topic`] and the names beside it). Exact,
+/// not a prefix: a job's name may hold dots, so another job's group can
+/// start with this one's.
+pub fn is_internal_topic(group: &str, topic: &str) -> bool {
+    let Some(rest) = topic.strip_prefix(group).and_then(|r| r.strip_prefix('.')) else { return false };
+    let numbered = |prefix: &str| {
+        rest.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    rest == "state" || numbered("state-") || numbered("state-branch-") || numbered("repartition-")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +57,39 @@ mod tests {
     fn consumer_groups_are_named_from_namespace_name_and_query_identity() {
         assert_eq!(consumer_group("prod", "s2", Some("ab12")), "sluice.prod.s2.ab12");
         assert_eq!(consumer_group("prod", "s2", None), "sluice.prod.s2");
+    }
+
+    /// Every internal topic a worker config names is one, and nothing
+    /// else is: not another job's whose name extends this one's with dots.
+    #[test]
+    fn internal_topics_are_told_exactly_from_their_group() {
+        let mut config: crate::WorkerConfig = serde_json::from_value(serde_json::json!({
+            "job": { "name": "s2", "namespace": "prod" },
+            "spec": {
+                "sql": "SELECT a FROM t",
+                "sources": [{ "name": "t", "datagen": { "scenario": "Trades" }, "schema": { "columns": [{ "name": "a", "type": "bigint" }] } }],
+                "sink": { "stdout": true },
+            },
+            "partitions": [],
+        }))
+        .unwrap();
+        let group = consumer_group("prod", "s2", Some("ab12"));
+        config.worker.consumer_group = Some(group.clone());
+        let ours = [config.state_topic(), config.stage_state_topic(2), config.repartition_topic(1)];
+        for topic in ours.iter().map(String::as_str).chain([&*format!("{group}.state-branch-3")]) {
+            assert!(is_internal_topic(&group, topic), "{topic}");
+        }
+        let other = consumer_group("prod", "s2.ab12.x", Some("cd34"));
+        for topic in [
+            format!("{other}.state"),
+            format!("{group}.x.state"),
+            format!("{group}.state-"),
+            format!("{group}.repartition-1a"),
+            format!("{group}-ffff.state"),
+            group.clone(),
+            "orders".into(),
+        ] {
+            assert!(!is_internal_topic(&group, &topic), "{topic}");
+        }
     }
 }

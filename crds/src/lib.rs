@@ -50,7 +50,7 @@ pub use source::{
     SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{StreamJobStatus, condition_types, reasons};
-pub use stream_job::{Delivery, StreamJob, StreamJobSpec, UpgradeMode};
+pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};
 pub use worker_config::{EXPECTED_CONFIG_HASH_ENV, JobIdentity, WorkerConfig, WorkerSettings, config_hash};
 
 /// API group of every Sluice resource.

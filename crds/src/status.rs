@@ -114,4 +114,10 @@ pub mod reasons {
     /// The edited query keeps different state and `upgradeMode` is
     /// `Fresh`: it starts over in a new consumer group (event).
     pub const STARTED_FRESH: &str = "StartedFresh";
+    /// `reclaimPolicy: Delete`: the deleted job's consumer group and
+    /// internal topics were deleted (event).
+    pub const RECLAIMED: &str = "Reclaimed";
+    /// `reclaimPolicy: Delete`: Kafka did not let them be deleted in time;
+    /// the job went anyway, and the event names what is left (event).
+    pub const RECLAIM_FAILED: &str = "ReclaimFailed";
 }

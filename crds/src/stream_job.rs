@@ -95,6 +95,34 @@ pub struct StreamJobSpec {
     /// (docs/operations.md, "Changing a running query").
     #[serde(default, skip_serializing_if = "UpgradeMode::is_default")]
     pub upgrade_mode: UpgradeMode,
+    /// What happens to the job's consumer group and internal topics (state
+    /// and repartition) in Kafka when the StreamJob is deleted
+    /// (docs/operations.md, "Deleting a job").
+    #[serde(default, skip_serializing_if = "ReclaimPolicy::is_default")]
+    pub reclaim_policy: ReclaimPolicy,
+}
+
+/// What a deleted job leaves in Kafka, as a PersistentVolume's reclaim
+/// policy says what a released volume keeps: kept by default, since a
+/// job re-created under the same name and query resumes from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum ReclaimPolicy {
+    /// The consumer group and the internal topics stay: a job re-created
+    /// with the same namespace, name and query resumes from its offsets
+    /// and state; removing them is by hand.
+    #[default]
+    Retain,
+    /// Once the workers drained, the operator deletes the job's consumer
+    /// group and its state and repartition topics (those of the group it
+    /// ran last) before the StreamJob goes. The job's sources, sink and
+    /// dead-letter topic are never touched.
+    Delete,
+}
+
+impl ReclaimPolicy {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// How a changed query takes over from the running one. Either way, an

@@ -18,6 +18,7 @@ pub mod measure;
 pub mod metrics;
 pub mod names;
 pub mod partitions;
+pub mod reclaim;
 pub mod reconcile;
 pub mod render;
 pub mod rescale;

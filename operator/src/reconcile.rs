@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use sluice_crds::{FIELD_MANAGER, StreamJob, StreamJobStatus, condition_types as ct, reasons};
+use sluice_crds::{FIELD_MANAGER, ReclaimPolicy, StreamJob, StreamJobStatus, condition_types as ct, reasons};
 
 use crate::autoscale::{Policy, effective_workers};
 use crate::backoff::Backoff;
@@ -386,18 +386,20 @@ async fn cleanup(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     ctx.autoscaler.forget_job(&job_key(job));
     ctx.metrics.forget_job(&namespace, &name);
     let observed = observe(ctx, job, &namespace).await?;
+    let waited = Duration::from_secs(
+        job.meta()
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs())
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(0),
+    );
     if observed.live_pods == 0 {
-        return Ok(Action::await_change());
+        return reclaim(job, ctx, &namespace, waited).await;
     }
-    let waited = job
-        .meta()
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| k8s_openapi::jiff::Timestamp::now().duration_since(t.0).as_secs())
-        .unwrap_or(0);
-    if waited > i64::try_from(DRAIN_TIMEOUT.as_secs()).unwrap_or(i64::MAX) {
+    if waited > DRAIN_TIMEOUT {
         tracing::warn!(job = %name, pods = observed.live_pods, "workers did not stop in time; deleting anyway");
-        return Ok(Action::await_change());
+        return reclaim(job, ctx, &namespace, waited).await;
     }
     if observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0) > 0 {
         Api::<StatefulSet>::namespaced(ctx.client.clone(), &namespace)
@@ -409,4 +411,46 @@ async fn cleanup(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
             .await?;
     }
     Err(Error::Draining(format!("waiting for {} worker(s) of {name} to drain", observed.live_pods)))
+}
+
+/// How long past [`DRAIN_TIMEOUT`] a deletion retries deleting what the
+/// job kept in Kafka (`reclaimPolicy: Delete`) before it lets the job go
+/// and says what is left: a broker that is down must not hold a deletion
+/// for good.
+const RECLAIM_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The last step of a deletion, once the workers are gone: with
+/// `reclaimPolicy: Delete`, the job's consumer group and internal topics
+/// are deleted ([`crate::reclaim`]); a Kafka that does not let them be is
+/// retried, with backoff, for [`RECLAIM_TIMEOUT`].
+async fn reclaim(job: &StreamJob, ctx: &Context, namespace: &str, waited: Duration) -> Result<Action, Error> {
+    if job.spec.reclaim_policy != ReclaimPolicy::Delete {
+        return Ok(Action::await_change());
+    }
+    // No group in status: no worker ever ran, nothing was created.
+    let Some(group) = job.status.as_ref().and_then(|s| s.consumer_group.clone()) else {
+        return Ok(Action::await_change());
+    };
+    match crate::reclaim::reclaim(&ctx.client, namespace, &job.spec, &group, ctx.kafka_timeout).await? {
+        Ok(done) => {
+            let topics = if done.topics.is_empty() { "none".to_owned() } else { done.topics.join(", ") };
+            let group = if done.group { format!("consumer group {group}") } else { format!("no group {group} left") };
+            let note = format!("reclaimPolicy Delete: deleted {group}; topics: {topics}");
+            publish(ctx, job, EventType::Normal, reasons::RECLAIMED, note).await;
+            Ok(Action::await_change())
+        }
+        Err(why) if waited < DRAIN_TIMEOUT + RECLAIM_TIMEOUT => {
+            Err(Error::Kafka(format!("deleting consumer group {group} and its topics (reclaimPolicy Delete): {why}")))
+        }
+        Err(why) => {
+            let note = format!(
+                "reclaimPolicy Delete: gave up deleting consumer group {group} and its internal topics after {}s \
+                 ({why}); delete them by hand (docs/operations.md, \"Deleting a job\")",
+                waited.as_secs()
+            );
+            tracing::warn!(job = %job.name_any(), "{note}");
+            publish(ctx, job, EventType::Warning, reasons::RECLAIM_FAILED, note).await;
+            Ok(Action::await_change())
+        }
+    }
 }

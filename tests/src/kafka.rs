@@ -291,6 +291,21 @@ pub fn committed_positions(group: &str, topic: &str, partitions: i32) -> HashMap
         .collect()
 }
 
+/// The names of the broker's topics that start with `prefix`.
+pub fn topics_starting_with(prefix: &str) -> Vec<String> {
+    let consumer: BaseConsumer = config().create().expect("consumer");
+    let metadata = consumer.fetch_metadata(None, Duration::from_secs(10)).expect("metadata");
+    metadata.topics().iter().map(|t| t.name().to_owned()).filter(|t| t.starts_with(prefix)).collect()
+}
+
+/// Whether the broker knows consumer group `group` (with committed
+/// offsets or members; a deleted group is not listed, or listed `Dead`).
+pub fn group_exists(group: &str) -> bool {
+    let consumer: BaseConsumer = config().create().expect("consumer");
+    let groups = consumer.fetch_group_list(Some(group), Duration::from_secs(10)).expect("group list");
+    groups.groups().iter().any(|g| g.name() == group && g.state() != "Dead")
+}
+
 /// Runs a future to completion on the current thread. The admin client's
 /// futures are driven by librdkafka's own threads, so a simple park/unpark
 /// waker is all that is needed (and keeps tokio out of this crate).

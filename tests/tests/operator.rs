@@ -234,6 +234,43 @@ fn deleting_the_job_drains_and_garbage_collects_its_children() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// `reclaimPolicy: Delete`: once the workers drained, the operator deletes
+/// the job's consumer group and its state topic, and says so in an event;
+/// the job's source and sink topics stay.
+#[test]
+fn a_job_deleted_with_reclaim_policy_delete_leaves_no_group_or_internal_topic() {
+    let ns = new_namespace("op-reclaim");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = topics(2);
+    let file = example("s2-group-by.yaml", &t, |s| {
+        s.replace("workers: 2", "workers: 1").replace("  sources:", "  reclaimPolicy: Delete\n  sources:")
+    });
+    kubectl_ok(["apply", "-n", &ns, "-f", file.to_str().unwrap()]);
+    let name = "s2-group-by";
+    let job = wait_ready(name, &ns, 1);
+    let group = job["status"]["consumerGroup"].as_str().expect("status.consumerGroup").to_owned();
+    produce_trades(&t.trades, 0..1_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..1_000), Duration::from_secs(90));
+    wait_until("state topic and committed group", Duration::from_secs(60), || {
+        let state = kafka::topics_starting_with(&group).contains(&format!("{group}.state"));
+        (state && kafka::group_exists(&group)).then_some(())
+    });
+    kubectl_ok(["delete", "sj", name, "-n", &ns, "--wait=false"]);
+    wait_until("job gone", Duration::from_secs(120), || get("sj", name, &ns).is_none().then_some(()));
+    assert_eq!(kafka::topics_starting_with(&group), Vec::<String>::new(), "internal topics deleted");
+    assert!(!kafka::group_exists(&group), "consumer group {group} deleted");
+    for topic in [&t.trades, &t.out] {
+        assert_eq!(kafka::topics_starting_with(topic).first(), Some(topic), "{topic} stays");
+    }
+    let events = kubectl_ok(["get", "events", "-n", &ns, "-o", "json"]);
+    assert!(
+        events.contains("Reclaimed") && events.contains(&format!("deleted consumer group {group}")),
+        "an event says what was deleted: {events}"
+    );
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
 /// An operator's `sluice_operator_leader` gauge (1 while it leads).
 fn leader_gauge(operator: &sluice_e2e::worker::Worker) -> Option<f64> {
     operator.get("/metrics").and_then(|(_, m)| metric_values(&m, "sluice_operator_leader").first().map(|(_, v)| *v))
