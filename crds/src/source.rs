@@ -177,6 +177,31 @@ pub enum SourceFormat {
     /// One JSON object per record.
     #[default]
     Json,
+    /// Avro in the Confluent wire format (a zero byte, the writer schema's
+    /// registry id, the datum), as Confluent's and Apicurio's serializers
+    /// write it: each writer schema is fetched from `spec.schemaRegistry`
+    /// by id and its fields matched to the columns by name (docs/sql.md,
+    /// "Avro sources"). Kafka sources only.
+    Avro,
+}
+
+impl SourceFormat {
+    /// Whether records carry a schema id to look up in the registry.
+    pub fn needs_registry(self) -> bool {
+        matches!(self, Self::Avro)
+    }
+}
+
+/// The Schema Registry writer schemas are fetched from: Confluent's REST
+/// API, which Confluent Schema Registry, Apicurio Registry (at
+/// `/apis/ccompat/v7`) and Karapace serve.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SchemaRegistrySpec {
+    /// Base URL of the API, `http://host:port[/path]` (for Apicurio:
+    /// `http://host:8080/apis/ccompat/v7`).
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^http://[^\s]+$"))]
+    pub url: String,
 }
 
 /// The declared columns of a source.

@@ -23,6 +23,14 @@ impl StreamJobSpec {
         if self.sources.is_empty() {
             problems.push("spec.sources: at least one source is required".to_owned());
         }
+        if let Some(registry) = &self.schema_registry
+            && (!registry.url.starts_with("http://") || registry.url.len() <= "http://".len())
+        {
+            problems.push(format!(
+                "spec.schemaRegistry.url: `{}` is not an http:// URL (https is not supported yet)",
+                registry.url
+            ));
+        }
         let mut names = HashSet::new();
         for (i, s) in self.sources.iter().enumerate() {
             let at = format!("spec.sources[{i}]");
@@ -33,6 +41,12 @@ impl StreamJobSpec {
             let kinds = [s.kafka.is_some(), s.file.is_some(), s.datagen.is_some()].iter().filter(|x| **x).count();
             if kinds != 1 {
                 problems.push(format!("{at}: exactly one of kafka, file or datagen must be set"));
+            }
+            if s.format.needs_registry() && (s.kafka.is_none() || self.schema_registry.is_none()) {
+                problems.push(format!(
+                    "{at}.format: a source with format avro reads a Kafka topic and needs spec.schemaRegistry (its \
+                     records name their writer schema by registry id)"
+                ));
             }
             if s.schema.columns.is_empty() {
                 problems.push(format!("{at}.schema.columns: at least one column is required"));

@@ -7,6 +7,10 @@
 #   tools.sh rdkafka-perf librdkafka's rdkafka_performance, built from the
 #                         source bundled in the rdkafka-sys crate (the
 #                         physical-limit reference for benchmarks)
+#   tools.sh python-clients
+#                         a Python venv with confluent-kafka and its Schema
+#                         Registry serializers (tests/clients/requirements.txt):
+#                         producers and consumers nobody here wrote
 #   tools.sh path NAME    print the binary's path
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -14,6 +18,10 @@ HELM_BIN="$SLUICE_BIN_DIR/helm-$HELM_VERSION/helm"
 PROMETHEUS_BIN=/usr/bin/prometheus
 RDKAFKA_SYS_VERSION="$(sed -n 's/^name = "rdkafka-sys"/&/p;/^name = "rdkafka-sys"/{n;s/^version = "\(.*\)"/\1/p}' "$REPO_ROOT/Cargo.lock" 2>/dev/null | tail -1)"
 RDKAFKA_PERF_BIN="$SLUICE_BIN_DIR/rdkafka_performance-${RDKAFKA_SYS_VERSION:-unknown}"
+CLIENTS_REQUIREMENTS="$REPO_ROOT/tests/clients/requirements.txt"
+# Named by the requirements' hash: a changed pin makes a new venv.
+CLIENTS_VENV="$SLUICE_CACHE_DIR/venv-clients-$(sha256sum "$CLIENTS_REQUIREMENTS" | cut -c1-12)"
+CLIENTS_PYTHON="$CLIENTS_VENV/bin/python"
 
 # A plain `go install` leaves Helm's version and its default Kubernetes
 # version (used by `helm template`/`helm lint` without a cluster) at their
@@ -38,6 +46,16 @@ helm_install() {
   GOBIN="$tmp" CGO_ENABLED=0 go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
   mv "$tmp/helm" "$HELM_BIN"
   rmdir "$tmp"
+}
+
+python_clients_install() {
+  [ -f "$CLIENTS_VENV/.complete" ] && return 0
+  apt_install python3-venv
+  log "installing the Python Kafka clients in $CLIENTS_VENV"
+  rm -rf "$CLIENTS_VENV"
+  python3 -m venv "$CLIENTS_VENV"
+  "$CLIENTS_VENV/bin/pip" install -q -r "$CLIENTS_REQUIREMENTS"
+  touch "$CLIENTS_VENV/.complete"
 }
 
 prometheus_install() {
@@ -73,12 +91,14 @@ case "${1:-}" in
   helm) helm_install ;;
   prometheus) prometheus_install ;;
   rdkafka-perf) rdkafka_perf_install ;;
+  python-clients) python_clients_install ;;
   path)
     case "${2:-}" in
       helm) echo "$HELM_BIN" ;;
       prometheus) echo "$PROMETHEUS_BIN" ;;
       rdkafka-perf) echo "$RDKAFKA_PERF_BIN" ;;
+      python-clients) echo "$CLIENTS_PYTHON" ;;
       *) die "unknown tool ${2:-}" ;;
     esac ;;
-  *) echo "usage: $0 helm|prometheus|rdkafka-perf|path NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 helm|prometheus|rdkafka-perf|python-clients|path NAME" >&2; exit 2 ;;
 esac

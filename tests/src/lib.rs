@@ -23,6 +23,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 #[derive(Debug)]
 pub struct Harness {
     pub bootstrap: String,
+    /// The Schema Registry's Confluent-compatible API.
+    pub registry_url: String,
+    /// A Python with confluent-kafka and its serializers.
+    pub clients_python: PathBuf,
     pub kubeconfig: PathBuf,
     pub repo: PathBuf,
     pub run_dir: PathBuf,
@@ -44,6 +48,8 @@ pub fn harness() -> &'static Harness {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf();
         Harness {
             bootstrap: var("SLUICE_KAFKA_BOOTSTRAP"),
+            registry_url: var("SLUICE_REGISTRY_URL"),
+            clients_python: PathBuf::from(var("SLUICE_CLIENTS_PYTHON")),
             kubeconfig: PathBuf::from(var("KUBECONFIG")),
             run_dir: PathBuf::from(var("SLUICE_RUN_DIR")),
             repo,

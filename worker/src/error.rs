@@ -37,6 +37,11 @@ pub enum Error {
          group and the state topic; it then starts per spec.startFrom"
     )]
     SourcePartitionsChanged { topic: String, now: i32, state_topic: String, was: i32 },
+    /// The Schema Registry did not answer, or answered with an error that
+    /// is not "no such schema" (which is a dead letter instead): retried
+    /// with backoff like a broker that is down.
+    #[error("schema registry {url}: {message}")]
+    Registry { url: String, message: String },
     /// Kafka client failure.
     #[error("kafka: {context}: {message}")]
     Kafka { context: String, message: String },

@@ -19,6 +19,7 @@ pub mod http;
 pub mod kafka;
 pub mod metrics;
 pub mod produce;
+pub mod registry;
 pub mod runtime;
 pub mod sink;
 pub mod source;

@@ -160,11 +160,12 @@ fn kind(tag: u8) -> &'static str {
     }
 }
 
-/// How a partition reads its records: JSON from a source, binary rows
-/// from an exchange.
+/// How a partition reads its records: a source's in its declared format
+/// (JSON, Avro), binary rows from an exchange.
 #[derive(Debug, Clone)]
 pub enum RowDecoder {
     Json(super::JsonDecoder),
+    Avro(Box<super::AvroDecoder>),
     Binary(BinaryDecoder),
 }
 
@@ -172,6 +173,7 @@ impl RowDecoder {
     pub fn new_batch(&self, capacity: usize) -> Batch {
         match self {
             Self::Json(d) => d.new_batch(capacity),
+            Self::Avro(d) => d.new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
         }
     }
@@ -179,7 +181,28 @@ impl RowDecoder {
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         match self {
             Self::Json(d) => d.decode(payload, batch),
+            Self::Avro(d) => d.decode(payload, batch),
             Self::Binary(d) => d.decode(payload, batch),
+        }
+    }
+
+    /// The registry id of the writer schema `payload` needs and the
+    /// decoder does not have yet (see [`super::AvroDecoder::needs_schema`]).
+    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
+        match self {
+            Self::Avro(d) => d.needs_schema(payload),
+            _ => None,
+        }
+    }
+
+    /// Hands over what the registry said of schema `id`: its text, or why
+    /// it has none.
+    pub fn add_schema(&mut self, id: u32, schema: Result<&str, String>) {
+        if let Self::Avro(d) = self {
+            match schema {
+                Ok(text) => d.add_schema(id, text),
+                Err(why) => d.add_unknown(id, why),
+            }
         }
     }
 
@@ -193,13 +216,21 @@ impl RowDecoder {
     ) -> Result<(), DecodeError> {
         match self {
             Self::Json(d) => d.decode_record(payload, meta, batch),
+            Self::Avro(d) => {
+                d.decode(payload, batch)?;
+                d.columns.push_metadata_columns(meta, batch)
+            }
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
 
     /// Whether each record needs its processing time.
     pub fn reads_processing_time(&self) -> bool {
-        matches!(self, Self::Json(d) if d.reads_processing_time())
+        match self {
+            Self::Json(d) => d.reads_processing_time(),
+            Self::Avro(d) => d.columns.reads_processing_time(),
+            Self::Binary(_) => false,
+        }
     }
 }
 

@@ -66,6 +66,17 @@ impl JsonDecoder {
         batch: &mut Batch,
     ) -> Result<(), DecodeError> {
         self.decode(payload, batch)?;
+        self.push_metadata_columns(meta, batch)
+    }
+
+    /// Fills the metadata columns of the row just decoded into `batch`
+    /// (its last), whatever the value's format; a failure takes the row
+    /// back out.
+    pub(super) fn push_metadata_columns(
+        &mut self,
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+    ) -> Result<(), DecodeError> {
         if self.metadata.is_empty() {
             return Ok(());
         }

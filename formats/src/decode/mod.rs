@@ -1,10 +1,12 @@
 //! Record bytes → columns.
 
+mod avro;
 mod binary;
 mod flat_json;
 mod json;
 mod metadata;
 
+pub use avro::{AvroDecoder, schema_id};
 pub use binary::{BinaryDecoder, RowDecoder};
 pub use json::{DecodeError, JsonDecoder};
 pub use metadata::{RecordHeaders, RecordMeta};

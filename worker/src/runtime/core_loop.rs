@@ -63,6 +63,9 @@ pub struct CoreSetup {
     /// in-process exchanges (taken by the one start; local runs do not
     /// restart).
     pub local_exchange: std::sync::Mutex<Option<LocalEnds>>,
+    /// The job's Schema Registry (`spec.schemaRegistry`), shared by the
+    /// worker's cores.
+    pub registry: Option<Arc<crate::registry::Registry>>,
 }
 
 /// One topic a core reads some partitions of.
@@ -266,6 +269,9 @@ impl<'a> Core<'a> {
                 let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
                 part.framed = stages.len() > 1;
                 part.tombstones = input.source.as_ref().and_then(super::tombstone::Tombstones::of);
+                if let Some(source) = &input.source {
+                    part.read_format(source.format, setup.registry.as_ref())?;
+                }
                 part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
                 parts.push(part);
             }

@@ -194,6 +194,8 @@ pub fn run_job(
     health.set_cores(per_core.len());
     let cpus = if config.worker.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
     let config = Arc::new(config);
+    // One registry client and schema cache for the worker's cores.
+    let registry = config.spec.schema_registry.as_ref().map(|r| crate::registry::Registry::new(&r.url));
     let mut threads = Vec::new();
     for (core, partitions) in per_core.into_iter().enumerate() {
         if partitions.iter().all(Vec::is_empty) {
@@ -220,6 +222,7 @@ pub fn run_job(
             bounded: options.bounded,
             health: Arc::clone(health),
             local_exchange: std::sync::Mutex::new(local_ends[core].take()),
+            registry: registry.clone(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-core-{core}"))

@@ -5,15 +5,16 @@
 
 use std::sync::Arc;
 
-use sluice_crds::LateRecordPolicy;
+use sluice_crds::{LateRecordPolicy, SourceFormat};
 
 use super::exchange::{ExchangeInput, Frame, parse_frame};
 use super::tombstone::Tombstones;
 use crate::Error;
+use crate::registry::Registry;
 use crate::sink::{DeadLetter, DeadLetterSink};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
+use sluice_formats::decode::{AvroDecoder, BinaryDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
@@ -72,6 +73,8 @@ pub struct PartitionPipeline {
     /// Another plan's pipeline reads the same records (one source, two
     /// plans: see `shared_source`) and counts them as the job's input.
     pub input_counted_elsewhere: bool,
+    /// Where the writer schemas of an Avro source's records are looked up.
+    registry: Option<Arc<Registry>>,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -137,7 +140,22 @@ impl PartitionPipeline {
             framed: false,
             tombstones: None,
             input_counted_elsewhere: false,
+            registry: None,
         }
+    }
+
+    /// Reads the source's records in `format` (JSON unless told otherwise).
+    pub fn read_format(&mut self, format: SourceFormat, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
+        match format {
+            SourceFormat::Json => {}
+            SourceFormat::Avro => {
+                let registry = registry
+                    .ok_or_else(|| Error::Config("a source with format avro needs spec.schemaRegistry".to_owned()))?;
+                self.decoder = RowDecoder::Avro(Box::new(AvroDecoder::new(self.engine.plan())));
+                self.registry = Some(Arc::clone(registry));
+            }
+        }
+        Ok(())
     }
 
     /// The partition's checkpoint: the engine's state, and for a partition
@@ -237,6 +255,15 @@ impl PartitionPipeline {
             processing_time_ms: self.clock.then(super::now_ms),
             headers: record.headers.map(|h| h as &dyn RecordHeaders),
         };
+        if let Some(id) = self.decoder.needs_schema(payload)
+            && let Some(registry) = &self.registry
+        {
+            // First sight of this writer schema: a registry that does not
+            // answer fails the core (retried with backoff), an id it does
+            // not know makes the record a dead letter.
+            let schema = registry.schema(id)?;
+            self.decoder.add_schema(id, schema.as_deref().map_err(Clone::clone));
+        }
         match self.decoder.decode_record(payload, &meta, &mut self.batch) {
             Ok(()) => {
                 self.offsets.push(record.offset);

@@ -1,0 +1,422 @@
+//! Avro record values in the Confluent wire format → columns.
+//!
+//! A value is a magic byte `0`, the writer schema's registry id (4 bytes,
+//! big-endian), then the Avro binary encoding of one datum. The decoder
+//! knows nothing of the registry: the runtime asks [`AvroDecoder::needs_schema`]
+//! before decoding, fetches the schema the id names (once per worker) and
+//! hands it over with [`AvroDecoder::add_schema`]. Each writer schema is
+//! compiled against the source's columns once ([`program`]); records then
+//! decode with no lookup by name and no allocation.
+//!
+//! A record that cannot be read — not in the wire format, an id the
+//! registry does not know, a writer schema no column list can take, bytes
+//! that end early or run on — is rejected with a reason, and the batch is
+//! left as before it (the dead-letter output gets the record).
+
+mod program;
+mod schema;
+
+use std::collections::HashMap;
+
+use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
+use sluice_plan::{Batch, ColumnOrigin, Plan};
+
+use self::program::{Columns, Conv, Op, Program};
+use self::schema::{Schema, Type, TypeId};
+use super::{DecodeError, JsonDecoder};
+
+const MS_PER_DAY: i64 = 86_400_000;
+/// The first byte of a value in the Confluent wire format.
+const MAGIC: u8 = 0;
+/// Magic byte and schema id.
+const HEADER: usize = 5;
+/// Nesting a datum may reach (a recursive type's values nest as deep as
+/// the writer made them; decoding recurses).
+const MAX_NESTING: usize = 64;
+/// Array and map items a value may hold beyond one per byte (items of
+/// no bytes: nulls).
+const ITEMS_BEYOND_BYTES: u64 = 65_536;
+
+/// Reads Avro values of one source.
+#[derive(Debug, Clone)]
+pub struct AvroDecoder {
+    /// The columns' names, types, nullability and use, and the metadata
+    /// columns, as the JSON decoder reads them (a record's key, headers
+    /// and offsets are read the same whatever the value's format).
+    pub(super) columns: JsonDecoder,
+    /// Each field column and its path.
+    fields: Vec<(usize, Vec<String>)>,
+    /// Per writer schema id: its program, or why its records cannot be read.
+    programs: HashMap<u32, Result<Program, String>>,
+}
+
+impl AvroDecoder {
+    pub fn new(plan: &Plan) -> Self {
+        let fields = (0..plan.source.schema.fields.len())
+            .filter_map(|i| match plan.source.origin(i) {
+                ColumnOrigin::Field(path) => Some((i, path)),
+                ColumnOrigin::Metadata { .. } => None,
+            })
+            .collect();
+        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new() }
+    }
+
+    /// An empty batch with a builder for each used column.
+    pub fn new_batch(&self, capacity: usize) -> Batch {
+        self.columns.new_batch(capacity)
+    }
+
+    /// The writer schema id of `payload`, when no schema is known for it
+    /// yet: the runtime fetches it and calls [`AvroDecoder::add_schema`]
+    /// (or [`AvroDecoder::add_unknown`]) before decoding.
+    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
+        let id = schema_id(payload).ok()?;
+        (!self.programs.contains_key(&id)).then_some(id)
+    }
+
+    /// The writer schema registered under `id` (its JSON text): compiled
+    /// against the columns. One that cannot be read makes each record
+    /// written with it a dead letter saying why.
+    pub fn add_schema(&mut self, id: u32, text: &str) {
+        let columns = Columns {
+            fields: &self.fields,
+            types: &self.columns.types,
+            required: &self.columns.required,
+            names: &self.columns.names,
+        };
+        let program = Schema::parse(text)
+            .map_err(|e| format!("schema id {id} is not a valid Avro schema: {e}"))
+            .and_then(|schema| Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}")));
+        self.programs.insert(id, program);
+    }
+
+    /// The registry has no schema `id`: its records are dead letters, `why`.
+    pub fn add_unknown(&mut self, id: u32, why: String) {
+        self.programs.insert(id, Err(why));
+    }
+
+    /// Appends `payload` as one row of `batch`, or explains why it cannot.
+    pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let id = schema_id(payload).map_err(DecodeError)?;
+        let program = match self.programs.get(&id) {
+            Some(Ok(p)) => p,
+            Some(Err(why)) => return Err(DecodeError(why.clone())),
+            None => return Err(DecodeError(format!("schema id {id} was not fetched"))),
+        };
+        let rows = batch.len;
+        let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
+        let mut run = Run { program, columns: &self.columns, batch, depth: 0, items: 0 };
+        let result = run.op(&program.root, &mut cursor).and_then(|()| {
+            for &col in &program.absent {
+                run.push_null(col)?;
+            }
+            match cursor.buf.len() - cursor.at {
+                0 => Ok(()),
+                n => Err(format!("{n} bytes after the value (written with another schema than id {id}?)")),
+            }
+        });
+        match result {
+            Ok(()) => {
+                batch.len = rows + 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.columns.rollback(batch, rows);
+                Err(DecodeError(format!("avro: {e}")))
+            }
+        }
+    }
+}
+
+/// The schema id of a value in the Confluent wire format.
+pub fn schema_id(payload: &[u8]) -> Result<u32, String> {
+    match payload {
+        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
+        [MAGIC, ..] => Err(format!("avro: {} bytes, shorter than the wire format's 5-byte header", payload.len())),
+        [] => Err("avro: an empty value (a tombstone?)".into()),
+        [first, ..] => Err(format!(
+            "avro: not in the Confluent wire format (first byte {first:#04x}, not 0): written without a schema registry?"
+        )),
+    }
+}
+
+/// The bytes of one datum, read front to back.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// A zig-zag varint of at most 10 bytes.
+    fn long(&mut self) -> Result<i64, String> {
+        let mut value: u64 = 0;
+        for shift in (0..70).step_by(7) {
+            let Some(&b) = self.buf.get(self.at) else { return Err(self.ended("a number")) };
+            self.at += 1;
+            if shift == 63 && b > 1 {
+                return Err(format!("a number longer than 64 bits at byte {}", self.at));
+            }
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        Err(format!("a number longer than 10 bytes at byte {}", self.at))
+    }
+
+    fn int(&mut self) -> Result<i32, String> {
+        let v = self.long()?;
+        i32::try_from(v).map_err(|_| format!("{v} is out of range for an Avro int"))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.buf.len()).ok_or_else(|| self.ended("bytes"))?;
+        let bytes = &self.buf[self.at..end];
+        self.at = end;
+        Ok(bytes)
+    }
+
+    /// Length-prefixed bytes (`bytes`, `string`).
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.long()?;
+        let n = usize::try_from(n).map_err(|_| format!("a negative length {n}"))?;
+        self.take(n)
+    }
+
+    fn text(&mut self) -> Result<&'a str, String> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| "a string that is not UTF-8".to_owned())
+    }
+
+    fn ended(&self, what: &str) -> String {
+        format!("the value ends at byte {} in the middle of {what}", self.buf.len())
+    }
+}
+
+/// One record's decoding.
+struct Run<'a, 'b> {
+    program: &'a Program,
+    columns: &'a JsonDecoder,
+    batch: &'b mut Batch,
+    depth: usize,
+    /// Array and map items so far.
+    items: u64,
+}
+
+impl Run<'_, '_> {
+    fn op(&mut self, op: &Op, cur: &mut Cursor<'_>) -> Result<(), String> {
+        match op {
+            Op::Skip(ty) => self.skip(*ty, cur),
+            Op::Read { col, conv } => self.read(*col, *conv, cur),
+            Op::Record(ops) => ops.iter().try_for_each(|op| self.op(op, cur)),
+            Op::Union(branches) => {
+                let b = cur.long()?;
+                let op = usize::try_from(b)
+                    .ok()
+                    .and_then(|b| branches.get(b))
+                    .ok_or_else(|| format!("union branch {b} of {}", branches.len()))?;
+                self.op(op, cur)
+            }
+            Op::Nulls(cols, then) => {
+                for &c in cols {
+                    self.push_null(c)?;
+                }
+                self.op(then, cur)
+            }
+            Op::Fail(why) => Err(why.clone()),
+        }
+    }
+
+    /// Skips a value of writer type `ty`.
+    fn skip(&mut self, ty: TypeId, cur: &mut Cursor<'_>) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(format!("a value nested more than {MAX_NESTING} levels"));
+        }
+        let types = &self.program.schema.types;
+        let skipped = match &types[ty] {
+            Type::Null => Ok(()),
+            Type::Boolean => cur.take(1).map(drop),
+            Type::Int(_) | Type::Long(_) | Type::Enum { .. } => cur.long().map(drop),
+            Type::Float => cur.take(4).map(drop),
+            Type::Double => cur.take(8).map(drop),
+            Type::Bytes(_) | Type::String(_) => cur.bytes().map(drop),
+            Type::Fixed { size, .. } => cur.take(*size).map(drop),
+            Type::Record { fields, .. } => fields.iter().try_for_each(|f| self.skip(f.ty, cur)),
+            Type::Union(branches) => {
+                let b = cur.long()?;
+                let branch = usize::try_from(b).ok().and_then(|b| branches.get(b)).copied();
+                let branch = branch.ok_or_else(|| format!("union branch {b} of {}", branches.len()))?;
+                self.skip(branch, cur)
+            }
+            Type::Array(item) => self.blocks(cur, |run, cur| run.skip(*item, cur)),
+            Type::Map(value) => self.blocks(cur, |run, cur| {
+                cur.bytes()?;
+                run.skip(*value, cur)
+            }),
+        };
+        self.depth -= 1;
+        skipped
+    }
+
+    /// An array's or map's blocks: a count (negative: followed by the
+    /// block's size in bytes), its items, until a count of 0.
+    fn blocks(
+        &mut self,
+        cur: &mut Cursor<'_>,
+        mut item: impl FnMut(&mut Self, &mut Cursor<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        loop {
+            let count = cur.long()?;
+            if count == 0 {
+                return Ok(());
+            }
+            if count < 0 {
+                cur.long()?;
+            }
+            // An item takes a byte at least, unless it is a null (or a
+            // record of nothing): items beyond the value's bytes, past a
+            // margin for those, cannot be honest — and would loop for
+            // ever over a few bytes of counts.
+            let n = count.unsigned_abs();
+            self.items = self.items.saturating_add(n);
+            if self.items > cur.buf.len() as u64 + ITEMS_BEYOND_BYTES {
+                return Err(format!("{} array or map items in a value of {} bytes", self.items, cur.buf.len()));
+            }
+            for _ in 0..n {
+                item(self, cur)?;
+            }
+        }
+    }
+
+    fn push_null(&mut self, col: usize) -> Result<(), String> {
+        if self.columns.required[col] {
+            return Err(format!("required column `{}` is null", self.name(col)));
+        }
+        if self.columns.used[col] {
+            self.batch.columns[col].push_null();
+        }
+        Ok(())
+    }
+
+    fn name(&self, col: usize) -> String {
+        String::from_utf8_lossy(&self.columns.names[col]).into_owned()
+    }
+
+    /// A time in milliseconds, within the range every timestamp keeps to.
+    fn time(&self, col: usize, ms: Option<i64>) -> Result<i64, String> {
+        ms.filter(|ms| !self.columns.time_bounded[col] || (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
+            .ok_or_else(|| format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", self.name(col)))
+    }
+
+    fn read(&mut self, col: usize, conv: Conv, cur: &mut Cursor<'_>) -> Result<(), String> {
+        enum V<'t> {
+            Int(i64),
+            Float(f64),
+            Bool(bool),
+            Text(&'t str),
+        }
+        let value = match conv {
+            Conv::Null => return self.push_null(col),
+            Conv::Boolean => match cur.take(1)?[0] {
+                0 => V::Bool(false),
+                1 => V::Bool(true),
+                b => return Err(format!("column `{}`: boolean byte {b}", self.name(col))),
+            },
+            Conv::IntToBigint => V::Int(i64::from(cur.int()?)),
+            Conv::LongToBigint => V::Int(cur.long()?),
+            Conv::IntToDouble => V::Float(f64::from(cur.int()?)),
+            #[allow(clippy::cast_precision_loss)]
+            Conv::LongToDouble => V::Float(cur.long()? as f64),
+            Conv::FloatToDouble => {
+                let b = cur.take(4)?;
+                V::Float(f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            }
+            Conv::DoubleToDouble => {
+                let mut w = [0; 8];
+                w.copy_from_slice(cur.take(8)?);
+                V::Float(f64::from_le_bytes(w))
+            }
+            Conv::MillisToTimestamp => V::Int(self.time(col, Some(cur.long()?))?),
+            Conv::MicrosToTimestamp => V::Int(self.time(col, Some(cur.long()?.div_euclid(1000)))?),
+            Conv::DaysToTimestamp => V::Int(self.time(col, i64::from(cur.int()?).checked_mul(MS_PER_DAY))?),
+            Conv::StringToTimestamp => {
+                let text = cur.text()?;
+                let ms = parse_timestamp_ms(text)
+                    .ok_or_else(|| format!("column `{}`: `{text}` is not a timestamp", self.name(col)))?;
+                V::Int(self.time(col, Some(ms))?)
+            }
+            Conv::StringToString => V::Text(cur.text()?),
+            Conv::BytesToString => V::Text(
+                std::str::from_utf8(cur.bytes()?)
+                    .map_err(|_| format!("column `{}`: bytes that are not UTF-8", self.name(col)))?,
+            ),
+            Conv::FixedToString(n) => V::Text(
+                std::str::from_utf8(cur.take(n)?)
+                    .map_err(|_| format!("column `{}`: fixed bytes that are not UTF-8", self.name(col)))?,
+            ),
+            Conv::EnumToString(e) => {
+                let i = cur.long()?;
+                let symbols = &self.program.symbols[e];
+                let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+                V::Text(symbol.ok_or_else(|| format!("enum symbol {i} of {}", symbols.len()))?)
+            }
+            Conv::DecimalToDouble { scale, fixed } | Conv::DecimalToString { scale, fixed } => {
+                let bytes = match fixed {
+                    Some(n) => cur.take(n)?,
+                    None => cur.bytes()?,
+                };
+                let unscaled = unscaled(bytes)
+                    .ok_or_else(|| format!("column `{}`: a decimal of {} bytes", self.name(col), bytes.len()))?;
+                if !self.columns.used[col] {
+                    return Ok(());
+                }
+                let column = &mut self.batch.columns[col];
+                let pushed = if matches!(conv, Conv::DecimalToDouble { .. }) {
+                    #[allow(clippy::cast_precision_loss)]
+                    column.push_f64(unscaled as f64 / 10f64.powi(i32::try_from(scale).unwrap_or(0)))
+                } else {
+                    column.push_str(&decimal_text(unscaled, scale))
+                };
+                return pushed.map_err(|e| e.to_string());
+            }
+        };
+        if !self.columns.used[col] {
+            return Ok(());
+        }
+        let column = &mut self.batch.columns[col];
+        match value {
+            V::Int(x) => column.push_i64(x),
+            V::Float(x) => column.push_f64(x),
+            V::Bool(x) => column.push_bool(x),
+            V::Text(x) => column.push_str(x),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// A big-endian two's-complement integer of at most 16 bytes.
+fn unscaled(bytes: &[u8]) -> Option<i128> {
+    if bytes.len() > 16 {
+        return None;
+    }
+    let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 };
+    let mut word = [fill; 16];
+    word[16 - bytes.len()..].copy_from_slice(bytes);
+    Some(i128::from_be_bytes(word))
+}
+
+/// `unscaled × 10^-scale`, exactly (`-12345`, scale 2 → `-123.45`).
+fn decimal_text(unscaled: i128, scale: u32) -> String {
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    let scale = scale as usize;
+    if scale == 0 {
+        return format!("{sign}{digits}");
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (whole, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{whole}.{frac}")
+}
+
+#[cfg(test)]
+mod tests;

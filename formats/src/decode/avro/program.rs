@@ -1,0 +1,258 @@
+//! A writer schema compiled against a source's columns: Avro schema
+//! resolution, done once per writer schema instead of per record.
+//!
+//! The reader is the source's column list: a column named `bid.price`
+//! reads field `price` of record field `bid`. Fields are matched by name,
+//! in whatever order the writer wrote them; a writer field no column reads
+//! is skipped; a column the writer has no field for is NULL (refused if
+//! the column is `required`). So a producer that adds a field or drops an
+//! optional one keeps every record readable — the compatible evolutions
+//! the Schema Registry lets through. A union is resolved per branch: its
+//! `null` branch makes the columns under it NULL, a branch whose type no
+//! column can take fails only the records that use it.
+//!
+//! The compiled program is a tree of [`Op`]s in the writer's field order:
+//! decoding walks it and the record's bytes side by side, pushing each
+//! value straight into its column, with no lookup by name and no
+//! allocation per record.
+
+use super::schema::{Logical, Schema, Type, TypeId};
+use sluice_plan::DataType;
+
+/// One step of a compiled program.
+#[derive(Debug, Clone)]
+pub(super) enum Op {
+    /// A value no column reads.
+    Skip(TypeId),
+    /// A value read into column `col`.
+    Read { col: usize, conv: Conv },
+    /// A record's fields, in the writer's order.
+    Record(Vec<Op>),
+    /// A union: the op of each branch, by the branch index the record gives.
+    Union(Vec<Op>),
+    /// NULL into each of these columns (a union's `null` branch, or a
+    /// branch that holds none of them), then `then`.
+    Nulls(Vec<usize>, Box<Op>),
+    /// A branch no column can take: the record is a dead letter, with this reason.
+    Fail(String),
+}
+
+/// How a writer value becomes a column value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Conv {
+    Null,
+    Boolean,
+    IntToBigint,
+    LongToBigint,
+    IntToDouble,
+    LongToDouble,
+    FloatToDouble,
+    DoubleToDouble,
+    /// A `long` of milliseconds (`timestamp-millis`, or no logical type).
+    MillisToTimestamp,
+    MicrosToTimestamp,
+    DaysToTimestamp,
+    StringToTimestamp,
+    StringToString,
+    BytesToString,
+    FixedToString(usize),
+    /// An enum's symbol, by index into [`Program::symbols`].
+    EnumToString(usize),
+    /// A decimal (`bytes` when `fixed` is `None`).
+    DecimalToDouble {
+        scale: u32,
+        fixed: Option<usize>,
+    },
+    DecimalToString {
+        scale: u32,
+        fixed: Option<usize>,
+    },
+}
+
+/// A writer schema resolved against the columns.
+#[derive(Debug, Clone)]
+pub(super) struct Program {
+    pub(super) schema: Schema,
+    pub(super) root: Op,
+    /// Columns the writer schema has no field for: NULL in every record.
+    pub(super) absent: Vec<usize>,
+    /// The symbols of every enum a column reads.
+    pub(super) symbols: Vec<Vec<String>>,
+}
+
+/// What the compiler knows of the columns.
+pub(super) struct Columns<'a> {
+    /// Each field column's index and path (`bid.price` → `["bid", "price"]`).
+    pub(super) fields: &'a [(usize, Vec<String>)],
+    pub(super) types: &'a [DataType],
+    pub(super) required: &'a [bool],
+    pub(super) names: &'a [Box<[u8]>],
+}
+
+impl Columns<'_> {
+    fn name(&self, col: usize) -> String {
+        String::from_utf8_lossy(&self.names[col]).into_owned()
+    }
+}
+
+impl Program {
+    /// Compiles `schema` against `columns`; an error says why no record
+    /// written with it can be read.
+    pub(super) fn compile(schema: Schema, columns: &Columns<'_>) -> Result<Self, String> {
+        let mut compiler = Compiler { schema: &schema, columns, symbols: Vec::new() };
+        let all: Vec<usize> = (0..columns.fields.len()).collect();
+        let (root, covered) = compiler.op(schema.root(), &[], &all)?;
+        let symbols = compiler.symbols;
+        let mut absent = Vec::new();
+        for &(col, _) in columns.fields {
+            if covered.contains(&col) {
+                continue;
+            }
+            if columns.required[col] {
+                return Err(format!("the writer schema has no field for required column `{}`", columns.name(col)));
+            }
+            absent.push(col);
+        }
+        Ok(Self { schema, root, absent, symbols })
+    }
+}
+
+struct Compiler<'a, 'c> {
+    schema: &'a Schema,
+    columns: &'a Columns<'c>,
+    symbols: Vec<Vec<String>>,
+}
+
+impl Compiler<'_, '_> {
+    /// The op reading a value of type `ty` at `path`, for the columns
+    /// (indices into `columns.fields`) whose path starts with it; and the
+    /// columns it fills.
+    fn op(&mut self, ty: TypeId, path: &[String], wanted: &[usize]) -> Result<(Op, Vec<usize>), String> {
+        // A column's path is finite: a recursive type is followed only as
+        // deep as some column reads, then skipped.
+        if wanted.is_empty() {
+            return Ok((Op::Skip(ty), Vec::new()));
+        }
+        let fields = self.columns.fields;
+        let here = wanted.iter().copied().find(|&w| fields[w].1.len() == path.len());
+        match &self.schema.types[ty] {
+            Type::Union(branches) => {
+                let mut ops = Vec::with_capacity(branches.len());
+                let mut covered: Vec<usize> = Vec::new();
+                for &b in branches {
+                    let (op, filled) = match self.op(b, path, wanted) {
+                        Ok(done) => done,
+                        Err(why) => (Op::Fail(why), Vec::new()),
+                    };
+                    for c in filled.iter() {
+                        if !covered.contains(c) {
+                            covered.push(*c);
+                        }
+                    }
+                    ops.push((op, filled));
+                }
+                // Every branch fills the same columns: what one leaves out is NULL.
+                let ops = ops
+                    .into_iter()
+                    .map(|(op, filled)| {
+                        let missing: Vec<usize> = covered.iter().copied().filter(|c| !filled.contains(c)).collect();
+                        match op {
+                            Op::Fail(_) => op,
+                            op if missing.is_empty() => op,
+                            op => Op::Nulls(missing, Box::new(op)),
+                        }
+                    })
+                    .collect();
+                Ok((Op::Union(ops), covered))
+            }
+            Type::Null => {
+                let cols: Vec<usize> = wanted.iter().map(|&w| fields[w].0).collect();
+                Ok((Op::Nulls(cols.clone(), Box::new(Op::Skip(ty))), cols))
+            }
+            Type::Record { fields: writer, .. } => {
+                if let Some(w) = here {
+                    let col = fields[w].0;
+                    return Err(format!(
+                        "column `{}`: field `{}` is a record, not a value (read its fields as `{}.<field>`)",
+                        self.columns.name(col),
+                        path.join("."),
+                        self.columns.name(col)
+                    ));
+                }
+                let mut ops = Vec::with_capacity(writer.len());
+                let mut covered = Vec::new();
+                for f in writer.clone() {
+                    let mut child = path.to_vec();
+                    child.push(f.name.clone());
+                    let under: Vec<usize> =
+                        wanted.iter().copied().filter(|&w| fields[w].1.starts_with(&child)).collect();
+                    let (op, filled) = self.op(f.ty, &child, &under)?;
+                    covered.extend(filled);
+                    ops.push(op);
+                }
+                Ok((Op::Record(ops), covered))
+            }
+            other => {
+                let Some(w) = here else {
+                    let col = fields[wanted[0]].0;
+                    return Err(format!(
+                        "column `{}`: field `{}` is {}, not a record",
+                        self.columns.name(col),
+                        path.join("."),
+                        other.describe()
+                    ));
+                };
+                let col = fields[w].0;
+                let conv = self.conv(other, self.columns.types[col]).ok_or_else(|| {
+                    format!(
+                        "column `{}` is {}, but the writer's field `{}` is {}",
+                        self.columns.name(col),
+                        self.columns.types[col],
+                        path.join("."),
+                        other.describe()
+                    )
+                })?;
+                Ok((Op::Read { col, conv }, vec![col]))
+            }
+        }
+    }
+
+    /// How a writer value of type `ty` goes into a column of type `to`.
+    fn conv(&mut self, ty: &Type, to: DataType) -> Option<Conv> {
+        use DataType as D;
+        Some(match (ty, to) {
+            (Type::Boolean, D::Boolean) => Conv::Boolean,
+            (Type::Int(Logical::Date), D::Timestamp) => Conv::DaysToTimestamp,
+            (Type::Int(_), D::Bigint) => Conv::IntToBigint,
+            (Type::Int(_), D::Double) => Conv::IntToDouble,
+            (Type::Long(Logical::TimestampMicros), D::Timestamp) => Conv::MicrosToTimestamp,
+            (Type::Long(_), D::Timestamp) => Conv::MillisToTimestamp,
+            (Type::Long(_), D::Bigint) => Conv::LongToBigint,
+            (Type::Long(_), D::Double) => Conv::LongToDouble,
+            (Type::Float, D::Double) => Conv::FloatToDouble,
+            (Type::Double, D::Double) => Conv::DoubleToDouble,
+            (Type::String(_), D::String) => Conv::StringToString,
+            (Type::String(_), D::Timestamp) => Conv::StringToTimestamp,
+            (Type::Bytes(Logical::Decimal { scale }), D::Double) => {
+                Conv::DecimalToDouble { scale: *scale, fixed: None }
+            }
+            (Type::Bytes(Logical::Decimal { scale }), D::String) => {
+                Conv::DecimalToString { scale: *scale, fixed: None }
+            }
+            (Type::Bytes(_), D::String) => Conv::BytesToString,
+            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::Double) => {
+                Conv::DecimalToDouble { scale: *scale, fixed: Some(*size) }
+            }
+            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::String) => {
+                Conv::DecimalToString { scale: *scale, fixed: Some(*size) }
+            }
+            (Type::Fixed { size, .. }, D::String) => Conv::FixedToString(*size),
+            (Type::Enum { symbols, .. }, D::String) => {
+                self.symbols.push(symbols.clone());
+                Conv::EnumToString(self.symbols.len() - 1)
+            }
+            (Type::Null, _) => Conv::Null,
+            _ => return None,
+        })
+    }
+}

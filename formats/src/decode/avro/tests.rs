@@ -1,0 +1,256 @@
+//! The Avro decoder against values encoded here by the specification's
+//! rules (the end-to-end tests read what Python's `confluent-kafka`
+//! serializer writes).
+
+use sluice_crds::{ColumnType, SourceSpec};
+use sluice_plan::{Batch, Scalar};
+
+use super::AvroDecoder;
+
+/// Builds one datum in Avro's binary encoding.
+#[derive(Default, Clone)]
+struct Datum(Vec<u8>);
+
+impl Datum {
+    fn framed(id: u32) -> Self {
+        let mut d = Self(vec![0]);
+        d.0.extend_from_slice(&id.to_be_bytes());
+        d
+    }
+    fn long(mut self, v: i64) -> Self {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                self.0.push(b);
+                return self;
+            }
+            self.0.push(b | 0x80);
+        }
+    }
+    fn string(self, s: &str) -> Self {
+        self.bytes(s.as_bytes())
+    }
+    fn bytes(self, b: &[u8]) -> Self {
+        let mut d = self.long(i64::try_from(b.len()).unwrap());
+        d.0.extend_from_slice(b);
+        d
+    }
+    fn double(mut self, v: f64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn float(mut self, v: f32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn boolean(mut self, v: bool) -> Self {
+        self.0.push(u8::from(v));
+        self
+    }
+    fn raw(mut self, b: &[u8]) -> Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+}
+
+fn decoder(columns: &[(&str, ColumnType, bool)]) -> AvroDecoder {
+    let source = SourceSpec::table("t", columns);
+    let names: Vec<String> = columns.iter().map(|(n, ..)| format!("\"{n}\"")).collect();
+    let plan = sluice_sql::plan_query(&format!("SELECT {} FROM t", names.join(", ")), &[source]).unwrap();
+    AvroDecoder::new(&plan)
+}
+
+fn row(batch: &Batch, r: usize) -> Vec<Scalar> {
+    batch.columns.iter().map(|c| c.scalar(r)).collect()
+}
+
+const BID_V1: &str = r#"{"type":"record","name":"Bid","fields":[
+    {"name":"auction","type":"long"},
+    {"name":"bidder","type":["null","string"],"default":null},
+    {"name":"price","type":"double"},
+    {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}
+]}"#;
+
+/// V1 with a field added (with a default) and `bidder` removed: a
+/// compatible evolution under BACKWARD and FORWARD.
+const BID_V2: &str = r#"{"type":"record","name":"Bid","fields":[
+    {"name":"channel","type":"string","default":""},
+    {"name":"auction","type":"long"},
+    {"name":"price","type":"float"},
+    {"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}}
+]}"#;
+
+fn bid_columns() -> Vec<(&'static str, ColumnType, bool)> {
+    vec![
+        ("auction", ColumnType::Bigint, true),
+        ("bidder", ColumnType::String, false),
+        ("price", ColumnType::Double, false),
+        ("at", ColumnType::Timestamp, false),
+    ]
+}
+
+#[test]
+fn records_of_two_compatible_writer_schemas_read_into_the_same_columns() {
+    let mut d = decoder(&bid_columns());
+    let v1 = Datum::framed(7).long(1001).long(1).string("alice").double(12.5).long(1_700_000_000_000);
+    let v1_null = Datum::framed(7).long(1002).long(0).double(3.0).long(5);
+    let v2 = Datum::framed(9).string("web").long(1003).float(2.5).long(1_700_000_000_123_456);
+    for (id, schema) in [(7, BID_V1), (9, BID_V2)] {
+        assert_eq!(d.needs_schema(&Datum::framed(id).0), Some(id));
+        d.add_schema(id, schema);
+        assert_eq!(d.needs_schema(&Datum::framed(id).0), None);
+    }
+    let mut batch = d.new_batch(4);
+    for v in [&v1, &v1_null, &v2] {
+        d.decode(&v.0, &mut batch).unwrap();
+    }
+    assert_eq!(batch.len, 3);
+    assert_eq!(
+        row(&batch, 0),
+        [
+            Scalar::Bigint(1001),
+            Scalar::String("alice".into()),
+            Scalar::Double(12.5),
+            Scalar::Timestamp(1_700_000_000_000)
+        ]
+    );
+    assert_eq!(row(&batch, 1), [Scalar::Bigint(1002), Scalar::Null, Scalar::Double(3.0), Scalar::Timestamp(5)]);
+    assert_eq!(
+        row(&batch, 2),
+        [Scalar::Bigint(1003), Scalar::Null, Scalar::Double(2.5), Scalar::Timestamp(1_700_000_000_123)],
+        "the added field is skipped, the removed one NULL, micros read as millis"
+    );
+}
+
+#[test]
+fn nested_records_enums_dates_decimals_and_skipped_arrays_and_maps() {
+    let schema = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+        {"name":"tags","type":{"type":"array","items":"string"}},
+        {"name":"customer","type":["null",{"type":"record","name":"Customer","fields":[
+            {"name":"id","type":"int"},
+            {"name":"tier","type":{"type":"enum","name":"Tier","symbols":["GOLD","SILVER"]}}]}]},
+        {"name":"attrs","type":{"type":"map","values":"long"}},
+        {"name":"day","type":{"type":"int","logicalType":"date"}},
+        {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+        {"name":"total","type":{"type":"fixed","name":"Money","size":3,"logicalType":"decimal","scale":1}},
+        {"name":"ok","type":"boolean"}
+    ]}"#;
+    let mut d = decoder(&[
+        ("customer.id", ColumnType::Bigint, false),
+        ("customer.tier", ColumnType::String, false),
+        ("day", ColumnType::Timestamp, true),
+        ("amount", ColumnType::String, true),
+        ("total", ColumnType::Double, true),
+        ("ok", ColumnType::Boolean, true),
+    ]);
+    d.add_schema(1, schema);
+    let with_customer = Datum::framed(1)
+        .long(2)
+        .string("a")
+        .string("b")
+        .long(0)
+        .long(1)
+        .long(42)
+        .long(1)
+        .long(-1)
+        .long(9)
+        .string("k")
+        .long(5)
+        .long(0)
+        .long(19_000)
+        .bytes(&(-12_345i32).to_be_bytes()[1..])
+        .raw(&[0x00, 0x01, 0x00])
+        .boolean(true);
+    let without =
+        Datum::framed(1).long(0).long(0).long(0).long(0).bytes(&[0x05]).raw(&[0xff, 0xff, 0xff]).boolean(false);
+    let mut batch = d.new_batch(2);
+    d.decode(&with_customer.0, &mut batch).unwrap();
+    d.decode(&without.0, &mut batch).unwrap();
+    assert_eq!(
+        row(&batch, 0),
+        [
+            Scalar::Bigint(42),
+            Scalar::String("SILVER".into()),
+            Scalar::Timestamp(19_000 * 86_400_000),
+            Scalar::String("-123.45".into()),
+            Scalar::Double(25.6),
+            Scalar::Boolean(true),
+        ]
+    );
+    assert_eq!(
+        row(&batch, 1),
+        [
+            Scalar::Null,
+            Scalar::Null,
+            Scalar::Timestamp(0),
+            Scalar::String("0.05".into()),
+            Scalar::Double(-0.1),
+            Scalar::Boolean(false)
+        ]
+    );
+}
+
+#[test]
+fn what_cannot_be_read_is_rejected_with_a_reason_and_leaves_the_batch_as_it_was() {
+    let mut d = decoder(&bid_columns());
+    d.add_schema(7, BID_V1);
+    d.add_schema(8, r#"{"type":"record","name":"Bid","fields":[{"name":"price","type":"double"}]}"#);
+    d.add_schema(10, r#"{"type":"record","name":"Bid","fields":[{"name":"auction","type":"string"}]}"#);
+    d.add_schema(11, "{");
+    d.add_unknown(12, "schema id 12 is not in the registry".into());
+    let good = Datum::framed(7).long(1).long(0).double(1.0).long(1);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"{\"auction\":1}".to_vec(), "not in the Confluent wire format"),
+        (vec![0, 0, 0], "shorter than the wire format's 5-byte header"),
+        (vec![], "empty value"),
+        (Datum::framed(7).long(1).long(0).double(1.0).0, "ends at byte"),
+        (good.clone().raw(&[1, 2]).0, "2 bytes after the value"),
+        (Datum::framed(7).long(1).long(5).0, "union branch 5 of 2"),
+        (Datum::framed(7).long(1).long(1).bytes(&[0xff]).0, "not UTF-8"),
+        (Datum::framed(7).raw(&[0xff; 11]).0, "longer than"),
+        (Datum::framed(7).long(1).long(0).double(1.0).long(i64::MAX).0, "outside"),
+        (Datum::framed(8).double(1.0).0, "no field for required column `auction`"),
+        (Datum::framed(10).string("x").0, "column `auction` is bigint, but the writer's field `auction` is string"),
+        (Datum::framed(11).0, "schema id 11 is not a valid Avro schema"),
+        (Datum::framed(12).0, "not in the registry"),
+        (Datum::framed(13).0, "schema id 13 was not fetched"),
+    ];
+    let mut batch = d.new_batch(4);
+    d.decode(&good.0, &mut batch).unwrap();
+    for (payload, why) in cases {
+        let e = d.decode(&payload, &mut batch).unwrap_err();
+        assert!(e.0.contains(why), "{payload:?}: {e}");
+        assert_eq!(batch.len, 1);
+        assert!(batch.columns.iter().all(|c| c.len() == 1), "{payload:?}: rolled back");
+    }
+}
+
+/// A few bytes of array counts claiming billions of null items, or a
+/// recursive type nested past the limit, are refused, not looped over.
+#[test]
+fn item_counts_and_nesting_beyond_the_bytes_are_refused() {
+    let mut d = decoder(&[("n", ColumnType::Bigint, false)]);
+    d.add_schema(1, r#"{"type":"record","name":"R","fields":[{"name":"xs","type":{"type":"array","items":"null"}}]}"#);
+    let mut bomb = Datum::framed(1);
+    for _ in 0..1000 {
+        bomb = bomb.long(i64::from(i32::MAX));
+    }
+    let e = d.decode(&bomb.long(0).0, &mut d.new_batch(1)).unwrap_err();
+    assert!(e.0.contains("array or map items in a value"), "{e}");
+    d.add_schema(2, r#"{"type":"record","name":"L","fields":[{"name":"next","type":["null","L"]}]}"#);
+    let mut deep = Datum::framed(2);
+    for _ in 0..100 {
+        deep = deep.long(1);
+    }
+    let e = d.decode(&deep.long(0).0, &mut d.new_batch(1)).unwrap_err();
+    assert!(e.0.contains("nested more than 64"), "{e}");
+    let mut shallow = Datum::framed(2);
+    for _ in 0..10 {
+        shallow = shallow.long(1);
+    }
+    let mut batch = d.new_batch(1);
+    d.decode(&shallow.long(0).0, &mut batch).unwrap();
+    assert_eq!(row(&batch, 0), [Scalar::Null], "no field `n`: NULL");
+}
