@@ -78,6 +78,29 @@ pub enum SinkFormat {
     /// One JSON object per result; the Kafka key is the GROUP BY key, if any.
     #[default]
     Json,
+    /// Avro in the Confluent wire format: the writer schema (a record of
+    /// the result columns, each nullable) is registered in
+    /// `spec.schemaRegistry` under `<topic>-value` when the job starts; the
+    /// key stays a JSON object of the key columns. Kafka sinks only.
+    Avro,
+}
+
+impl SinkFormat {
+    /// Why a result column cannot be written under `name` in this format:
+    /// an Avro field name is `[A-Za-z_][A-Za-z0-9_]*` (JSON takes any).
+    /// Checked by the operator and `validate` before anything runs, and by
+    /// the encoder that derives the schema.
+    pub fn column_name_problem(self, name: &str) -> Option<String> {
+        let mut bytes = name.bytes();
+        let avro = bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        (self == Self::Avro && !avro).then(|| {
+            format!(
+                "output column `{name}` is not an Avro field name (letters, digits and `_`, not starting with a \
+                 digit): give it one with AS"
+            )
+        })
+    }
 }
 
 impl KafkaTarget {

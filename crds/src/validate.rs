@@ -23,6 +23,14 @@ impl StreamJobSpec {
         if self.sources.is_empty() {
             problems.push("spec.sources: at least one source is required".to_owned());
         }
+        if self.sink.format == crate::SinkFormat::Avro && (self.sink.kafka.is_none() || self.schema_registry.is_none())
+        {
+            problems.push(
+                "spec.sink.format: a sink with format avro writes a Kafka topic and needs spec.schemaRegistry (its \
+                 writer schema is registered there)"
+                    .to_owned(),
+            );
+        }
         if let Some(registry) = &self.schema_registry
             && (!registry.url.starts_with("http://") || registry.url.len() <= "http://".len())
         {

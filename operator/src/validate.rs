@@ -25,6 +25,11 @@ pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     }
     let dataflow = plan_dataflow(&spec.sql, &spec.sources, 1)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
+    if let Some(stage) = dataflow.stages.last()
+        && let Some(problem) = stage.plan.outputs.iter().find_map(|o| spec.sink.format.column_name_problem(&o.name))
+    {
+        return Err(Invalid { reason: reasons::INVALID_SQL, message: format!("spec.sink.format avro: {problem}") });
+    }
     if spec.delivery != sluice_crds::Delivery::ExactlyOnce
         && dataflow.has_stateful_exchange_writer()
         && let Some(problem) = spec.internal_transaction_problem()
@@ -124,6 +129,22 @@ mod tests {
                 .unwrap();
         let quickstart: StreamJob = serde_saphyr::from_str(&text).unwrap();
         validate(&quickstart.spec).unwrap();
+    }
+
+    /// An Avro sink's fields are the output columns: a name Avro cannot
+    /// hold is refused before anything runs, naming it; with an alias the
+    /// job is valid.
+    #[test]
+    fn an_avro_sink_needs_output_names_avro_can_hold() {
+        let mut j = job("SELECT trader_id AS \"trader-id\" FROM market_data");
+        j.spec.sink.format = sluice_crds::SinkFormat::Avro;
+        j.spec.schema_registry = Some(serde_saphyr::from_str("url: http://registry:8081").unwrap());
+        let e = validate(&j.spec).unwrap_err();
+        assert!(e.message.contains("`trader-id` is not an Avro field name"), "{}", e.message);
+        j.spec.sql = "SELECT trader_id AS trader FROM market_data".into();
+        validate(&j.spec).unwrap();
+        j.spec.schema_registry = None;
+        assert!(validate(&j.spec).unwrap_err().message.contains("needs spec.schemaRegistry"));
     }
 
     /// What crash-looped the operator for every job: 2 KB of `x+x+…`,

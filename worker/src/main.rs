@@ -228,6 +228,10 @@ fn validate(file: &str) -> ExitCode {
     let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
     match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
         Ok(dataflow) => {
+            let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
+            if let Some(problem) = sink_outputs.iter().find_map(|o| job.spec.sink.format.column_name_problem(&o.name)) {
+                return fail(&format!("{file}: spec.sink.format avro: {problem}"));
+            }
             out!("{file}: ok");
             // Each stage, then the branches beside it (over sources of their
             // own, or over the stage's repartition topic).

@@ -71,19 +71,68 @@ impl Registry {
         Err(Error::Registry { url: self.url.clone(), message: format!("fetching schema id {id}: {last}") })
     }
 
+    /// Registers Avro schema `schema` under `subject` (or finds it there)
+    /// and returns its id. A registry that refuses it — incompatible with
+    /// the subject's earlier versions, or invalid — is the job's fault
+    /// ([`Error::Config`], naming the subject and the registry's reason);
+    /// one that does not answer, transient.
+    pub fn register(&self, subject: &str, schema: &str) -> Result<u32, Error> {
+        let body = serde_json::json!({ "schema": schema }).to_string();
+        let mut last = String::new();
+        for pause in RETRIES {
+            let client = self.client().map_err(|message| Error::Registry { url: self.url.clone(), message })?;
+            let sent = client
+                .post(format!("{}/subjects/{}/versions", self.url, path_segment(subject)))
+                .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+                .body(body.clone())
+                .send()
+                .and_then(|r| {
+                    let status = r.status();
+                    r.text().map(|text| (status, text))
+                });
+            match sent {
+                Ok((status, text)) if status.is_success() => {
+                    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                    return json
+                        .get("id")
+                        .and_then(serde_json::Value::as_u64)
+                        .and_then(|id| u32::try_from(id).ok())
+                        .ok_or_else(|| Error::Registry {
+                            url: self.url.clone(),
+                            message: format!("registering under {subject}: an answer without an id: {text:.200}"),
+                        });
+                }
+                Ok((status, text)) if status.is_client_error() => {
+                    return Err(Error::Config(format!(
+                        "the schema registry at {} refused the results' Avro schema for subject {subject} \
+                         (HTTP {status}: {text:.300}); its compatibility rules decide which changes a subject \
+                         takes: change the query's output, or the subject's compatibility",
+                        self.url
+                    )));
+                }
+                Ok((status, text)) => last = format!("HTTP {status}: {text:.200}"),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(pause);
+        }
+        Err(Error::Registry { url: self.url.clone(), message: format!("registering under {subject}: {last}") })
+    }
+
+    fn client(&self) -> Result<&reqwest::blocking::Client, String> {
+        if let Some(c) = self.client.get() {
+            return Ok(c);
+        }
+        let c = reqwest::blocking::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        Ok(self.client.get_or_init(|| c))
+    }
+
     /// One request: the schema's text, `Ok(Err)` for an id the registry
     /// does not have, `Err` for anything else.
     fn fetch(&self, id: u32) -> Result<Result<String, String>, String> {
-        let client = match self.client.get() {
-            Some(c) => c,
-            None => {
-                let c = reqwest::blocking::Client::builder()
-                    .timeout(REQUEST_TIMEOUT)
-                    .build()
-                    .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
-                self.client.get_or_init(|| c)
-            }
-        };
+        let client = self.client()?;
         let response = client
             .get(format!("{}/schemas/ids/{id}", self.url))
             .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
@@ -99,6 +148,20 @@ impl Registry {
         }
         Ok(Ok(parse_schema(&body)?))
     }
+}
+
+/// A subject name as one URL path segment (topic names hold `.`, `_`, `-`;
+/// anything else is percent-encoded).
+fn path_segment(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// The `schema` of a `/schemas/ids/<id>` answer; only Avro (a missing
@@ -127,6 +190,77 @@ mod tests {
         assert!(parse_schema(r#"{"schema":"x","schemaType":"PROTOBUF"}"#).unwrap_err().contains("PROTOBUF"));
         assert!(parse_schema("<html>").unwrap_err().contains("not JSON"));
         assert!(parse_schema("{}").unwrap_err().contains("without `schema`"));
+    }
+
+    /// A one-connection-per-answer HTTP server on loopback answering every
+    /// request with `status` and `body`; the requests it saw.
+    fn serve(status: &str, body: &'static str, answers: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let status = status.to_owned();
+        let seen = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for _ in 0..answers {
+                let (mut conn, _) = listener.accept().unwrap();
+                // The whole request: its head, then Content-Length bytes.
+                let (mut request, mut chunk) = (Vec::new(), [0; 4096]);
+                loop {
+                    let text = String::from_utf8_lossy(&request).into_owned();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(str::to_owned))
+                            .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                    let n = conn.read(&mut chunk).unwrap();
+                    assert!(n > 0, "the client closed mid-request");
+                    request.extend_from_slice(&chunk[..n]);
+                }
+                seen.push(String::from_utf8_lossy(&request).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                conn.write_all(answer.as_bytes()).unwrap();
+            }
+            seen
+        });
+        (url, seen)
+    }
+
+    #[test]
+    fn an_id_the_registry_does_not_have_is_the_records_fault_and_a_schema_is_fetched_once() {
+        let (url, seen) = serve("404 Not Found", r#"{"error_code":40403,"message":"Schema not found"}"#, 1);
+        let missing = Registry::new(&url).schema(9).unwrap().unwrap_err();
+        assert!(missing.contains("schema id 9 is not in the schema registry"), "{missing}");
+        assert!(seen.join().unwrap()[0].starts_with("GET /schemas/ids/9 "));
+        let (url, seen) = serve("200 OK", r#"{"schema":"\"long\""}"#, 1);
+        let registry = Registry::new(&url);
+        for _ in 0..3 {
+            assert_eq!(&*registry.schema(4).unwrap().unwrap(), "\"long\"");
+        }
+        assert_eq!(seen.join().unwrap().len(), 1, "cached after the first fetch");
+    }
+
+    /// A schema the subject's compatibility refuses is the job's fault,
+    /// named with the registry's reason; one that registers gives its id.
+    #[test]
+    fn registering_returns_the_id_and_a_refusal_is_a_configuration_error() {
+        let (url, seen) = serve("200 OK", r#"{"id":17}"#, 1);
+        assert_eq!(Registry::new(&url).register("orders.v1-value", "\"long\"").unwrap(), 17);
+        let request = &seen.join().unwrap()[0];
+        assert!(request.starts_with("POST /subjects/orders.v1-value/versions "), "{request}");
+        assert!(request.ends_with(r#"{"schema":"\"long\""}"#), "{request}");
+        let (url, _) = serve("409 Conflict", r#"{"error_code":409,"message":"incompatible: field n"}"#, 1);
+        let e = Registry::new(&url).register("out-value", "\"long\"").unwrap_err();
+        assert!(
+            matches!(&e, Error::Config(m) if m.contains("out-value") && m.contains("incompatible: field n")),
+            "{e}"
+        );
     }
 
     /// Nothing listens: after its retries, a transient error naming the

@@ -60,7 +60,7 @@ pub struct JsonEncoder {
 }
 
 /// The JSON encoding of one value.
-struct Json;
+pub(super) struct Json;
 
 impl Cells for Json {
     fn null(out: &mut Vec<u8>) {
@@ -98,7 +98,7 @@ fn write_timestamp(ms: i64, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-fn prefixes(names: &[String]) -> Vec<Vec<u8>> {
+pub(super) fn prefixes(names: &[String]) -> Vec<Vec<u8>> {
     names
         .iter()
         .enumerate()
@@ -133,7 +133,7 @@ impl JsonEncoder {
 }
 
 #[inline]
-fn write_object(prefixes: &[Vec<u8>], views: &[View<'_>], row: usize, out: &mut Vec<u8>) {
+pub(super) fn write_object(prefixes: &[Vec<u8>], views: &[View<'_>], row: usize, out: &mut Vec<u8>) {
     if views.is_empty() {
         out.extend_from_slice(b"{}");
         return;

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use sluice_crds::{Delivery, SourceSpec, StartFrom, WorkerConfig};
+use sluice_crds::{Delivery, SinkFormat, SourceSpec, StartFrom, WorkerConfig};
 
 use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
@@ -39,7 +39,7 @@ use crate::sink::{
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::{BinaryEncoder, JsonEncoder, RowEncoder};
+use sluice_formats::encode::{AvroEncoder, BinaryEncoder, JsonEncoder, RowEncoder, writer_schema};
 use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
 /// Everything a core needs to run its share of the job.
@@ -487,7 +487,7 @@ impl<'a> Core<'a> {
             let names: Vec<String> = stage.plan.outputs.iter().map(|o| o.name.clone()).collect();
             let keys: Vec<String> = stage.plan.keys.iter().map(|o| o.name.clone()).collect();
             let encoder = match stage.output {
-                StageOutput::Sink => RowEncoder::Json(JsonEncoder::new(&names, &keys)),
+                StageOutput::Sink => sink_encoder(setup, &stage.plan, &names, &keys)?,
                 StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
             };
             runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default() });
@@ -950,6 +950,35 @@ fn send(
         StageSink::Exchange(x) => {
             let rejected = x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps, dead)?;
             Ok((0, 0, rejected))
+        }
+    }
+}
+
+/// How the job's results are written: JSON, or Avro under the writer
+/// schema registered for the sink topic (`<topic>-value`, Confluent's
+/// TopicNameStrategy) when the core starts.
+fn sink_encoder(
+    setup: &CoreSetup,
+    plan: &sluice_plan::Plan,
+    names: &[String],
+    keys: &[String],
+) -> Result<RowEncoder, Error> {
+    let spec = &setup.config.spec;
+    match spec.sink.format {
+        SinkFormat::Json => Ok(RowEncoder::Json(JsonEncoder::new(names, keys))),
+        SinkFormat::Avro => {
+            let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
+                return Err(Error::Config(
+                    "a sink with format avro needs a Kafka topic and spec.schemaRegistry".into(),
+                ));
+            };
+            let outputs: Vec<(String, sluice_plan::DataType)> =
+                plan.outputs.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
+            let schema = writer_schema(&setup.config.job.name, &outputs)
+                .map_err(|e| Error::Config(format!("spec.sink.format avro: {e}")))?;
+            let id = registry.register(&format!("{}-value", kafka.topic), &schema)?;
+            let types: Vec<sluice_plan::DataType> = outputs.iter().map(|o| o.1).collect();
+            Ok(RowEncoder::Avro(AvroEncoder::new(id, &types, keys)))
         }
     }
 }

@@ -1,0 +1,249 @@
+//! Result rows → Avro values in the Confluent wire format, for a sink with
+//! `format: avro`: a zero byte, the writer schema's registry id, then the
+//! datum. The writer schema is derived from the query's output columns
+//! ([`writer_schema`]): one record, each field a union of `null` and the
+//! column's type, since any result column may be NULL. Keys stay JSON
+//! objects of the key columns, as the JSON sink writes them (Kafka
+//! Connect reads them with its JSON or String converter).
+
+use sluice_crds::SinkFormat;
+use sluice_engine::EmittedRows;
+use sluice_plan::{DataType, Scalar};
+
+use super::json::{EncodedRows, Json, prefixes, write_object};
+use super::view::{Cells, Data, View};
+
+/// A result column's Avro type (the union's second branch).
+fn avro_type(t: DataType) -> serde_json::Value {
+    match t {
+        DataType::Bigint => "long".into(),
+        DataType::Double => "double".into(),
+        DataType::String => "string".into(),
+        DataType::Boolean => "boolean".into(),
+        DataType::Timestamp => serde_json::json!({ "type": "long", "logicalType": "timestamp-millis" }),
+        // A column of NULLs only: the union's `null` branch always.
+        DataType::Null => "null".into(),
+    }
+}
+
+/// The writer schema of a query's results: record `name` (an Avro name
+/// made of the job's: other characters become `_`) with one nullable
+/// field per output column, in order. An output column whose name is not
+/// an Avro name is an error naming it (alias it with `AS`).
+pub fn writer_schema(name: &str, outputs: &[(String, DataType)]) -> Result<String, String> {
+    let mut record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if !record.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        record.insert(0, '_');
+    }
+    let mut fields = Vec::with_capacity(outputs.len());
+    for (column, t) in outputs {
+        if let Some(problem) = SinkFormat::Avro.column_name_problem(column) {
+            return Err(problem);
+        }
+        let ty = match t {
+            DataType::Null => serde_json::json!("null"),
+            t => serde_json::json!(["null", avro_type(*t)]),
+        };
+        fields.push(serde_json::json!({ "name": column, "type": ty, "default": null }));
+    }
+    Ok(serde_json::json!({ "type": "record", "name": record, "namespace": "dev.sluice", "fields": fields }).to_string())
+}
+
+/// Writes [`EmittedRows`] as Avro values of the schema registered as `id`.
+#[derive(Debug, Clone)]
+pub struct AvroEncoder {
+    header: [u8; 5],
+    /// Which output columns are of type `null` (a bare `null` field, no union).
+    bare_null: Vec<bool>,
+    key_prefixes: Vec<Vec<u8>>,
+}
+
+/// One value as a `["null", T]` union: its branch, then the value.
+struct Avro;
+
+fn zigzag(v: i64, out: &mut Vec<u8>) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+fn text(s: &str, out: &mut Vec<u8>) {
+    zigzag(i64::try_from(s.len()).unwrap_or(i64::MAX), out);
+    out.extend_from_slice(s.as_bytes());
+}
+
+impl Cells for Avro {
+    fn null(out: &mut Vec<u8>) {
+        out.push(0);
+    }
+
+    #[inline]
+    fn cell(data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
+        match data {
+            Data::Int(x) | Data::Ts(x) => {
+                out.push(2);
+                zigzag(x[row], out);
+            }
+            Data::Float(x) => {
+                out.push(2);
+                out.extend_from_slice(&x[row].to_le_bytes());
+            }
+            Data::Bool(x) => out.extend_from_slice(&[2, u8::from(x[row])]),
+            Data::Str(s) => {
+                out.push(2);
+                text(s.get(row), out);
+            }
+            Data::Null => out.push(0),
+        }
+    }
+
+    fn scalar(s: &Scalar, _: DataType, out: &mut Vec<u8>) {
+        match s {
+            Scalar::Null => out.push(0),
+            Scalar::Bigint(x) | Scalar::Timestamp(x) => {
+                out.push(2);
+                zigzag(*x, out);
+            }
+            Scalar::Double(x) => {
+                out.push(2);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Scalar::Boolean(x) => out.extend_from_slice(&[2, u8::from(*x)]),
+            Scalar::String(x) => {
+                out.push(2);
+                text(x, out);
+            }
+        }
+    }
+}
+
+impl AvroEncoder {
+    /// `types`: the output columns' types, as [`writer_schema`] was given them.
+    pub fn new(schema_id: u32, types: &[DataType], key_names: &[String]) -> Self {
+        let mut header = [0; 5];
+        header[1..].copy_from_slice(&schema_id.to_be_bytes());
+        Self {
+            header,
+            bare_null: types.iter().map(|t| *t == DataType::Null).collect(),
+            key_prefixes: prefixes(key_names),
+        }
+    }
+
+    /// Appends the emitted rows to `out`.
+    pub fn encode(&self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
+        let values: Vec<View<'_>> = rows.columns.iter().map(View::of::<Avro>).collect();
+        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
+        out.values.reserve(rows.selection.len() * (5 + 9 * values.len().max(1)));
+        rows.selection.for_each(|row| {
+            out.values.extend_from_slice(&self.header);
+            for (v, bare) in values.iter().zip(&self.bare_null) {
+                // A bare `null` field takes no bytes.
+                if !bare {
+                    v.write::<Avro>(row, &mut out.values);
+                }
+            }
+            out.value_ends.push(out.values.len());
+            if !keys.is_empty() {
+                write_object(&self.key_prefixes, &keys, row, &mut out.keys);
+                out.key_ends.push(out.keys.len());
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use sluice_crds::{ColumnType, SourceSpec};
+    use sluice_engine::EmittedRows;
+    use sluice_plan::{Column, DataType, Scalar, Selection, Value};
+
+    use super::{AvroEncoder, writer_schema};
+    use crate::decode::AvroDecoder;
+    use crate::encode::EncodedRows;
+
+    fn column(t: DataType, values: &[Scalar]) -> Value<'static> {
+        let mut c = Column::with_capacity(t, values.len());
+        values.iter().for_each(|v| c.push_scalar(v).unwrap());
+        Value::Column(Cow::Owned(c))
+    }
+
+    /// What the encoder writes, the decoder reads back: every type, NULLs
+    /// and a constant column, under the schema derived for them.
+    #[test]
+    fn results_written_as_avro_read_back_as_they_were() {
+        let outputs: Vec<(String, DataType)> = [
+            ("k", DataType::Bigint),
+            ("p", DataType::Double),
+            ("s", DataType::String),
+            ("b", DataType::Boolean),
+            ("t", DataType::Timestamp),
+            ("c", DataType::String),
+        ]
+        .iter()
+        .map(|(n, t)| ((*n).to_owned(), *t))
+        .collect();
+        let schema = writer_schema("my-job", &outputs).unwrap();
+        assert!(schema.contains(r#""name":"my_job""#), "{schema}");
+        let rows = [
+            [
+                Scalar::Bigint(-3),
+                Scalar::Double(1.5),
+                Scalar::String("é✓".into()),
+                Scalar::Boolean(true),
+                Scalar::Timestamp(1_700_000_000_000),
+            ],
+            [Scalar::Null, Scalar::Null, Scalar::Null, Scalar::Null, Scalar::Null],
+            [
+                Scalar::Bigint(i64::MIN),
+                Scalar::Double(-0.0),
+                Scalar::String(String::new()),
+                Scalar::Boolean(false),
+                Scalar::Timestamp(-1),
+            ],
+        ];
+        let mut columns: Vec<Value<'_>> =
+            (0..5).map(|c| column(outputs[c].1, &rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>())).collect();
+        columns.push(Value::Scalar(Scalar::String("const".into()), DataType::String));
+        let types: Vec<DataType> = outputs.iter().map(|o| o.1).collect();
+        let mut out = EncodedRows::default();
+        AvroEncoder::new(42, &types, &[]).encode(
+            &EmittedRows { columns: &columns, keys: &[], selection: Selection::All(3), from_input: false },
+            &mut out,
+        );
+        let source = SourceSpec::table(
+            "r",
+            &[
+                ("k", ColumnType::Bigint, false),
+                ("p", ColumnType::Double, false),
+                ("s", ColumnType::String, false),
+                ("b", ColumnType::Boolean, false),
+                ("t", ColumnType::Timestamp, false),
+                ("c", ColumnType::String, false),
+            ],
+        );
+        let plan = sluice_sql::plan_query("SELECT k, p, s, b, t, c FROM r", &[source]).unwrap();
+        let mut decoder = AvroDecoder::new(&plan);
+        assert_eq!(decoder.needs_schema(out.value(0)), Some(42));
+        decoder.add_schema(42, &schema);
+        let mut batch = decoder.new_batch(3);
+        for i in 0..3 {
+            decoder.decode(out.value(i), &mut batch).unwrap();
+        }
+        for (r, want) in rows.iter().enumerate() {
+            let got: Vec<Scalar> = batch.columns.iter().map(|c| c.scalar(r)).collect();
+            assert_eq!(got[..5], want[..], "row {r}");
+            assert_eq!(got[5], Scalar::String("const".into()));
+        }
+    }
+
+    #[test]
+    fn an_output_name_avro_cannot_hold_is_refused_naming_it() {
+        let e = writer_schema("j", &[("count(*)".into(), DataType::Bigint)]).unwrap_err();
+        assert!(e.contains("`count(*)`") && e.contains("AS"), "{e}");
+    }
+}
