@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the two places untrusted input enters — the JSON decoder and the
-# SQL front end (planner, then the engine over extreme records) — with the
+# Fuzzes the places untrusted input enters — the JSON and Avro decoders and
+# the SQL front end (planner, then the engine over extreme records) — with the
 # deterministic mutation fuzzer in worker/examples/fuzz.rs. Not a CI step:
 # CI runs the property tests from a fixed seed instead.
 #
@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 INPUTS="${INPUTS:-10000000}"
 SEED="${SEED:-24301}"
 cargo build --release -q -p sluice-worker --example fuzz
-for target in json sql; do
+for target in json avro sql; do
   ./target/release/examples/fuzz "$target" "$INPUTS" "$SEED"
 done
 # The property tests at volume, from a fresh seed each run.
 PROPTEST_CASES="${PROPTEST_CASES:-20000}" PROPTEST_RNG_SEED="$SEED" \
-  cargo test --release -q -p sluice-worker --test never_panics --test decode_paths
+  cargo test --release -q -p sluice-worker --test never_panics --test decode_paths --test avro_never_panics

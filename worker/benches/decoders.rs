@@ -12,6 +12,9 @@
 //!   (simd-json parses in place), build its borrowed value tree with reused
 //!   buffers, then look the columns up by name.
 //!
+//! Then the same records as Avro in the Confluent wire format, decoded by
+//! `AvroDecoder` beside JSON's.
+//!
 //! `cargo bench -p sluice-worker --bench decoders` (release profile;
 //! `SLUICE_BENCH_RECORDS`, default 1,000,000). Schemas come from the
 //! example manifests, so the bench decodes exactly what the examples declare.
@@ -24,8 +27,12 @@ use std::time::{Duration, Instant};
 
 use simd_json::prelude::*;
 use sluice_crds::{DatagenScenario, StreamJob};
-use sluice_formats::decode::JsonDecoder;
-use sluice_plan::{Batch, Column};
+use std::borrow::Cow;
+
+use sluice_engine::EmittedRows;
+use sluice_formats::decode::{AvroDecoder, JsonDecoder};
+use sluice_formats::encode::{AvroEncoder, EncodedRows, writer_schema};
+use sluice_plan::{Batch, Column, Selection, Value};
 use sluice_plan::{DataType, Plan};
 use sluice_sql::plan_query;
 use sluice_worker::source::write_record;
@@ -149,5 +156,64 @@ fn main() {
         };
         let (a, v, b, c) = (rate(sluice), rate(visitor), rate(value), rate(simd));
         println!("| {name} | {a:.0} | {v:.0} | {:.2}× | {b:.0} | {:.2}× | {c:.0} | {:.2}× |", v / a, b / a, c / a);
+    }
+    avro_vs_json(records);
+}
+
+/// The same records as JSON and as Avro in the Confluent wire format (made
+/// by decoding the JSON and writing the columns with the Avro sink's
+/// encoder, under the schema it derives), each decoded into the same
+/// columns: JSON by `JsonDecoder`, Avro by `AvroDecoder`.
+fn avro_vs_json(records: usize) {
+    println!("\nJSON and Avro → columns, the same records, one core, median of 3 interleaved rounds\n");
+    println!("| payload | JSON (records/s) | bytes/record | Avro (records/s) | bytes/record | Avro vs JSON |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, example, data) in [
+        ("S0 orders", "s0-pure-select.yaml", DatagenScenario::Orders),
+        ("S1 market data", "s1-rows-window.yaml", DatagenScenario::MarketData),
+        ("S2/S3 trades", "s2-group-by.yaml", DatagenScenario::Trades),
+    ] {
+        let plan = plan(example);
+        let json: Vec<Vec<u8>> = (0..records as u64)
+            .map(|i| {
+                let mut v = Vec::new();
+                write_record(data, i, &mut v);
+                v
+            })
+            .collect();
+        let fields: Vec<(String, DataType)> =
+            plan.source.schema.fields.iter().map(|f| (f.name.clone(), f.data_type)).collect();
+        let types: Vec<DataType> = fields.iter().map(|f| f.1).collect();
+        let schema = writer_schema("bench", &fields).unwrap();
+        let encoder = AvroEncoder::new(1, &types, &[]);
+        let mut decoder = JsonDecoder::new(&plan);
+        let mut batch = decoder.new_batch(BATCH);
+        let mut avro = Vec::with_capacity(records);
+        for chunk in json.chunks(BATCH) {
+            for p in chunk {
+                decoder.decode(p, &mut batch).unwrap();
+            }
+            let columns: Vec<Value<'_>> = batch.columns.iter().map(|c| Value::Column(Cow::Borrowed(c))).collect();
+            let mut out = EncodedRows::default();
+            let rows =
+                EmittedRows { columns: &columns, keys: &[], selection: Selection::All(batch.len), from_input: false };
+            encoder.encode(&rows, &mut out);
+            avro.extend((0..out.len()).map(|i| out.value(i).to_vec()));
+            batch.clear();
+        }
+        let mut reader = AvroDecoder::new(&plan);
+        reader.add_schema(1, &schema);
+        let (mut j, mut a) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            j.push(run(&json, |p, b| decoder.decode(p, b).unwrap(), &mut batch));
+            a.push(run(&avro, |p, b| reader.decode(p, b).unwrap(), &mut batch));
+        }
+        let rate = |mut v: Vec<Duration>| {
+            v.sort();
+            records as f64 / v[1].as_secs_f64()
+        };
+        let size = |v: &[Vec<u8>]| v.iter().map(Vec::len).sum::<usize>() as f64 / v.len() as f64;
+        let (jr, ar) = (rate(j), rate(a));
+        println!("| {name} | {jr:.0} | {:.1} | {ar:.0} | {:.1} | {:.2}× |", size(&json), size(&avro), ar / jr);
     }
 }

@@ -1,11 +1,12 @@
-//! A deterministic mutation fuzzer for the two places untrusted input
-//! enters: the JSON decoder (every record of every source) and the SQL front
-//! end (every StreamJob's query, planned by the operator too). Run by
+//! A deterministic mutation fuzzer for the places untrusted input enters:
+//! the JSON and Avro decoders (every record of every source) and the SQL
+//! front end (every StreamJob's query, planned by the operator too). Run by
 //! `bench/fuzz.sh` at volume; not a CI step.
 //!
 //! ```text
 //! cargo run --release -p sluice-worker --example fuzz -- json 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- sql 10000000 [seed]
+//! cargo run --release -p sluice-worker --example fuzz -- avro 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- sql 1 24301 695720   # input 695720 alone
 //! ```
 //!
@@ -21,7 +22,9 @@
 //!
 //! `json` also runs every input through both decoder paths (the fast path
 //! and the serde visitor) and counts disagreements: same rows, same values,
-//! same dead-letter reason. `sql` runs every query that plans over records
+//! same dead-letter reason. `avro` decodes valid datums of writer schemas
+//! with every construct, mutated, and counts a record that leaves the batch
+//! other than one whole row or untouched. `sql` runs every query that plans over records
 //! holding extreme values, through the engine, to its end.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -67,8 +70,8 @@ impl Rng {
 }
 
 /// One input: a seed mutated 1–8 times.
-fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -> Vec<u8> {
-    let mut v = seeds[rng.below(seeds.len())].as_bytes().to_vec();
+fn mutate<S: AsRef<[u8]>, T: AsRef<[u8]>>(seeds: &[S], dictionary: &[T], chains: &[T], rng: &mut Rng) -> Vec<u8> {
+    let mut v = seeds[rng.below(seeds.len())].as_ref().to_vec();
     // Half the inputs carry one mutation (most still parse, reaching the
     // planner and the engine), the rest up to eight (the parser's edges).
     let mutations = if rng.below(2) == 0 { 1 } else { 1 + rng.below(8) };
@@ -81,7 +84,7 @@ fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -
             }
             1 => v.insert(at, u8::try_from(rng.below(256)).unwrap_or(0)),
             2 | 3 => {
-                let token = dictionary[rng.below(dictionary.len())].as_bytes();
+                let token = dictionary[rng.below(dictionary.len())].as_ref();
                 v.splice(at..at, token.iter().copied());
             }
             4 if !v.is_empty() => {
@@ -91,7 +94,7 @@ fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -
             // A long run of one token (an operator chain, nested
             // parentheses): deep trees are what overflowed the stack.
             6 => {
-                let token = chains[rng.below(chains.len())].as_bytes();
+                let token = chains[rng.below(chains.len())].as_ref();
                 let most = if rng.below(4) == 0 { 20_000 } else { 600 };
                 let times = 1 + rng.below(most);
                 let run: Vec<u8> = token.iter().copied().cycle().take(token.len() * times).collect();
@@ -104,7 +107,7 @@ fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -
                 v.splice(at..at, piece);
             }
             _ => {
-                let other = seeds[rng.below(seeds.len())].as_bytes();
+                let other = seeds[rng.below(seeds.len())].as_ref();
                 let from = rng.below(other.len());
                 v.truncate(at);
                 v.extend_from_slice(&other[from..]);
@@ -113,6 +116,25 @@ fn mutate(seeds: &[&str], dictionary: &[&str], chains: &[&str], rng: &mut Rng) -
     }
     v
 }
+
+/// Avro's building blocks: small varints (union branches, lengths,
+/// counts), a negative block count, over-long and 64-bit-edge varints.
+const AVRO_DICTIONARY: &[&[u8]] = &[
+    &[0x00],
+    &[0x01],
+    &[0x02],
+    &[0x03],
+    &[0x04],
+    &[0x7f],
+    &[0x80, 0x01],
+    &[0xff, 0xff, 0xff, 0xff, 0x0f],
+    &[0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+    &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+    &[0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf0, 0x7f],
+];
+/// Runs of union branch 1 (a recursive record nesting again) and of
+/// array blocks.
+const AVRO_CHAINS: &[&[u8]] = &[&[0x02], &[0x02, 0x02], &[0x7f, 0x00]];
 
 const JSON_SEEDS: &[&str] = &[
     r#"{"id":1,"price":2.5,"name":"x","ts":1700000000000,"flag":true,"unread":5,"note":"n"}"#,
@@ -289,8 +311,8 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if target != "json" && target != "sql" {
-        eprintln!("usage: fuzz json|sql [inputs] [seed] [first input]");
+    if !["json", "sql", "avro"].contains(&target.as_str()) {
+        eprintln!("usage: fuzz json|sql|avro [inputs] [seed] [first input]");
         std::process::exit(2);
     }
     // Panics are caught and reported with their input; keep the default
@@ -319,19 +341,37 @@ fn main() {
     let plans = [fixtures::all_types_source(ColumnType::Timestamp), fixtures::all_types_source(ColumnType::Bigint)];
     let (mut fast, mut reference) = (JsonDecoder::new(&decoder_plan), JsonDecoder::new(&decoder_plan));
     let (mut a, mut b) = (fast.new_batch(4), reference.new_batch(4));
+    let avro_seeds = fixtures::avro_seeds();
+    let mut avro = fixtures::avro_decoder();
+    let mut avro_batch = avro.new_batch(4);
     let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);
     let mut slowest = Duration::ZERO;
     let run_started = Instant::now();
     for i in first..first.saturating_add(inputs) {
-        let mut rng = Rng::new(seed ^ u64::from(target == "sql"), i);
+        let mut rng = Rng::new(seed ^ u64::from(target == "sql") ^ (u64::from(target == "avro") << 1), i);
         let input = match target.as_str() {
             "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
+            "avro" => {
+                let mut v = mutate(&avro_seeds, AVRO_DICTIONARY, AVRO_CHAINS, &mut rng);
+                // Mostly a known schema id: the datum is what is fuzzed.
+                if v.len() >= 5 && rng.below(8) != 0 {
+                    v[..5].copy_from_slice(&avro_seeds[rng.below(avro_seeds.len())][..5]);
+                }
+                v
+            }
             _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
         current.store(i, Ordering::Release);
         let t = Instant::now();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if target == "avro" {
+                avro_batch.clear();
+                return match fixtures::decode_whole_row_or_none(&mut avro, &mut avro_batch, &input) {
+                    Ok(()) => Verdict::Fine,
+                    Err(why) => Verdict::Disagreement(why),
+                };
+            }
             if target == "json" {
                 a.clear();
                 b.clear();
@@ -371,6 +411,8 @@ fn main() {
                     eprintln!("PANIC: {target} input #{i}: {:?}", String::from_utf8_lossy(&input));
                 }
                 // A panic mid-decode can leave the decoders half way: start afresh.
+                avro = fixtures::avro_decoder();
+                avro_batch = avro.new_batch(4);
                 fast = JsonDecoder::new(&decoder_plan);
                 reference = JsonDecoder::new(&decoder_plan);
                 a = fast.new_batch(4);

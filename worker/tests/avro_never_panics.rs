@@ -10,60 +10,12 @@
 
 use proptest::prelude::*;
 
+#[path = "support/fixtures.rs"]
+mod fixtures;
 mod support;
-use sluice_crds::{ColumnType, SourceSpec};
+use fixtures::avro_decoder as decoder;
 use sluice_formats::decode::AvroDecoder;
 use sluice_plan::Batch;
-
-/// Writer schemas, by id: the columns below read some of each.
-pub const SCHEMAS: &[(u32, &str)] = &[
-    (
-        1,
-        r#"{"type":"record","name":"R","fields":[
-            {"name":"id","type":"long"},
-            {"name":"price","type":["null","double","string"]},
-            {"name":"name","type":{"type":"enum","name":"E","symbols":["A","B","C"]}},
-            {"name":"ts","type":{"type":"long","logicalType":"timestamp-micros"}},
-            {"name":"tags","type":{"type":"array","items":["null","string"]}},
-            {"name":"attrs","type":{"type":"map","values":{"type":"fixed","name":"F","size":3}}},
-            {"name":"amount","type":{"type":"bytes","logicalType":"decimal","scale":4}},
-            {"name":"flag","type":"boolean"}
-        ]}"#,
-    ),
-    (
-        2,
-        r#"{"type":"record","name":"L","fields":[
-            {"name":"id","type":"int"},
-            {"name":"nested","type":["null",{"type":"record","name":"N","fields":[
-                {"name":"day","type":{"type":"int","logicalType":"date"}},
-                {"name":"next","type":["null","L"]}]}]},
-            {"name":"name","type":"bytes"}
-        ]}"#,
-    ),
-    (3, r#"{"type":"record","name":"S","fields":[{"name":"id","type":"float"},{"name":"flag","type":"string"}]}"#),
-];
-
-fn decoder() -> AvroDecoder {
-    let source = SourceSpec::table(
-        "t",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("price", ColumnType::Double, false),
-            ("name", ColumnType::String, false),
-            ("ts", ColumnType::Timestamp, false),
-            ("amount", ColumnType::String, false),
-            ("nested.day", ColumnType::Timestamp, false),
-            ("flag", ColumnType::Boolean, false),
-        ],
-    );
-    let plan =
-        sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap();
-    let mut d = AvroDecoder::new(&plan);
-    for (id, schema) in SCHEMAS {
-        d.add_schema(*id, schema);
-    }
-    d
-}
 
 fn framed(id: u32, body: &[u8]) -> Vec<u8> {
     let mut v = vec![0];
@@ -74,21 +26,8 @@ fn framed(id: u32, body: &[u8]) -> Vec<u8> {
 
 /// Decodes, checking the batch took a whole row or nothing.
 fn check(d: &mut AvroDecoder, batch: &mut Batch, payload: &[u8]) {
-    let before = batch.len;
-    let lengths: Vec<usize> = batch.columns.iter().map(sluice_plan::Column::len).collect();
-    match d.decode(payload, batch) {
-        Ok(()) => {
-            assert_eq!(batch.len, before + 1);
-            for (c, was) in batch.columns.iter().zip(&lengths) {
-                assert_eq!(c.len(), was + 1, "{payload:?}: one value per column");
-            }
-        }
-        Err(e) => {
-            assert!(!e.0.is_empty());
-            assert_eq!(batch.len, before);
-            let now: Vec<usize> = batch.columns.iter().map(sluice_plan::Column::len).collect();
-            assert_eq!(now, lengths, "{payload:?}: rolled back ({e})");
-        }
+    if let Err(e) = fixtures::decode_whole_row_or_none(d, batch, payload) {
+        panic!("{payload:?}: {e}");
     }
 }
 
@@ -115,6 +54,36 @@ proptest! {
         let mut d = decoder();
         let mut batch = d.new_batch(4);
         check(&mut d, &mut batch, &framed(id, &parts.concat()));
+    }
+
+    #[test]
+    fn mutated_valid_datums_never_panic(seed in 0usize..3, flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..6), cut in any::<usize>()) {
+        let mut payload = fixtures::avro_seeds()[seed].clone();
+        for (at, bits) in flips {
+            let i = 5 + at % (payload.len() - 5);
+            payload[i] ^= bits;
+        }
+        payload.truncate(5 + cut % (payload.len() - 4));
+        let mut d = decoder();
+        let mut batch = d.new_batch(4);
+        check(&mut d, &mut batch, &payload);
+    }
+
+    /// The flat path (a record of values and nullable values) and the
+    /// program's tree give the same rows, values and reasons.
+    #[test]
+    fn the_flat_path_and_the_tree_agree(parts in prop::collection::vec(chunk(), 0..12)) {
+        let (mut flat, mut tree) = (decoder(), decoder());
+        flat.add_schema(4, fixtures::AVRO_FLAT_SCHEMA);
+        tree.add_schema(4, fixtures::AVRO_FLAT_SCHEMA);
+        let (mut a, mut b) = (flat.new_batch(4), tree.new_batch(4));
+        let payload = framed(4, &parts.concat());
+        let (got, want) = (flat.decode(&payload, &mut a), tree.decode_by_tree(&payload, &mut b));
+        prop_assert_eq!(&got, &want);
+        prop_assert_eq!(a.len, b.len);
+        for (x, y) in a.columns.iter().zip(&b.columns) {
+            prop_assert_eq!((0..a.len).map(|r| x.scalar(r)).collect::<Vec<_>>(), (0..b.len).map(|r| y.scalar(r)).collect::<Vec<_>>());
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::JsonDecoder;
+use sluice_formats::decode::{AvroDecoder, JsonDecoder};
 use sluice_plan::{Batch, Plan};
 
 /// Every type once; the event time `ts` a timestamp or a bigint (epoch
@@ -100,4 +100,142 @@ pub fn cells(batch: &Batch) -> Vec<String> {
         }
     }
     out
+}
+
+/// Avro writer schemas, by id, with every construct: unions, nested and
+/// recursive records, arrays, maps, enums, fixed, decimals, logical types.
+pub const AVRO_SCHEMAS: &[(u32, &str)] = &[
+    (
+        1,
+        r#"{"type":"record","name":"R","fields":[
+            {"name":"id","type":"long"},
+            {"name":"price","type":["null","double","string"]},
+            {"name":"name","type":{"type":"enum","name":"E","symbols":["A","B","C"]}},
+            {"name":"ts","type":{"type":"long","logicalType":"timestamp-micros"}},
+            {"name":"tags","type":{"type":"array","items":["null","string"]}},
+            {"name":"attrs","type":{"type":"map","values":{"type":"fixed","name":"F","size":3}}},
+            {"name":"amount","type":{"type":"bytes","logicalType":"decimal","scale":4}},
+            {"name":"flag","type":"boolean"}
+        ]}"#,
+    ),
+    (
+        2,
+        r#"{"type":"record","name":"L","fields":[
+            {"name":"id","type":"int"},
+            {"name":"nested","type":["null",{"type":"record","name":"N","fields":[
+                {"name":"day","type":{"type":"int","logicalType":"date"}},
+                {"name":"next","type":["null","L"]}]}]},
+            {"name":"name","type":"bytes"}
+        ]}"#,
+    ),
+    (3, r#"{"type":"record","name":"S","fields":[{"name":"id","type":"float"},{"name":"flag","type":"string"}]}"#),
+];
+
+/// A writer schema the decoder reads by its flat path: values and
+/// nullable values only, a field no column reads, none for `nested.day`.
+pub const AVRO_FLAT_SCHEMA: &str = r#"{"type":"record","name":"F","fields":[
+    {"name":"id","type":"long"},
+    {"name":"price","type":["null","double"]},
+    {"name":"extra","type":"string"},
+    {"name":"name","type":["string","null"]},
+    {"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},
+    {"name":"amount","type":["null",{"type":"bytes","logicalType":"decimal","scale":2}]},
+    {"name":"flag","type":["null","boolean"]}
+]}"#;
+
+/// An Avro decoder of columns that read some of every [`AVRO_SCHEMAS`] entry.
+#[allow(clippy::unwrap_used)]
+pub fn avro_decoder() -> AvroDecoder {
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("amount", ColumnType::String, false),
+            ("nested.day", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+        ],
+    );
+    let plan =
+        sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap();
+    let mut d = AvroDecoder::new(&plan);
+    for (id, schema) in AVRO_SCHEMAS {
+        d.add_schema(*id, schema);
+    }
+    d
+}
+
+fn avro_long(v: i64, out: &mut Vec<u8>) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+fn avro_bytes(b: &[u8], out: &mut Vec<u8>) {
+    avro_long(i64::try_from(b.len()).unwrap_or(i64::MAX), out);
+    out.extend_from_slice(b);
+}
+
+/// A valid datum of each [`AVRO_SCHEMAS`] entry, in the wire format.
+pub fn avro_seeds() -> Vec<Vec<u8>> {
+    let framed = |id: u32| {
+        let mut v = vec![0];
+        v.extend_from_slice(&id.to_be_bytes());
+        v
+    };
+    let mut r = framed(1);
+    avro_long(5, &mut r);
+    avro_long(1, &mut r);
+    r.extend_from_slice(&2.5f64.to_le_bytes());
+    avro_long(2, &mut r);
+    avro_long(1_700_000_000_000_000, &mut r);
+    for v in [2, 1] {
+        avro_long(v, &mut r);
+    }
+    avro_bytes(b"a", &mut r);
+    avro_long(0, &mut r);
+    avro_long(0, &mut r);
+    avro_long(1, &mut r);
+    avro_bytes(b"k", &mut r);
+    r.extend_from_slice(b"xyz");
+    avro_long(0, &mut r);
+    avro_bytes(&[0x01, 0x02], &mut r);
+    r.push(1);
+    let mut l = framed(2);
+    for v in [3, 1, 19_000, 1, 4, 0] {
+        avro_long(v, &mut l);
+    }
+    avro_bytes(b"in", &mut l);
+    avro_bytes(b"out", &mut l);
+    let mut s = framed(3);
+    s.extend_from_slice(&1.5f32.to_le_bytes());
+    avro_bytes(b"true", &mut s);
+    vec![r, l, s]
+}
+
+/// Decodes `payload`, checking that the batch took one whole row (a value
+/// in every column) or, on an error, nothing at all.
+pub fn decode_whole_row_or_none(d: &mut AvroDecoder, batch: &mut Batch, payload: &[u8]) -> Result<(), String> {
+    let before = batch.len;
+    let lengths: Vec<usize> = batch.columns.iter().map(sluice_plan::Column::len).collect();
+    let now = |batch: &Batch| -> Vec<usize> { batch.columns.iter().map(sluice_plan::Column::len).collect() };
+    match d.decode(payload, batch) {
+        Ok(()) => {
+            let grown: Vec<usize> = lengths.iter().map(|n| n + 1).collect();
+            if batch.len != before + 1 || now(batch) != grown {
+                return Err(format!("a row of {:?} columns after {lengths:?}", now(batch)));
+            }
+        }
+        Err(e) => {
+            if e.0.is_empty() || batch.len != before || now(batch) != lengths {
+                return Err(format!("not rolled back after `{e}`: {:?}", now(batch)));
+            }
+        }
+    }
+    Ok(())
 }

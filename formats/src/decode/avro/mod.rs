@@ -48,6 +48,10 @@ pub struct AvroDecoder {
     fields: Vec<(usize, Vec<String>)>,
     /// Per writer schema id: its program, or why its records cannot be read.
     programs: HashMap<u32, Result<Program, String>>,
+    /// The id the last record named and its flat program, if it has one:
+    /// records of a topic name the same id one after another, and a flat
+    /// record of values (most are) runs without the tree's recursion.
+    last: Option<(u32, Option<Vec<Step>>)>,
 }
 
 impl AvroDecoder {
@@ -58,7 +62,7 @@ impl AvroDecoder {
                 ColumnOrigin::Metadata { .. } => None,
             })
             .collect();
-        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new() }
+        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new(), last: None }
     }
 
     /// An empty batch with a builder for each used column.
@@ -88,15 +92,42 @@ impl AvroDecoder {
             .map_err(|e| format!("schema id {id} is not a valid Avro schema: {e}"))
             .and_then(|schema| Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}")));
         self.programs.insert(id, program);
+        self.last = None;
     }
 
     /// The registry has no schema `id`: its records are dead letters, `why`.
     pub fn add_unknown(&mut self, id: u32, why: String) {
         self.programs.insert(id, Err(why));
+        self.last = None;
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let id = schema_id(payload).map_err(DecodeError)?;
+        if self.last.as_ref().is_none_or(|(last, _)| *last != id) {
+            let flat = self.programs.get(&id).and_then(|p| p.as_ref().ok()).and_then(|p| flatten(&p.root, p));
+            self.last = Some((id, flat));
+        }
+        if let Some((_, Some(steps))) = &self.last {
+            let rows = batch.len;
+            let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
+            match run_flat(steps, &self.columns, batch, &mut cursor) {
+                Ok(()) if cursor.at == cursor.buf.len() => {
+                    batch.len = rows + 1;
+                    return Ok(());
+                }
+                // Anything else: rolled back and decoded by the tree, which
+                // says why.
+                _ => self.columns.rollback(batch, rows),
+            }
+        }
+        self.decode_by_tree(payload, batch)
+    }
+
+    /// The program's tree alone, without the flat path: what `decode`
+    /// falls back to, and the reference the flat path is tested against.
+    #[doc(hidden)]
+    pub fn decode_by_tree(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let id = schema_id(payload).map_err(DecodeError)?;
         let program = match self.programs.get(&id) {
             Some(Ok(p)) => p,
@@ -126,6 +157,99 @@ impl AvroDecoder {
             }
         }
     }
+}
+
+/// One value of a flat record: a column's, or one skipped.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Read {
+        col: usize,
+        conv: Conv,
+    },
+    /// A `["null", T]` union into a column (`null_branch`: the index of
+    /// its `null`).
+    Nullable {
+        col: usize,
+        conv: Conv,
+        null_branch: i64,
+    },
+    Skip(Width),
+    /// A column the writer has no field for (never `required`: such a
+    /// schema does not compile).
+    Absent(usize),
+}
+
+/// How many bytes a skipped value takes.
+#[derive(Debug, Clone, Copy)]
+enum Width {
+    Varint,
+    Fixed(usize),
+    Prefixed,
+}
+
+/// The steps of a program whose root record holds only values (read or
+/// skipped) and nullable values, then a NULL for each column the writer
+/// has no field for; `None` for any other.
+fn flatten(root: &Op, program: &Program) -> Option<Vec<Step>> {
+    let Op::Record(ops) = root else { return None };
+    let width = |ty: TypeId| match &program.schema.types[ty] {
+        Type::Boolean => Some(Width::Fixed(1)),
+        Type::Int(_) | Type::Long(_) | Type::Enum { .. } => Some(Width::Varint),
+        Type::Float => Some(Width::Fixed(4)),
+        Type::Double => Some(Width::Fixed(8)),
+        Type::Bytes(_) | Type::String(_) => Some(Width::Prefixed),
+        Type::Fixed { size, .. } => Some(Width::Fixed(*size)),
+        Type::Null => Some(Width::Fixed(0)),
+        _ => None,
+    };
+    ops.iter()
+        .map(|op| match op {
+            Op::Read { col, conv } => Some(Step::Read { col: *col, conv: *conv }),
+            Op::Skip(ty) => width(*ty).map(Step::Skip),
+            Op::Union(branches) => match branches.as_slice() {
+                [Op::Nulls(cols, _), Op::Read { col, conv }] if cols == &[*col] => {
+                    Some(Step::Nullable { col: *col, conv: *conv, null_branch: 0 })
+                }
+                [Op::Read { col, conv }, Op::Nulls(cols, _)] if cols == &[*col] => {
+                    Some(Step::Nullable { col: *col, conv: *conv, null_branch: 1 })
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .chain(program.absent.iter().map(|&col| Some(Step::Absent(col))))
+        .collect()
+}
+
+/// A flat record's values into their columns; an `Err` leaves the
+/// caller to roll back.
+fn run_flat(steps: &[Step], columns: &JsonDecoder, batch: &mut Batch, cur: &mut Cursor<'_>) -> Result<(), String> {
+    for step in steps {
+        match *step {
+            Step::Read { col, conv } => read_value(columns, batch, col, conv, cur, &[])?,
+            Step::Nullable { col, conv, null_branch } => match cur.long()? {
+                b if b == null_branch => {
+                    if columns.required[col] {
+                        return Err(String::new());
+                    }
+                    if columns.used[col] {
+                        batch.columns[col].push_null();
+                    }
+                }
+                b if b == 1 - null_branch => read_value(columns, batch, col, conv, cur, &[])?,
+                _ => return Err(String::new()),
+            },
+            Step::Skip(Width::Varint) => drop(cur.long()?),
+            Step::Skip(Width::Fixed(n)) => drop(cur.take(n)?),
+            Step::Skip(Width::Prefixed) => drop(cur.bytes()?),
+            Step::Absent(col) => {
+                if columns.used[col] {
+                    batch.columns[col].push_null();
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The schema id of a value in the Confluent wire format.
@@ -302,96 +426,145 @@ impl Run<'_, '_> {
         String::from_utf8_lossy(&self.columns.names[col]).into_owned()
     }
 
-    /// A time in milliseconds, within the range every timestamp keeps to.
-    fn time(&self, col: usize, ms: Option<i64>) -> Result<i64, String> {
-        ms.filter(|ms| !self.columns.time_bounded[col] || (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
-            .ok_or_else(|| format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", self.name(col)))
-    }
-
     fn read(&mut self, col: usize, conv: Conv, cur: &mut Cursor<'_>) -> Result<(), String> {
-        enum V<'t> {
-            Int(i64),
-            Float(f64),
-            Bool(bool),
-            Text(&'t str),
-        }
-        let value = match conv {
-            Conv::Null => return self.push_null(col),
-            Conv::Boolean => match cur.take(1)?[0] {
-                0 => V::Bool(false),
-                1 => V::Bool(true),
-                b => return Err(format!("column `{}`: boolean byte {b}", self.name(col))),
-            },
-            Conv::IntToBigint => V::Int(i64::from(cur.int()?)),
-            Conv::LongToBigint => V::Int(cur.long()?),
-            Conv::IntToDouble => V::Float(f64::from(cur.int()?)),
-            #[allow(clippy::cast_precision_loss)]
-            Conv::LongToDouble => V::Float(cur.long()? as f64),
-            Conv::FloatToDouble => {
-                let b = cur.take(4)?;
-                V::Float(f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+        read_value(self.columns, self.batch, col, conv, cur, &self.program.symbols)
+    }
+}
+
+fn name(columns: &JsonDecoder, col: usize) -> String {
+    String::from_utf8_lossy(&columns.names[col]).into_owned()
+}
+
+/// A time in milliseconds, within the range every timestamp keeps to.
+fn time(columns: &JsonDecoder, col: usize, ms: Option<i64>) -> Result<i64, String> {
+    ms.filter(|ms| !columns.time_bounded[col] || (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
+        .ok_or_else(|| format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", name(columns, col)))
+}
+
+/// Reads one value and pushes it into column `col` (when the query uses it).
+#[inline]
+fn read_value(
+    columns: &JsonDecoder,
+    batch: &mut Batch,
+    col: usize,
+    conv: Conv,
+    cur: &mut Cursor<'_>,
+    symbols: &[Vec<String>],
+) -> Result<(), String> {
+    let used = columns.used[col];
+    let pushed = match conv {
+        Conv::Null => {
+            if columns.required[col] {
+                return Err(format!("required column `{}` is null", name(columns, col)));
             }
-            Conv::DoubleToDouble => {
-                let mut w = [0; 8];
-                w.copy_from_slice(cur.take(8)?);
-                V::Float(f64::from_le_bytes(w))
+            if used {
+                batch.columns[col].push_null();
             }
-            Conv::MillisToTimestamp => V::Int(self.time(col, Some(cur.long()?))?),
-            Conv::MicrosToTimestamp => V::Int(self.time(col, Some(cur.long()?.div_euclid(1000)))?),
-            Conv::DaysToTimestamp => V::Int(self.time(col, i64::from(cur.int()?).checked_mul(MS_PER_DAY))?),
-            Conv::StringToTimestamp => {
-                let text = cur.text()?;
-                let ms = parse_timestamp_ms(text)
-                    .ok_or_else(|| format!("column `{}`: `{text}` is not a timestamp", self.name(col)))?;
-                V::Int(self.time(col, Some(ms))?)
-            }
-            Conv::StringToString => V::Text(cur.text()?),
-            Conv::BytesToString => V::Text(
-                std::str::from_utf8(cur.bytes()?)
-                    .map_err(|_| format!("column `{}`: bytes that are not UTF-8", self.name(col)))?,
-            ),
-            Conv::FixedToString(n) => V::Text(
-                std::str::from_utf8(cur.take(n)?)
-                    .map_err(|_| format!("column `{}`: fixed bytes that are not UTF-8", self.name(col)))?,
-            ),
-            Conv::EnumToString(e) => {
-                let i = cur.long()?;
-                let symbols = &self.program.symbols[e];
-                let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
-                V::Text(symbol.ok_or_else(|| format!("enum symbol {i} of {}", symbols.len()))?)
-            }
-            Conv::DecimalToDouble { scale, fixed } | Conv::DecimalToString { scale, fixed } => {
-                let bytes = match fixed {
-                    Some(n) => cur.take(n)?,
-                    None => cur.bytes()?,
-                };
-                let unscaled = unscaled(bytes)
-                    .ok_or_else(|| format!("column `{}`: a decimal of {} bytes", self.name(col), bytes.len()))?;
-                if !self.columns.used[col] {
-                    return Ok(());
-                }
-                let column = &mut self.batch.columns[col];
-                let pushed = if matches!(conv, Conv::DecimalToDouble { .. }) {
-                    #[allow(clippy::cast_precision_loss)]
-                    column.push_f64(unscaled as f64 / 10f64.powi(i32::try_from(scale).unwrap_or(0)))
-                } else {
-                    column.push_str(&decimal_text(unscaled, scale))
-                };
-                return pushed.map_err(|e| e.to_string());
-            }
-        };
-        if !self.columns.used[col] {
             return Ok(());
         }
-        let column = &mut self.batch.columns[col];
-        match value {
-            V::Int(x) => column.push_i64(x),
-            V::Float(x) => column.push_f64(x),
-            V::Bool(x) => column.push_bool(x),
-            V::Text(x) => column.push_str(x),
+        Conv::Boolean => {
+            let b = match cur.take(1)?[0] {
+                0 => false,
+                1 => true,
+                b => return Err(format!("column `{}`: boolean byte {b}", name(columns, col))),
+            };
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_bool(b)
         }
-        .map_err(|e| e.to_string())
-    }
+        Conv::IntToBigint | Conv::LongToBigint | Conv::MillisToTimestamp => {
+            let x = if conv == Conv::IntToBigint { i64::from(cur.int()?) } else { cur.long()? };
+            let x = if conv == Conv::MillisToTimestamp { time(columns, col, Some(x))? } else { x };
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(x)
+        }
+        Conv::MicrosToTimestamp | Conv::DaysToTimestamp => {
+            let ms = if conv == Conv::MicrosToTimestamp {
+                Some(cur.long()?.div_euclid(1000))
+            } else {
+                i64::from(cur.int()?).checked_mul(MS_PER_DAY)
+            };
+            let x = time(columns, col, ms)?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(x)
+        }
+        Conv::IntToDouble | Conv::LongToDouble | Conv::FloatToDouble | Conv::DoubleToDouble => {
+            #[allow(clippy::cast_precision_loss)]
+            let x = match conv {
+                Conv::IntToDouble => f64::from(cur.int()?),
+                Conv::LongToDouble => cur.long()? as f64,
+                Conv::FloatToDouble => {
+                    let b = cur.take(4)?;
+                    f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                }
+                _ => {
+                    let mut w = [0; 8];
+                    w.copy_from_slice(cur.take(8)?);
+                    f64::from_le_bytes(w)
+                }
+            };
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_f64(x)
+        }
+        Conv::StringToTimestamp => {
+            let text = cur.text()?;
+            let ms = parse_timestamp_ms(text)
+                .ok_or_else(|| format!("column `{}`: `{text}` is not a timestamp", name(columns, col)))?;
+            let x = time(columns, col, Some(ms))?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(x)
+        }
+        Conv::StringToString | Conv::BytesToString | Conv::FixedToString(_) => {
+            let bytes = match conv {
+                Conv::FixedToString(n) => cur.take(n)?,
+                _ => cur.bytes()?,
+            };
+            let text = std::str::from_utf8(bytes)
+                .map_err(|_| format!("column `{}`: a string that is not UTF-8", name(columns, col)))?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_str(text)
+        }
+        Conv::EnumToString(e) => {
+            let i = cur.long()?;
+            let symbols = symbols.get(e).map_or(&[][..], Vec::as_slice);
+            let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+            let symbol = symbol.ok_or_else(|| format!("enum symbol {i} of {}", symbols.len()))?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_str(symbol)
+        }
+        Conv::DecimalToDouble { scale, fixed } | Conv::DecimalToString { scale, fixed } => {
+            let bytes = match fixed {
+                Some(n) => cur.take(n)?,
+                None => cur.bytes()?,
+            };
+            let unscaled = unscaled(bytes)
+                .ok_or_else(|| format!("column `{}`: a decimal of {} bytes", name(columns, col), bytes.len()))?;
+            if !used {
+                return Ok(());
+            }
+            let column = &mut batch.columns[col];
+            if matches!(conv, Conv::DecimalToDouble { .. }) {
+                #[allow(clippy::cast_precision_loss)]
+                column.push_f64(unscaled as f64 / 10f64.powi(i32::try_from(scale).unwrap_or(0)))
+            } else {
+                column.push_str(&decimal_text(unscaled, scale))
+            }
+        }
+    };
+    pushed.map_err(|e| e.to_string())
 }
 
 /// A big-endian two's-complement integer of at most 16 bytes.

@@ -254,3 +254,19 @@ fn item_counts_and_nesting_beyond_the_bytes_are_refused() {
     d.decode(&shallow.long(0).0, &mut batch).unwrap();
     assert_eq!(row(&batch, 0), [Scalar::Null], "no field `n`: NULL");
 }
+
+/// Flat records of values and nullable values take the flat path; nested
+/// records, arrays and unions of more kinds the tree.
+#[test]
+fn flat_records_take_the_flat_path() {
+    let mut d = decoder(&bid_columns());
+    d.add_schema(7, BID_V1);
+    d.add_schema(9, BID_V2);
+    d.add_schema(1, r#"{"type":"record","name":"R","fields":[{"name":"auction","type":"long"},{"name":"xs","type":{"type":"array","items":"long"}}]}"#);
+    let flat = |d: &AvroDecoder, id: u32| {
+        let p = d.programs[&id].as_ref().unwrap();
+        super::flatten(&p.root, p).is_some()
+    };
+    assert!(flat(&d, 7) && flat(&d, 9));
+    assert!(!flat(&d, 1), "an array is skipped by the tree");
+}
