@@ -61,11 +61,12 @@ fn an_avro_topic_reads_across_a_compatible_schema_change_and_bad_records_are_dea
     kafka::create_topic(&out, 1);
     kafka::create_topic(&dlq, 1);
     produce_avro(&topic, "v1", 0, 3_000);
-    kafka::produce(
+    let trace: &[(&str, Option<&[u8]>)] = &[("trace-id", Some(b"t-1")), ("empty", None)];
+    kafka::produce_full(
         &topic,
         &[
-            (Some(b"AAPL".as_slice()), b"{\"symbol\":\"AAPL\"}".as_slice(), Some(0)),
-            (Some(b"AAPL".as_slice()), [0u8, 0x7f, 0xff, 0xff, 0xf0, 2, 4].as_slice(), Some(1)),
+            (Some(b"AAPL".as_slice()), b"{\"symbol\":\"AAPL\"}".as_slice(), 0, 1_700_000_000_000, trace),
+            (Some(b"MSFT".as_slice()), [0u8, 0x7f, 0xff, 0xff, 0xf0, 2, 4].as_slice(), 1, 1_700_000_000_000, &[]),
         ],
     );
     produce_avro(&topic, "v2", 3_000, 6_000);
@@ -105,12 +106,31 @@ spec:
     assert!(w.log().contains("records in: 6002"), "{}", w.log());
     let got = final_per_symbol(&kafka::consume_all(&out, Duration::from_secs(60)));
     assert_eq!(got, expected(0..6_000), "every trade of both schema versions counted once");
-    let dead = kafka::consume_all(&dlq, Duration::from_secs(30));
-    let mut reasons: Vec<String> = dead.iter().map(|r| r.header("sluice.error.reason").unwrap_or_default()).collect();
-    reasons.sort();
+    let mut dead = kafka::consume_all(&dlq, Duration::from_secs(30));
+    dead.sort_by_key(|r| r.key.clone());
+    let reasons: Vec<String> = dead.iter().map(|r| r.header("sluice.error.reason").unwrap_or_default()).collect();
     assert_eq!(reasons.len(), 2, "the two bad records only: {reasons:?}");
     assert!(reasons[0].contains("not in the Confluent wire format"), "{reasons:?}");
     assert!(reasons[1].contains("is not in the schema registry"), "{reasons:?}");
+    // As they were: key, value and headers; and Kafka Connect's context
+    // headers beside Sluice's, for tools that read Connect's dead letters.
+    let json = &dead[0];
+    assert_eq!(
+        (json.key.as_deref(), json.value.as_slice()),
+        (Some(b"AAPL".as_slice()), b"{\"symbol\":\"AAPL\"}".as_slice())
+    );
+    assert_eq!(json.header("trace-id").as_deref(), Some("t-1"), "{:?}", json.headers);
+    assert!(json.headers.iter().any(|(k, _)| k == "empty"), "a null header is kept: {:?}", json.headers);
+    assert_eq!(dead[1].key.as_deref(), Some(b"MSFT".as_slice()));
+    for (r, partition) in dead.iter().zip(["0", "1"]) {
+        let connect = |h: &str| r.header(&format!("__connect.errors.{h}")).unwrap_or_default();
+        assert_eq!(connect("topic"), topic);
+        assert_eq!(connect("stage"), "VALUE_CONVERTER");
+        assert_eq!(connect("exception.message"), r.header("sluice.error.reason").unwrap());
+        assert!(!connect("connector.name").is_empty() && !connect("task.id").is_empty(), "{:?}", r.headers);
+        assert_eq!(connect("partition"), partition);
+        assert_eq!(Some(connect("offset")), r.header("sluice.source.offset"));
+    }
 }
 
 /// Reads `topic` with `tests/clients/avro_consume.py`: confluent-kafka's

@@ -98,7 +98,7 @@ impl CoreSetup {
 
     /// This core's engine slot among the job's `workers × coresPerWorker`
     /// (see `sluice_crds::assign`), and how many there are.
-    fn slot(&self) -> (u32, u32) {
+    pub(crate) fn slot(&self) -> (u32, u32) {
         let spec = &self.config.spec;
         let (workers, cores) = (spec.workers.max(1), spec.cores_per_worker.max(1));
         let slot = i32::try_from(self.core).unwrap_or(0) * workers + self.ordinal;
@@ -502,7 +502,7 @@ impl<'a> Core<'a> {
                             CoreProducer::new(&producer_config(config), &k.topic, None, setup.health.drain.clone())?
                         }
                     };
-                    Box::new(KafkaDeadLetter::new(out, &k.topic)?)
+                    Box::new(KafkaDeadLetter::new(out, &k.topic, &setup.config.job.name, setup.slot().0)?)
                 }
                 (None, Some(f)) => Box::new(FileDeadLetter::open(&f.path)?),
                 _ => Box::new(LogDeadLetter::default()),

@@ -11,7 +11,7 @@ use super::exchange::{ExchangeInput, Frame, parse_frame};
 use super::tombstone::Tombstones;
 use crate::Error;
 use crate::registry::Registry;
-use crate::sink::{DeadLetter, DeadLetterSink};
+use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::{AvroDecoder, BinaryDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
@@ -281,6 +281,9 @@ impl PartitionPipeline {
                         timestamp_ms: record.timestamp_ms,
                         reason: &reason.0,
                         payload,
+                        key: record.key,
+                        headers: record.headers.map(|h| h as &dyn RecordHeaders),
+                        stage: Stage::Decode,
                     })
                     .map(|()| 0)
             }
@@ -297,6 +300,9 @@ impl PartitionPipeline {
             timestamp_ms: record.timestamp_ms,
             reason,
             payload: record.payload,
+            key: record.key,
+            headers: record.headers.map(|h| h as &dyn RecordHeaders),
+            stage: Stage::Decode,
         })
     }
 
@@ -398,6 +404,9 @@ impl PartitionPipeline {
                 timestamp_ms: self.timestamps[row as usize],
                 reason: &reason,
                 payload: encoded.value(i),
+                key: None,
+                headers: None,
+                stage: Stage::Late,
             })?;
         }
         Ok(())

@@ -3,9 +3,10 @@
 use std::time::{Duration, Instant};
 
 use crate::Error;
+use sluice_formats::decode::RecordHeaders;
 
 /// One dead letter: the original payload, its source coordinates and the reason.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct DeadLetter<'a> {
     pub topic: &'a str,
     pub partition: i32,
@@ -13,6 +14,58 @@ pub struct DeadLetter<'a> {
     pub timestamp_ms: i64,
     pub reason: &'a str,
     pub payload: &'a [u8],
+    /// The input record's key and headers, kept as they were (none for a
+    /// row Sluice made: a late row re-encoded, a result not written).
+    pub key: Option<&'a [u8]>,
+    pub headers: Option<&'a dyn RecordHeaders>,
+    pub stage: Stage,
+}
+
+impl std::fmt::Debug for DeadLetter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetter")
+            .field("topic", &self.topic)
+            .field("partition", &self.partition)
+            .field("offset", &self.offset)
+            .field("reason", &self.reason)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a record failed, as Kafka Connect's dead-letter headers name the
+/// stage (`__connect.errors.stage`), so tools that read Connect's dead
+/// letter queues read these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The value could not be decoded (malformed, wrong type, missing
+    /// field, unknown schema): Connect's value converter.
+    Decode,
+    /// A row that arrived after its window had closed (`lateRecords:
+    /// DeadLetter`), re-encoded as JSON of the columns the query reads.
+    Late,
+    /// A result or intermediate row the producer refused (too large).
+    Produce,
+}
+
+impl Stage {
+    /// Connect's name for the stage.
+    pub fn connect_name(self) -> &'static str {
+        match self {
+            Self::Decode => "VALUE_CONVERTER",
+            Self::Late => "TASK_PUT",
+            Self::Produce => "KAFKA_PRODUCE",
+        }
+    }
+
+    /// What failed, as Connect's `exception.class.name` header says it.
+    pub fn error_class(self) -> &'static str {
+        match self {
+            Self::Decode => "dev.sluice.DecodeError",
+            Self::Late => "dev.sluice.LateRecord",
+            Self::Produce => "dev.sluice.RecordTooLarge",
+        }
+    }
 }
 
 impl DeadLetter<'_> {
@@ -210,7 +263,18 @@ mod tests {
                     if i % 3 == 0 { "late: its window had closed (watermark 5)" } else { "malformed JSON: at byte 3" };
                 let offset = i64::try_from(i).unwrap();
                 let payload = b"{\"card\":\"4111-1111-1111-1111\"}";
-                sink.send(&DeadLetter { topic: "t", partition: 0, offset, timestamp_ms: 0, reason, payload }).unwrap();
+                sink.send(&DeadLetter {
+                    topic: "t",
+                    partition: 0,
+                    offset,
+                    timestamp_ms: 0,
+                    reason,
+                    payload,
+                    key: None,
+                    headers: None,
+                    stage: Stage::Decode,
+                })
+                .unwrap();
                 if i % 1_000 == 0 {
                     // A checkpoint: no summary before the interval is up.
                     let before = summaries(&out);

@@ -62,6 +62,9 @@ impl Sink for KafkaSink {
                         timestamp_ms: ts,
                         reason: &reason,
                         payload: rows.value(i),
+                        key: rows.key(i),
+                        headers: None,
+                        stage: super::Stage::Produce,
                     })?;
                     rejected += 1;
                 }
@@ -163,6 +166,9 @@ impl ExchangeOutput for ExchangeSink {
                         timestamp_ms: ts,
                         reason: &reason,
                         payload: row,
+                        key: None,
+                        headers: None,
+                        stage: super::Stage::Produce,
                     })
                 }
                 (sent, _) => sent,
@@ -196,6 +202,10 @@ impl ExchangeOutput for ExchangeSink {
 pub struct KafkaDeadLetter {
     out: Arc<CoreProducer>,
     topic: String,
+    /// The job's name and this core's engine slot: Connect's connector
+    /// name and task id headers.
+    job: String,
+    task: String,
 }
 
 impl std::fmt::Debug for KafkaDeadLetter {
@@ -205,24 +215,45 @@ impl std::fmt::Debug for KafkaDeadLetter {
 }
 
 impl KafkaDeadLetter {
-    pub fn new(out: Arc<CoreProducer>, topic: &str) -> Result<Self, Error> {
+    pub fn new(out: Arc<CoreProducer>, topic: &str, job: &str, task: u32) -> Result<Self, Error> {
         out.warm(topic)?;
-        Ok(Self { out, topic: topic.to_owned() })
+        Ok(Self { out, topic: topic.to_owned(), job: job.to_owned(), task: task.to_string() })
     }
 }
 
 impl DeadLetterSink for KafkaDeadLetter {
     fn send(&mut self, r: &DeadLetter<'_>) -> Result<(), Error> {
         let (partition, offset) = (r.partition.to_string(), r.offset.to_string());
-        let headers = OwnedHeaders::new()
+        // The record's own headers first, as they were; then Sluice's, and
+        // Kafka Connect's dead-letter context headers (`errors.deadletter
+        // queue.context.headers.enable`), which Connect tooling reads.
+        let mut headers = OwnedHeaders::new();
+        if let Some(original) = r.headers {
+            for (name, value) in (0..original.count()).filter_map(|i| original.header(i)) {
+                headers = headers.insert(Header { key: &String::from_utf8_lossy(name), value });
+            }
+        }
+        let headers = headers
             .insert(Header { key: "sluice.error.reason", value: Some(r.reason) })
             .insert(Header { key: "sluice.source.topic", value: Some(r.topic) })
             .insert(Header { key: "sluice.source.partition", value: Some(partition.as_str()) })
-            .insert(Header { key: "sluice.source.offset", value: Some(offset.as_str()) });
-        let record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, 0)
+            .insert(Header { key: "sluice.source.offset", value: Some(offset.as_str()) })
+            .insert(Header { key: "__connect.errors.topic", value: Some(r.topic) })
+            .insert(Header { key: "__connect.errors.partition", value: Some(partition.as_str()) })
+            .insert(Header { key: "__connect.errors.offset", value: Some(offset.as_str()) })
+            .insert(Header { key: "__connect.errors.connector.name", value: Some(self.job.as_str()) })
+            .insert(Header { key: "__connect.errors.task.id", value: Some(self.task.as_str()) })
+            .insert(Header { key: "__connect.errors.stage", value: Some(r.stage.connect_name()) })
+            .insert(Header { key: "__connect.errors.class.name", value: Some("dev.sluice.worker") })
+            .insert(Header { key: "__connect.errors.exception.class.name", value: Some(r.stage.error_class()) })
+            .insert(Header { key: "__connect.errors.exception.message", value: Some(r.reason) });
+        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, 0)
             .payload(r.payload)
             .timestamp(r.timestamp_ms)
             .headers(headers);
+        if let Some(key) = r.key {
+            record = record.key(key);
+        }
         self.out.send(record)
     }
 

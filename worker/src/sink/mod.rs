@@ -11,7 +11,7 @@ mod kafka;
 mod local;
 mod producer;
 
-pub use dead_letter::{DeadLetter, DeadLetterSink, LogDeadLetter};
+pub use dead_letter::{DeadLetter, DeadLetterSink, LogDeadLetter, Stage};
 pub use drain::DrainDeadline;
 pub use kafka::{ExchangeSink, KafkaDeadLetter, KafkaSink};
 pub use local::{FileDeadLetter, LineSink};
