@@ -183,6 +183,14 @@ pub enum SourceFormat {
     /// by id and its fields matched to the columns by name (docs/sql.md,
     /// "Avro sources"). Kafka sources only.
     Avro,
+    /// Debezium change events in JSON (with the JSON converter's schemas
+    /// on or off): the source is a table (declare `table.primaryKey`),
+    /// whose rows an insert, snapshot read or update replaces and a delete
+    /// removes; Debezium's tombstone after a delete is skipped. The
+    /// envelope's `op`, `ts_ms` and `source.*` (`source.db`,
+    /// `source.table`, `source.ts_ms`, …) are readable as columns.
+    #[serde(rename = "debezium-json")]
+    DebeziumJson,
 }
 
 impl SourceFormat {

@@ -56,6 +56,12 @@ impl StreamJobSpec {
                      records name their writer schema by registry id)"
                 ));
             }
+            if s.format == crate::SourceFormat::DebeziumJson && s.table.is_none() {
+                problems.push(format!(
+                    "{at}.format: a source with format debezium-json is a table of the database's rows: declare \
+                     table.primaryKey"
+                ));
+            }
             if s.schema.columns.is_empty() {
                 problems.push(format!("{at}.schema.columns: at least one column is required"));
             }

@@ -205,3 +205,132 @@ spec:
         assert!(v["first_trader"].as_str().is_some_and(|t| t.starts_with('T')), "{v}");
     }
 }
+
+/// A Debezium change event for `customers` (JSON converter, schemas on or
+/// off as Debezium's users configure it).
+fn change(op: &str, id: i64, name: Option<&str>, ts_ms: i64, schemas: bool) -> Vec<u8> {
+    let row = |n: Option<&str>| serde_json::json!({ "id": id, "name": n });
+    let (before, after) = match op {
+        "c" | "r" => (serde_json::Value::Null, row(name)),
+        "u" => (row(Some("old")), row(name)),
+        _ => (serde_json::json!({ "id": id, "name": null }), serde_json::Value::Null),
+    };
+    let event = serde_json::json!({
+        "before": before,
+        "after": after,
+        "source": { "connector": "postgresql", "db": "shop", "table": "customers", "ts_ms": ts_ms - 5 },
+        "op": op,
+        "ts_ms": ts_ms,
+    });
+    let value = if schemas { serde_json::json!({ "schema": { "type": "struct" }, "payload": event }) } else { event };
+    serde_json::to_vec(&value).unwrap()
+}
+
+/// A Debezium CDC topic of a database table, with inserts, a snapshot read,
+/// updates, a delete and the tombstone Debezium writes after it, as the
+/// table side of an event-time (temporal) join: each order meets the
+/// customer's row as it was at the order's time, a deleted customer meets
+/// nothing — equal to what is computed here from the same changes.
+#[test]
+fn a_debezium_cdc_topic_is_a_table_an_event_time_join_reads_as_of_each_order() {
+    let (customers, orders, out) = (unique_name("cdc-customers"), unique_name("cdc-orders"), unique_name("cdc-out"));
+    kafka::create_topic(&customers, 1);
+    kafka::create_topic(&orders, 2);
+    kafka::create_topic(&out, 1);
+    // (op, customer, name, time): customer 2 is deleted at 7,000.
+    let changes = [
+        ("r", 1, Some("Ann"), 1_000, false),
+        ("c", 2, Some("Bob"), 1_000, true),
+        ("c", 3, Some("Cid"), 1_500, false),
+        ("u", 1, Some("Anne"), 5_000, true),
+        ("d", 2, None, 7_000, false),
+        ("u", 3, Some("Cyd"), 8_000, false),
+    ];
+    let values: Vec<(Vec<u8>, Vec<u8>)> = changes
+        .iter()
+        .map(|&(op, id, name, ts, schemas)| {
+            (format!("{{\"id\":{id}}}").into_bytes(), change(op, id, name, ts, schemas))
+        })
+        .collect();
+    let mut records: Vec<kafka::Outgoing<'_>> =
+        values.iter().map(|(k, v)| (Some(k.as_slice()), v.as_slice(), Some(0))).collect();
+    // Debezium's tombstone after the delete: the key and no value.
+    records.insert(5, (Some(b"{\"id\":2}".as_slice()), b"".as_slice(), Some(0)));
+    kafka::produce(&customers, &records);
+    // (order, customer, time)
+    let placed = [(10, 1, 2_000), (11, 2, 3_000), (12, 1, 6_000), (13, 2, 8_000), (14, 3, 9_000), (15, 4, 9_500)];
+    let order_values: Vec<(Vec<u8>, Vec<u8>)> = placed
+        .iter()
+        .map(|(o, c, t)| {
+            (c.to_string().into_bytes(), format!(r#"{{"id":{o},"customer_id":{c},"ts":{t}}}"#).into_bytes())
+        })
+        .collect();
+    let order_records: Vec<kafka::Outgoing<'_>> = order_values
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| (Some(k.as_slice()), v.as_slice(), Some(i32::try_from(i % 2).unwrap())))
+        .collect();
+    kafka::produce(&orders, &order_records);
+    let h = harness();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    SELECT o.id AS order_id, c.name AS customer, c.source.db AS db
+    FROM orders o LEFT JOIN customers FOR SYSTEM_TIME AS OF o.ts AS c ON o.customer_id = c.id
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: customer_id, type: bigint, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+    - name: customers
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {customers} }}
+      format: debezium-json
+      table: {{ primaryKey: [id] }}
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: name, type: string }}
+          - {{ name: source.db, type: string }}
+          - {{ name: ts_ms, type: timestamp }}
+      eventTime: {{ column: ts_ms, watermarkDelayMillis: 0 }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+"#,
+        name = unique_name("cdc"),
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("cdc.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    // Computed here: each order's customer as of its time.
+    let mut expected = BTreeMap::new();
+    for &(order, customer, at) in &placed {
+        let mut name: Option<&str> = None;
+        for &(op, id, n, ts, _) in &changes {
+            if id == customer && ts <= at {
+                name = if op == "d" { None } else { n };
+            }
+        }
+        expected.insert(order, name.map(str::to_owned));
+    }
+    let got: BTreeMap<i64, Option<String>> = kafka::consume_all(&out, Duration::from_secs(60))
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            if v["customer"].is_string() {
+                assert_eq!(v["db"], "shop", "source metadata as a column: {v}");
+            }
+            (v["order_id"].as_i64().unwrap(), v["customer"].as_str().map(str::to_owned))
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert!(w.log().contains("dead-lettered: 0"), "the tombstone is no dead letter:\n{}", w.log());
+}

@@ -29,6 +29,8 @@ pub struct Registry {
     /// runtime of its own, which must not be dropped inside an async one.
     client: OnceLock<reqwest::blocking::Client>,
     schemas: Mutex<HashMap<u32, Arc<str>>>,
+    /// `(subject, schema)` → the id it was registered as.
+    registered: Mutex<HashMap<(String, String), u32>>,
 }
 
 /// What the registry said of an id.
@@ -40,6 +42,7 @@ impl Registry {
             url: url.trim_end_matches('/').to_owned(),
             client: OnceLock::new(),
             schemas: Mutex::new(HashMap::new()),
+            registered: Mutex::new(HashMap::new()),
         })
     }
 
@@ -77,6 +80,18 @@ impl Registry {
     /// ([`Error::Config`], naming the subject and the registry's reason);
     /// one that does not answer, transient.
     pub fn register(&self, subject: &str, schema: &str) -> Result<u32, Error> {
+        // One registration per worker: its cores wait for the first.
+        let mut registered = self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (subject.to_owned(), schema.to_owned());
+        if let Some(id) = registered.get(&key) {
+            return Ok(*id);
+        }
+        let id = self.register_once(subject, schema)?;
+        registered.insert(key, id);
+        Ok(id)
+    }
+
+    fn register_once(&self, subject: &str, schema: &str) -> Result<u32, Error> {
         let body = serde_json::json!({ "schema": schema }).to_string();
         let mut last = String::new();
         for pause in RETRIES {
@@ -102,6 +117,15 @@ impl Registry {
                             message: format!("registering under {subject}: an answer without an id: {text:.200}"),
                         });
                 }
+                // Another worker registering the same schema at the same
+                // moment (Apicurio answers the loser 409): it is there.
+                Ok((status, text))
+                    if status.as_u16() == 409
+                        && let Some(id) = self.lookup(subject, &body) =>
+                {
+                    let _ = text;
+                    return Ok(id);
+                }
                 Ok((status, text)) if status.is_client_error() => {
                     return Err(Error::Config(format!(
                         "the schema registry at {} refused the results' Avro schema for subject {subject} \
@@ -116,6 +140,23 @@ impl Registry {
             std::thread::sleep(pause);
         }
         Err(Error::Registry { url: self.url.clone(), message: format!("registering under {subject}: {last}") })
+    }
+
+    /// The id of `schema` (a request body) if `subject` already holds it
+    /// (`POST /subjects/<subject>`, Confluent's "is this schema registered").
+    fn lookup(&self, subject: &str, body: &str) -> Option<u32> {
+        let client = self.client().ok()?;
+        let response = client
+            .post(format!("{}/subjects/{}", self.url, path_segment(subject)))
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .body(body.to_owned())
+            .send()
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let json: serde_json::Value = serde_json::from_str(&response.text().ok()?).ok()?;
+        json.get("id").and_then(serde_json::Value::as_u64).and_then(|id| u32::try_from(id).ok())
     }
 
     fn client(&self) -> Result<&reqwest::blocking::Client, String> {
@@ -195,13 +236,17 @@ mod tests {
     /// A one-connection-per-answer HTTP server on loopback answering every
     /// request with `status` and `body`; the requests it saw.
     fn serve(status: &str, body: &'static str, answers: usize) -> (String, std::thread::JoinHandle<Vec<String>>) {
+        serve_in_turn(vec![(status.to_owned(), body); answers])
+    }
+
+    /// Answers the requests in turn, one connection each.
+    fn serve_in_turn(answers: Vec<(String, &'static str)>) -> (String, std::thread::JoinHandle<Vec<String>>) {
         use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let status = status.to_owned();
         let seen = std::thread::spawn(move || {
             let mut seen = Vec::new();
-            for _ in 0..answers {
+            for (status, body) in answers {
                 let (mut conn, _) = listener.accept().unwrap();
                 // The whole request: its head, then Content-Length bytes.
                 let (mut request, mut chunk) = (Vec::new(), [0; 4096]);
@@ -261,6 +306,23 @@ mod tests {
             matches!(&e, Error::Config(m) if m.contains("out-value") && m.contains("incompatible: field n")),
             "{e}"
         );
+    }
+
+    /// Two workers registering the same new schema at once: Apicurio
+    /// answers one of them 409, and the schema is found under the subject.
+    /// A worker's cores register once.
+    #[test]
+    fn a_registration_lost_to_another_worker_finds_the_schema_it_registered() {
+        let (url, seen) = serve_in_turn(vec![
+            ("409 Conflict".into(), r#"{"error_code":409,"message":"An artifact with ID 'x' already exists."}"#),
+            ("200 OK".into(), r#"{"subject":"out-value","id":23,"version":1,"schema":"\"long\""}"#),
+        ]);
+        let registry = Registry::new(&url);
+        for _ in 0..3 {
+            assert_eq!(registry.register("out-value", "\"long\"").unwrap(), 23);
+        }
+        let requests = seen.join().unwrap();
+        assert!(requests[1].starts_with("POST /subjects/out-value "), "{}", requests[1]);
     }
 
     /// Nothing listens: after its retries, a transient error naming the

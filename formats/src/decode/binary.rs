@@ -166,6 +166,7 @@ fn kind(tag: u8) -> &'static str {
 pub enum RowDecoder {
     Json(super::JsonDecoder),
     Avro(Box<super::AvroDecoder>),
+    Debezium(Box<super::DebeziumDecoder>),
     Binary(BinaryDecoder),
 }
 
@@ -174,6 +175,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.new_batch(capacity),
             Self::Avro(d) => d.new_batch(capacity),
+            Self::Debezium(d) => d.new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
         }
     }
@@ -182,6 +184,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.decode(payload, batch),
             Self::Avro(d) => d.decode(payload, batch),
+            Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
@@ -220,6 +223,7 @@ impl RowDecoder {
                 d.decode(payload, batch)?;
                 d.columns.push_metadata_columns(meta, batch)
             }
+            Self::Debezium(d) => d.decode_record(payload, meta, batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
@@ -229,6 +233,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.reads_processing_time(),
             Self::Avro(d) => d.columns.reads_processing_time(),
+            Self::Debezium(d) => d.rows.reads_processing_time(),
             Self::Binary(_) => false,
         }
     }

@@ -2,12 +2,14 @@
 
 mod avro;
 mod binary;
+mod debezium;
 mod flat_json;
 mod json;
 mod metadata;
 
 pub use avro::{AvroDecoder, schema_id};
 pub use binary::{BinaryDecoder, RowDecoder};
+pub use debezium::DebeziumDecoder;
 pub use json::{DecodeError, JsonDecoder};
 pub use metadata::{RecordHeaders, RecordMeta};
 

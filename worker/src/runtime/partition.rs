@@ -14,7 +14,9 @@ use crate::registry::Registry;
 use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{AvroDecoder, BinaryDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
+use sluice_formats::decode::{
+    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder,
+};
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
@@ -75,6 +77,9 @@ pub struct PartitionPipeline {
     pub input_counted_elsewhere: bool,
     /// Where the writer schemas of an Avro source's records are looked up.
     registry: Option<Arc<Registry>>,
+    /// Records without a value carry nothing to read (a Debezium source's
+    /// tombstones): skipped, not dead-lettered.
+    skip_empty: bool,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -141,6 +146,7 @@ impl PartitionPipeline {
             tombstones: None,
             input_counted_elsewhere: false,
             registry: None,
+            skip_empty: false,
         }
     }
 
@@ -148,6 +154,13 @@ impl PartitionPipeline {
     pub fn read_format(&mut self, format: SourceFormat, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
         match format {
             SourceFormat::Json => {}
+            SourceFormat::DebeziumJson => {
+                self.decoder = RowDecoder::Debezium(Box::new(DebeziumDecoder::new(self.engine.plan())));
+                // A delete event removes the row; the tombstone Debezium
+                // writes after it (for compaction) says nothing more.
+                self.tombstones = None;
+                self.skip_empty = true;
+            }
             SourceFormat::Avro => {
                 let registry = registry
                     .ok_or_else(|| Error::Config("a source with format avro needs spec.schemaRegistry".to_owned()))?;
@@ -192,6 +205,9 @@ impl PartitionPipeline {
         self.counters.bytes += record.payload.len() as u64;
         let Some(exchange) = &mut self.exchange else {
             self.counters.records += 1;
+            if record.payload.is_empty() && self.skip_empty {
+                return Ok(0);
+            }
             if record.payload.is_empty()
                 && let Some(mut tombstones) = self.tombstones.take()
             {
