@@ -191,6 +191,11 @@ pub enum SourceFormat {
     /// `source.table`, `source.ts_ms`, …) are readable as columns.
     #[serde(rename = "debezium-json")]
     DebeziumJson,
+    /// The whole value as text, in the source's one field column (of type
+    /// `string`): log lines, CSV rows, plain ids. Metadata columns read the
+    /// key, headers, timestamp and offset as for JSON. A value that is not
+    /// UTF-8 is a dead letter.
+    Raw,
 }
 
 impl SourceFormat {

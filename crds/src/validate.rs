@@ -62,6 +62,16 @@ impl StreamJobSpec {
                      table.primaryKey"
                 ));
             }
+            if s.format == crate::SourceFormat::Raw {
+                let values: Vec<&crate::ColumnSpec> =
+                    s.schema.columns.iter().filter(|c| c.metadata.is_none()).collect();
+                if values.len() != 1 || values[0].type_ != crate::ColumnType::String || values[0].name.contains('.') {
+                    problems.push(format!(
+                        "{at}.format: a source with format raw has one column of type string that holds the whole \
+                         value (metadata columns besides)"
+                    ));
+                }
+            }
             if s.schema.columns.is_empty() {
                 problems.push(format!("{at}.schema.columns: at least one column is required"));
             }

@@ -334,3 +334,65 @@ spec:
     assert_eq!(got, expected);
     assert!(w.log().contains("dead-lettered: 0"), "the tombstone is no dead letter:\n{}", w.log());
 }
+
+/// `format: raw`: each value as it is (log lines, not JSON) in one string
+/// column, the record's key beside it; a value that is not UTF-8 is a
+/// dead letter.
+#[test]
+fn raw_values_are_one_text_column_beside_the_records_key() {
+    let (logs, out, dlq) = (unique_name("raw-logs"), unique_name("raw-out"), unique_name("raw-dlq"));
+    kafka::create_topic(&logs, 1);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    let lines: Vec<(String, String)> = (0..50)
+        .map(|i| {
+            (
+                format!("host-{}", i % 3),
+                format!("{} {{job {i}}}, \"quoted\"", if i % 5 == 0 { "ERROR" } else { "INFO" }),
+            )
+        })
+        .collect();
+    let mut records: Vec<kafka::Outgoing<'_>> =
+        lines.iter().map(|(k, v)| (Some(k.as_bytes()), v.as_bytes(), Some(0))).collect();
+    records.push((Some(b"host-9".as_slice()), [b'E', 0xff].as_slice(), Some(0)));
+    kafka::produce(&logs, &records);
+    let h = harness();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT host, line FROM logs WHERE line LIKE 'ERROR%'
+  sources:
+    - name: logs
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {logs} }}
+      format: raw
+      schema:
+        columns:
+          - {{ name: line, type: string, required: true }}
+          - {{ name: host, type: string, metadata: key }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("raw"),
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("raw.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "1", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    let got: Vec<(String, String)> = kafka::consume_all(&out, Duration::from_secs(60))
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            (v["host"].as_str().unwrap().to_owned(), v["line"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    let want: Vec<(String, String)> = lines.into_iter().filter(|(_, l)| l.starts_with("ERROR")).collect();
+    assert_eq!(got, want);
+    let dead = kafka::consume_all(&dlq, Duration::from_secs(30));
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].header("sluice.error.reason").unwrap().contains("not UTF-8"), "{:?}", dead[0].headers);
+}

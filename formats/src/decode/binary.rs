@@ -167,6 +167,7 @@ pub enum RowDecoder {
     Json(super::JsonDecoder),
     Avro(Box<super::AvroDecoder>),
     Debezium(Box<super::DebeziumDecoder>),
+    Raw(Box<super::RawDecoder>),
     Binary(BinaryDecoder),
 }
 
@@ -176,6 +177,7 @@ impl RowDecoder {
             Self::Json(d) => d.new_batch(capacity),
             Self::Avro(d) => d.new_batch(capacity),
             Self::Debezium(d) => d.new_batch(capacity),
+            Self::Raw(d) => d.new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
         }
     }
@@ -185,6 +187,7 @@ impl RowDecoder {
             Self::Json(d) => d.decode(payload, batch),
             Self::Avro(d) => d.decode(payload, batch),
             Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
+            Self::Raw(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
@@ -224,6 +227,7 @@ impl RowDecoder {
                 d.columns.push_metadata_columns(meta, batch)
             }
             Self::Debezium(d) => d.decode_record(payload, meta, batch),
+            Self::Raw(d) => d.decode_record(payload, meta, batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
@@ -234,6 +238,7 @@ impl RowDecoder {
             Self::Json(d) => d.reads_processing_time(),
             Self::Avro(d) => d.columns.reads_processing_time(),
             Self::Debezium(d) => d.rows.reads_processing_time(),
+            Self::Raw(d) => d.columns.reads_processing_time(),
             Self::Binary(_) => false,
         }
     }

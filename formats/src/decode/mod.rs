@@ -6,12 +6,14 @@ mod debezium;
 mod flat_json;
 mod json;
 mod metadata;
+mod raw;
 
 pub use avro::{AvroDecoder, schema_id};
 pub use binary::{BinaryDecoder, RowDecoder};
 pub use debezium::DebeziumDecoder;
 pub use json::{DecodeError, JsonDecoder};
 pub use metadata::{RecordHeaders, RecordMeta};
+pub use raw::RawDecoder;
 
 /// The plan of `sql` over a source `t` of one column of each type, for the
 /// decoders' tests.

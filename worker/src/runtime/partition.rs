@@ -15,7 +15,7 @@ use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::{
-    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder,
+    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, RawDecoder, RecordHeaders, RecordMeta, RowDecoder,
 };
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
@@ -154,6 +154,12 @@ impl PartitionPipeline {
     pub fn read_format(&mut self, format: SourceFormat, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
         match format {
             SourceFormat::Json => {}
+            SourceFormat::Raw => {
+                let raw = RawDecoder::new(self.engine.plan()).ok_or_else(|| {
+                    Error::Config("a source with format raw has one column of type string (metadata besides)".into())
+                })?;
+                self.decoder = RowDecoder::Raw(Box::new(raw));
+            }
             SourceFormat::DebeziumJson => {
                 self.decoder = RowDecoder::Debezium(Box::new(DebeziumDecoder::new(self.engine.plan())));
                 // A delete event removes the row; the tombstone Debezium
