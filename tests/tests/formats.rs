@@ -396,3 +396,89 @@ spec:
     assert_eq!(dead.len(), 1);
     assert!(dead[0].header("sluice.error.reason").unwrap().contains("not UTF-8"), "{:?}", dead[0].headers);
 }
+
+/// Forwards connections accepted on `listener` to the Schema Registry, one
+/// thread per direction, until the test ends.
+fn forward_to_registry(listener: std::net::TcpListener) {
+    let url = &harness().registry_url;
+    let target = url.trim_start_matches("http://").split('/').next().unwrap().to_owned();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = std::net::TcpStream::connect(&target) else { continue };
+            for (mut from, mut to) in [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server.try_clone().unwrap(), client.try_clone().unwrap()),
+            ] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut to);
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+}
+
+/// A registry that does not answer is the infrastructure's fault, not the
+/// records': the core restarts with backoff (and `/readyz` says so after
+/// three restarts in a row), nothing is dead-lettered or skipped, and once
+/// the registry answers, every total is exact.
+#[test]
+fn a_registry_outage_dead_letters_nothing_and_the_job_catches_up_when_it_answers() {
+    let (topic, out, dlq) = (unique_name("outage-in"), unique_name("outage-out"), unique_name("outage-dlq"));
+    kafka::create_topic(&topic, 1);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    produce_avro(&topic, "v1", 0, 500);
+    // The job's registry: a port nothing listens on yet.
+    let port = sluice_e2e::worker::free_port();
+    let h = harness();
+    let path = h.registry_url.splitn(4, '/').nth(3).unwrap_or_default();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty FROM trades GROUP BY symbol
+  schemaRegistry: {{ url: "http://127.0.0.1:{port}/{path}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        columns:
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: quantity, type: bigint, required: true }}
+      partitionKey: [symbol]
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("outage"),
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("outage.yaml", &manifest);
+    let w = Worker::run(&m, &["--cores", "1", "--group", &unique_name("g")]);
+    // Three failed fetches of ~3 s each, restarts 1 s and 2 s apart.
+    let degraded = (0..300).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        w.get("/readyz").filter(|(_, body)| body.contains("schema registry")).map(|(_, body)| body)
+    });
+    let degraded = degraded.unwrap_or_else(|| panic!("/readyz never named the registry:\n{}", w.log()));
+    assert!(degraded.contains("degraded") && degraded.contains(&port.to_string()), "{degraded}");
+    assert!(kafka::consume_all(&dlq, Duration::from_secs(2)).is_empty(), "nothing dead-lettered for an outage");
+    // The registry answers again at that address.
+    forward_to_registry(std::net::TcpListener::bind(("127.0.0.1", port)).unwrap());
+    let want = expected(0..500);
+    let mut got = BTreeMap::new();
+    for _ in 0..120 {
+        got = final_per_symbol(&kafka::consume_all(&out, Duration::from_secs(1)));
+        if got == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(got, want, "caught up:\n{}", w.log());
+    assert!(kafka::consume_all(&dlq, Duration::from_secs(2)).is_empty(), "nothing dead-lettered for an outage");
+}

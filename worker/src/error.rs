@@ -102,8 +102,25 @@ impl Error {
         Self::Kafka { context: context.into(), message: err.to_string() }
     }
 
-    /// Whether retrying could help (the broker may come back).
+    /// Whether retrying could help (the broker, or the schema registry,
+    /// may come back).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Kafka { .. } | Self::Io { .. })
+        matches!(self, Self::Kafka { .. } | Self::Io { .. } | Self::Registry { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// A registry that does not answer restarts the core with backoff, as
+    /// a broker that is down does; a registry's refusal of a schema is the
+    /// job's fault and stops it.
+    #[test]
+    fn an_unreachable_registry_is_retried_a_refused_schema_is_not() {
+        assert!(Error::Registry { url: "http://r".into(), message: "connection refused".into() }.is_transient());
+        assert!(Error::kafka("poll", "broker down").is_transient());
+        assert!(!Error::Config("the schema registry refused".into()).is_transient());
+        assert!(!Error::Refused("no ACL".into()).is_transient());
     }
 }
