@@ -56,22 +56,29 @@ impl Registry {
         if let Some(s) = self.schemas.lock().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(Ok(s));
         }
+        let text = self.retrying(&format!("fetching schema id {id}"), || self.fetch(id))?;
+        Ok(text.map(|text| {
+            let text: Arc<str> = text.into();
+            if let Ok(mut m) = self.schemas.lock() {
+                m.insert(id, Arc::clone(&text));
+            }
+            text
+        }))
+    }
+
+    /// Runs `attempt` until it answers (`Ok`), pausing after each failure
+    /// it says is worth another try (`Err`, why), [`RETRIES`] times; then
+    /// [`Error::Registry`] with the last reason.
+    fn retrying<T>(&self, what: &str, mut attempt: impl FnMut() -> Result<T, String>) -> Result<T, Error> {
         let mut last = String::new();
         for pause in RETRIES {
-            match self.fetch(id) {
-                Ok(Ok(text)) => {
-                    let text: Arc<str> = text.into();
-                    if let Ok(mut m) = self.schemas.lock() {
-                        m.insert(id, Arc::clone(&text));
-                    }
-                    return Ok(Ok(text));
-                }
-                Ok(Err(missing)) => return Ok(Err(missing)),
+            match attempt() {
+                Ok(answer) => return Ok(answer),
                 Err(why) => last = why,
             }
             std::thread::sleep(pause);
         }
-        Err(Error::Registry { url: self.url.clone(), message: format!("fetching schema id {id}: {last}") })
+        Err(Error::Registry { url: self.url.clone(), message: format!("{what}: {last}") })
     }
 
     /// Registers Avro schema `schema` under `subject` (or finds it there)
@@ -93,70 +100,53 @@ impl Registry {
 
     fn register_once(&self, subject: &str, schema: &str) -> Result<u32, Error> {
         let body = serde_json::json!({ "schema": schema }).to_string();
-        let mut last = String::new();
-        for pause in RETRIES {
-            let client = self.client().map_err(|message| Error::Registry { url: self.url.clone(), message })?;
-            let sent = client
-                .post(format!("{}/subjects/{}/versions", self.url, path_segment(subject)))
-                .header("Content-Type", "application/vnd.schemaregistry.v1+json")
-                .body(body.clone())
-                .send()
-                .and_then(|r| {
-                    let status = r.status();
-                    r.text().map(|text| (status, text))
-                });
-            match sent {
-                Ok((status, text)) if status.is_success() => {
-                    let json: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-                    return json
-                        .get("id")
-                        .and_then(serde_json::Value::as_u64)
-                        .and_then(|id| u32::try_from(id).ok())
-                        .ok_or_else(|| Error::Registry {
-                            url: self.url.clone(),
-                            message: format!("registering under {subject}: an answer without an id: {text:.200}"),
-                        });
-                }
-                // Another worker registering the same schema at the same
-                // moment (Apicurio answers the loser 409): it is there.
-                Ok((status, text))
-                    if status.as_u16() == 409
-                        && let Some(id) = self.lookup(subject, &body) =>
-                {
-                    let _ = text;
-                    return Ok(id);
-                }
-                Ok((status, text)) if status.is_client_error() => {
-                    return Err(Error::Config(format!(
-                        "the schema registry at {} refused the results' Avro schema for subject {subject} \
-                         (HTTP {status}: {text:.300}); its compatibility rules decide which changes a subject \
-                         takes: change the query's output, or the subject's compatibility",
-                        self.url
-                    )));
-                }
-                Ok((status, text)) => last = format!("HTTP {status}: {text:.200}"),
-                Err(e) => last = e.to_string(),
+        let answer = self.retrying(&format!("registering under {subject}"), || {
+            let (status, text) = self.post(&format!("subjects/{}/versions", path_segment(subject)), &body)?;
+            if status.is_success() {
+                return Ok(answer_id(&text).ok_or_else(|| Error::Registry {
+                    url: self.url.clone(),
+                    message: format!("registering under {subject}: an answer without an id: {text:.200}"),
+                }));
             }
-            std::thread::sleep(pause);
-        }
-        Err(Error::Registry { url: self.url.clone(), message: format!("registering under {subject}: {last}") })
+            // Another worker registering the same schema at the same
+            // moment (Apicurio answers the loser 409): it is there.
+            if status.as_u16() == 409
+                && let Some(id) = self.lookup(subject, &body)
+            {
+                return Ok(Ok(id));
+            }
+            if status.is_client_error() {
+                return Ok(Err(Error::Config(format!(
+                    "the schema registry at {} refused the results' Avro schema for subject {subject} (HTTP \
+                     {status}: {text:.300}); its compatibility rules decide which changes a subject takes: change \
+                     the query's output, or the subject's compatibility",
+                    self.url
+                ))));
+            }
+            Err(format!("HTTP {status}: {text:.200}"))
+        })?;
+        answer
+    }
+
+    /// POSTs `body` to `<url>/<path>`: the answer's status and text, or why
+    /// none came.
+    fn post(&self, path: &str, body: &str) -> Result<(reqwest::StatusCode, String), String> {
+        let response = self
+            .client()?
+            .post(format!("{}/{path}", self.url))
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .body(body.to_owned())
+            .send()
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        Ok((status, response.text().map_err(|e| e.to_string())?))
     }
 
     /// The id of `schema` (a request body) if `subject` already holds it
     /// (`POST /subjects/<subject>`, Confluent's "is this schema registered").
     fn lookup(&self, subject: &str, body: &str) -> Option<u32> {
-        let client = self.client().ok()?;
-        let response = client
-            .post(format!("{}/subjects/{}", self.url, path_segment(subject)))
-            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
-            .body(body.to_owned())
-            .send()
-            .ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        let json: serde_json::Value = serde_json::from_str(&response.text().ok()?).ok()?;
-        json.get("id").and_then(serde_json::Value::as_u64).and_then(|id| u32::try_from(id).ok())
+        let (status, text) = self.post(&format!("subjects/{}", path_segment(subject)), body).ok()?;
+        status.is_success().then(|| answer_id(&text)).flatten()
     }
 
     fn client(&self) -> Result<&reqwest::blocking::Client, String> {
@@ -189,6 +179,12 @@ impl Registry {
         }
         Ok(Ok(parse_schema(&body)?))
     }
+}
+
+/// The `id` of a registration's answer.
+fn answer_id(text: &str) -> Option<u32> {
+    let json: serde_json::Value = serde_json::from_str(text).ok()?;
+    json.get("id").and_then(serde_json::Value::as_u64).and_then(|id| u32::try_from(id).ok())
 }
 
 /// A subject name as one URL path segment (topic names hold `.`, `_`, `-`;

@@ -228,25 +228,14 @@ fn run_flat(steps: &[Step], columns: &JsonDecoder, batch: &mut Batch, cur: &mut 
         match *step {
             Step::Read { col, conv } => read_value(columns, batch, col, conv, cur, &[])?,
             Step::Nullable { col, conv, null_branch } => match cur.long()? {
-                b if b == null_branch => {
-                    if columns.required[col] {
-                        return Err(String::new());
-                    }
-                    if columns.used[col] {
-                        batch.columns[col].push_null();
-                    }
-                }
+                b if b == null_branch => push_null(columns, batch, col)?,
                 b if b == 1 - null_branch => read_value(columns, batch, col, conv, cur, &[])?,
                 _ => return Err(String::new()),
             },
             Step::Skip(Width::Varint) => drop(cur.long()?),
             Step::Skip(Width::Fixed(n)) => drop(cur.take(n)?),
             Step::Skip(Width::Prefixed) => drop(cur.bytes()?),
-            Step::Absent(col) => {
-                if columns.used[col] {
-                    batch.columns[col].push_null();
-                }
-            }
+            Step::Absent(col) => push_null(columns, batch, col)?,
         }
     }
     Ok(())
@@ -413,22 +402,24 @@ impl Run<'_, '_> {
     }
 
     fn push_null(&mut self, col: usize) -> Result<(), String> {
-        if self.columns.required[col] {
-            return Err(format!("required column `{}` is null", self.name(col)));
-        }
-        if self.columns.used[col] {
-            self.batch.columns[col].push_null();
-        }
-        Ok(())
-    }
-
-    fn name(&self, col: usize) -> String {
-        String::from_utf8_lossy(&self.columns.names[col]).into_owned()
+        push_null(self.columns, self.batch, col)
     }
 
     fn read(&mut self, col: usize, conv: Conv, cur: &mut Cursor<'_>) -> Result<(), String> {
         read_value(self.columns, self.batch, col, conv, cur, &self.program.symbols)
     }
+}
+
+/// A NULL into column `col` (when the query uses it); refused for a
+/// `required` one.
+fn push_null(columns: &JsonDecoder, batch: &mut Batch, col: usize) -> Result<(), String> {
+    if columns.required[col] {
+        return Err(format!("required column `{}` is null", name(columns, col)));
+    }
+    if columns.used[col] {
+        batch.columns[col].push_null();
+    }
+    Ok(())
 }
 
 fn name(columns: &JsonDecoder, col: usize) -> String {
@@ -453,15 +444,7 @@ fn read_value(
 ) -> Result<(), String> {
     let used = columns.used[col];
     let pushed = match conv {
-        Conv::Null => {
-            if columns.required[col] {
-                return Err(format!("required column `{}` is null", name(columns, col)));
-            }
-            if used {
-                batch.columns[col].push_null();
-            }
-            return Ok(());
-        }
+        Conv::Null => return push_null(columns, batch, col),
         Conv::Boolean => {
             let b = match cur.take(1)?[0] {
                 0 => false,
