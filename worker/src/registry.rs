@@ -100,7 +100,7 @@ impl Registry {
 
     fn register_once(&self, subject: &str, schema: &str) -> Result<u32, Error> {
         let body = serde_json::json!({ "schema": schema }).to_string();
-        let answer = self.retrying(&format!("registering under {subject}"), || {
+        self.retrying(&format!("registering under {subject}"), || {
             let (status, text) = self.post(&format!("subjects/{}/versions", path_segment(subject)), &body)?;
             if status.is_success() {
                 return Ok(answer_id(&text).ok_or_else(|| Error::Registry {
@@ -124,8 +124,7 @@ impl Registry {
                 ))));
             }
             Err(format!("HTTP {status}: {text:.200}"))
-        })?;
-        answer
+        })?
     }
 
     /// POSTs `body` to `<url>/<path>`: the answer's status and text, or why
