@@ -48,7 +48,8 @@ pub struct AvroDecoder {
     fields: Vec<(usize, Vec<String>)>,
     /// Per writer schema id: its program, or why its records cannot be read.
     programs: HashMap<u32, Result<Program, String>>,
-    /// The id the last record named and its flat program, if it has one:
+    /// The id the last record named (one the decoder has a program or a
+    /// reason for) and its flat program, if it has one:
     /// records of a topic name the same id one after another, and a flat
     /// record of values (most are) runs without the tree's recursion.
     last: Option<(u32, Option<Vec<Step>>)>,
@@ -75,6 +76,11 @@ impl AvroDecoder {
     /// (or [`AvroDecoder::add_unknown`]) before decoding.
     pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
         let id = schema_id(payload).ok()?;
+        // Asked for every record: the id the last record named is known
+        // without a lookup.
+        if self.last.as_ref().is_some_and(|(last, _)| *last == id) {
+            return None;
+        }
         (!self.programs.contains_key(&id)).then_some(id)
     }
 
@@ -104,11 +110,17 @@ impl AvroDecoder {
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let id = schema_id(payload).map_err(DecodeError)?;
-        if self.last.as_ref().is_none_or(|(last, _)| *last != id) {
-            let flat = self.programs.get(&id).and_then(|p| p.as_ref().ok()).and_then(|p| flatten(&p.root, p));
+        if self.last.as_ref().is_none_or(|(last, _)| *last != id)
+            && let Some(program) = self.programs.get(&id)
+        {
+            // Kept only for an id the decoder has an answer for, so that
+            // `needs_schema` may trust it.
+            let flat = program.as_ref().ok().and_then(|p| flatten(&p.root, p));
             self.last = Some((id, flat));
         }
-        if let Some((_, Some(steps))) = &self.last {
+        if let Some((last, Some(steps))) = &self.last
+            && *last == id
+        {
             let rows = batch.len;
             let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
             match run_flat(steps, &self.columns, batch, &mut cursor) {

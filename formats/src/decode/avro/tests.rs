@@ -270,3 +270,22 @@ fn flat_records_take_the_flat_path() {
     assert!(flat(&d, 7) && flat(&d, 9));
     assert!(!flat(&d, 1), "an array is skipped by the tree");
 }
+
+/// A record naming an id the decoder was never given, between records of
+/// a known one: refused, and still asked for; the known id's flat program
+/// is not run on it.
+#[test]
+fn an_unknown_id_between_known_ones_is_still_reported_missing() {
+    let mut d = decoder(&bid_columns());
+    d.add_schema(7, BID_V1);
+    let good = Datum::framed(7).long(1).long(0).double(1.0).long(1);
+    let mut batch = d.new_batch(4);
+    d.decode(&good.0, &mut batch).unwrap();
+    let stranger = Datum::framed(8).long(1).long(0).double(1.0).long(1);
+    assert_eq!(d.needs_schema(&stranger.0), Some(8));
+    assert!(d.decode(&stranger.0, &mut batch).unwrap_err().0.contains("schema id 8 was not fetched"));
+    assert_eq!(d.needs_schema(&stranger.0), Some(8), "still missing after a refused record");
+    assert_eq!(d.needs_schema(&good.0), None);
+    d.decode(&good.0, &mut batch).unwrap();
+    assert_eq!(batch.len, 2);
+}
