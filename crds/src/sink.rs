@@ -75,7 +75,9 @@ pub struct FileTarget {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SinkFormat {
-    /// One JSON object per result; the Kafka key is the GROUP BY key, if any.
+    /// One JSON object per result; the Kafka key is the GROUP BY key, if
+    /// any. A deleted group (an aggregate over a table) is a tombstone: its
+    /// key and no value, as a compacted topic and upsert consumers expect.
     #[default]
     Json,
     /// Avro in the Confluent wire format: the writer schema (a record of
@@ -83,6 +85,15 @@ pub enum SinkFormat {
     /// `spec.schemaRegistry` under `<topic>-value` when the job starts; the
     /// key stays a JSON object of the key columns. Kafka sinks only.
     Avro,
+    /// Debezium change events in JSON, for consumers that want a
+    /// changelog: `{"before": …, "after": …, "op": …}`. A row of a query
+    /// without a key is an insert (`c`, `after` the row); an update of a
+    /// keyed result (a group, a window, a rank) is `u` with `after` the
+    /// row and `before` null (the previous row is not kept, as Debezium
+    /// writes Postgres updates without REPLICA IDENTITY FULL); a deleted
+    /// group is `d` with `before` its key columns and `after` null.
+    #[serde(rename = "debezium-json")]
+    DebeziumJson,
 }
 
 impl SinkFormat {

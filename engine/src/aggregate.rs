@@ -232,7 +232,7 @@ impl AggregateOperator {
         self.close_windows(i64::MAX, emit, out)
     }
 
-    fn free(&mut self, gids: &[u32]) {
+    pub(crate) fn free(&mut self, gids: &[u32]) {
         let mut dead = vec![false; self.table.capacity()];
         for &g in gids {
             dead[g as usize] = true;

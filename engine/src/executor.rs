@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
 use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::changelog::ChangelogOperator;
 use super::hop_panes::HopPaneOperator;
 use super::join::JoinOperator;
 use super::merge::MergeOperator;
@@ -17,6 +18,7 @@ use super::operator::{BatchInput, Operator, OperatorOutput, OperatorTag};
 use super::output::{EmittedRows, Output};
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
+use super::signed_aggregate::SignedAggregateOperator;
 use super::stateless::Stateless;
 use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
@@ -110,6 +112,7 @@ impl Engine {
             OperatorPlan::Aggregate(a) => match a.window {
                 Some(TimeWindow::Session { gap_ms }) => Box::new(SessionOperator::new(a, gap_ms)),
                 _ if !a.upsert_key.is_empty() => Box::new(UpsertAggregateOperator::new(a)),
+                _ if let Some(retract) = &a.retract => Box::new(SignedAggregateOperator::new(a, retract)),
                 _ => match HopPaneOperator::applies(a, plan.emit) {
                     Some((size, advance)) => Box::new(HopPaneOperator::new(a, size, advance)),
                     None => Box::new(AggregateOperator::new(a)),
@@ -120,6 +123,7 @@ impl Engine {
             OperatorPlan::Merge(m) => Box::new(MergeOperator::new(m)),
             OperatorPlan::Join(j) => Box::new(JoinOperator::new(j, &source_types(&plan))),
             OperatorPlan::TableJoin(j) => Box::new(TableJoinOperator::new(j, &source_types(&plan))),
+            OperatorPlan::Changelog(c) => Box::new(ChangelogOperator::new(c, plan.source.schema.fields.len())),
         };
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;
@@ -259,6 +263,7 @@ impl Engine {
         self.intermediate.clear();
         self.columns.clear();
         let mut drained = 0;
+        let deleted;
         {
             let input = BatchInput {
                 batch,
@@ -271,7 +276,7 @@ impl Engine {
             };
             let having = &mut self.having;
             let mut drain = |rows: &Batch| {
-                drained += emit_intermediate(&plan, rows, having, out)?;
+                drained += emit_intermediate(&plan, rows, &[], having, out)?;
                 Ok(())
             };
             let mut produced = OperatorOutput {
@@ -279,6 +284,7 @@ impl Engine {
                 ..OperatorOutput::new(&mut self.intermediate, &mut self.columns, &mut self.late)
             };
             self.operator.process(&input, &mut produced)?;
+            deleted = produced.deleted;
         }
         self.stats.records_out += drained as u64;
         if let Some(wm) = watermark {
@@ -292,7 +298,8 @@ impl Engine {
             batch.columns.truncate(inputs);
             self.stats.records_out += result? as u64;
         } else {
-            self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
+            self.stats.records_out +=
+                emit_intermediate(&plan, &self.intermediate, &deleted, &mut self.having, out)? as u64;
         }
         if !self.late.is_empty() {
             self.stats.late_records += self.late.len() as u64;
@@ -339,7 +346,7 @@ impl Engine {
         let emit = self.plan.emit != EmitMode::Changes;
         self.operator.on_watermark(watermark, emit, &mut self.intermediate)?;
         let plan = Arc::clone(&self.plan);
-        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
+        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, out)? as u64;
         self.check_state_limit()
     }
 
@@ -350,7 +357,7 @@ impl Engine {
         let emit_final = self.plan.emit == EmitMode::Final;
         self.operator.finish(emit_final, &mut self.intermediate)?;
         let plan = Arc::clone(&self.plan);
-        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &mut self.having, out)? as u64;
+        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, out)? as u64;
         self.check_state_limit()
     }
 
@@ -457,12 +464,20 @@ fn emit(
     }
     let columns: Vec<Value<'_>> = outputs.iter().map(|o| eval(&o.expr, batch)).collect::<Result<_, _>>()?;
     let keys: Vec<Value<'_>> = keys.iter().map(|o| eval(&o.expr, batch)).collect::<Result<_, _>>()?;
-    out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input })?;
+    out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input, delete: false })?;
     Ok(selection.len())
 }
 
-/// HAVING over the operator's rows, then the SELECT list.
-fn emit_intermediate(plan: &Plan, rows: &Batch, having: &mut Vec<u32>, out: &mut dyn Output) -> Result<usize, Error> {
+/// HAVING over the operator's rows, then the SELECT list. The rows in
+/// `deleted` (increasing) delete their keys: they skip HAVING (the group
+/// is gone whatever it held) and go out after the others, marked.
+fn emit_intermediate(
+    plan: &Plan,
+    rows: &Batch,
+    deleted: &[u32],
+    having: &mut Vec<u32>,
+    out: &mut dyn Output,
+) -> Result<usize, Error> {
     if rows.is_empty() {
         return Ok(0);
     }
@@ -470,8 +485,22 @@ fn emit_intermediate(plan: &Plan, rows: &Batch, having: &mut Vec<u32>, out: &mut
         Some(h) => filter_rows(h, rows, having)?,
         None => false,
     };
-    let selection = if filtered { Selection::Rows(having) } else { Selection::All(rows.len) };
-    emit(&plan.outputs, &plan.keys, rows, selection, false, out)
+    if deleted.is_empty() {
+        let selection = if filtered { Selection::Rows(having) } else { Selection::All(rows.len) };
+        return emit(&plan.outputs, &plan.keys, rows, selection, false, out);
+    }
+    let is_deleted = |r: &u32| deleted.binary_search(r).is_ok();
+    if !filtered {
+        having.clear();
+        having.extend(0..u32::try_from(rows.len).unwrap_or(u32::MAX));
+    }
+    having.retain(|r| !is_deleted(r));
+    let upserts = emit(&plan.outputs, &plan.keys, rows, Selection::Rows(having), false, out)?;
+    let columns: Vec<Value<'_>> = plan.outputs.iter().map(|o| eval(&o.expr, rows)).collect::<Result<_, _>>()?;
+    let keys: Vec<Value<'_>> = plan.keys.iter().map(|o| eval(&o.expr, rows)).collect::<Result<_, _>>()?;
+    let selection = Selection::Rows(deleted);
+    out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input: false, delete: true })?;
+    Ok(upserts + deleted.len())
 }
 
 #[cfg(test)]

@@ -256,6 +256,7 @@ mod tests {
             ],
             window: Some(TimeWindow::Hopping { size_ms: 10, advance_ms: 2 }),
             upsert_key: vec![],
+            retract: None,
         }
     }
 

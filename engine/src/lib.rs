@@ -7,16 +7,19 @@
 
 mod accumulators;
 mod aggregate;
+mod changelog;
 mod error;
 mod executor;
 mod group_keys;
 mod hop_panes;
 mod join;
+mod last_per_key;
 mod merge;
 mod operator;
 mod output;
 mod rows_window;
 mod session;
+mod signed_aggregate;
 mod stateless;
 mod table_join;
 mod top_n;

@@ -48,7 +48,12 @@ pub struct OperatorOutput<'a> {
     /// Hands the rows so far on — through HAVING and the SELECT list to
     /// the engine's output — so that they need not all be held at once.
     /// Absent where nothing downstream can take rows mid-batch (tests).
+    /// Only an operator that never deletes drains.
     pub drain: Option<Drain<'a>>,
+    /// Rows of [`OperatorOutput::rows`] that delete their key rather than
+    /// update it (in increasing order): a group an aggregate over a table
+    /// no longer has.
+    pub deleted: Vec<u32>,
 }
 
 /// Takes an operator's rows so far (see [`OperatorOutput::drain`]).
@@ -67,13 +72,14 @@ impl std::fmt::Debug for OperatorOutput<'_> {
             .field("columns", &self.columns.len())
             .field("late", &self.late.len())
             .field("drain", &self.drain.is_some())
+            .field("deleted", &self.deleted.len())
             .finish()
     }
 }
 
 impl<'a> OperatorOutput<'a> {
     pub fn new(rows: &'a mut Batch, columns: &'a mut Vec<(usize, Column)>, late: &'a mut Vec<u32>) -> Self {
-        Self { rows, columns, late, drain: None }
+        Self { rows, columns, late, drain: None, deleted: Vec::new() }
     }
 
     /// Hands [`OperatorOutput::rows`] on and clears it once it holds
@@ -113,6 +119,8 @@ pub enum OperatorTag {
     TableJoin = 7,
     UpsertAggregate = 8,
     HopPanes = 9,
+    Changelog = 10,
+    SignedAggregate = 11,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -14,6 +14,10 @@ pub struct EmittedRows<'a> {
     /// True when `selection` indexes the input batch (one output per input
     /// row); false for rows an aggregation produced.
     pub from_input: bool,
+    /// The rows delete their keys (a group an aggregate over a table no
+    /// longer has, or one HAVING no longer lets through): only `keys`
+    /// matter, and an upsert sink writes a tombstone.
+    pub delete: bool,
 }
 
 /// Receives an engine's output. The runtime encodes rows and produces them

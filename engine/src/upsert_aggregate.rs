@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
-use crate::group_keys::KeyEncoder;
+use crate::last_per_key::LastPerKey;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::{AggFunc, AggregatePlan, Batch, Column, PhysExpr, Scalar, Selection, eval};
 
@@ -38,13 +38,10 @@ pub struct UpsertAggregateOperator {
     /// is read after every batch, and summing them was a pass over every
     /// key per batch.
     key_bytes: usize,
-    /// Scratch, reused batch to batch: the batch's keys back to back, where
-    /// each ends, the rows by key (then the groups rows went to, sorted),
-    /// the rows that count, and the groups keys left.
-    keys: Vec<u8>,
-    ends: Vec<usize>,
-    order: Vec<u32>,
-    keep: Vec<u32>,
+    /// Scratch, reused batch to batch: the rows that count, the groups
+    /// rows went to (sorted), and the groups keys left.
+    latest: LastPerKey,
+    placed: Vec<u32>,
     moved: Vec<u32>,
 }
 
@@ -69,67 +66,27 @@ impl UpsertAggregateOperator {
             star: plan.aggregates.iter().map(|a| a.func == AggFunc::CountStar).collect(),
             last: HashMap::new(),
             key_bytes: 0,
-            keys: Vec::new(),
-            ends: Vec::new(),
-            order: Vec::new(),
-            keep: Vec::new(),
+            latest: LastPerKey::default(),
+            placed: Vec::new(),
             moved: Vec::new(),
         }
-    }
-
-    fn key(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.keys[start..self.ends[i]]
-    }
-
-    /// The rows of the selection that count: each key's last, in arrival
-    /// order, with `ends` and `keys` holding every selected row's key.
-    fn last_per_key(&mut self, batch: &Batch, selection: &Selection<'_>) -> Result<Vec<u32>, Error> {
-        let n = batch.len;
-        let columns: Vec<Cow<'_, Column>> =
-            self.key_exprs.iter().map(|e| Ok(eval(e, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
-        let refs: Vec<&Column> = columns.iter().map(AsRef::as_ref).collect();
-        let encoder = KeyEncoder::new(&refs);
-        self.keys.clear();
-        self.ends.clear();
-        let mut rows = Vec::with_capacity(selection.len());
-        selection.for_each(|r| {
-            encoder.encode(r, &mut self.keys);
-            self.ends.push(self.keys.len());
-            rows.push(u32::try_from(r).unwrap_or(u32::MAX));
-        });
-        // By key, then arrival: the last of each run of one key counts.
-        self.order.clear();
-        self.order.extend(0..u32::try_from(rows.len()).unwrap_or(u32::MAX));
-        let mut order = std::mem::take(&mut self.order);
-        order.sort_by(|&a, &b| self.key(a as usize).cmp(self.key(b as usize)).then(a.cmp(&b)));
-        self.keep.clear();
-        for (i, &at) in order.iter().enumerate() {
-            let next = order.get(i + 1).map(|&b| self.key(b as usize));
-            if next != Some(self.key(at as usize)) {
-                self.keep.push(at);
-            }
-        }
-        self.order = order;
-        self.keep.sort_unstable();
-        Ok(rows)
     }
 }
 
 impl Operator for UpsertAggregateOperator {
     fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
         let batch = input.batch;
-        let rows = self.last_per_key(batch, &input.selection)?;
+        self.latest.select(&self.key_exprs, batch, &input.selection)?;
         // Take back what each counting row's key contributed before.
         self.moved.clear();
-        for &at in &self.keep {
-            let Some((gid, args)) = self.last.get(self.key(at as usize)) else { continue };
+        for &at in &self.latest.keep {
+            let Some((gid, args)) = self.last.get(self.latest.key(at as usize)) else { continue };
             for ((acc, value), star) in self.inner.accs.iter_mut().zip(args).zip(&self.star) {
                 acc.retract(*gid as usize, value, *star)?;
             }
             self.moved.push(*gid);
         }
-        let counting: Vec<u32> = self.keep.iter().map(|&at| rows[at as usize]).collect();
+        let counting: Vec<u32> = self.latest.keep.iter().map(|&at| self.latest.rows[at as usize]).collect();
         let only = BatchInput { selection: Selection::Rows(&counting), ..*input };
         self.inner.process(&only, out)?;
         // Where each counting row went, and what it brought.
@@ -139,11 +96,9 @@ impl Operator for UpsertAggregateOperator {
             .iter()
             .map(|e| e.as_ref().map(|e| Ok::<_, Error>(eval(e, batch)?.into_column(n))).transpose())
             .collect::<Result<_, Error>>()?;
-        let Self { inner, last, key_bytes, keys, ends, order, keep, moved, .. } = self;
-        let placed = &inner.gids;
-        for ((&at, &row), &gid) in keep.iter().zip(&counting).zip(placed) {
-            let start = if at == 0 { 0 } else { ends[at as usize - 1] };
-            let key = &keys[start..ends[at as usize]];
+        let Self { inner, last, key_bytes, latest, placed, moved, .. } = self;
+        for ((&at, &row), &gid) in latest.keep.iter().zip(&counting).zip(&inner.gids) {
+            let key = latest.key(at as usize);
             let values = args.iter().map(|a| a.as_ref().map_or(Scalar::Null, |c| c.scalar(row as usize)));
             match last.get_mut(key) {
                 Some((g, kept)) => {
@@ -159,12 +114,12 @@ impl Operator for UpsertAggregateOperator {
         }
         // A group a key left (its new row went to another) changed too,
         // unless a row went to it (then the aggregate emitted it already).
-        order.clear();
-        order.extend_from_slice(placed);
-        order.sort_unstable();
+        placed.clear();
+        placed.extend_from_slice(&inner.gids);
+        placed.sort_unstable();
         moved.sort_unstable();
         moved.dedup();
-        moved.retain(|g| order.binary_search(g).is_err());
+        moved.retain(|g| placed.binary_search(g).is_err());
         if input.emit_changes {
             for &g in &self.moved {
                 self.inner.emit_group(g, out.rows)?;
@@ -233,6 +188,7 @@ mod tests {
             ],
             window: None,
             upsert_key: vec![col(0, DataType::Bigint), col(1, DataType::Bigint)],
+            retract: None,
         }
     }
 

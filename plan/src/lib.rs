@@ -39,9 +39,9 @@ pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
 pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
 pub use plan::{
-    AggFunc, AggregateCall, AggregatePlan, EmitMode, JoinKind, JoinPlan, MergeCall, MergePlan, OperatorPlan,
-    OutputColumn, Partitioning, Plan, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec, SortKey, TableJoinPlan,
-    TableVersion, TimeWindow, TopNPlan, plan_fingerprint,
+    AggFunc, AggregateCall, AggregatePlan, ChangelogPlan, EmitMode, JoinKind, JoinPlan, MergeCall, MergePlan,
+    OperatorPlan, OutputColumn, Partitioning, Plan, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec, SortKey,
+    TableJoinPlan, TableVersion, TimeWindow, TopNPlan, plan_fingerprint,
 };
 pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};

@@ -63,6 +63,32 @@ pub enum OperatorPlan {
     /// of the row with the key). Appended last: variant numbers are part of
     /// the plan fingerprint.
     TableJoin(TableJoinPlan),
+    /// A table's changes as signed rows, for an aggregate over the table.
+    Changelog(ChangelogPlan),
+}
+
+/// A table source (each record the latest version of the row with its
+/// primary key, or its deletion) turned into signed rows: for each new
+/// version, the row's previous version taken back (`__retract` TRUE) and
+/// the new one added. This is what an aggregate over a table needs (Flink's
+/// ChangelogNormalize): an update or delete must take the old row out of
+/// the group it was counted in, and the old row — not the new one, and not
+/// a delete's key alone — says which group that was and on which
+/// partition it lives. The stage runs where the table is keyed by its
+/// primary key and keeps each key's last row; its rows then cross an
+/// exchange keyed by the aggregate's groups. The intermediate schema is
+/// the source schema plus `__retract` (BOOLEAN) last.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ChangelogPlan {
+    /// The table's primary key.
+    pub key: Vec<PhysExpr>,
+    /// TRUE on a row that deletes its key: the table's deletion marker,
+    /// or a version WHERE rejects (it leaves the query's input as a delete
+    /// would).
+    pub deleted: PhysExpr,
+    /// The source columns the query reads: each key's last row keeps these
+    /// (the others are emitted NULL).
+    pub kept: Vec<usize>,
 }
 
 /// A stream–table join: `FROM s [LEFT] JOIN t [FOR SYSTEM_TIME AS OF
@@ -231,6 +257,12 @@ pub struct AggregatePlan {
     /// aggregates that can take a value back (`AggFunc::retracts`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upsert_key: Vec<PhysExpr>,
+    /// When set, the input is signed rows ([`ChangelogPlan`]): a row where
+    /// this BOOLEAN is TRUE takes its values back out of its group instead
+    /// of adding them, and a group left with no rows is deleted. Only
+    /// aggregates that can take a value back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retract: Option<PhysExpr>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,6 +38,7 @@ pub fn state_signature(plan: &Plan) -> Option<String> {
         OperatorPlan::Merge(_) => ("merge", true),
         OperatorPlan::Join(_) => ("join", true),
         OperatorPlan::TableJoin(_) => ("table_join", true),
+        OperatorPlan::Changelog(_) => ("changelog", true),
     };
     let names: Vec<&str> = plan.source.schema.fields.iter().map(|f| f.name.as_str()).collect();
     let mut operator = serde_json::to_value(&plan.operator).unwrap_or(Value::Null);

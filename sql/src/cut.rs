@@ -77,6 +77,7 @@ fn split_global(plan: &Plan) -> Option<Dataflow> {
         aggregates: partial_calls,
         window: aggregate.window,
         upsert_key: Vec::new(),
+        retract: None,
     });
     let partial = first_stage(plan, operator, schema.clone(), columns, keys, plan.emit);
     let merge = last_stage(plan, schema, OperatorPlan::Merge(MergePlan { window, calls }));
@@ -112,6 +113,7 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
         aggregates: Vec::new(),
         window: None,
         upsert_key: Vec::new(),
+        retract: None,
     });
     let outputs = vec![OutputColumn { name: "value".into(), expr: value.clone() }];
     let partial = first_stage(plan, operator, schema.clone(), outputs, Vec::new(), EmitMode::Changes);
@@ -122,6 +124,7 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
         aggregates,
         window: None,
         upsert_key: Vec::new(),
+        retract: None,
     });
     let merge = last_stage(plan, schema, operator);
     Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })

@@ -81,6 +81,9 @@ fn plan_parsed_stages(mut parsed: ParsedQuery, sources: &[SourceSpec], partition
     if let Some(flow) = crate::union::plan_union(&mut parsed, sources)? {
         return Ok(flow);
     }
+    if let Some(flow) = crate::changelog::plan_over_table(&mut parsed, sources)? {
+        return Ok(flow);
+    }
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
     }
@@ -140,6 +143,13 @@ fn aggregate_over_aggregate(
         return Err(SqlError::unpositioned("internal: a dataflow without stages"));
     };
     let groups = match &last.plan.operator {
+        OperatorPlan::Aggregate(a) if a.retract.is_some() => {
+            return Err(SqlError::at_span(
+                inner.span,
+                "an aggregate over an aggregate of a table is not supported yet: the inner aggregate deletes \
+                 groups, which the outer one cannot take back",
+            ));
+        }
         OperatorPlan::Aggregate(a) if last.plan.is_windowed() && last.plan.emit == EmitMode::Final => None,
         OperatorPlan::Aggregate(a) if a.window.is_none() && last.plan.having.is_none() => Some(a.group_exprs.len()),
         _ => {

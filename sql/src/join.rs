@@ -49,7 +49,7 @@ const TIME: &str = "__time";
 const JOINED: &str = "__join";
 /// A table's field, and the joined layout's BOOLEAN column, that marks a
 /// deletion of the row with the key.
-const DELETED: &str = "__deleted";
+pub(crate) const DELETED: &str = "__deleted";
 
 /// One side of a join: a source, a windowed subquery (as a source of its
 /// output columns), or the rows of a join joined again (`a JOIN b ON …
@@ -1134,7 +1134,7 @@ fn table_keys(
 /// A table source as its side of a join reads it: with the `__deleted`
 /// field that marks a deletion, and its value columns optional (a
 /// deletion carries only the key).
-fn table_source(spec: &SourceSpec) -> SourceSpec {
+pub(crate) fn table_source(spec: &SourceSpec) -> SourceSpec {
     let primary_key = spec.table.as_ref().map(|t| t.primary_key.as_slice()).unwrap_or_default();
     let mut spec = spec.clone();
     for column in &mut spec.schema.columns {

@@ -9,6 +9,7 @@
 
 mod agg_filter;
 mod cascade;
+mod changelog;
 mod compile;
 mod cut;
 mod dataflow;

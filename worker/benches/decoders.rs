@@ -195,8 +195,13 @@ fn avro_vs_json(records: usize) {
             }
             let columns: Vec<Value<'_>> = batch.columns.iter().map(|c| Value::Column(Cow::Borrowed(c))).collect();
             let mut out = EncodedRows::default();
-            let rows =
-                EmittedRows { columns: &columns, keys: &[], selection: Selection::All(batch.len), from_input: false };
+            let rows = EmittedRows {
+                columns: &columns,
+                keys: &[],
+                selection: Selection::All(batch.len),
+                from_input: false,
+                delete: false,
+            };
             encoder.encode(&rows, &mut out);
             avro.extend((0..out.len()).map(|i| out.value(i).to_vec()));
             batch.clear();

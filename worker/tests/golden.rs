@@ -385,7 +385,12 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_
         let mut last: BTreeMap<String, Json> = BTreeMap::new();
         for row in outcome.rows {
             let k: Vec<String> = case.key.iter().map(|k| row.get(k).map(Json::to_string).unwrap_or_default()).collect();
-            last.insert(k.join("|"), row);
+            // A deletion (`{"__deleted":true, <key>}`) takes its key out.
+            if row.get("__deleted") == Some(&Json::Bool(true)) {
+                last.remove(&k.join("|"));
+            } else {
+                last.insert(k.join("|"), row);
+            }
         }
         outcome.rows = last.into_values().collect();
     }

@@ -257,7 +257,8 @@ mod tests {
 
     fn encode(columns: &[Value<'_>], rows: usize) -> EncodedRows {
         let mut out = EncodedRows::default();
-        let emitted = EmittedRows { columns, keys: &[], selection: Selection::All(rows), from_input: false };
+        let emitted =
+            EmittedRows { columns, keys: &[], selection: Selection::All(rows), from_input: false, delete: false };
         BinaryEncoder.encode(&emitted, &mut out);
         out
     }

@@ -138,6 +138,15 @@ impl AvroEncoder {
         let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
         out.values.reserve(rows.selection.len() * (5 + 9 * values.len().max(1)));
         rows.selection.for_each(|row| {
+            // A deletion is a tombstone: no value at all.
+            if rows.delete {
+                out.value_ends.push(out.values.len());
+                if !keys.is_empty() {
+                    write_object(&self.key_prefixes, &keys, row, &mut out.keys);
+                    out.key_ends.push(out.keys.len());
+                }
+                return;
+            }
             out.values.extend_from_slice(&self.header);
             for (v, bare) in values.iter().zip(&self.bare_null) {
                 // A bare `null` field takes no bytes.
@@ -212,7 +221,13 @@ mod tests {
         let types: Vec<DataType> = outputs.iter().map(|o| o.1).collect();
         let mut out = EncodedRows::default();
         AvroEncoder::new(42, &types, &[]).encode(
-            &EmittedRows { columns: &columns, keys: &[], selection: Selection::All(3), from_input: false },
+            &EmittedRows {
+                columns: &columns,
+                keys: &[],
+                selection: Selection::All(3),
+                from_input: false,
+                delete: false,
+            },
             &mut out,
         );
         let source = SourceSpec::table(

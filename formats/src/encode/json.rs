@@ -19,6 +19,9 @@ pub struct EncodedRows {
     pub value_ends: Vec<usize>,
     pub keys: Vec<u8>,
     pub key_ends: Vec<usize>,
+    /// Per row, whether it is a tombstone (a deleted key: a Kafka sink
+    /// writes the key and no value); empty while no row is.
+    pub tombstones: Vec<bool>,
 }
 
 impl EncodedRows {
@@ -27,6 +30,20 @@ impl EncodedRows {
         self.value_ends.clear();
         self.keys.clear();
         self.key_ends.clear();
+        self.tombstones.clear();
+    }
+
+    /// Whether row `i` is a tombstone: its key, and no value.
+    pub fn is_tombstone(&self, i: usize) -> bool {
+        self.tombstones.get(i).copied().unwrap_or(false)
+    }
+
+    /// Marks the rows from `from` on as tombstones or not.
+    pub(super) fn mark_tombstones(&mut self, from: usize, tombstone: bool) {
+        if tombstone || !self.tombstones.is_empty() {
+            self.tombstones.resize(from, false);
+            self.tombstones.resize(self.len(), tombstone);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -57,7 +74,14 @@ impl EncodedRows {
 pub struct JsonEncoder {
     value_prefixes: Vec<Vec<u8>>,
     key_prefixes: Vec<Vec<u8>>,
+    /// The key columns after `{"__deleted":true`: how a deletion reads
+    /// where there is no tombstone (a file or stdout), and how a file
+    /// table source reads a deletion back.
+    deleted_prefixes: Vec<Vec<u8>>,
 }
+
+/// How a deletion's line starts where a sink has no tombstones.
+const DELETED: &[u8] = br#"{"__deleted":true"#;
 
 /// The JSON encoding of one value.
 pub(super) struct Json;
@@ -113,7 +137,11 @@ pub(super) fn prefixes(names: &[String]) -> Vec<Vec<u8>> {
 
 impl JsonEncoder {
     pub fn new(output_names: &[String], key_names: &[String]) -> Self {
-        Self { value_prefixes: prefixes(output_names), key_prefixes: prefixes(key_names) }
+        let mut deleted_prefixes = prefixes(key_names);
+        if let Some(first) = deleted_prefixes.first_mut() {
+            first[0] = b',';
+        }
+        Self { value_prefixes: prefixes(output_names), key_prefixes: prefixes(key_names), deleted_prefixes }
     }
 
     /// Appends the emitted rows to `out`.
@@ -122,7 +150,16 @@ impl JsonEncoder {
         let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
         out.values.reserve(rows.selection.len() * 16 * values.len().max(1));
         rows.selection.for_each(|row| {
-            write_object(&self.value_prefixes, &values, row, &mut out.values);
+            if rows.delete {
+                out.values.extend_from_slice(DELETED);
+                for (p, v) in self.deleted_prefixes.iter().zip(&keys) {
+                    out.values.extend_from_slice(p);
+                    v.write::<Json>(row, &mut out.values);
+                }
+                out.values.push(b'}');
+            } else {
+                write_object(&self.value_prefixes, &values, row, &mut out.values);
+            }
             out.value_ends.push(out.values.len());
             if !keys.is_empty() {
                 write_object(&self.key_prefixes, &keys, row, &mut out.keys);
@@ -239,7 +276,13 @@ mod tests {
         let enc = JsonEncoder::new(&["s".into(), "f".into(), "t".into(), "k".into()], &["s".into()]);
         let mut out = EncodedRows::default();
         enc.encode(
-            &EmittedRows { columns: &columns, keys: &keys, selection: Selection::All(2), from_input: true },
+            &EmittedRows {
+                columns: &columns,
+                keys: &keys,
+                selection: Selection::All(2),
+                from_input: true,
+                delete: false,
+            },
             &mut out,
         );
         assert_eq!(

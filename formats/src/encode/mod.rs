@@ -2,29 +2,40 @@
 
 mod avro;
 mod binary;
+mod debezium;
 mod json;
 mod view;
 
 pub use avro::{AvroEncoder, writer_schema};
 pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR};
+pub use debezium::DebeziumJsonEncoder;
 pub use json::{EncodedRows, JsonEncoder, write_float, write_str};
 
-/// How a stage writes its rows: JSON or Avro for the job's sink, binary
-/// rows for an exchange between stages.
+/// How a stage writes its rows: JSON, Avro or Debezium events for the
+/// job's sink, binary rows for an exchange between stages.
 #[derive(Debug, Clone)]
 pub enum RowEncoder {
     Json(JsonEncoder),
     Avro(AvroEncoder),
+    DebeziumJson(DebeziumJsonEncoder),
     Binary(BinaryEncoder),
 }
 
 impl RowEncoder {
-    /// Appends the emitted rows to `out`.
+    /// Appends the emitted rows to `out`. Deletions are tombstones, but for
+    /// Debezium, whose `d` event is a value.
     pub fn encode(&self, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {
+        let from = out.len();
         match self {
             Self::Json(e) => e.encode(rows, out),
             Self::Avro(e) => e.encode(rows, out),
+            Self::DebeziumJson(e) => e.encode(rows, out),
+            // No plan deletes rows on their way to an exchange: the
+            // planner refuses an aggregate over an aggregate of a table,
+            // the one shape where they would cross one.
+            Self::Binary(_) if rows.delete => {}
             Self::Binary(e) => e.encode(rows, out),
         }
+        out.mark_tombstones(from, rows.delete && !matches!(self, Self::DebeziumJson(_)));
     }
 }

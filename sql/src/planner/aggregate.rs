@@ -136,7 +136,13 @@ impl Planner<'_> {
         }
         let emit = if window.is_some() { EmitMode::Final } else { EmitMode::Changes };
         Ok((
-            OperatorPlan::Aggregate(AggregatePlan { group_exprs, aggregates, window, upsert_key: Vec::new() }),
+            OperatorPlan::Aggregate(AggregatePlan {
+                group_exprs,
+                aggregates,
+                window,
+                upsert_key: Vec::new(),
+                retract: None,
+            }),
             intermediate,
             outputs,
             keys,

@@ -39,7 +39,7 @@ use crate::sink::{
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::{AvroEncoder, BinaryEncoder, JsonEncoder, RowEncoder, writer_schema};
+use sluice_formats::encode::{AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, RowEncoder, writer_schema};
 use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
 /// Everything a core needs to run its share of the job.
@@ -954,7 +954,7 @@ fn send(
     }
 }
 
-/// How the job's results are written: JSON, or Avro under the writer
+/// How the job's results are written: JSON, Debezium events, or Avro under the writer
 /// schema registered for the sink topic (`<topic>-value`, Confluent's
 /// TopicNameStrategy) when the core starts.
 fn sink_encoder(
@@ -966,6 +966,7 @@ fn sink_encoder(
     let spec = &setup.config.spec;
     match spec.sink.format {
         SinkFormat::Json => Ok(RowEncoder::Json(JsonEncoder::new(names, keys))),
+        SinkFormat::DebeziumJson => Ok(RowEncoder::DebeziumJson(DebeziumJsonEncoder::new(names, keys))),
         SinkFormat::Avro => {
             let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
                 return Err(Error::Config(

@@ -411,6 +411,7 @@ impl PartitionPipeline {
                 keys: &[],
                 selection: sluice_plan::Selection::Rows(&self.late_rows),
                 from_input: true,
+                delete: false,
             },
             &mut encoded,
         );
@@ -573,7 +574,13 @@ mod tests {
         let mut column = Column::with_capacity(DataType::Bigint, 1000);
         (0..1000).for_each(|v| column.push_i64(v).unwrap());
         let columns = [Value::Column(std::borrow::Cow::Borrowed(&column))];
-        let rows = EmittedRows { columns: &columns, keys: &[], selection: Selection::All(1000), from_input: false };
+        let rows = EmittedRows {
+            columns: &columns,
+            keys: &[],
+            selection: Selection::All(1000),
+            from_input: false,
+            delete: false,
+        };
         let encoder = RowEncoder::Binary(BinaryEncoder);
         for fail in [false, true] {
             let (mut out, mut emitted, mut late, mut dead) = (Emitted::default(), 0, Vec::new(), Reasons::default());

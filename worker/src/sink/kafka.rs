@@ -39,8 +39,12 @@ impl Sink for KafkaSink {
         for i in 0..rows.len() {
             let ts = timestamps.get(i).copied().unwrap_or(0);
             let mut record =
-                BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, usize::try_from(ts).unwrap_or(0))
-                    .payload(rows.value(i));
+                BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, usize::try_from(ts).unwrap_or(0));
+            // A deleted key is a tombstone: the key and no value, what a
+            // compacted topic and an upsert consumer take as a deletion.
+            if !rows.is_tombstone(i) {
+                record = record.payload(rows.value(i));
+            }
             if let Some(key) = rows.key(i) {
                 record = record.key(key);
             }
