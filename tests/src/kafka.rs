@@ -20,7 +20,10 @@ pub struct Record {
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
+    /// The value's bytes (empty for a tombstone: see `tombstone`).
     pub value: Vec<u8>,
+    /// The record has no value at all: a deletion of its key.
+    pub tombstone: bool,
     pub timestamp_ms: Option<i64>,
     pub headers: Vec<(String, Vec<u8>)>,
 }
@@ -255,6 +258,7 @@ fn read(topic: &str, expected: usize, ends: Option<&HashMap<i32, i64>>, timeout:
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+                tombstone: m.payload().is_none(),
                 timestamp_ms: m.timestamp().to_millis(),
                 headers: m
                     .headers()

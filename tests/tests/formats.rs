@@ -335,6 +335,171 @@ spec:
     assert!(w.log().contains("dead-lettered: 0"), "the tombstone is no dead letter:\n{}", w.log());
 }
 
+/// `(op, order, (customer, amount))`.
+type OrderChange<'a> = (&'a str, i64, Option<(&'a str, i64)>);
+
+/// A Debezium event for order `id` (schemas off): `row` is `(customer,
+/// amount)`; `d` carries the key alone in `before`, as under Postgres's
+/// default replica identity.
+fn order_change(op: &str, id: i64, row: Option<(&str, i64)>) -> Vec<u8> {
+    let image = |r: Option<(&str, i64)>| match r {
+        Some((c, a)) => serde_json::json!({ "id": id, "customer": c, "amount": a }),
+        None => serde_json::json!({ "id": id, "customer": null, "amount": null }),
+    };
+    let (before, after) =
+        if op == "d" { (image(None), serde_json::Value::Null) } else { (serde_json::Value::Null, image(row)) };
+    let source = serde_json::json!({ "connector": "postgresql", "db": "shop", "table": "orders", "ts_ms": 1 });
+    serde_json::to_vec(&serde_json::json!({ "before": before, "after": after, "source": source, "op": op, "ts_ms": 2 }))
+        .unwrap()
+}
+
+/// The records of `changes` (key, value, partition), each delete followed
+/// by the tombstone Debezium writes after it for compaction.
+fn with_tombstones(changes: &[(Vec<u8>, Vec<u8>, i32)]) -> Vec<kafka::Outgoing<'_>> {
+    let mut records: Vec<kafka::Outgoing<'_>> = Vec::new();
+    for (key, value, partition) in changes {
+        records.push((Some(key.as_slice()), value.as_slice(), Some(*partition)));
+        if value.windows(8).any(|w| w == br#""op":"d""#) {
+            records.push((Some(key.as_slice()), b"".as_slice(), Some(*partition)));
+        }
+    }
+    records
+}
+
+/// Reads `topic` to its end as an upsert consumer does (a compacted topic
+/// keeps the same): the last value per key, a tombstone — or, read as
+/// Debezium events, a `d` — removing it.
+fn materialize(topic: &str, debezium: bool) -> BTreeMap<String, (i64, i64)> {
+    let mut table = BTreeMap::new();
+    for r in kafka::consume_all(topic, Duration::from_secs(60)) {
+        let key: serde_json::Value = serde_json::from_slice(r.key.as_deref().expect("a keyed result")).unwrap();
+        let customer = key["customer"].as_str().unwrap().to_owned();
+        let row = if r.tombstone {
+            assert!(!debezium, "a Debezium sink writes `d` events, not tombstones");
+            None
+        } else {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            let row = if debezium {
+                match v["op"].as_str() {
+                    Some("u") => v["after"].clone(),
+                    Some("d") => {
+                        assert_eq!(v["before"], key, "a delete names its key");
+                        serde_json::Value::Null
+                    }
+                    other => panic!("op {other:?} in {v}"),
+                }
+            } else {
+                v
+            };
+            (!row.is_null()).then(|| (row["orders"].as_i64().unwrap(), row["total"].as_i64().unwrap()))
+        };
+        match row {
+            Some(r) => table.insert(customer, r),
+            None => table.remove(&customer),
+        };
+    }
+    table
+}
+
+/// A Debezium CDC topic of orders aggregated per customer: updates move
+/// orders between customers and change amounts, deletes (each followed by
+/// Debezium's tombstone) take orders out, and every order of one customer
+/// is deleted. The results, upserts keyed by the customer, go to a
+/// compacted topic as JSON — a deleted customer a tombstone — and to a
+/// second topic as Debezium events; each, read to its end as an upsert
+/// consumer reads it, equals the totals computed here from the last
+/// version of every order.
+#[test]
+fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_results() {
+    let (orders, upserts, changes) = (unique_name("cdc-orders"), unique_name("cdc-totals"), unique_name("cdc-events"));
+    kafka::create_topic(&orders, 2);
+    kafka::create_topic_with(&upserts, 1, &[("cleanup.policy", "compact")]);
+    kafka::create_topic_with(&changes, 1, &[("cleanup.policy", "compact")]);
+    let customers = ["ann", "bob", "cy", "dee", "eve"];
+    // (op, order, row): 300 orders, then 200 updates (some moving to
+    // another customer), 60 deletes, and every order of "dee" deleted.
+    let mut events: Vec<OrderChange<'_>> = Vec::new();
+    for id in 0..300 {
+        events.push((if id % 7 == 0 { "r" } else { "c" }, id, Some((customers[(id % 5) as usize], id % 50 + 1))));
+    }
+    for i in 0..200 {
+        let id = (i * 13) % 300;
+        events.push(("u", id, Some((customers[((id + i) % 4) as usize], i % 30 + 5))));
+    }
+    for i in 0..60 {
+        events.push(("d", (i * 17 + 3) % 300, None));
+    }
+    let mut latest: BTreeMap<i64, Option<(&str, i64)>> = BTreeMap::new();
+    for &(op, id, row) in &events {
+        latest.insert(id, if op == "d" { None } else { row });
+    }
+    for (&id, row) in &latest.clone() {
+        if row.is_some_and(|(c, _)| c == "dee") {
+            events.push(("d", id, None));
+            latest.insert(id, None);
+        }
+    }
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (customer, amount) in latest.values().flatten() {
+        let e = expected.entry((*customer).to_owned()).or_default();
+        e.0 += 1;
+        e.1 += amount;
+    }
+    assert!(!expected.contains_key("dee") && expected.len() == 4, "{expected:?}");
+    let encoded: Vec<(Vec<u8>, Vec<u8>, i32)> = events
+        .iter()
+        .map(|&(op, id, row)| {
+            (format!("{{\"id\":{id}}}").into_bytes(), order_change(op, id, row), i32::try_from(id % 2).unwrap())
+        })
+        .collect();
+    let h = harness();
+    let jobs = [(&upserts, "json", unique_name("g")), (&changes, "debezium-json", unique_name("g"))];
+    // The inserts, then (the jobs restarted from their checkpoints) the
+    // updates and deletes: every customer's totals are out before any of
+    // them is taken back.
+    for (round, part) in [&encoded[..300], &encoded[300..]].into_iter().enumerate() {
+        kafka::produce(&orders, &with_tombstones(part));
+        for (sink, format, group) in &jobs {
+            let manifest = format!(
+                r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: cdc-agg
+spec:
+  sql: SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      format: debezium-json
+      table: {{ primaryKey: [id] }}
+      partitionKey: [id]
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: customer, type: string }}
+          - {{ name: amount, type: bigint }}
+  sink:
+    format: {format}
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {sink} }}
+"#,
+                bootstrap = h.bootstrap,
+            );
+            let m = write_temp("cdc-agg.yaml", &manifest);
+            let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", group]);
+            assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+            assert!(w.log().contains("dead-lettered: 0"), "Debezium's tombstones are no dead letters:\n{}", w.log());
+            if round == 0 {
+                assert!(materialize(sink, *format != "json").contains_key("dee"), "{format}");
+            }
+        }
+    }
+    for (sink, format, _) in &jobs {
+        assert_eq!(materialize(sink, *format != "json"), expected, "{format}");
+    }
+    let tombstones = kafka::consume_all(&upserts, Duration::from_secs(60)).iter().filter(|r| r.tombstone).count();
+    assert!(tombstones >= 1, "dee's deletion is a tombstone");
+}
+
 /// `format: raw`: each value as it is (log lines, not JSON) in one string
 /// column, the record's key beside it; a value that is not UTF-8 is a
 /// dead letter.

@@ -171,6 +171,16 @@ impl UpstreamWatermarks {
         self.marks.iter().all(|m| *m == Some(END))
     }
 
+    /// Upstream partitions that reported the end of their input have not
+    /// reported in this run yet.
+    fn forget_ends(&mut self) {
+        for m in &mut self.marks {
+            if *m == Some(END) {
+                *m = None;
+            }
+        }
+    }
+
     fn resize(&mut self, upstreams: usize) {
         self.marks.resize(upstreams, None);
         self.idle.resize(upstreams, false);
@@ -493,11 +503,16 @@ impl ExchangeInput {
         self.seen.len()
     }
 
-    /// This position for `upstreams` upstream partitions: more than it was
-    /// saved with (a source topic given more partitions) start unreported.
-    pub fn resized(mut self, upstreams: usize) -> Self {
+    /// This position, restored from a checkpoint, for `upstreams` upstream
+    /// partitions: more than it was saved with (a source topic given more
+    /// partitions) start unreported. An upstream that had reported the end
+    /// of a bounded run's input reports again in this run (which reads
+    /// what came since): its end is forgotten, or this run would end at
+    /// once with the new rows unread.
+    pub fn restored(mut self, upstreams: usize) -> Self {
         self.seen.resize(upstreams, None);
         self.watermarks.resize(upstreams);
+        self.watermarks.forget_ends();
         self
     }
 
@@ -585,7 +600,7 @@ mod tests {
         assert_eq!(x.accept_marker(Frame::Watermark { from: 0, at: 100 }), Ok(None));
         let saved = postcard::to_allocvec(&x).unwrap();
         // The upstream of partition 0 crashed and replays from offset 9.
-        let mut x = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().resized(2);
+        let mut x = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().restored(2);
         assert_eq!(x.accept_row(0, 9), Ok(false));
         assert_eq!(x.accept_row(0, 10), Ok(false));
         assert_eq!(x.accept_row(0, 11), Ok(true));
@@ -598,8 +613,16 @@ mod tests {
         x.accept_marker(Frame::Watermark { from: 0, at: END }).unwrap();
         x.accept_marker(Frame::Watermark { from: 1, at: END }).unwrap();
         assert!(x.ended());
-        let grown = x.resized(3);
+        let saved = postcard::to_allocvec(&x).unwrap();
+        let grown = x.restored(3);
         assert!(!grown.ended(), "a new upstream partition has not ended");
+        // The next bounded run from this checkpoint reads what came since:
+        // it has not ended until its upstreams say so again.
+        let mut next = postcard::from_bytes::<ExchangeInput>(&saved).unwrap().restored(2);
+        assert!(!next.ended());
+        next.accept_marker(Frame::Watermark { from: 0, at: END }).unwrap();
+        next.accept_marker(Frame::Watermark { from: 1, at: END }).unwrap();
+        assert!(next.ended());
     }
 
     fn packed(rows: &EncodedRows, seqs: &[i64], ts: &[i64], partitions: usize) -> Vec<(usize, Vec<u8>, i64)> {

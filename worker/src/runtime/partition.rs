@@ -199,7 +199,7 @@ impl PartitionPipeline {
         self.emitted = emitted;
         if let (Some(mine), Some(saved)) = (&mut self.exchange, exchange) {
             let upstreams = mine.upstreams();
-            *mine = saved.resized(upstreams);
+            *mine = saved.restored(upstreams);
         }
         Ok(())
     }
