@@ -183,6 +183,14 @@ pub enum SourceFormat {
     /// by id and its fields matched to the columns by name (docs/sql.md,
     /// "Avro sources"). Kafka sources only.
     Avro,
+    /// Protobuf in the Confluent wire format (a zero byte, the schema's
+    /// registry id, the message indexes, the message), as Confluent's and
+    /// Apicurio's serializers write it: each schema (`.proto` text, or a
+    /// serialized `FileDescriptorProto` in base64) is fetched from
+    /// `spec.schemaRegistry` by id, and the message's fields matched to
+    /// the columns by name (docs/sql.md, "Protobuf sources"). Kafka
+    /// sources only.
+    Protobuf,
     /// Debezium change events in JSON (with the JSON converter's schemas
     /// on or off): the source is a table (declare `table.primaryKey`),
     /// whose rows an insert, snapshot read or update replaces and a delete
@@ -201,7 +209,18 @@ pub enum SourceFormat {
 impl SourceFormat {
     /// Whether records carry a schema id to look up in the registry.
     pub fn needs_registry(self) -> bool {
-        matches!(self, Self::Avro)
+        matches!(self, Self::Avro | Self::Protobuf)
+    }
+
+    /// The format as a manifest names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Avro => "avro",
+            Self::Protobuf => "protobuf",
+            Self::DebeziumJson => "debezium-json",
+            Self::Raw => "raw",
+        }
     }
 }
 

@@ -46,6 +46,7 @@ use crate::{AutoscalingSpec, DeadLetterSpec, EngineSpec, PodTemplateSpec, SinkSp
 #[x_kube(validation = Rule::new("!has(self.delivery) || self.delivery != 'ExactlyOnce' || !has(self.sink.kafka) || !has(self.sink.kafka.properties) || !('transaction.timeout.ms' in self.sink.kafka.properties) || int(self.sink.kafka.properties['transaction.timeout.ms']) > (has(self.engine) && has(self.engine.checkpointIntervalMillis) ? self.engine.checkpointIntervalMillis : 1000)").message("sink.kafka.properties transaction.timeout.ms must be longer than engine.checkpointIntervalMillis: a transaction lasts a checkpoint interval"))]
 #[x_kube(validation = Rule::new("self.sources.all(s, !has(s.file)) && !has(self.sink.file) && (!has(self.deadLetter) || !has(self.deadLetter.file))").message(LOCAL_ONLY))]
 #[x_kube(validation = Rule::new("self.sources.all(s, !has(s.format) || s.format != 'avro' || (has(s.kafka) && has(self.schemaRegistry)))").message("a source with format avro reads a Kafka topic and needs spec.schemaRegistry (its records name their writer schema by registry id)"))]
+#[x_kube(validation = Rule::new("self.sources.all(s, !has(s.format) || s.format != 'protobuf' || (has(s.kafka) && has(self.schemaRegistry)))").message("a source with format protobuf reads a Kafka topic and needs spec.schemaRegistry (its records name their schema by registry id)"))]
 #[x_kube(validation = Rule::new("self.sources.all(s, !has(s.format) || s.format != 'debezium-json' || has(s.table))").message("a source with format debezium-json is a table of the database's rows: declare table.primaryKey"))]
 #[x_kube(validation = Rule::new("!has(self.sink.format) || self.sink.format != 'avro' || (has(self.sink.kafka) && has(self.schemaRegistry))").message("a sink with format avro writes a Kafka topic and needs spec.schemaRegistry (its writer schema is registered there)"))]
 pub struct StreamJobSpec {
@@ -99,7 +100,7 @@ pub struct StreamJobSpec {
     #[serde(default, skip_serializing_if = "UpgradeMode::is_default")]
     pub upgrade_mode: UpgradeMode,
     /// The Schema Registry of the sources and the sink whose `format`
-    /// needs one (`avro`).
+    /// needs one (`avro`, `protobuf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema_registry: Option<crate::SchemaRegistrySpec>,
     /// What happens to the job's consumer group and internal topics (state

@@ -52,8 +52,9 @@ impl StreamJobSpec {
             }
             if s.format.needs_registry() && (s.kafka.is_none() || self.schema_registry.is_none()) {
                 problems.push(format!(
-                    "{at}.format: a source with format avro reads a Kafka topic and needs spec.schemaRegistry (its \
-                     records name their writer schema by registry id)"
+                    "{at}.format: a source with format {} reads a Kafka topic and needs spec.schemaRegistry (its \
+                     records name their writer schema by registry id)",
+                    s.format.name()
                 ));
             }
             if s.format == crate::SourceFormat::DebeziumJson && s.table.is_none() {

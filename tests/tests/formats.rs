@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::process::Command;
+use std::str::FromStr;
 use std::time::Duration;
 
 use sluice_e2e::kafka::{self, Record};
@@ -131,6 +132,101 @@ spec:
         assert_eq!(connect("partition"), partition);
         assert_eq!(Some(connect("offset")), r.header("sluice.source.offset"));
     }
+}
+
+/// A Protobuf topic written by confluent-kafka's `ProtobufSerializer`
+/// (the schema registered as a serialized descriptor, the message at
+/// index [1] of its file): fields by name, nested ones by path, proto3's
+/// defaults for fields left out and NULL for an absent message — every
+/// total equal to what is computed here; a record in another format is a
+/// dead letter with its reason.
+#[test]
+fn a_protobuf_topic_reads_its_fields_by_name_and_path_with_protobufs_defaults() {
+    let (topic, out, dlq) = (unique_name("pb-trades"), unique_name("pb-totals"), unique_name("pb-dlq"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    let h = harness();
+    let script = h.repo.join("tests/clients/protobuf_produce.py");
+    let produced = Command::new(&h.clients_python)
+        .arg(script)
+        .args([&h.bootstrap, &h.registry_url, &topic, "0", "2000"])
+        .output()
+        .expect("run the Python producer");
+    assert!(produced.status.success(), "protobuf_produce.py failed: {}", String::from_utf8_lossy(&produced.stderr));
+    kafka::produce(&topic, &[(Some(b"AAPL".as_slice()), b"{\"symbol\":\"AAPL\"}".as_slice(), Some(0))]);
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty, SUM(price) AS value,
+           COUNT("meta.venue") AS venues, MAX("meta.ts") AS last_ts, COUNT(*) FILTER (WHERE buy) AS buys
+    FROM trades GROUP BY symbol
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: protobuf
+      schema:
+        columns:
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: quantity, type: bigint, required: true }}
+          - {{ name: price, type: double }}
+          - {{ name: buy, type: boolean }}
+          - {{ name: meta.ts, type: timestamp }}
+          - {{ name: meta.venue, type: string }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("pb"),
+        registry = h.registry_url,
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("pb.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("records in: 2001"), "{}", w.log());
+    // Computed here from the producer's rule for trade i.
+    let mut expected: BTreeMap<String, (i64, i64, f64, i64, i64, i64)> = BTreeMap::new();
+    for i in 0..2_000_i64 {
+        let e = expected.entry(SYMBOLS[(i % 5) as usize].to_owned()).or_default();
+        e.0 += 1;
+        e.1 += i % 100 + 1;
+        #[allow(clippy::cast_precision_loss)]
+        let price = if i % 10 == 3 { 0.0 } else { 100.0 + (i % 7) as f64 * 0.5 };
+        e.2 += price;
+        if i % 10 != 7 {
+            e.3 += 1;
+            e.4 = e.4.max(1_700_000_000_000 + i * 1000);
+        }
+        e.5 += i64::from(i % 2 == 0);
+    }
+    let mut got = BTreeMap::new();
+    for r in kafka::consume_all(&out, Duration::from_secs(60)) {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        let last = jiff::Timestamp::from_str(v["last_ts"].as_str().unwrap()).unwrap().as_millisecond();
+        got.insert(
+            v["symbol"].as_str().unwrap().to_owned(),
+            (
+                v["n"].as_i64().unwrap(),
+                v["qty"].as_i64().unwrap(),
+                v["value"].as_f64().unwrap(),
+                v["venues"].as_i64().unwrap(),
+                last,
+                v["buys"].as_i64().unwrap(),
+            ),
+        );
+    }
+    assert_eq!(got, expected);
+    let dead = kafka::consume_all(&dlq, Duration::from_secs(30));
+    assert_eq!(dead.len(), 1, "the JSON record only");
+    let reason = dead[0].header("sluice.error.reason").unwrap_or_default();
+    assert!(reason.contains("protobuf: not in the Confluent wire format"), "{reason}");
 }
 
 /// Reads `topic` with `tests/clients/avro_consume.py`: confluent-kafka's

@@ -12,8 +12,8 @@
 //!   (simd-json parses in place), build its borrowed value tree with reused
 //!   buffers, then look the columns up by name.
 //!
-//! Then the same records as Avro in the Confluent wire format, decoded by
-//! `AvroDecoder` beside JSON's.
+//! Then the same records as Avro and as Protobuf in the Confluent wire
+//! format, decoded by `AvroDecoder` and `ProtobufDecoder` beside JSON's.
 //!
 //! `cargo bench -p sluice-worker --bench decoders` (release profile;
 //! `SLUICE_BENCH_RECORDS`, default 1,000,000). Schemas come from the
@@ -30,7 +30,7 @@ use sluice_crds::{DatagenScenario, StreamJob};
 use std::borrow::Cow;
 
 use sluice_engine::EmittedRows;
-use sluice_formats::decode::{AvroDecoder, JsonDecoder};
+use sluice_formats::decode::{AvroDecoder, JsonDecoder, ProtobufDecoder};
 use sluice_formats::encode::{AvroEncoder, EncodedRows, writer_schema};
 use sluice_plan::{Batch, Column, Selection, Value};
 use sluice_plan::{DataType, Plan};
@@ -157,17 +157,77 @@ fn main() {
         let (a, v, b, c) = (rate(sluice), rate(visitor), rate(value), rate(simd));
         println!("| {name} | {a:.0} | {v:.0} | {:.2}× | {b:.0} | {:.2}× | {c:.0} | {:.2}× |", v / a, b / a, c / a);
     }
-    avro_vs_json(records);
+    binary_vs_json(records);
 }
 
-/// The same records as JSON and as Avro in the Confluent wire format (made
-/// by decoding the JSON and writing the columns with the Avro sink's
-/// encoder, under the schema it derives), each decoded into the same
-/// columns: JSON by `JsonDecoder`, Avro by `AvroDecoder`.
-fn avro_vs_json(records: usize) {
-    println!("\nJSON and Avro → columns, the same records, one core, median of 3 interleaved rounds\n");
-    println!("| payload | JSON (records/s) | bytes/record | Avro (records/s) | bytes/record | Avro vs JSON |");
-    println!("|---|---:|---:|---:|---:|---:|");
+/// A proto3 schema of the columns (`int64`, `double`, `string`, `bool`;
+/// a timestamp as `int64` epoch milliseconds), field `i + 1` each.
+fn proto_schema(fields: &[(String, DataType)]) -> String {
+    let mut text = String::from("syntax = \"proto3\";\nmessage Bench {\n");
+    for (i, (name, t)) in fields.iter().enumerate() {
+        let ty = match t {
+            DataType::Double => "double",
+            DataType::String => "string",
+            DataType::Boolean => "bool",
+            _ => "int64",
+        };
+        text.push_str(&format!("  {ty} {name} = {};\n", i + 1));
+    }
+    text + "}\n"
+}
+
+fn proto_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Row `r` of `batch` as a Protobuf message in the Confluent wire format
+/// (schema id 1, message index [0]), as a proto3 serializer writes it:
+/// NULLs and default values left out.
+fn proto_record(batch: &Batch, r: usize, out: &mut Vec<u8>) {
+    out.extend_from_slice(&[0, 0, 0, 0, 1, 0]);
+    for (i, c) in batch.columns.iter().enumerate() {
+        let number = (i + 1) as u64;
+        match c.scalar(r) {
+            sluice_plan::Scalar::Bigint(0) | sluice_plan::Scalar::Timestamp(0) | sluice_plan::Scalar::Null => {}
+            sluice_plan::Scalar::Bigint(x) | sluice_plan::Scalar::Timestamp(x) => {
+                proto_varint(number << 3, out);
+                proto_varint(x as u64, out);
+            }
+            sluice_plan::Scalar::Double(x) if x != 0.0 => {
+                proto_varint(number << 3 | 1, out);
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            sluice_plan::Scalar::String(x) if !x.is_empty() => {
+                proto_varint(number << 3 | 2, out);
+                proto_varint(x.len() as u64, out);
+                out.extend_from_slice(x.as_bytes());
+            }
+            sluice_plan::Scalar::Boolean(true) => {
+                proto_varint(number << 3, out);
+                out.push(1);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The same records as JSON, as Avro (made by decoding the JSON and
+/// writing the columns with the Avro sink's encoder, under the schema it
+/// derives) and as Protobuf (written as a proto3 serializer writes them,
+/// [`proto_record`]), all in the Confluent wire format, each decoded into
+/// the same columns: JSON by `JsonDecoder`, Avro by `AvroDecoder`,
+/// Protobuf by `ProtobufDecoder`.
+fn binary_vs_json(records: usize) {
+    println!("\nJSON, Avro and Protobuf → columns, the same records, one core, median of 3 interleaved rounds\n");
+    println!(
+        "| payload | JSON (records/s) | bytes/record | Avro (records/s) | bytes/record | Avro vs JSON | \
+         Protobuf (records/s) | bytes/record | Protobuf vs JSON |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, example, data) in [
         ("S0 orders", "s0-pure-select.yaml", DatagenScenario::Orders),
         ("S1 market data", "s1-rows-window.yaml", DatagenScenario::MarketData),
@@ -189,9 +249,15 @@ fn avro_vs_json(records: usize) {
         let mut decoder = JsonDecoder::new(&plan);
         let mut batch = decoder.new_batch(BATCH);
         let mut avro = Vec::with_capacity(records);
+        let mut proto = Vec::with_capacity(records);
         for chunk in json.chunks(BATCH) {
             for p in chunk {
                 decoder.decode(p, &mut batch).unwrap();
+            }
+            for r in 0..batch.len {
+                let mut v = Vec::new();
+                proto_record(&batch, r, &mut v);
+                proto.push(v);
             }
             let columns: Vec<Value<'_>> = batch.columns.iter().map(|c| Value::Column(Cow::Borrowed(c))).collect();
             let mut out = EncodedRows::default();
@@ -208,17 +274,27 @@ fn avro_vs_json(records: usize) {
         }
         let mut reader = AvroDecoder::new(&plan);
         reader.add_schema(1, &schema);
-        let (mut j, mut a) = (Vec::new(), Vec::new());
+        let mut proto_reader = ProtobufDecoder::new(&plan);
+        proto_reader.add_schema(1, &proto_schema(&fields));
+        let (mut j, mut a, mut pb) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {
             j.push(run(&json, |p, b| decoder.decode(p, b).unwrap(), &mut batch));
             a.push(run(&avro, |p, b| reader.decode(p, b).unwrap(), &mut batch));
+            pb.push(run(&proto, |p, b| proto_reader.decode(p, b).unwrap(), &mut batch));
         }
         let rate = |mut v: Vec<Duration>| {
             v.sort();
             records as f64 / v[1].as_secs_f64()
         };
         let size = |v: &[Vec<u8>]| v.iter().map(Vec::len).sum::<usize>() as f64 / v.len() as f64;
-        let (jr, ar) = (rate(j), rate(a));
-        println!("| {name} | {jr:.0} | {:.1} | {ar:.0} | {:.1} | {:.2}× |", size(&json), size(&avro), ar / jr);
+        let (jr, ar, pr) = (rate(j), rate(a), rate(pb));
+        println!(
+            "| {name} | {jr:.0} | {:.1} | {ar:.0} | {:.1} | {:.2}× | {pr:.0} | {:.1} | {:.2}× |",
+            size(&json),
+            size(&avro),
+            ar / jr,
+            size(&proto),
+            pr / jr
+        );
     }
 }

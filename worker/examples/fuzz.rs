@@ -1,5 +1,5 @@
 //! A deterministic mutation fuzzer for the places untrusted input enters:
-//! the JSON and Avro decoders (every record of every source) and the SQL
+//! the JSON, Avro and Protobuf decoders (every record of every source) and the SQL
 //! front end (every StreamJob's query, planned by the operator too). Run by
 //! `bench/fuzz.sh` at volume; not a CI step.
 //!
@@ -7,6 +7,8 @@
 //! cargo run --release -p sluice-worker --example fuzz -- json 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- sql 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- avro 10000000 [seed]
+//! cargo run --release -p sluice-worker --example fuzz -- protobuf 10000000 [seed]
+//! cargo run --release -p sluice-worker --example fuzz -- debezium 10000000 [seed]
 //! cargo run --release -p sluice-worker --example fuzz -- sql 1 24301 695720   # input 695720 alone
 //! ```
 //!
@@ -24,7 +26,9 @@
 //! and the serde visitor) and counts disagreements: same rows, same values,
 //! same dead-letter reason. `avro` decodes valid datums of writer schemas
 //! with every construct, mutated, and counts a record that leaves the batch
-//! other than one whole row or untouched. `sql` runs every query that plans over records
+//! other than one whole row or untouched; `protobuf` does the same with
+//! messages of a schema with every construct, and `debezium` with change
+//! events of every kind (mutated as JSON is). `sql` runs every query that plans over records
 //! holding extreme values, through the engine, to its end.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -135,6 +139,25 @@ const AVRO_DICTIONARY: &[&[u8]] = &[
 /// Runs of union branch 1 (a recursive record nesting again) and of
 /// array blocks.
 const AVRO_CHAINS: &[&[u8]] = &[&[0x02], &[0x02, 0x02], &[0x7f, 0x00]];
+
+/// Field keys of each wire type, lengths and extreme varints.
+const PROTOBUF_DICTIONARY: &[&[u8]] = &[
+    &[0x08],
+    &[0x11],
+    &[0x1a],
+    &[0x22],
+    &[0x32],
+    &[0x3b],
+    &[0x4d],
+    &[0x00],
+    &[0x7f],
+    &[0x80, 0x01],
+    &[0xff, 0xff, 0xff, 0xff, 0x0f],
+    &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+    &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
+];
+/// Runs of a nested message opening inside the last (the recursive `N`).
+const PROTOBUF_CHAINS: &[&[u8]] = &[&[0x1a, 0x7f], &[0x32, 0x02], &[0x80]];
 
 const JSON_SEEDS: &[&str] = &[
     r#"{"id":1,"price":2.5,"name":"x","ts":1700000000000,"flag":true,"unread":5,"note":"n"}"#,
@@ -311,8 +334,8 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if !["json", "sql", "avro"].contains(&target.as_str()) {
-        eprintln!("usage: fuzz json|sql|avro [inputs] [seed] [first input]");
+    if !["json", "sql", "avro", "protobuf", "debezium"].contains(&target.as_str()) {
+        eprintln!("usage: fuzz json|sql|avro|protobuf|debezium [inputs] [seed] [first input]");
         std::process::exit(2);
     }
     // Panics are caught and reported with their input; keep the default
@@ -344,11 +367,22 @@ fn main() {
     let avro_seeds = fixtures::avro_seeds();
     let mut avro = fixtures::avro_decoder();
     let mut avro_batch = avro.new_batch(4);
+    let protobuf_seeds = fixtures::protobuf_seeds();
+    let mut protobuf = fixtures::protobuf_decoder();
+    let mut protobuf_batch = protobuf.new_batch(4);
+    let mut debezium = fixtures::debezium_decoder();
+    let mut debezium_batch = debezium.new_batch(4);
     let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);
     let mut slowest = Duration::ZERO;
     let run_started = Instant::now();
     for i in first..first.saturating_add(inputs) {
-        let mut rng = Rng::new(seed ^ u64::from(target == "sql") ^ (u64::from(target == "avro") << 1), i);
+        let mut rng = Rng::new(
+            seed ^ u64::from(target == "sql")
+                ^ (u64::from(target == "avro") << 1)
+                ^ (u64::from(target == "protobuf") << 2)
+                ^ (u64::from(target == "debezium") << 3),
+            i,
+        );
         let input = match target.as_str() {
             "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
             "avro" => {
@@ -359,6 +393,15 @@ fn main() {
                 }
                 v
             }
+            "protobuf" => {
+                let mut v = mutate(&protobuf_seeds, PROTOBUF_DICTIONARY, PROTOBUF_CHAINS, &mut rng);
+                // Mostly a known schema and message: the message is what is fuzzed.
+                if v.len() >= 7 && rng.below(8) != 0 {
+                    v[..7].copy_from_slice(&protobuf_seeds[0][..7]);
+                }
+                v
+            }
+            "debezium" => mutate(fixtures::DEBEZIUM_EVENTS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
             _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
@@ -367,7 +410,24 @@ fn main() {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             if target == "avro" {
                 avro_batch.clear();
-                return match fixtures::decode_whole_row_or_none(&mut avro, &mut avro_batch, &input) {
+                return match fixtures::decode_whole_row_or_none(&mut avro_batch, |b| avro.decode(&input, b)) {
+                    Ok(()) => Verdict::Fine,
+                    Err(why) => Verdict::Disagreement(why),
+                };
+            }
+            if target == "protobuf" {
+                protobuf_batch.clear();
+                return match fixtures::decode_whole_row_or_none(&mut protobuf_batch, |b| protobuf.decode(&input, b)) {
+                    Ok(()) => Verdict::Fine,
+                    Err(why) => Verdict::Disagreement(why),
+                };
+            }
+            if target == "debezium" {
+                debezium_batch.clear();
+                let meta = sluice_formats::decode::RecordMeta::default();
+                return match fixtures::decode_whole_row_or_none(&mut debezium_batch, |b| {
+                    debezium.decode_record(&input, &meta, b)
+                }) {
                     Ok(()) => Verdict::Fine,
                     Err(why) => Verdict::Disagreement(why),
                 };
@@ -413,6 +473,10 @@ fn main() {
                 // A panic mid-decode can leave the decoders half way: start afresh.
                 avro = fixtures::avro_decoder();
                 avro_batch = avro.new_batch(4);
+                protobuf = fixtures::protobuf_decoder();
+                protobuf_batch = protobuf.new_batch(4);
+                debezium = fixtures::debezium_decoder();
+                debezium_batch = debezium.new_batch(4);
                 fast = JsonDecoder::new(&decoder_plan);
                 reference = JsonDecoder::new(&decoder_plan);
                 a = fast.new_batch(4);

@@ -28,13 +28,21 @@ pub struct Registry {
     /// Made on first use, on a core's thread: the blocking client runs a
     /// runtime of its own, which must not be dropped inside an async one.
     client: OnceLock<reqwest::blocking::Client>,
-    schemas: Mutex<HashMap<u32, Arc<str>>>,
+    schemas: Mutex<HashMap<u32, Arc<Schema>>>,
     /// `(subject, schema)` → the id it was registered as.
     registered: Mutex<HashMap<(String, String), u32>>,
 }
 
+/// A schema the registry holds: its type (`AVRO` when the answer names
+/// none, as Confluent's API leaves it out for Avro) and its text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Schema {
+    pub kind: String,
+    pub text: String,
+}
+
 /// What the registry said of an id.
-pub type Lookup = Result<Arc<str>, String>;
+pub type Lookup = Result<Arc<Schema>, String>;
 
 impl Registry {
     pub fn new(url: &str) -> Arc<Self> {
@@ -56,13 +64,13 @@ impl Registry {
         if let Some(s) = self.schemas.lock().ok().and_then(|m| m.get(&id).cloned()) {
             return Ok(Ok(s));
         }
-        let text = self.retrying(&format!("fetching schema id {id}"), || self.fetch(id))?;
-        Ok(text.map(|text| {
-            let text: Arc<str> = text.into();
+        let schema = self.retrying(&format!("fetching schema id {id}"), || self.fetch(id))?;
+        Ok(schema.map(|schema| {
+            let schema = Arc::new(schema);
             if let Ok(mut m) = self.schemas.lock() {
-                m.insert(id, Arc::clone(&text));
+                m.insert(id, Arc::clone(&schema));
             }
-            text
+            schema
         }))
     }
 
@@ -159,9 +167,9 @@ impl Registry {
         Ok(self.client.get_or_init(|| c))
     }
 
-    /// One request: the schema's text, `Ok(Err)` for an id the registry
-    /// does not have, `Err` for anything else.
-    fn fetch(&self, id: u32) -> Result<Result<String, String>, String> {
+    /// One request: the schema, `Ok(Err)` for an id the registry does not
+    /// have, `Err` for anything else.
+    fn fetch(&self, id: u32) -> Result<Result<Schema, String>, String> {
         let client = self.client()?;
         let response = client
             .get(format!("{}/schemas/ids/{id}", self.url))
@@ -200,19 +208,19 @@ fn path_segment(s: &str) -> String {
         .collect()
 }
 
-/// The `schema` of a `/schemas/ids/<id>` answer; only Avro (a missing
-/// `schemaType`) is read.
-fn parse_schema(body: &str) -> Result<String, String> {
+/// The schema of a `/schemas/ids/<id>` answer: its `schemaType` (absent
+/// for Avro) and its text. Whether the source can read that type is the
+/// decoder's to say.
+fn parse_schema(body: &str) -> Result<Schema, String> {
     let json: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("an answer that is not JSON ({e}): {body:.200}"))?;
-    match json.get("schemaType").and_then(serde_json::Value::as_str) {
-        None | Some("AVRO") => {}
-        Some(other) => return Err(format!("a {other} schema where Avro was expected")),
-    }
-    json.get("schema")
+    let kind = json.get("schemaType").and_then(serde_json::Value::as_str).unwrap_or("AVRO").to_owned();
+    let text = json
+        .get("schema")
         .and_then(serde_json::Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| format!("an answer without `schema`: {body:.200}"))
+        .ok_or_else(|| format!("an answer without `schema`: {body:.200}"))?;
+    Ok(Schema { kind, text })
 }
 
 #[cfg(test)]
@@ -221,9 +229,10 @@ mod tests {
 
     #[test]
     fn answers_are_read_as_confluents_api_gives_them() {
-        assert_eq!(parse_schema(r#"{"schema":"\"long\""}"#).unwrap(), "\"long\"");
-        assert_eq!(parse_schema(r#"{"schema":"{}","schemaType":"AVRO"}"#).unwrap(), "{}");
-        assert!(parse_schema(r#"{"schema":"x","schemaType":"PROTOBUF"}"#).unwrap_err().contains("PROTOBUF"));
+        let schema = |kind: &str, text: &str| Schema { kind: kind.into(), text: text.into() };
+        assert_eq!(parse_schema(r#"{"schema":"\"long\""}"#).unwrap(), schema("AVRO", "\"long\""));
+        assert_eq!(parse_schema(r#"{"schema":"{}","schemaType":"AVRO"}"#).unwrap(), schema("AVRO", "{}"));
+        assert_eq!(parse_schema(r#"{"schema":"x","schemaType":"PROTOBUF"}"#).unwrap(), schema("PROTOBUF", "x"));
         assert!(parse_schema("<html>").unwrap_err().contains("not JSON"));
         assert!(parse_schema("{}").unwrap_err().contains("without `schema`"));
     }
@@ -281,7 +290,7 @@ mod tests {
         let (url, seen) = serve("200 OK", r#"{"schema":"\"long\""}"#, 1);
         let registry = Registry::new(&url);
         for _ in 0..3 {
-            assert_eq!(&*registry.schema(4).unwrap().unwrap(), "\"long\"");
+            assert_eq!(registry.schema(4).unwrap().unwrap().text, "\"long\"");
         }
         assert_eq!(seen.join().unwrap().len(), 1, "cached after the first fetch");
     }

@@ -26,7 +26,7 @@ fn framed(id: u32, body: &[u8]) -> Vec<u8> {
 
 /// Decodes, checking the batch took a whole row or nothing.
 fn check(d: &mut AvroDecoder, batch: &mut Batch, payload: &[u8]) {
-    if let Err(e) = fixtures::decode_whole_row_or_none(d, batch, payload) {
+    if let Err(e) = fixtures::decode_whole_row_or_none(batch, |b| d.decode(payload, b)) {
         panic!("{payload:?}: {e}");
     }
 }

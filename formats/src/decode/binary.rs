@@ -166,6 +166,7 @@ fn kind(tag: u8) -> &'static str {
 pub enum RowDecoder {
     Json(super::JsonDecoder),
     Avro(Box<super::AvroDecoder>),
+    Protobuf(Box<super::ProtobufDecoder>),
     Debezium(Box<super::DebeziumDecoder>),
     Raw(Box<super::RawDecoder>),
     Binary(BinaryDecoder),
@@ -176,6 +177,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.new_batch(capacity),
             Self::Avro(d) => d.new_batch(capacity),
+            Self::Protobuf(d) => d.new_batch(capacity),
             Self::Debezium(d) => d.new_batch(capacity),
             Self::Raw(d) => d.new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
@@ -186,6 +188,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.decode(payload, batch),
             Self::Avro(d) => d.decode(payload, batch),
+            Self::Protobuf(d) => d.decode(payload, batch),
             Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Raw(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Binary(d) => d.decode(payload, batch),
@@ -197,18 +200,36 @@ impl RowDecoder {
     pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
         match self {
             Self::Avro(d) => d.needs_schema(payload),
+            Self::Protobuf(d) => d.needs_schema(payload),
             _ => None,
         }
     }
 
-    /// Hands over what the registry said of schema `id`: its text, or why
-    /// it has none.
-    pub fn add_schema(&mut self, id: u32, schema: Result<&str, String>) {
-        if let Self::Avro(d) = self {
-            match schema {
-                Ok(text) => d.add_schema(id, text),
-                Err(why) => d.add_unknown(id, why),
+    /// Hands over what the registry said of schema `id`: its type and
+    /// text, or why it has none. A schema of another type than the
+    /// source's format makes its records dead letters saying so.
+    pub fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
+        let expected = match self {
+            Self::Avro(_) => "AVRO",
+            Self::Protobuf(_) => "PROTOBUF",
+            _ => return,
+        };
+        let schema = schema.and_then(|(kind, text)| {
+            if kind == expected {
+                Ok(text)
+            } else {
+                Err(format!(
+                    "schema id {id} is a {kind} schema, but the source's format is {}",
+                    expected.to_ascii_lowercase()
+                ))
             }
+        });
+        match (self, schema) {
+            (Self::Avro(d), Ok(text)) => d.add_schema(id, text),
+            (Self::Avro(d), Err(why)) => d.add_unknown(id, why),
+            (Self::Protobuf(d), Ok(text)) => d.add_schema(id, text),
+            (Self::Protobuf(d), Err(why)) => d.add_unknown(id, why),
+            _ => {}
         }
     }
 
@@ -226,6 +247,10 @@ impl RowDecoder {
                 d.decode(payload, batch)?;
                 d.columns.push_metadata_columns(meta, batch)
             }
+            Self::Protobuf(d) => {
+                d.decode(payload, batch)?;
+                d.columns.push_metadata_columns(meta, batch)
+            }
             Self::Debezium(d) => d.decode_record(payload, meta, batch),
             Self::Raw(d) => d.decode_record(payload, meta, batch),
             Self::Binary(d) => d.decode(payload, batch),
@@ -237,6 +262,7 @@ impl RowDecoder {
         match self {
             Self::Json(d) => d.reads_processing_time(),
             Self::Avro(d) => d.columns.reads_processing_time(),
+            Self::Protobuf(d) => d.columns.reads_processing_time(),
             Self::Debezium(d) => d.rows.reads_processing_time(),
             Self::Raw(d) => d.columns.reads_processing_time(),
             Self::Binary(_) => false,

@@ -2,17 +2,21 @@
 
 mod avro;
 mod binary;
+mod cells;
 mod debezium;
 mod flat_json;
 mod json;
 mod metadata;
+mod protobuf;
 mod raw;
+mod wire;
 
 pub use avro::{AvroDecoder, schema_id};
 pub use binary::{BinaryDecoder, RowDecoder};
 pub use debezium::DebeziumDecoder;
 pub use json::{DecodeError, JsonDecoder};
 pub use metadata::{RecordHeaders, RecordMeta};
+pub use protobuf::ProtobufDecoder;
 pub use raw::RawDecoder;
 
 /// The plan of `sql` over a source `t` of one column of each type, for the

@@ -15,7 +15,8 @@ use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::{
-    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, RawDecoder, RecordHeaders, RecordMeta, RowDecoder,
+    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder, RawDecoder, RecordHeaders, RecordMeta,
+    RowDecoder,
 };
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
@@ -167,10 +168,15 @@ impl PartitionPipeline {
                 self.tombstones = None;
                 self.skip_empty = true;
             }
-            SourceFormat::Avro => {
-                let registry = registry
-                    .ok_or_else(|| Error::Config("a source with format avro needs spec.schemaRegistry".to_owned()))?;
-                self.decoder = RowDecoder::Avro(Box::new(AvroDecoder::new(self.engine.plan())));
+            SourceFormat::Avro | SourceFormat::Protobuf => {
+                let registry = registry.ok_or_else(|| {
+                    Error::Config(format!("a source with format {} needs spec.schemaRegistry", format.name()))
+                })?;
+                let plan = self.engine.plan();
+                self.decoder = match format {
+                    SourceFormat::Avro => RowDecoder::Avro(Box::new(AvroDecoder::new(plan))),
+                    _ => RowDecoder::Protobuf(Box::new(ProtobufDecoder::new(plan))),
+                };
                 self.registry = Some(Arc::clone(registry));
             }
         }
@@ -284,7 +290,8 @@ impl PartitionPipeline {
             // answer fails the core (retried with backoff), an id it does
             // not know makes the record a dead letter.
             let schema = registry.schema(id)?;
-            self.decoder.add_schema(id, schema.as_deref().map_err(Clone::clone));
+            self.decoder
+                .add_schema(id, schema.as_deref().map(|s| (s.kind.as_str(), s.text.as_str())).map_err(Clone::clone));
         }
         match self.decoder.decode_record(payload, &meta, &mut self.batch) {
             Ok(()) => {

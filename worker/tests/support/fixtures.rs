@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{AvroDecoder, JsonDecoder};
+use sluice_formats::decode::{AvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder};
 use sluice_plan::{Batch, Plan};
 
 /// Every type once; the event time `ts` a timestamp or a bigint (epoch
@@ -218,13 +218,16 @@ pub fn avro_seeds() -> Vec<Vec<u8>> {
     vec![r, l, s]
 }
 
-/// Decodes `payload`, checking that the batch took one whole row (a value
-/// in every column) or, on an error, nothing at all.
-pub fn decode_whole_row_or_none(d: &mut AvroDecoder, batch: &mut Batch, payload: &[u8]) -> Result<(), String> {
+/// Decodes with `decode`, checking that the batch took one whole row (a
+/// value in every column) or, on an error, nothing at all.
+pub fn decode_whole_row_or_none(
+    batch: &mut Batch,
+    decode: impl FnOnce(&mut Batch) -> Result<(), sluice_formats::decode::DecodeError>,
+) -> Result<(), String> {
     let before = batch.len;
     let lengths: Vec<usize> = batch.columns.iter().map(sluice_plan::Column::len).collect();
     let now = |batch: &Batch| -> Vec<usize> { batch.columns.iter().map(sluice_plan::Column::len).collect() };
-    match d.decode(payload, batch) {
+    match decode(batch) {
         Ok(()) => {
             let grown: Vec<usize> = lengths.iter().map(|n| n + 1).collect();
             if batch.len != before + 1 || now(batch) != grown {
@@ -239,3 +242,131 @@ pub fn decode_whole_row_or_none(d: &mut AvroDecoder, batch: &mut Batch, payload:
     }
     Ok(())
 }
+
+/// A Protobuf schema with every construct the decoder meets: nested and
+/// recursive messages, an enum, a well-known import, a repeated field,
+/// every wire type; `Other` first, so `R` is message index [1].
+pub const PROTOBUF_SCHEMA: &str = r#"
+syntax = "proto3";
+package fz;
+import "google/protobuf/timestamp.proto";
+message Other { int32 a = 1; }
+message R {
+  enum E { A = 0; B = 1; }
+  message N { sint64 day = 1; string s = 2; N next = 3; }
+  int64 id = 1;
+  double price = 2;
+  E name = 3;
+  google.protobuf.Timestamp ts = 4;
+  repeated string tags = 5;
+  N nested = 6;
+  bool flag = 7;
+  fixed64 f = 8;
+  float g = 9;
+  optional string amount = 10;
+}
+"#;
+
+/// A Protobuf decoder over the columns [`avro_decoder`] reads, with
+/// [`PROTOBUF_SCHEMA`] as id 1 and a schema that does not compile as id 2.
+#[allow(clippy::unwrap_used)]
+pub fn protobuf_decoder() -> ProtobufDecoder {
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("amount", ColumnType::String, false),
+            ("nested.day", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+        ],
+    );
+    let plan =
+        sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap();
+    let mut d = ProtobufDecoder::new(&plan);
+    d.add_schema(1, PROTOBUF_SCHEMA);
+    d.add_schema(2, "message {");
+    d
+}
+
+fn pb_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Field `number`, length-delimited.
+fn pb_bytes(number: u64, b: &[u8], out: &mut Vec<u8>) {
+    pb_varint(number << 3 | 2, out);
+    pb_varint(b.len() as u64, out);
+    out.extend_from_slice(b);
+}
+
+/// Valid records of [`PROTOBUF_SCHEMA`] in the wire format: an `R` with
+/// every field, a sparse one, and an `Other` (index [0]).
+pub fn protobuf_seeds() -> Vec<Vec<u8>> {
+    let header = |indexes: &[u8]| {
+        let mut v = vec![0, 0, 0, 0, 1];
+        v.extend_from_slice(indexes);
+        v
+    };
+    let mut r = header(&[2, 2]);
+    r.extend_from_slice(&[0x08, 0x05]);
+    r.push(0x11);
+    r.extend_from_slice(&2.5f64.to_le_bytes());
+    r.extend_from_slice(&[0x18, 0x01]);
+    let mut ts = vec![0x08];
+    pb_varint(1_700_000_000, &mut ts);
+    ts.extend_from_slice(&[0x10, 0x05]);
+    pb_bytes(4, &ts, &mut r);
+    pb_bytes(5, b"a", &mut r);
+    let mut next = vec![0x08, 0x02];
+    pb_bytes(2, b"y", &mut next);
+    let mut nested = vec![0x08, 0x05];
+    pb_bytes(2, b"x", &mut nested);
+    pb_bytes(3, &next, &mut nested);
+    pb_bytes(6, &nested, &mut r);
+    r.extend_from_slice(&[0x38, 0x01]);
+    r.push(0x41);
+    r.extend_from_slice(&7u64.to_le_bytes());
+    r.push(0x4d);
+    r.extend_from_slice(&1.5f32.to_le_bytes());
+    pb_bytes(10, b"1.5", &mut r);
+    let mut sparse = header(&[2, 2]);
+    sparse.extend_from_slice(&[0x08, 0x7f]);
+    let mut other = header(&[0]);
+    other.extend_from_slice(&[0x08, 0x07]);
+    vec![r, sparse, other]
+}
+
+/// A Debezium table source's decoder: its columns, the deletion marker,
+/// and the envelope's `op`, `source.table` and `ts_ms`.
+#[allow(clippy::unwrap_used)]
+pub fn debezium_decoder() -> DebeziumDecoder {
+    let source = SourceSpec::table(
+        "customers",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("name", ColumnType::String, false),
+            ("__deleted", ColumnType::Boolean, false),
+            ("op", ColumnType::String, false),
+            ("source.table", ColumnType::String, false),
+            ("ts_ms", ColumnType::Timestamp, false),
+        ],
+    );
+    let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
+    DebeziumDecoder::new(&sluice_sql::plan_query(sql, &[source]).unwrap())
+}
+
+/// Change events of every kind: schemas off and on, a delete by key, an
+/// update, an empty image.
+pub const DEBEZIUM_EVENTS: &[&str] = &[
+    r#"{"before":null,"after":{"id":1,"name":"Ann"},"source":{"table":"customers","ts_ms":5},"op":"c","ts_ms":1000}"#,
+    r#"{"schema":{"type":"struct"},"payload":{"before":{"id":2},"after":null,"source":{"table":"c"},"op":"d","ts_ms":7}}"#,
+    r#"{"op":"u","after":{ "id" : 3 , "name" : "a\"b" },"before":{"id":3}}"#,
+    r#"{"op":"r","after":{}}"#,
+];

@@ -18,18 +18,16 @@ mod schema;
 
 use std::collections::HashMap;
 
-use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
+use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
 use self::program::{Columns, Conv, Op, Program};
 use self::schema::{Schema, Type, TypeId};
-use super::{DecodeError, JsonDecoder};
+use super::cells::{name, push_null, time};
+use super::{DecodeError, JsonDecoder, wire};
 
 const MS_PER_DAY: i64 = 86_400_000;
-/// The first byte of a value in the Confluent wire format.
-const MAGIC: u8 = 0;
-/// Magic byte and schema id.
-const HEADER: usize = 5;
+use super::wire::HEADER;
 /// Nesting a datum may reach (a recursive type's values nest as deep as
 /// the writer made them; decoding recurses).
 const MAX_NESTING: usize = 64;
@@ -255,14 +253,7 @@ fn run_flat(steps: &[Step], columns: &JsonDecoder, batch: &mut Batch, cur: &mut 
 
 /// The schema id of a value in the Confluent wire format.
 pub fn schema_id(payload: &[u8]) -> Result<u32, String> {
-    match payload {
-        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
-        [MAGIC, ..] => Err(format!("avro: {} bytes, shorter than the wire format's 5-byte header", payload.len())),
-        [] => Err("avro: an empty value (a tombstone?)".into()),
-        [first, ..] => Err(format!(
-            "avro: not in the Confluent wire format (first byte {first:#04x}, not 0): written without a schema registry?"
-        )),
-    }
+    wire::schema_id(payload).map_err(|e| format!("avro: {e}"))
 }
 
 /// The bytes of one datum, read front to back.
@@ -420,28 +411,6 @@ impl Run<'_, '_> {
     fn read(&mut self, col: usize, conv: Conv, cur: &mut Cursor<'_>) -> Result<(), String> {
         read_value(self.columns, self.batch, col, conv, cur, &self.program.symbols)
     }
-}
-
-/// A NULL into column `col` (when the query uses it); refused for a
-/// `required` one.
-fn push_null(columns: &JsonDecoder, batch: &mut Batch, col: usize) -> Result<(), String> {
-    if columns.required[col] {
-        return Err(format!("required column `{}` is null", name(columns, col)));
-    }
-    if columns.used[col] {
-        batch.columns[col].push_null();
-    }
-    Ok(())
-}
-
-fn name(columns: &JsonDecoder, col: usize) -> String {
-    String::from_utf8_lossy(&columns.names[col]).into_owned()
-}
-
-/// A time in milliseconds, within the range every timestamp keeps to.
-fn time(columns: &JsonDecoder, col: usize, ms: Option<i64>) -> Result<i64, String> {
-    ms.filter(|ms| !columns.time_bounded[col] || (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
-        .ok_or_else(|| format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", name(columns, col)))
 }
 
 /// Reads one value and pushes it into column `col` (when the query uses it).

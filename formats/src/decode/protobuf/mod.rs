@@ -1,0 +1,530 @@
+//! Protobuf record values in the Confluent wire format → columns.
+//!
+//! A value is a magic byte `0`, the writer schema's registry id (4 bytes,
+//! big-endian), the message indexes — which message of the schema's file
+//! the value is: a zig-zag varint count then that many zig-zag varint
+//! indexes (top-level message, then nested), the single byte `0` standing
+//! for `[0]` — then the message's Protobuf encoding. As for Avro, the
+//! runtime fetches each schema id once per worker and hands its text over
+//! ([`ProtobufDecoder::add_schema`]): `.proto` source, or the base64 of a
+//! serialized `FileDescriptorProto` (how Python's serializer registers
+//! it), compiled with `protox` (the well-known `google/protobuf/*` files
+//! importable). Each (schema, message) is compiled against the columns
+//! once ([`program`]); records then decode by hand, field number by field
+//! number, with no lookup by name and no allocation.
+//!
+//! A record's fields may come in any order and a field more than once
+//! (the last counts, as Protobuf merges): values are gathered into one
+//! slot per column and pushed when the message ends. A record that cannot
+//! be read — not in the wire format, an unknown id or message, a field of
+//! the wrong wire type, bytes that end early — is rejected with a reason,
+//! and the batch is left as before it (the dead-letter output gets it).
+
+mod program;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use base64::Engine;
+use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+use protox::prost_reflect::{DescriptorPool, MessageDescriptor};
+use sluice_plan::time::parse_timestamp_ms;
+use sluice_plan::{Batch, ColumnOrigin, Plan};
+
+use self::program::{Action, Columns, Default, Fill, Node, Program, Read};
+use super::cells::{name, push_null, time};
+use super::wire::{HEADER, schema_id as wire_id};
+use super::{DecodeError, JsonDecoder};
+
+/// Nesting a message may reach.
+const MAX_NESTING: usize = 64;
+/// Message indexes a value may name.
+const MAX_INDEXES: usize = 32;
+/// The name the registry's schema text is compiled under.
+const SCHEMA_FILE: &str = "registry-schema.proto";
+
+/// Reads Protobuf values of one source.
+#[derive(Debug, Clone)]
+pub struct ProtobufDecoder {
+    /// The columns' names, types, nullability and use, and the metadata
+    /// columns, as the JSON decoder reads them.
+    pub(super) columns: JsonDecoder,
+    /// Each field column and its path.
+    fields: Vec<(usize, Vec<String>)>,
+    /// Per writer schema id: its file's messages, or why its records
+    /// cannot be read.
+    schemas: HashMap<u32, Result<DescriptorPool, String>>,
+    /// Per (schema id, message indexes): an index into `programs`.
+    compiled: HashMap<(u32, Vec<i64>), usize>,
+    programs: Vec<Result<Program, String>>,
+    /// The header bytes (magic, id, indexes) of the last record and its
+    /// program: records of a topic name the same message one after another.
+    last: Option<(Vec<u8>, usize)>,
+    /// Per column, the value the record set (scratch).
+    slots: Vec<Slot>,
+    /// Per message node, whether the record has it (scratch).
+    present: Vec<bool>,
+    indexes: Vec<i64>,
+}
+
+/// A column's value in the record being read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Slot {
+    Unset,
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// `payload[start..end]`, UTF-8.
+    Text(usize, usize),
+    /// Value `number` of enum `enum_index`.
+    Enum(usize, i32),
+}
+
+impl ProtobufDecoder {
+    pub fn new(plan: &Plan) -> Self {
+        let fields: Vec<(usize, Vec<String>)> = (0..plan.source.schema.fields.len())
+            .filter_map(|i| match plan.source.origin(i) {
+                ColumnOrigin::Field(path) => Some((i, path)),
+                ColumnOrigin::Metadata { .. } => None,
+            })
+            .collect();
+        let columns = JsonDecoder::new(plan);
+        let slots = vec![Slot::Unset; columns.types.len()];
+        Self {
+            columns,
+            fields,
+            schemas: HashMap::new(),
+            compiled: HashMap::new(),
+            programs: Vec::new(),
+            last: None,
+            slots,
+            present: Vec::new(),
+            indexes: Vec::new(),
+        }
+    }
+
+    /// An empty batch with a builder for each used column.
+    pub fn new_batch(&self, capacity: usize) -> Batch {
+        self.columns.new_batch(capacity)
+    }
+
+    /// The writer schema id of `payload`, when no schema is known for it
+    /// yet: the runtime fetches it and calls [`ProtobufDecoder::add_schema`]
+    /// (or [`ProtobufDecoder::add_unknown`]) before decoding.
+    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
+        if let Some((header, _)) = &self.last
+            && payload.starts_with(header)
+        {
+            return None;
+        }
+        let id = wire_id(payload).ok()?;
+        (!self.schemas.contains_key(&id)).then_some(id)
+    }
+
+    /// The schema registered under `id` (its text): `.proto` source, or
+    /// a base64 `FileDescriptorProto`. One that cannot be read makes each
+    /// record written with it a dead letter saying why.
+    pub fn add_schema(&mut self, id: u32, text: &str) {
+        let pool =
+            parse_schema(text).map_err(|e| format!("schema id {id} is not a Protobuf schema Sluice can read: {e}"));
+        self.schemas.insert(id, pool);
+    }
+
+    /// The registry has no schema `id`: its records are dead letters, `why`.
+    pub fn add_unknown(&mut self, id: u32, why: String) {
+        self.schemas.insert(id, Err(why));
+    }
+
+    /// Appends `payload` as one row of `batch`, or explains why it cannot.
+    pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        let (program, body) = self.program(payload).map_err(|e| DecodeError(format!("protobuf: {e}")))?;
+        let rows = batch.len;
+        match self.run(program, payload, body, batch) {
+            Ok(()) => {
+                batch.len = rows + 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.columns.rollback(batch, rows);
+                Err(DecodeError(format!("protobuf: {e}")))
+            }
+        }
+    }
+
+    /// The program for `payload`'s schema and message, and where the
+    /// message's bytes start.
+    fn program(&mut self, payload: &[u8]) -> Result<(usize, usize), String> {
+        if let Some((header, program)) = &self.last
+            && payload.starts_with(header)
+        {
+            return Ok((*program, header.len()));
+        }
+        let id = wire_id(payload)?;
+        let mut at = HEADER;
+        self.indexes.clear();
+        let count = zigzag(varint(payload, &mut at).map_err(|e| format!("the message indexes: {e}"))?);
+        if count == 0 {
+            self.indexes.push(0);
+        } else {
+            if !(1..=MAX_INDEXES as i64).contains(&count) {
+                return Err(format!("{count} message indexes"));
+            }
+            for _ in 0..count {
+                self.indexes.push(zigzag(varint(payload, &mut at).map_err(|e| format!("the message indexes: {e}"))?));
+            }
+        }
+        let key = (id, std::mem::take(&mut self.indexes));
+        let program = match self.compiled.get(&key) {
+            Some(&p) => p,
+            None => {
+                let compiled = match self.schemas.get(&id) {
+                    Some(Ok(pool)) => message(pool, &key.1).and_then(|m| {
+                        let columns = Columns {
+                            fields: &self.fields,
+                            types: &self.columns.types,
+                            required: &self.columns.required,
+                            names: &self.columns.names,
+                        };
+                        Program::compile(&m, &columns)
+                            .map_err(|e| format!("schema id {id}, message {}: {e}", m.full_name()))
+                    }),
+                    Some(Err(why)) => Err(why.clone()),
+                    None => return Err(format!("schema id {id} was not fetched")),
+                };
+                self.programs.push(compiled);
+                let p = self.programs.len() - 1;
+                self.compiled.insert(key.clone(), p);
+                p
+            }
+        };
+        self.indexes = key.1;
+        if let Err(why) = &self.programs[program] {
+            return Err(why.clone());
+        }
+        self.last = Some((payload[..at].to_vec(), program));
+        Ok((program, at))
+    }
+
+    fn run(&mut self, program: usize, payload: &[u8], body: usize, batch: &mut Batch) -> Result<(), String> {
+        let Some(Ok(program)) = self.programs.get(program) else {
+            return Err("internal: no program".into());
+        };
+        self.slots.fill(Slot::Unset);
+        if self.present.len() == program.nodes {
+            self.present.fill(false);
+        } else {
+            self.present.clear();
+            self.present.resize(program.nodes, false);
+        }
+        let mut reading = Reading { slots: &mut self.slots, present: &mut self.present, payload };
+        reading.message(&program.root, body, payload.len(), 0)?;
+        // Every field column, as the record set it or as it was left.
+        for (col, fill) in &program.fill {
+            let col = *col;
+            match self.slots[col] {
+                Slot::Unset => match fill {
+                    Fill::Default { node, value } if self.present[*node] => {
+                        push_default(&self.columns, batch, col, value)?;
+                    }
+                    _ => push_null(&self.columns, batch, col)?,
+                },
+                slot => push(&self.columns, batch, col, slot, payload, program)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The message `indexes` names in the schema's file.
+fn message(pool: &DescriptorPool, indexes: &[i64]) -> Result<MessageDescriptor, String> {
+    let file = pool.get_file_by_name(SCHEMA_FILE).or_else(|| pool.files().last()).ok_or("an empty schema")?;
+    let bad = || format!("message indexes {indexes:?} name no message of the schema");
+    let at = |i: i64, mut messages: Box<dyn Iterator<Item = MessageDescriptor> + '_>| {
+        usize::try_from(i).ok().and_then(|i| messages.nth(i)).ok_or_else(bad)
+    };
+    let (first, rest) = indexes.split_first().ok_or_else(bad)?;
+    let mut m = at(*first, Box::new(file.messages()))?;
+    for &i in rest {
+        m = at(i, Box::new(m.child_messages()))?;
+    }
+    Ok(m)
+}
+
+/// One file from the registry, by the name it is compiled under.
+struct Registered(File);
+
+impl FileResolver for Registered {
+    fn open_file(&self, name: &str) -> Result<File, protox::Error> {
+        if name == SCHEMA_FILE {
+            return Ok(File::from_file_descriptor_proto(self.0.file_descriptor_proto().clone()));
+        }
+        Err(protox::Error::file_not_found(name))
+    }
+}
+
+/// The registry's text of a Protobuf schema, compiled.
+fn parse_schema(text: &str) -> Result<DescriptorPool, String> {
+    let trimmed = text.trim();
+    let file = match base64::engine::general_purpose::STANDARD.decode(trimmed) {
+        // A serialized FileDescriptorProto (what Python's serializer
+        // registers); named as the compiler will open it.
+        Ok(bytes) if !trimmed.is_empty() && !trimmed.contains(' ') => {
+            let mut file = File::decode_file_descriptor_proto(bytes.as_slice())
+                .map_err(|e| format!("base64 text that is not a FileDescriptorProto: {e}"))?;
+            let mut proto = file.file_descriptor_proto().clone();
+            proto.name = Some(SCHEMA_FILE.into());
+            file = File::from_file_descriptor_proto(proto);
+            file
+        }
+        _ => File::from_source(SCHEMA_FILE, text).map_err(|e| e.to_string())?,
+    };
+    let mut resolver = ChainFileResolver::new();
+    resolver.add(Registered(file));
+    resolver.add(GoogleFileResolver::new());
+    let mut compiler = protox::Compiler::with_file_resolver(resolver);
+    compiler.open_file(Path::new(SCHEMA_FILE)).map_err(|e| e.to_string())?;
+    Ok(compiler.descriptor_pool())
+}
+
+/// A varint of at most 10 bytes at `payload[*at..]`. Field keys and most
+/// lengths are one byte: those return at once.
+#[inline]
+fn varint(payload: &[u8], at: &mut usize) -> Result<u64, String> {
+    if let Some(&b) = payload.get(*at)
+        && b < 0x80
+    {
+        *at += 1;
+        return Ok(u64::from(b));
+    }
+    varint_long(payload, at)
+}
+
+#[inline(never)]
+fn varint_long(payload: &[u8], at: &mut usize) -> Result<u64, String> {
+    let mut value: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let Some(&b) = payload.get(*at) else {
+            return Err(format!("the value ends at byte {} in a number", payload.len()));
+        };
+        *at += 1;
+        if shift == 63 && b > 1 {
+            return Err(format!("a number longer than 64 bits at byte {at}"));
+        }
+        value |= u64::from(b & 0x7f) << shift;
+        if b < 0x80 {
+            return Ok(value);
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(format!("a number longer than 10 bytes at byte {at}"));
+        }
+    }
+}
+
+#[inline]
+fn zigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// `n` bytes at `payload[*at..end]`, or an error if fewer are left.
+#[inline]
+fn take(at: &mut usize, n: u64, end: usize) -> Result<(usize, usize), String> {
+    let start = *at;
+    let stop = usize::try_from(n).ok().and_then(|n| start.checked_add(n)).filter(|&s| s <= end);
+    let stop = stop.ok_or_else(|| format!("a field of {n} bytes where {} are left", end - start))?;
+    *at = stop;
+    Ok((start, stop))
+}
+
+/// One record's reading.
+struct Reading<'a> {
+    slots: &'a mut [Slot],
+    present: &'a mut [bool],
+    payload: &'a [u8],
+}
+
+impl Reading<'_> {
+    /// The fields of the message at `payload[at..end]`.
+    fn message(&mut self, node: &Node, mut at: usize, end: usize, depth: usize) -> Result<(), String> {
+        if depth > MAX_NESTING {
+            return Err(format!("messages nested more than {MAX_NESTING} levels"));
+        }
+        self.present[node.id] = true;
+        let bytes = &self.payload[..end];
+        while at < end {
+            let key = varint(bytes, &mut at)?;
+            let number = u32::try_from(key >> 3).map_err(|_| format!("field number {}", key >> 3))?;
+            let wire = (key & 7) as u8;
+            if number == 0 {
+                return Err(format!("field number 0 at byte {at}"));
+            }
+            match node.action(number) {
+                Some(Action::Value { col, read, .. }) if read.wire() == wire => {
+                    self.slots[*col] = self.value(*read, &mut at, end)?;
+                }
+                Some(Action::Message(child)) if wire == 2 => {
+                    let n = varint(bytes, &mut at)?;
+                    let (start, stop) = take(&mut at, n, end)?;
+                    self.message(child, start, stop, depth + 1)?;
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "field {number} has wire type {wire}, not the schema's{}",
+                        if wire == 2 { " (a packed repeated field?)" } else { "" }
+                    ));
+                }
+                None => skip(bytes, &mut at, wire, end)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn value(&mut self, read: Read, at: &mut usize, end: usize) -> Result<Slot, String> {
+        let bytes = &self.payload[..end];
+        let fixed = |at: &mut usize, n: u64| take(at, n, end).map(|(s, e)| &bytes[s..e]);
+        Ok(match read {
+            Read::Varint => Slot::Int(varint(bytes, at)? as i64),
+            Read::Unsigned => {
+                let v = varint(bytes, at)?;
+                Slot::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} is larger than a bigint"))?)
+            }
+            Read::ZigZag => Slot::Int(zigzag(varint(bytes, at)?)),
+            Read::Bool => Slot::Bool(varint(bytes, at)? != 0),
+            Read::EnumName(e) => Slot::Enum(e, varint(bytes, at)? as i32),
+            Read::Fixed32Unsigned | Read::Fixed32Signed | Read::Float => {
+                let b = fixed(at, 4)?;
+                let w = [b[0], b[1], b[2], b[3]];
+                match read {
+                    Read::Fixed32Unsigned => Slot::Int(i64::from(u32::from_le_bytes(w))),
+                    Read::Fixed32Signed => Slot::Int(i64::from(i32::from_le_bytes(w))),
+                    _ => Slot::Float(f64::from(f32::from_le_bytes(w))),
+                }
+            }
+            Read::Fixed64Unsigned | Read::Fixed64Signed | Read::Double => {
+                let mut w = [0; 8];
+                w.copy_from_slice(fixed(at, 8)?);
+                match read {
+                    Read::Fixed64Unsigned => {
+                        let v = u64::from_le_bytes(w);
+                        Slot::Int(i64::try_from(v).map_err(|_| format!("fixed64 {v} is larger than a bigint"))?)
+                    }
+                    Read::Fixed64Signed => Slot::Int(i64::from_le_bytes(w)),
+                    _ => Slot::Float(f64::from_le_bytes(w)),
+                }
+            }
+            // Checked for UTF-8 when pushed (once, and only the value
+            // that counts).
+            Read::Text => {
+                let n = varint(bytes, at)?;
+                let (start, stop) = take(at, n, end)?;
+                Slot::Text(start, stop)
+            }
+            Read::Timestamp => {
+                let n = varint(bytes, at)?;
+                let (start, stop) = take(at, n, end)?;
+                let (mut seconds, mut nanos, mut i) = (0i64, 0i64, start);
+                while i < stop {
+                    let key = varint(bytes, &mut i)?;
+                    match (key >> 3, key & 7) {
+                        (1, 0) => seconds = varint(bytes, &mut i)? as i64,
+                        (2, 0) => nanos = i64::from(varint(bytes, &mut i)? as i32),
+                        (_, wire) => skip(bytes, &mut i, (wire & 7) as u8, stop)?,
+                    }
+                }
+                let ms = seconds.checked_mul(1000).and_then(|s| s.checked_add(nanos.div_euclid(1_000_000)));
+                Slot::Int(ms.ok_or_else(|| format!("a Timestamp of {seconds} s out of range"))?)
+            }
+        })
+    }
+}
+
+/// Skips a field of wire type `wire`.
+fn skip(bytes: &[u8], at: &mut usize, wire: u8, end: usize) -> Result<(), String> {
+    match wire {
+        0 => varint(bytes, at).map(drop),
+        1 => take(at, 8, end).map(drop),
+        2 => {
+            let n = varint(bytes, at)?;
+            take(at, n, end).map(drop)
+        }
+        5 => take(at, 4, end).map(drop),
+        3 | 4 => Err("a group (deprecated wire types 3 and 4) is not supported".into()),
+        w => Err(format!("wire type {w} at byte {at}")),
+    }
+}
+
+/// A column's default, for a field the record leaves out.
+fn push_default(columns: &JsonDecoder, batch: &mut Batch, col: usize, value: &Default) -> Result<(), String> {
+    if !columns.used[col] {
+        return Ok(());
+    }
+    let column = &mut batch.columns[col];
+    let pushed = match value {
+        Default::Int(x) => column.push_i64(time(columns, col, Some(*x))?),
+        Default::Float(x) => column.push_f64(*x),
+        Default::Bool(x) => column.push_bool(*x),
+        Default::Text(x) => column.push_str(x),
+    };
+    pushed.map_err(|e| e.to_string())
+}
+
+/// The value the record set, into column `col`.
+#[inline]
+fn push(
+    columns: &JsonDecoder,
+    batch: &mut Batch,
+    col: usize,
+    slot: Slot,
+    payload: &[u8],
+    program: &Program,
+) -> Result<(), String> {
+    let into = columns.types[col];
+    let text = |s: usize, e: usize| {
+        std::str::from_utf8(&payload[s..e])
+            .map_err(|_| format!("column `{}`: a string that is not UTF-8", name(columns, col)))
+    };
+    let pushed = match (slot, into) {
+        (Slot::Unset, _) => return push_null(columns, batch, col),
+        (Slot::Int(x), sluice_plan::DataType::Timestamp) => {
+            let x = time(columns, col, Some(x))?;
+            if !columns.used[col] {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(x)
+        }
+        (Slot::Text(s, e), sluice_plan::DataType::Timestamp) => {
+            let t = text(s, e)?;
+            let ms = parse_timestamp_ms(t)
+                .ok_or_else(|| format!("column `{}`: `{t}` is not a timestamp", name(columns, col)))?;
+            let x = time(columns, col, Some(ms))?;
+            if !columns.used[col] {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(x)
+        }
+        _ if !columns.used[col] => return Ok(()),
+        (Slot::Int(x), sluice_plan::DataType::Double) =>
+        {
+            #[allow(clippy::cast_precision_loss)]
+            batch.columns[col].push_f64(x as f64)
+        }
+        (Slot::Int(x), _) => batch.columns[col].push_i64(x),
+        (Slot::Float(x), _) => batch.columns[col].push_f64(x),
+        (Slot::Bool(x), _) => batch.columns[col].push_bool(x),
+        (Slot::Text(s, e), _) => batch.columns[col].push_str(text(s, e)?),
+        (Slot::Enum(e, number), _) => {
+            let names = &program.enums[e];
+            match names.get(&number) {
+                Some(n) => batch.columns[col].push_str(n),
+                // An unknown number (a newer writer's value): its number.
+                None => batch.columns[col].push_str(&number.to_string()),
+            }
+        }
+    };
+    pushed.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,318 @@
+//! A Protobuf message compiled against the source's columns: per field
+//! number, what a record's field does (read into a column, descend into
+//! a nested message some column reads, or skip), and for every column
+//! what it holds when a record does not set it.
+//!
+//! Columns name fields by path (`meta.venue` is field `venue` of message
+//! field `meta`), as JSON and Avro columns do. A scalar without presence
+//! (a proto3 field not marked `optional`) that a record leaves out has its
+//! default — 0, `""`, `false`, the enum's first value — as every Protobuf
+//! reader gives it, when its message is there; a field with presence (a
+//! message, `optional`, proto2, a oneof's) left out is NULL.
+
+use std::collections::HashMap;
+
+use protox::prost_reflect::{FieldDescriptor, Kind, MessageDescriptor};
+use sluice_plan::DataType;
+
+/// How a field's wire value becomes a column's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    /// A varint: `int32`/`int64`/`uint32`/`bool`/enum numbers, as a number
+    /// (`int32` read as 64 bits and truncated, as Protobuf does).
+    Varint,
+    /// A `uint64` varint, which may exceed a bigint.
+    Unsigned,
+    /// A zig-zag varint (`sint32`, `sint64`).
+    ZigZag,
+    Fixed32Unsigned,
+    Fixed32Signed,
+    Fixed64Unsigned,
+    Fixed64Signed,
+    Float,
+    Double,
+    Bool,
+    /// Length-delimited UTF-8 (`string`).
+    Text,
+    /// A varint naming a value of enum `i` of [`Program::enums`].
+    EnumName(usize),
+    /// A `google.protobuf.Timestamp` message: seconds and nanos.
+    Timestamp,
+}
+
+impl Read {
+    /// The wire type a field read this way is written with.
+    pub fn wire(self) -> u8 {
+        match self {
+            Self::Varint | Self::Unsigned | Self::ZigZag | Self::Bool | Self::EnumName(_) => 0,
+            Self::Fixed64Unsigned | Self::Fixed64Signed | Self::Double => 1,
+            Self::Text | Self::Timestamp => 2,
+            Self::Fixed32Unsigned | Self::Fixed32Signed | Self::Float => 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Action {
+    Value {
+        col: usize,
+        read: Read,
+    },
+    /// A nested message some column reads a field of.
+    Message(Box<Node>),
+}
+
+/// One message: its actions by field number.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Node {
+    /// Index of this message's presence flag ([`Program::nodes`]).
+    pub id: usize,
+    /// By field number, for numbers below [`DENSE`].
+    pub dense: Vec<Option<Action>>,
+    pub sparse: HashMap<u32, Action>,
+}
+
+/// Field numbers below this are looked up in a vector.
+const DENSE: u32 = 256;
+
+impl Node {
+    #[inline]
+    pub fn action(&self, number: u32) -> Option<&Action> {
+        if number < DENSE { self.dense.get(number as usize).and_then(Option::as_ref) } else { self.sparse.get(&number) }
+    }
+
+    fn insert(&mut self, number: u32, action: Action) {
+        if number < DENSE {
+            let i = number as usize;
+            if self.dense.len() <= i {
+                self.dense.resize(i + 1, None);
+            }
+            self.dense[i] = Some(action);
+        } else {
+            self.sparse.insert(number, action);
+        }
+    }
+
+    fn child(&mut self, number: u32, id: usize) -> &mut Node {
+        let existing = matches!(self.action(number), Some(Action::Message(_)));
+        if !existing {
+            self.insert(number, Action::Message(Box::new(Node { id, ..Node::default() })));
+        }
+        let action = if number < DENSE { self.dense[number as usize].as_mut() } else { self.sparse.get_mut(&number) };
+        match action {
+            Some(Action::Message(node)) => node,
+            _ => unreachable_node(),
+        }
+    }
+}
+
+#[allow(clippy::panic)]
+fn unreachable_node() -> ! {
+    panic!("a message action was just inserted")
+}
+
+/// What a column holds when the record does not set its field.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Fill {
+    Null,
+    /// The field's default, when message `node` is in the record (NULL
+    /// otherwise).
+    Default {
+        node: usize,
+        value: Default,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Default {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Text(String),
+}
+
+/// A message compiled against the columns.
+#[derive(Debug, Clone)]
+pub(super) struct Program {
+    pub root: Node,
+    /// How many messages have a presence flag (the root is 0).
+    pub nodes: usize,
+    /// Every field column and what it holds when unset.
+    pub fill: Vec<(usize, Fill)>,
+    /// Enum value names by number, per enum read as text.
+    pub enums: Vec<HashMap<i32, String>>,
+}
+
+/// The source's field columns, as the compiler needs them.
+pub(super) struct Columns<'a> {
+    pub fields: &'a [(usize, Vec<String>)],
+    pub types: &'a [DataType],
+    pub required: &'a [bool],
+    pub names: &'a [Box<[u8]>],
+}
+
+impl Columns<'_> {
+    fn name(&self, col: usize) -> String {
+        String::from_utf8_lossy(&self.names[col]).into_owned()
+    }
+}
+
+impl Program {
+    pub fn compile(message: &MessageDescriptor, columns: &Columns<'_>) -> Result<Self, String> {
+        let mut program = Program {
+            root: Node::default(),
+            nodes: 1,
+            fill: Vec::with_capacity(columns.fields.len()),
+            enums: Vec::new(),
+        };
+        for (col, path) in columns.fields {
+            let (col, fill) = program.column(message, *col, path, columns)?;
+            program.fill.push((col, fill));
+        }
+        Ok(program)
+    }
+
+    /// Files column `col` (the field at `path`) into the tree.
+    fn column(
+        &mut self,
+        message: &MessageDescriptor,
+        col: usize,
+        path: &[String],
+        columns: &Columns<'_>,
+    ) -> Result<(usize, Fill), String> {
+        let column = columns.name(col);
+        let mut msg = message.clone();
+        let mut numbers = Vec::with_capacity(path.len());
+        // Each message on the way, by its presence flag.
+        let mut node_ids = vec![0];
+        for (depth, key) in path.iter().enumerate() {
+            let Some(field) = msg.get_field_by_name(key) else {
+                if columns.required[col] {
+                    return Err(format!(
+                        "required column `{column}`: message {} has no field `{key}`",
+                        msg.full_name()
+                    ));
+                }
+                return Ok((col, Fill::Null));
+            };
+            if field.is_list() || field.is_map() {
+                return Err(format!(
+                    "column `{column}`: field `{}` of {} is {}, which no column type holds",
+                    field.name(),
+                    msg.full_name(),
+                    if field.is_map() { "a map" } else { "repeated" }
+                ));
+            }
+            let last = depth + 1 == path.len();
+            match field.kind() {
+                Kind::Message(m) if !last => {
+                    numbers.push(field.number());
+                    // The message's node, shared by the columns under it.
+                    let id = self.node_id(&numbers).unwrap_or_else(|| {
+                        self.nodes += 1;
+                        self.nodes - 1
+                    });
+                    node_ids.push(id);
+                    msg = m;
+                }
+                _ if !last => {
+                    return Err(format!(
+                        "column `{column}`: field `{}` of {} is not a message, so it has no field `{}`",
+                        field.name(),
+                        msg.full_name(),
+                        path[depth + 1]
+                    ));
+                }
+                _ => {
+                    let (read, default) = self.conversion(&field, columns.types[col], &column)?;
+                    let parent = *node_ids.last().unwrap_or(&0);
+                    let mut node = &mut self.root;
+                    for (i, &n) in numbers.iter().enumerate() {
+                        node = node.child(n, node_ids[i + 1]);
+                    }
+                    node.insert(field.number(), Action::Value { col, read });
+                    let fill = match default {
+                        Some(value) if !field.supports_presence() => Fill::Default { node: parent, value },
+                        _ => Fill::Null,
+                    };
+                    return Ok((col, fill));
+                }
+            }
+        }
+        Err(format!("column `{column}`: an empty field path"))
+    }
+
+    /// The presence flag of the message at field-number path `numbers`,
+    /// if an earlier column created it.
+    fn node_id(&self, numbers: &[u32]) -> Option<usize> {
+        let mut node = &self.root;
+        for &n in numbers {
+            match node.action(n) {
+                Some(Action::Message(child)) => node = child,
+                _ => return None,
+            }
+        }
+        Some(node.id)
+    }
+
+    /// How field `field` is read into a column of type `t`, and its
+    /// default (`None`: a message, NULL when absent).
+    fn conversion(
+        &mut self,
+        field: &FieldDescriptor,
+        t: DataType,
+        column: &str,
+    ) -> Result<(Read, Option<Default>), String> {
+        let refuse = |what: &str| Err(format!("column `{column}` is {t}, but field `{}` is {what}", field.full_name()));
+        let number = |read: Read| match t {
+            DataType::Bigint | DataType::Timestamp => Ok((read, Some(Default::Int(0)))),
+            DataType::Double => Ok((read, Some(Default::Float(0.0)))),
+            _ => refuse("a number"),
+        };
+        match field.kind() {
+            Kind::Int32 | Kind::Int64 | Kind::Uint32 => number(Read::Varint),
+            Kind::Uint64 => number(Read::Unsigned),
+            Kind::Sint32 | Kind::Sint64 => number(Read::ZigZag),
+            Kind::Fixed32 => number(Read::Fixed32Unsigned),
+            Kind::Sfixed32 => number(Read::Fixed32Signed),
+            Kind::Fixed64 => number(Read::Fixed64Unsigned),
+            Kind::Sfixed64 => number(Read::Fixed64Signed),
+            Kind::Float | Kind::Double => {
+                let read = if field.kind() == Kind::Float { Read::Float } else { Read::Double };
+                match t {
+                    DataType::Double => Ok((read, Some(Default::Float(0.0)))),
+                    _ => refuse("a floating-point number (declare the column double)"),
+                }
+            }
+            Kind::Bool => match t {
+                DataType::Boolean => Ok((Read::Bool, Some(Default::Bool(false)))),
+                _ => refuse("a bool"),
+            },
+            Kind::String => match t {
+                DataType::String => Ok((Read::Text, Some(Default::Text(String::new())))),
+                // An ISO-8601 text, as JSON timestamps are read; its
+                // default (the empty text) is no time: NULL.
+                DataType::Timestamp => Ok((Read::Text, None)),
+                _ => refuse("a string"),
+            },
+            Kind::Enum(e) => match t {
+                DataType::String => {
+                    let names: HashMap<i32, String> = e.values().map(|v| (v.number(), v.name().to_owned())).collect();
+                    let first = e.default_value().name().to_owned();
+                    self.enums.push(names);
+                    Ok((Read::EnumName(self.enums.len() - 1), Some(Default::Text(first))))
+                }
+                DataType::Bigint => Ok((Read::Varint, Some(Default::Int(0)))),
+                _ => refuse("an enum (declare the column string for its names, or bigint for its numbers)"),
+            },
+            Kind::Message(m) if m.full_name() == "google.protobuf.Timestamp" => match t {
+                DataType::Timestamp => Ok((Read::Timestamp, None)),
+                _ => refuse("a google.protobuf.Timestamp (declare the column timestamp)"),
+            },
+            Kind::Message(m) => {
+                refuse(&format!("a message ({}): columns read its fields (`{column}.<field>`)", m.full_name()))
+            }
+            Kind::Bytes => refuse("bytes, which no column type holds"),
+        }
+    }
+}
