@@ -2,7 +2,7 @@
 //! same column vectors four ways, side by side in one run:
 //!
 //! * **Sluice** — `JsonDecoder::decode`: the flat-object fast path
-//!   (`decode/flat_json.rs`), falling back to the visitor for anything else;
+//!   (`decode/json/flat.rs`), falling back to the visitor for anything else;
 //! * **visitor** — the schema-directed `serde_json` `DeserializeSeed` alone
 //!   (`JsonDecoder::decode_with_serde`), which writes each value straight
 //!   into its column;

@@ -1,4 +1,4 @@
-//! The JSON decoder's fast path (flat objects, `decode/flat_json.rs`) and
+//! The JSON decoder's fast path (flat objects, `decode/json/flat.rs`) and
 //! its serde visitor must agree on every input: the same rows, the same
 //! values to the bit, the same dead-letter reasons. Random records mix what
 //! the fast path takes (plain flat objects) with everything it must hand

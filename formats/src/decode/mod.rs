@@ -4,7 +4,6 @@ mod avro;
 mod binary;
 mod cells;
 mod debezium;
-mod flat_json;
 mod json;
 mod metadata;
 mod protobuf;

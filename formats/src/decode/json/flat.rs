@@ -20,7 +20,7 @@ use sluice_plan::Batch;
 use sluice_plan::DataType;
 use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 
-use super::json::{JsonDecoder, Target, same_key};
+use super::{JsonDecoder, Target, same_key};
 
 /// Appends `p` as one row of `batch` if it is a flat object this path
 /// decodes exactly; `false` leaves a partial row for the caller to roll back.

@@ -12,6 +12,8 @@
 //! value of the wrong type is rejected with a reason naming the field; the
 //! batch is left exactly as before it.
 
+mod flat;
+
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
@@ -162,13 +164,13 @@ impl JsonDecoder {
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
     ///
-    /// Flat objects of scalars take the fast path (`flat_json.rs`); any
+    /// Flat objects of scalars take the fast path (`flat.rs`); any
     /// record it does not handle is rolled back and decoded by the serde
     /// visitor, which gives the same result for what both accept.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
         self.reset_seen();
-        if self.flat && super::flat_json::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
+        if self.flat && flat::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
             batch.len = rows + 1;
             return Ok(());
         }
