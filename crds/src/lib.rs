@@ -23,6 +23,7 @@ mod kafka_security;
 mod partitioner;
 mod pod_template;
 mod quantity;
+mod registry_columns;
 mod sink;
 mod source;
 mod status;
@@ -44,12 +45,13 @@ pub use kafka_security::{
 pub use partitioner::{murmur2, partition_for_key};
 pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
+pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, RecordMetadata,
-    SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
+    RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
-pub use status::{StreamJobStatus, condition_types, reasons};
+pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};
 pub use worker_config::{EXPECTED_CONFIG_HASH_ENV, JobIdentity, WorkerConfig, WorkerSettings, config_hash};
 

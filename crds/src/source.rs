@@ -14,9 +14,9 @@ use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(
     validation = Rule::new("[has(self.kafka), has(self.file), has(self.datagen)].filter(x, x).size() == 1").message("exactly one of kafka, file or datagen must be set"),
-    validation = Rule::new("!has(self.partitionKey) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
-    validation = Rule::new("!has(self.eventTime) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns"),
-    validation = Rule::new("!has(self.table) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns")
+    validation = Rule::new("!has(self.partitionKey) || has(self.schema.registry) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
+    validation = Rule::new("!has(self.eventTime) || has(self.schema.registry) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns"),
+    validation = Rule::new("!has(self.table) || has(self.schema.registry) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns")
 )]
 pub struct SourceSpec {
     /// Table name used in the SQL FROM clause.
@@ -236,13 +236,36 @@ pub struct SchemaRegistrySpec {
     pub url: String,
 }
 
-/// The declared columns of a source.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+/// The columns of a source: declared, or derived from a subject of the
+/// Schema Registry (`registry`), beside which only metadata columns are
+/// declared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("size(self.columns) > 0 || has(self.registry)").message("declare schema.columns, or name a schema.registry subject to derive them from"))]
+#[x_kube(validation = Rule::new("!has(self.registry) || self.columns.all(c, has(c.metadata))").message("with schema.registry the value's columns come from the subject's schema: declare only metadata columns beside it"))]
 pub struct SchemaSpec {
-    #[schemars(length(min = 1, max = 100))]
+    #[serde(default)]
+    #[schemars(length(max = 100))]
     #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("column names must be unique"))]
     pub columns: Vec<ColumnSpec>,
+    /// Derive the value's columns from this subject's Avro schema
+    /// (docs/sql.md, "Columns from the registry").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<RegistrySubject>,
+}
+
+/// A subject of the job's Schema Registry, at a version.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistrySubject {
+    /// `<topic>-value` under Confluent's default TopicNameStrategy.
+    #[schemars(length(min = 1, max = 255))]
+    pub subject: String,
+    /// A version number, or `latest` (the default): resolved by the
+    /// operator when it reconciles the job (docs/sql.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("type(self) == int ? self > 0 : self == 'latest'").message("a positive version number, or latest"))]
+    pub version: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
 }
 
 /// One column: a field of the record's JSON value (`bid.price` names the
@@ -368,6 +391,7 @@ impl SourceSpec {
                     .iter()
                     .map(|&(name, type_, required)| ColumnSpec::field(name, type_, required))
                     .collect(),
+                registry: None,
             },
             event_time: None,
             partition_key: Vec::new(),

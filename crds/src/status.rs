@@ -66,6 +66,21 @@ pub struct StreamJobStatus {
     /// What the autoscaler measured and decided (with `spec.autoscaling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
+    /// For each source whose columns come from a registry subject
+    /// (`schema.registry`): the subject, version and schema id the job
+    /// runs with, as the operator resolved them at its last reconcile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub registry_schemas: Vec<RegistrySchemaStatus>,
+}
+
+/// The registry schema a source's columns were derived from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistrySchemaStatus {
+    pub source: String,
+    pub subject: String,
+    pub version: u32,
+    pub id: u32,
 }
 
 /// Condition types used in `status.conditions`.
@@ -84,6 +99,8 @@ pub mod reasons {
     pub const PARTITION_KEY_MISMATCH: &str = "PartitionKeyMismatch";
     pub const TOPIC_NOT_FOUND: &str = "TopicNotFound";
     pub const BROKER_UNREACHABLE: &str = "BrokerUnreachable";
+    /// The Schema Registry a source's columns come from did not answer.
+    pub const REGISTRY_UNREACHABLE: &str = "RegistryUnreachable";
     pub const STARTING: &str = "WorkersStarting";
     pub const RUNNING: &str = "Running";
     pub const RESCALING: &str = "Rescaling";

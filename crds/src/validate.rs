@@ -57,6 +57,23 @@ impl StreamJobSpec {
                     s.format.name()
                 ));
             }
+            // A registry subject's columns are derived before the spec is
+            // planned (`StreamJobSpec::with_registry_columns`), which
+            // clears `registry`; here it is still the user's.
+            match &s.schema.registry {
+                Some(_) if s.format != crate::SourceFormat::Avro || self.schema_registry.is_none() => {
+                    problems.push(format!(
+                        "{at}.schema.registry: columns are derived from a subject's Avro schema: the source needs \
+                         format avro and the job spec.schemaRegistry"
+                    ));
+                }
+                Some(r) => {
+                    if let Err(e) = crate::requested_version(r.version.as_ref()) {
+                        problems.push(format!("{at}.schema.registry.{e}"));
+                    }
+                }
+                None => {}
+            }
             if s.format == crate::SourceFormat::DebeziumJson && s.table.is_none() {
                 problems.push(format!(
                     "{at}.format: a source with format debezium-json is a table of the database's rows: declare \
@@ -73,10 +90,16 @@ impl StreamJobSpec {
                     ));
                 }
             }
-            if s.schema.columns.is_empty() {
-                problems.push(format!("{at}.schema.columns: at least one column is required"));
+            if s.schema.columns.is_empty() && s.schema.registry.is_none() {
+                problems.push(format!(
+                    "{at}.schema.columns: at least one column is required (or name a schema.registry subject to \
+                     derive them from)"
+                ));
             }
             let columns: HashSet<&str> = s.schema.columns.iter().map(|c| c.name.as_str()).collect();
+            // Columns still to come from a registry subject: what names
+            // them is checked once they are derived.
+            let declared = |name: &str| s.schema.registry.is_some() || columns.contains(name);
             if columns.len() != s.schema.columns.len() {
                 problems.push(format!("{at}.schema.columns: column names must be unique"));
             }
@@ -101,14 +124,14 @@ impl StreamJobSpec {
                 }
             }
             for k in &s.partition_key {
-                if !columns.contains(k.as_str()) {
+                if !declared(k) {
                     problems.push(format!(
                         "{at}.partitionKey: every partitionKey column must be declared in schema.columns (`{k}` is not)"
                     ));
                 }
             }
             if let Some(et) = &s.event_time
-                && !columns.contains(et.column.as_str())
+                && !declared(&et.column)
             {
                 problems.push(format!(
                     "{at}.eventTime.column: eventTime.column must be declared in schema.columns (`{}` is not)",
@@ -120,7 +143,7 @@ impl StreamJobSpec {
                     problems.push(format!("{at}.table.primaryKey: at least one column is required"));
                 }
                 for k in &t.primary_key {
-                    if !columns.contains(k.as_str()) {
+                    if !declared(k) {
                         problems.push(format!(
                             "{at}.table.primaryKey: every table.primaryKey column must be declared in \
                              schema.columns (`{k}` is not)"

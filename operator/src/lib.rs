@@ -20,6 +20,7 @@ pub mod names;
 pub mod partitions;
 pub mod reclaim;
 pub mod reconcile;
+pub mod registry;
 pub mod render;
 pub mod rescale;
 pub mod status;

@@ -27,7 +27,7 @@ use crate::rescale::{Step, next_step};
 use crate::status::{Observed, Outcome, compute, ready_condition};
 use crate::upgrade::{QueryState, Upgrade, decide, query_state};
 use crate::validate::Invalid;
-use crate::{Error, names, partitions, render, validate, worker_health};
+use crate::{Error, names, partitions, registry, render, validate, worker_health};
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -107,6 +107,7 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
         failures: reports.failures,
         finished: reports.finished,
         restarting: reports.restarting,
+        registry_schemas: None,
     })
 }
 
@@ -119,50 +120,79 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let mut autoscaled: Option<StreamJob> = None;
     // The announcement of a fresh start, once its workers are applied.
     let mut fresh: Option<String> = None;
-    let outcome = match validate::validate(&job.spec) {
-        Err(invalid) => Outcome::Invalid(invalid),
-        Ok(_) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
-            Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
-            Err(unavailable) => Outcome::Unavailable(unavailable),
-            Ok(parts) => {
-                let in_status = job.status.as_ref().and_then(|s| s.autoscaling.as_ref()?.desired_workers);
-                let decided = ctx.autoscaler.decided(&job_key(job), in_status);
-                let policy = job.spec.autoscaling.as_ref().map(Policy::from);
-                let workers =
-                    effective_workers(job.spec.workers, policy.as_ref(), decided, useful_workers(job, &parts));
-                if workers != job.spec.workers {
-                    let mut scaled = job.clone();
-                    scaled.spec.workers = workers;
-                    autoscaled = Some(scaled);
-                }
-                let job = autoscaled.as_ref().unwrap_or(job);
-                // Planned as the workers plan it: for the most partitions
-                // any source has, so a side whose source has several is
-                // never taken to be complete per partition.
-                let partitions = parts.iter().map(|p| p.partitions).max().unwrap_or(1);
-                match validate::check_partitioning(&job.spec, partitions) {
-                    Err(invalid) => Outcome::Invalid(invalid),
-                    Ok(dataflow) => {
-                        let query = query_state(&dataflow);
-                        match decide(job, &query) {
-                            Upgrade::Refused { message } => {
-                                Outcome::Refused(Invalid { reason: reasons::INCOMPATIBLE_UPGRADE, message })
-                            }
-                            Upgrade::Continue { group } => {
-                                run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
-                            }
-                            Upgrade::Fresh { group, previous, why } => {
-                                fresh = Some(format!(
-                                    "the query keeps different state than the one it replaces ({why}); \
+    // Columns named by a registry subject, derived before anything reads
+    // the columns; the job below is the one the workers will run.
+    let mut with_columns: Option<StreamJob> = None;
+    let mut registry_schemas = None;
+    // The schemas they came from go to the status; a failure keeps the
+    // last ones there.
+    let early = match registry::resolve(&job.spec).await {
+        Ok((spec, schemas)) => {
+            if !schemas.is_empty() {
+                let mut resolved = job.clone();
+                resolved.spec = spec;
+                with_columns = Some(resolved);
+            }
+            let status = |r: sluice_crds::ResolvedSchema| sluice_crds::RegistrySchemaStatus {
+                source: r.source,
+                subject: r.subject,
+                version: r.version,
+                id: r.id,
+            };
+            registry_schemas = Some(schemas.into_iter().map(status).collect());
+            None
+        }
+        Err(registry::Unresolved::Invalid(invalid)) => Some(Outcome::Invalid(invalid)),
+        Err(registry::Unresolved::Unavailable(down)) => Some(Outcome::Unavailable(down)),
+    };
+    let job = with_columns.as_ref().unwrap_or(job);
+    let outcome = match early {
+        Some(outcome) => outcome,
+        None => match validate::validate(&job.spec) {
+            Err(invalid) => Outcome::Invalid(invalid),
+            Ok(_) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
+                Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
+                Err(unavailable) => Outcome::Unavailable(unavailable),
+                Ok(parts) => {
+                    let in_status = job.status.as_ref().and_then(|s| s.autoscaling.as_ref()?.desired_workers);
+                    let decided = ctx.autoscaler.decided(&job_key(job), in_status);
+                    let policy = job.spec.autoscaling.as_ref().map(Policy::from);
+                    let workers =
+                        effective_workers(job.spec.workers, policy.as_ref(), decided, useful_workers(job, &parts));
+                    if workers != job.spec.workers {
+                        let mut scaled = job.clone();
+                        scaled.spec.workers = workers;
+                        autoscaled = Some(scaled);
+                    }
+                    let job = autoscaled.as_ref().unwrap_or(job);
+                    // Planned as the workers plan it: for the most partitions
+                    // any source has, so a side whose source has several is
+                    // never taken to be complete per partition.
+                    let partitions = parts.iter().map(|p| p.partitions).max().unwrap_or(1);
+                    match validate::check_partitioning(&job.spec, partitions) {
+                        Err(invalid) => Outcome::Invalid(invalid),
+                        Ok(dataflow) => {
+                            let query = query_state(&dataflow);
+                            match decide(job, &query) {
+                                Upgrade::Refused { message } => {
+                                    Outcome::Refused(Invalid { reason: reasons::INCOMPATIBLE_UPGRADE, message })
+                                }
+                                Upgrade::Continue { group } => {
+                                    run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
+                                }
+                                Upgrade::Fresh { group, previous, why } => {
+                                    fresh = Some(format!(
+                                        "the query keeps different state than the one it replaces ({why}); \
                                      upgradeMode Fresh: it starts over in consumer group {group}, from its sources' \
                                      startFrom (the previous group {previous} and its state topics stay in Kafka)"
-                                ));
-                                run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
+                                    ));
+                                    run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
+                                }
                             }
                         }
                     }
                 }
-            }
+            },
         },
     };
     let job = autoscaled.as_ref().unwrap_or(job);
@@ -192,6 +222,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
             None
         }
     };
+    observed.registry_schemas = registry_schemas;
     report(ctx, job, &namespace, &outcome, &observed, measured.as_ref(), &now).await?;
     if let (Some(note), Outcome::Applied(_)) = (fresh, &outcome) {
         publish(ctx, job, EventType::Normal, reasons::STARTED_FRESH, note).await;

@@ -43,6 +43,9 @@ pub struct Observed {
     /// Workers with a core that keeps failing and restarting, with the
     /// reason their /readyz gives.
     pub restarting: Vec<WorkerFailure>,
+    /// The registry schemas the sources' columns were derived from, when
+    /// this reconcile read them (`None`: the last ones stand).
+    pub registry_schemas: Option<Vec<sluice_crds::RegistrySchemaStatus>>,
 }
 
 impl Observed {
@@ -79,6 +82,7 @@ pub fn compute(job: &StreamJob, outcome: &Outcome, observed: &Observed, now: &Ti
         query_identity: previous.query_identity,
         state_layout: previous.state_layout,
         autoscaling: previous.autoscaling,
+        registry_schemas: observed.registry_schemas.clone().unwrap_or(previous.registry_schemas),
     };
     let mut set = |t: &str, s: ConditionStatus, reason: &str, message: &str| {
         set_condition(&mut status.conditions, t, s, reason, message, generation, now.clone());
@@ -232,6 +236,7 @@ mod tests {
             failures: Vec::new(),
             finished: Vec::new(),
             restarting: Vec::new(),
+            registry_schemas: None,
         }
     }
 

@@ -173,7 +173,7 @@ fn plan(
         .map(|o| ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false))
         .collect();
     let rows = SourceSpec {
-        schema: SchemaSpec { columns },
+        schema: SchemaSpec { columns, registry: None },
         event_time: Some(EventTimeSpec { column: ROW_TIME.into(), watermark_delay_millis: 0 }),
         ..SourceSpec::table(&d_alias.value, &[])
     };
@@ -290,7 +290,7 @@ fn plan(
         .filter(|c| c.name == ROW_TIME || d_columns.iter().any(|(n, _)| n.eq_ignore_ascii_case(&c.name)))
         .cloned()
         .collect();
-    let visible = SourceSpec { schema: SchemaSpec { columns: own }, ..rows.clone() };
+    let visible = SourceSpec { schema: SchemaSpec { columns: own, registry: None }, ..rows.clone() };
     plan_parsed(&mut ParsedQuery::of(outer.clone()), std::slice::from_ref(&visible))?;
     let outer_plan = plan_parsed(&mut ParsedQuery::of(outer.clone()), std::slice::from_ref(&rows))?;
 

@@ -173,7 +173,7 @@ fn aggregate_over_aggregate(
     for o in &last.plan.outputs {
         columns.push(ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false));
     }
-    let source = SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(&inner.name, &[]) };
+    let source = SourceSpec { schema: SchemaSpec { columns, registry: None }, ..SourceSpec::table(&inner.name, &[]) };
     let mut plan = plan_parsed(&mut outer, &[source])?;
     if groups.is_some() {
         updating_input(&mut plan, &last.plan, visible, inner.span)?;

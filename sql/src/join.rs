@@ -904,7 +904,7 @@ fn rows_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
                 .map(|(c, column)| ColumnSpec::field(s.joined_name(c), column.type_, false))
         })
         .collect();
-    SourceSpec { schema: SchemaSpec { columns }, ..SourceSpec::table(JOINED, &[]) }
+    SourceSpec { schema: SchemaSpec { columns, registry: None }, ..SourceSpec::table(JOINED, &[]) }
 }
 
 /// The conjuncts of ON, sorted: equality keys between the sides (left
@@ -1311,7 +1311,11 @@ fn windowed_side<'a>(subquery: &Query, alias: &Ident, sources: &[SourceSpec]) ->
         .iter()
         .position(|e| matches!(e, Expr::Identifier(id) if id.value.eq_ignore_ascii_case(WINDOW_END)))
         .map(|c| EventTimeSpec { column: names[c].clone(), watermark_delay_millis: 0 });
-    let spec = SourceSpec { schema: SchemaSpec { columns }, event_time, ..SourceSpec::table(&alias.value, &[]) };
+    let spec = SourceSpec {
+        schema: SchemaSpec { columns, registry: None },
+        event_time,
+        ..SourceSpec::table(&alias.value, &[])
+    };
     Ok(Side {
         spec: Cow::Owned(spec),
         subquery: Some((subquery.clone(), exprs)),
@@ -1782,7 +1786,7 @@ fn joined_spec(sides: &[Side<'_>; 2], table: bool) -> SourceSpec {
         columns.push(ColumnSpec::field(DELETED, ColumnType::Boolean, false));
     }
     SourceSpec {
-        schema: SchemaSpec { columns },
+        schema: SchemaSpec { columns, registry: None },
         event_time: Some(EventTimeSpec { column: TIME.into(), watermark_delay_millis: 0 }),
         ..SourceSpec::table(JOINED, &[])
     }

@@ -56,7 +56,7 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
         .map(|o| ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false))
         .collect();
     let union = SourceSpec {
-        schema: SchemaSpec { columns },
+        schema: SchemaSpec { columns, registry: None },
         event_time: event_time(&plans)
             .map(|c| EventTimeSpec { column: first.outputs[c].name.clone(), watermark_delay_millis: 0 }),
         ..SourceSpec::table(&name.value, &[])

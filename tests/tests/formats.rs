@@ -229,6 +229,65 @@ spec:
     assert!(reason.contains("protobuf: not in the Confluent wire format"), "{reason}");
 }
 
+/// A source whose columns come from the registry: `schema.registry`
+/// names the subject the Python producer registered, and `sluice-worker
+/// validate` and the run derive the same columns from it (nested and
+/// logical types included) — a metadata column declared beside them; a
+/// subject the registry does not have is refused naming it.
+#[test]
+fn an_avro_source_takes_its_columns_from_the_registry_subject() {
+    let (topic, out) = (unique_name("avro-derived"), unique_name("avro-derived-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    produce_avro(&topic, "v1", 0, 2_000);
+    let h = harness();
+    let manifest = |subject: &str| {
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty, MAX(k) AS k FROM trades GROUP BY symbol
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        registry: {{ subject: {subject}, version: latest }}
+        columns:
+          - {{ name: k, type: string, metadata: key }}
+      partitionKey: [symbol]
+      eventTime: {{ column: trade_time, watermarkDelayMillis: 0 }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+"#,
+            name = unique_name("avro-derived"),
+            registry = h.registry_url,
+            bootstrap = h.bootstrap,
+        )
+    };
+    let good = write_temp("avro-derived.yaml", &manifest(&format!("{topic}-value")));
+    let validated =
+        Command::new(sluice_e2e::worker::worker_bin()).args(["validate", "-f"]).arg(&good).output().unwrap();
+    let said = String::from_utf8_lossy(&validated.stdout).into_owned() + &String::from_utf8_lossy(&validated.stderr);
+    assert!(validated.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("source trades: columns from subject {topic}-value version 1 (schema id")),
+        "{said}"
+    );
+    let mut w = Worker::run(&good, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert_eq!(final_per_symbol(&kafka::consume_all(&out, Duration::from_secs(60))), expected(0..2_000));
+    let missing = write_temp("avro-missing.yaml", &manifest("no-such-subject-value"));
+    let refused =
+        Command::new(sluice_e2e::worker::worker_bin()).args(["validate", "-f"]).arg(&missing).output().unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(said.contains("subject no-such-subject-value") && said.contains("has no version latest"), "{said}");
+}
+
 /// Reads `topic` with `tests/clients/avro_consume.py`: confluent-kafka's
 /// `AvroDeserializer`, the writer schema fetched by the id in each value.
 fn consume_avro(topic: &str) -> Vec<serde_json::Value> {

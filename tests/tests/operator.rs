@@ -103,6 +103,83 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
 /// `TopicNotFound` naming the sink before anything is launched, instead of
 /// workers that start, fail every delivery and stop; once the topic is
 /// created the job runs.
+/// A source whose columns come from a registry subject: the operator
+/// reads the subject's schema, plans the job with the columns derived
+/// from it, writes them into the workers' config and reports the subject,
+/// version and schema id in `status.registrySchemas`; the workers read the
+/// topic with them. A subject the registry does not have is reported,
+/// naming it, and launches nothing.
+#[test]
+fn columns_from_a_registry_subject_are_derived_planned_and_reported() {
+    let ns = new_namespace("op-registry");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let h = sluice_e2e::harness();
+    let (topic, out) = (unique_name("reg-trades"), unique_name("reg-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let produced = std::process::Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, &topic, "v1", "0", "1000"])
+        .output()
+        .unwrap();
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let manifest = |name: &str, subject: &str| {
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n FROM trades GROUP BY symbol
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        registry: {{ subject: {subject} }}
+      partitionKey: [symbol]
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  workers: 1
+  coresPerWorker: 1
+"#,
+            registry = h.registry_url,
+            bootstrap = h.bootstrap,
+        )
+    };
+    let missing = write_temp("registry-missing.yaml", &manifest("registry-missing", "no-such-value"));
+    kubectl_ok(["apply", "-n", &ns, "-f", missing.to_str().unwrap()]);
+    let (_, reason, message) = wait_until("InvalidSpec", Duration::from_secs(60), || {
+        condition(&get("sj", "registry-missing", &ns)?, "Ready").filter(|c| c.1 == "InvalidSpec")
+    });
+    assert!(message.contains("subject no-such-value"), "{reason}: {message}");
+    assert!(get("statefulset", "registry-missing", &ns).is_none(), "launched without its columns");
+    let good = write_temp("registry-good.yaml", &manifest("registry-good", &format!("{topic}-value")));
+    kubectl_ok(["apply", "-n", &ns, "-f", good.to_str().unwrap()]);
+    let job = wait_ready("registry-good", &ns, 1);
+    let reported = &job["status"]["registrySchemas"][0];
+    assert_eq!((reported["source"].as_str(), reported["version"].as_i64()), (Some("trades"), Some(1)), "{job}");
+    assert_eq!(reported["subject"].as_str(), Some(format!("{topic}-value").as_str()));
+    assert!(reported["id"].as_i64().is_some_and(|id| id > 0), "{reported}");
+    let cm = get("configmap", "registry-good-config", &ns).unwrap();
+    let config = WorkerConfig::from_yaml(cm["data"]["worker.yaml"].as_str().unwrap()).unwrap();
+    let columns: Vec<&str> = config.spec.sources[0].schema.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(columns, ["trader_id", "symbol", "price", "quantity", "trade_time"]);
+    assert!(config.spec.sources[0].schema.registry.is_none(), "the workers read the derived columns");
+    let counts = wait_until("every trade counted", Duration::from_secs(90), || {
+        let mut last = std::collections::BTreeMap::new();
+        for r in kafka::consume_all(&out, Duration::from_secs(10)) {
+            let v: Value = serde_json::from_slice(&r.value).ok()?;
+            last.insert(v["symbol"].as_str()?.to_owned(), v["n"].as_i64()?);
+        }
+        (last.values().sum::<i64>() == 1_000).then_some(last)
+    });
+    assert_eq!(counts.len(), 5, "{counts:?}");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
 #[test]
 fn a_missing_sink_topic_is_reported_launches_nothing_and_recovers_once_created() {
     let ns = new_namespace("op-sink");

@@ -219,6 +219,27 @@ fn validate(file: &str) -> ExitCode {
         Ok(j) => j,
         Err(e) => return fail(&format!("{file}: not a valid StreamJob: {e}")),
     };
+    // The user's spec first (a registry subject's settings), then, with
+    // the subject's columns derived, the spec as a worker runs it.
+    if let Err(e) = job.spec.validate() {
+        return fail(&format!("{file}: {e}"));
+    }
+    let mut job = job;
+    match sluice_worker::registry::resolve_columns(&job.spec) {
+        Ok((spec, resolved)) => {
+            job.spec = spec;
+            for r in resolved {
+                say!(
+                    "  source {}: columns from subject {} version {} (schema id {})",
+                    r.source,
+                    r.subject,
+                    r.version,
+                    r.id
+                );
+            }
+        }
+        Err(e) => return fail(&format!("{file}: {e}")),
+    }
     if let Err(e) = job.spec.validate() {
         return fail(&format!("{file}: {e}"));
     }
@@ -280,7 +301,24 @@ fn validate(file: &str) -> ExitCode {
 /// Runs a job with its HTTP endpoint and signal handling; `local` prints
 /// the summary and exits when the job ends, `serve` keeps reporting a
 /// failure (not ready) until terminated rather than crash-looping.
-fn execute(config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
+fn execute(mut config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
+    // Columns named by a registry subject: derived here for a local run;
+    // a pod's config has them already (the operator derived them).
+    match sluice_worker::registry::resolve_columns(&config.spec) {
+        Ok((spec, resolved)) => {
+            config.spec = spec;
+            for r in resolved {
+                say!(
+                    "sluice-worker: source {}: columns from subject {} version {} (schema id {})",
+                    r.source,
+                    r.subject,
+                    r.version,
+                    r.id
+                );
+            }
+        }
+        Err(e) => return fail(&e.to_string()),
+    }
     let pod_name = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
     let ordinal = match config::ordinal(&config, if local { None } else { pod_name.as_deref() }) {
         Ok(o) => o,

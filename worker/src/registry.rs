@@ -15,6 +15,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema};
+
 use crate::Error;
 
 /// Tries per fetch before the core is failed, and the pause after each.
@@ -135,6 +137,36 @@ impl Registry {
         })?
     }
 
+    /// The schema `subject` holds at `version` (`None`: the latest), for
+    /// columns derived from it (`GET /subjects/<subject>/versions/<v>`);
+    /// `Ok(Err)` when the registry has no such subject or version.
+    pub fn subject_schema(&self, subject: &str, version: Option<u32>) -> Result<Result<SubjectSchema, String>, Error> {
+        let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
+        self.retrying(&format!("reading subject {subject} version {v}"), || {
+            let response = self
+                .client()?
+                .get(format!("{}/subjects/{}/versions/{v}", self.url, path_segment(subject)))
+                .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
+                .send()
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            let body = response.text().map_err(|e| e.to_string())?;
+            if status.as_u16() == 404 {
+                return Ok(Err(format!("the schema registry at {} has no version {v} of it", self.url)));
+            }
+            if !status.is_success() {
+                return Err(format!("HTTP {status}: {}", body.chars().take(200).collect::<String>()));
+            }
+            let schema = parse_schema(&body)?;
+            let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let number = |k: &str| json.get(k).and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
+            let (Some(id), Some(version)) = (number("id"), number("version")) else {
+                return Err(format!("an answer without id and version: {body:.200}"));
+            };
+            Ok(Ok(SubjectSchema { id, version, kind: schema.kind, text: schema.text }))
+        })
+    }
+
     /// POSTs `body` to `<url>/<path>`: the answer's status and text, or why
     /// none came.
     fn post(&self, path: &str, body: &str) -> Result<(reqwest::StatusCode, String), String> {
@@ -185,6 +217,36 @@ impl Registry {
             return Err(format!("HTTP {status}: {}", body.chars().take(200).collect::<String>()));
         }
         Ok(Ok(parse_schema(&body)?))
+    }
+}
+
+/// `spec` with the columns of every source that names a registry subject
+/// derived from the subject's schema (see
+/// [`StreamJobSpec::with_registry_columns`]), and which schema each came
+/// from. A registry that does not answer is [`Error::Registry`]; a
+/// subject it does not have, or a schema no column list holds,
+/// [`Error::Config`].
+pub fn resolve_columns(spec: &StreamJobSpec) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Error> {
+    let Some(url) = spec.schema_registry.as_ref().map(|r| r.url.as_str()) else {
+        return Ok((spec.clone(), Vec::new()));
+    };
+    if spec.sources.iter().all(|s| s.schema.registry.is_none()) {
+        return Ok((spec.clone(), Vec::new()));
+    }
+    let registry = Registry::new(url);
+    let mut unreachable = None;
+    let resolved = spec.with_registry_columns(|subject, version| match registry.subject_schema(subject, version) {
+        Ok(answer) => answer,
+        Err(e) => {
+            let why = e.to_string();
+            unreachable = Some(e);
+            Err(why)
+        }
+    });
+    match (resolved, unreachable) {
+        (Ok(r), _) => Ok(r),
+        (Err(_), Some(e)) => Err(e),
+        (Err(why), None) => Err(Error::Config(why)),
     }
 }
 

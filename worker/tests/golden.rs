@@ -156,7 +156,7 @@ fn golden_dir() -> PathBuf {
 
 fn source_spec(s: &Source) -> SourceSpec {
     SourceSpec {
-        schema: SchemaSpec { columns: s.columns.clone() },
+        schema: SchemaSpec { columns: s.columns.clone(), registry: None },
         event_time: s.event_time.clone(),
         partition_key: s.partition_key.clone(),
         table: s.table.clone(),

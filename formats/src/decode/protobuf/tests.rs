@@ -49,6 +49,7 @@ fn decoder() -> ProtobufDecoder {
                 c("lot", ColumnType::Bigint, false),
                 c("missing", ColumnType::String, false),
             ],
+            registry: None,
         },
         ..SourceSpec::table("t", &[])
     };
@@ -220,7 +221,8 @@ fn records_that_cannot_be_read_are_rejected_with_a_reason() {
 #[test]
 fn columns_a_message_cannot_fill_are_refused_naming_them() {
     let plan = |columns: Vec<ColumnSpec>| {
-        let source = SourceSpec { schema: sluice_crds::SchemaSpec { columns }, ..SourceSpec::table("t", &[]) };
+        let source =
+            SourceSpec { schema: sluice_crds::SchemaSpec { columns, registry: None }, ..SourceSpec::table("t", &[]) };
         sluice_sql::plan_query("SELECT * FROM t", &[source]).unwrap()
     };
     let mut m = trade();

@@ -1,0 +1,106 @@
+//! Columns from the Schema Registry (`schema.registry`): the operator
+//! reads each subject's schema when it reconciles the job, derives the
+//! columns (`StreamJobSpec::with_registry_columns`, the function
+//! `sluice-worker validate` and the workers use too), validates and plans
+//! the job with them, and writes them into the workers' config — so every
+//! pod of a generation reads the same columns. `latest` is read at every
+//! reconcile: a new version registered while the job runs is picked up as
+//! a change of the job (docs/sql.md, "Columns from the registry").
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema, reasons, requested_version};
+
+use crate::validate::Invalid;
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why columns could not be derived.
+#[derive(Debug)]
+pub enum Unresolved {
+    /// The job's fault (no such subject, a schema no columns hold).
+    Invalid(Invalid),
+    /// The registry did not answer: retried with backoff.
+    Unavailable(Invalid),
+}
+
+/// `spec` with the columns of its registry subjects derived; unchanged
+/// when it names none.
+pub async fn resolve(spec: &StreamJobSpec) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Unresolved> {
+    let Some(url) = spec.schema_registry.as_ref().map(|r| r.url.trim_end_matches('/').to_owned()) else {
+        return Ok((spec.clone(), Vec::new()));
+    };
+    let mut wanted = Vec::new();
+    for s in &spec.sources {
+        if let Some(r) = &s.schema.registry
+            && let Ok(version) = requested_version(r.version.as_ref())
+        {
+            wanted.push((r.subject.clone(), version));
+        }
+    }
+    if wanted.is_empty() {
+        return Ok((spec.clone(), Vec::new()));
+    }
+    let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|e| unavailable(&url, &e.to_string()))?;
+    let mut found: HashMap<(String, Option<u32>), Result<SubjectSchema, String>> = HashMap::new();
+    for (subject, version) in wanted {
+        let answer = fetch(&client, &url, &subject, version).await?;
+        found.insert((subject, version), answer);
+    }
+    spec.with_registry_columns(|subject, version| {
+        found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
+    })
+    .map_err(|message| Unresolved::Invalid(Invalid { reason: reasons::INVALID_SPEC, message }))
+}
+
+fn unavailable(url: &str, why: &str) -> Unresolved {
+    Unresolved::Unavailable(Invalid {
+        reason: reasons::REGISTRY_UNREACHABLE,
+        message: format!("the schema registry at {url} did not answer: {why}"),
+    })
+}
+
+/// `GET <url>/subjects/<subject>/versions/<version|latest>`: the schema,
+/// `Ok(Err)` when the registry has no such subject or version.
+async fn fetch(
+    client: &reqwest::Client,
+    url: &str,
+    subject: &str,
+    version: Option<u32>,
+) -> Result<Result<SubjectSchema, String>, Unresolved> {
+    let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
+    let segment: String = subject
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let response = client
+        .get(format!("{url}/subjects/{segment}/versions/{v}"))
+        .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
+        .send()
+        .await
+        .map_err(|e| unavailable(url, &e.to_string()))?;
+    let status = response.status();
+    let body = response.text().await.map_err(|e| unavailable(url, &e.to_string()))?;
+    if status.as_u16() == 404 {
+        return Ok(Err(format!("the schema registry at {url} has no version {v} of it")));
+    }
+    if !status.is_success() {
+        return Err(unavailable(url, &format!("HTTP {status}: {}", body.chars().take(200).collect::<String>())));
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&body).map_err(|e| unavailable(url, &format!("an answer that is not JSON: {e}")))?;
+    let number = |k: &str| json.get(k).and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
+    let text = json.get("schema").and_then(serde_json::Value::as_str);
+    let (Some(id), Some(version), Some(text)) = (number("id"), number("version"), text) else {
+        return Err(unavailable(url, &format!("an answer without id, version and schema: {body:.200}")));
+    };
+    let kind = json.get("schemaType").and_then(serde_json::Value::as_str).unwrap_or("AVRO").to_owned();
+    Ok(Ok(SubjectSchema { id, version, kind, text: text.to_owned() }))
+}
