@@ -145,7 +145,8 @@ impl Operator for ChangelogOperator {
 mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
-    use sluice_plan::{DataType, PhysExpr, Selection};
+    use crate::operator::run_emitting_changes;
+    use sluice_plan::{DataType, PhysExpr};
 
     /// Source (id, customer, amount, note, __deleted); the query reads
     /// id, customer and amount.
@@ -175,21 +176,9 @@ mod tests {
             b.columns[4].push_bool(deleted).unwrap();
             b.len += 1;
         }
-        let zeros = vec![0; rows.len()];
-        let input = BatchInput {
-            batch: &b,
-            selection: Selection::All(b.len),
-            event_times: &zeros,
-            watermark_before: &zeros,
-            per_record: false,
-            emit_changes: true,
-            upstreams: &[],
-        };
         let mut types = TYPES.to_vec();
         types.push(DataType::Boolean);
-        let mut out = empty_batch(&types);
-        let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
+        let (out, _) = run_emitting_changes(op, &b, &types);
         (0..out.len)
             .map(|r| {
                 assert_eq!(out.columns[3].scalar(r), Scalar::Null, "a column the query does not read is not kept");

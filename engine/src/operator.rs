@@ -223,6 +223,33 @@ pub(crate) fn run_at_watermark(
     (out, late)
 }
 
+/// Runs one batch through `op` as the engine would with EMIT CHANGES
+/// (coalesced, no watermark): the rows it emitted and which of them it
+/// deleted.
+#[cfg(test)]
+pub(crate) fn run_emitting_changes(
+    op: &mut dyn Operator,
+    batch: &Batch,
+    types: &[sluice_plan::DataType],
+) -> (Batch, Vec<u32>) {
+    let zeros = vec![0; batch.len];
+    let input = BatchInput {
+        batch,
+        selection: Selection::All(batch.len),
+        event_times: &zeros,
+        watermark_before: &zeros,
+        per_record: false,
+        emit_changes: true,
+        upstreams: &[],
+    };
+    let mut out = crate::aggregate::empty_batch(types);
+    let (mut columns, mut late) = (Vec::new(), Vec::new());
+    let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
+    op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
+    let deleted = output.deleted;
+    (out, deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Serialize;

@@ -181,7 +181,8 @@ impl Operator for SignedAggregateOperator {
 mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
-    use sluice_plan::{AggregateCall, Batch, DataType, Scalar};
+    use crate::operator::run_emitting_changes;
+    use sluice_plan::{AggregateCall, DataType, Scalar};
 
     /// Input (customer, amount, __retract); per customer SUM(amount), COUNT(*).
     const TYPES: [DataType; 3] = [DataType::String, DataType::Bigint, DataType::Boolean];
@@ -213,21 +214,7 @@ mod tests {
             b.columns[2].push_bool(x).unwrap();
             b.len += 1;
         }
-        let zeros = vec![0; rows.len()];
-        let input = BatchInput {
-            batch: &b,
-            selection: Selection::All(b.len),
-            event_times: &zeros,
-            watermark_before: &zeros,
-            per_record: false,
-            emit_changes: true,
-            upstreams: &[],
-        };
-        let mut out: Batch = empty_batch(&OUT);
-        let (mut columns, mut late) = (Vec::new(), Vec::new());
-        let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
-        op.process(&input, &mut output).unwrap();
-        let deleted = output.deleted;
+        let (out, deleted) = run_emitting_changes(op, &b, &OUT);
         (0..out.len)
             .map(|r| {
                 let gone = deleted.contains(&u32::try_from(r).unwrap());

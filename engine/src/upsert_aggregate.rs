@@ -171,6 +171,7 @@ impl Operator for UpsertAggregateOperator {
 mod tests {
     use super::*;
     use crate::aggregate::empty_batch;
+    use crate::operator::run_emitting_changes;
     use sluice_plan::{AggregateCall, DataType};
 
     /// Input (auction, category, final); per category AVG(final) and COUNT(*).
@@ -200,19 +201,7 @@ mod tests {
             b.columns[2].push_scalar(&Scalar::Double(f)).unwrap();
             b.len += 1;
         }
-        let zeros = vec![0; rows.len()];
-        let input = BatchInput {
-            batch: &b,
-            selection: Selection::All(b.len),
-            event_times: &zeros,
-            watermark_before: &zeros,
-            per_record: false,
-            emit_changes: true,
-            upstreams: &[],
-        };
-        let mut out = empty_batch(&OUT);
-        let (mut columns, mut late) = (Vec::new(), Vec::new());
-        op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
+        let (out, _) = run_emitting_changes(op, &b, &OUT);
         (0..out.len)
             .map(|r| match (out.columns[0].scalar(r), out.columns[1].scalar(r), out.columns[2].scalar(r)) {
                 (Scalar::Bigint(c), Scalar::Double(a), Scalar::Bigint(n)) => (c, a, n),

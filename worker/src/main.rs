@@ -225,19 +225,8 @@ fn validate(file: &str) -> ExitCode {
         return fail(&format!("{file}: {e}"));
     }
     let mut job = job;
-    match sluice_worker::registry::resolve_columns(&job.spec) {
-        Ok((spec, resolved)) => {
-            job.spec = spec;
-            for r in resolved {
-                say!(
-                    "  source {}: columns from subject {} version {} (schema id {})",
-                    r.source,
-                    r.subject,
-                    r.version,
-                    r.id
-                );
-            }
-        }
+    match with_registry_columns(&job.spec, "  ") {
+        Ok(spec) => job.spec = spec,
         Err(e) => return fail(&format!("{file}: {e}")),
     }
     if let Err(e) = job.spec.validate() {
@@ -301,22 +290,30 @@ fn validate(file: &str) -> ExitCode {
 /// Runs a job with its HTTP endpoint and signal handling; `local` prints
 /// the summary and exits when the job ends, `serve` keeps reporting a
 /// failure (not ready) until terminated rather than crash-looping.
+/// `spec` with the columns of its registry subjects derived, saying (after
+/// `prefix`) which schema each source's came from.
+fn with_registry_columns(
+    spec: &sluice_crds::StreamJobSpec,
+    prefix: &str,
+) -> Result<sluice_crds::StreamJobSpec, sluice_worker::Error> {
+    let (spec, resolved) = sluice_worker::registry::resolve_columns(spec)?;
+    for r in resolved {
+        say!(
+            "{prefix}source {}: columns from subject {} version {} (schema id {})",
+            r.source,
+            r.subject,
+            r.version,
+            r.id
+        );
+    }
+    Ok(spec)
+}
+
 fn execute(mut config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
     // Columns named by a registry subject: derived here for a local run;
     // a pod's config has them already (the operator derived them).
-    match sluice_worker::registry::resolve_columns(&config.spec) {
-        Ok((spec, resolved)) => {
-            config.spec = spec;
-            for r in resolved {
-                say!(
-                    "sluice-worker: source {}: columns from subject {} version {} (schema id {})",
-                    r.source,
-                    r.subject,
-                    r.version,
-                    r.id
-                );
-            }
-        }
+    match with_registry_columns(&config.spec, "sluice-worker: ") {
+        Ok(spec) => config.spec = spec,
         Err(e) => return fail(&e.to_string()),
     }
     let pod_name = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());

@@ -143,20 +143,9 @@ impl Registry {
     pub fn subject_schema(&self, subject: &str, version: Option<u32>) -> Result<Result<SubjectSchema, String>, Error> {
         let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
         self.retrying(&format!("reading subject {subject} version {v}"), || {
-            let response = self
-                .client()?
-                .get(format!("{}/subjects/{}/versions/{v}", self.url, path_segment(subject)))
-                .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
-                .send()
-                .map_err(|e| e.to_string())?;
-            let status = response.status();
-            let body = response.text().map_err(|e| e.to_string())?;
-            if status.as_u16() == 404 {
+            let Some(body) = self.get(&format!("subjects/{}/versions/{v}", path_segment(subject)))? else {
                 return Ok(Err(format!("the schema registry at {} has no version {v} of it", self.url)));
-            }
-            if !status.is_success() {
-                return Err(format!("HTTP {status}: {}", body.chars().take(200).collect::<String>()));
-            }
+            };
             let schema = parse_schema(&body)?;
             let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
             let number = |k: &str| json.get(k).and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
@@ -202,21 +191,30 @@ impl Registry {
     /// One request: the schema, `Ok(Err)` for an id the registry does not
     /// have, `Err` for anything else.
     fn fetch(&self, id: u32) -> Result<Result<Schema, String>, String> {
-        let client = self.client()?;
-        let response = client
-            .get(format!("{}/schemas/ids/{id}", self.url))
+        match self.get(&format!("schemas/ids/{id}"))? {
+            Some(body) => Ok(Ok(parse_schema(&body)?)),
+            None => Ok(Err(format!("schema id {id} is not in the schema registry at {}", self.url))),
+        }
+    }
+
+    /// GETs `<url>/<path>`: the answer's text, `None` for a 404, `Err` for
+    /// no answer or another status.
+    fn get(&self, path: &str) -> Result<Option<String>, String> {
+        let response = self
+            .client()?
+            .get(format!("{}/{path}", self.url))
             .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
             .send()
             .map_err(|e| e.to_string())?;
         let status = response.status();
         let body = response.text().map_err(|e| e.to_string())?;
         if status.as_u16() == 404 {
-            return Ok(Err(format!("schema id {id} is not in the schema registry at {}", self.url)));
+            return Ok(None);
         }
         if !status.is_success() {
             return Err(format!("HTTP {status}: {}", body.chars().take(200).collect::<String>()));
         }
-        Ok(Ok(parse_schema(&body)?))
+        Ok(Some(body))
     }
 }
 

@@ -143,9 +143,10 @@ pub const AVRO_FLAT_SCHEMA: &str = r#"{"type":"record","name":"F","fields":[
     {"name":"flag","type":["null","boolean"]}
 ]}"#;
 
-/// An Avro decoder of columns that read some of every [`AVRO_SCHEMAS`] entry.
+/// The columns the binary decoders' fixtures read: some of every field of
+/// [`AVRO_SCHEMAS`] and [`PROTOBUF_SCHEMA`], nested ones too.
 #[allow(clippy::unwrap_used)]
-pub fn avro_decoder() -> AvroDecoder {
+fn binary_decoder_plan() -> Plan {
     let source = SourceSpec::table(
         "t",
         &[
@@ -158,9 +159,12 @@ pub fn avro_decoder() -> AvroDecoder {
             ("flag", ColumnType::Boolean, false),
         ],
     );
-    let plan =
-        sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap();
-    let mut d = AvroDecoder::new(&plan);
+    sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap()
+}
+
+/// An Avro decoder of the fixtures' columns, with every [`AVRO_SCHEMAS`] entry.
+pub fn avro_decoder() -> AvroDecoder {
+    let mut d = AvroDecoder::new(&binary_decoder_plan());
     for (id, schema) in AVRO_SCHEMAS {
         d.add_schema(*id, schema);
     }
@@ -267,25 +271,10 @@ message R {
 }
 "#;
 
-/// A Protobuf decoder over the columns [`avro_decoder`] reads, with
-/// [`PROTOBUF_SCHEMA`] as id 1 and a schema that does not compile as id 2.
-#[allow(clippy::unwrap_used)]
+/// A Protobuf decoder of the fixtures' columns, with [`PROTOBUF_SCHEMA`]
+/// as id 1 and a schema that does not compile as id 2.
 pub fn protobuf_decoder() -> ProtobufDecoder {
-    let source = SourceSpec::table(
-        "t",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("price", ColumnType::Double, false),
-            ("name", ColumnType::String, false),
-            ("ts", ColumnType::Timestamp, false),
-            ("amount", ColumnType::String, false),
-            ("nested.day", ColumnType::Timestamp, false),
-            ("flag", ColumnType::Boolean, false),
-        ],
-    );
-    let plan =
-        sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap();
-    let mut d = ProtobufDecoder::new(&plan);
+    let mut d = ProtobufDecoder::new(&binary_decoder_plan());
     d.add_schema(1, PROTOBUF_SCHEMA);
     d.add_schema(2, "message {");
     d
