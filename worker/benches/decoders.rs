@@ -27,15 +27,15 @@ use std::time::{Duration, Instant};
 
 use simd_json::prelude::*;
 use sluice_crds::{DatagenScenario, StreamJob};
-use std::borrow::Cow;
 
-use sluice_engine::EmittedRows;
 use sluice_formats::decode::{AvroDecoder, JsonDecoder, ProtobufDecoder};
-use sluice_formats::encode::{AvroEncoder, EncodedRows, writer_schema};
-use sluice_plan::{Batch, Column, Selection, Value};
+use sluice_plan::{Batch, Column};
 use sluice_plan::{DataType, Plan};
 use sluice_sql::plan_query;
 use sluice_worker::source::write_record;
+
+#[path = "support/avro_payloads.rs"]
+mod avro_payloads;
 
 const BATCH: usize = 4096;
 
@@ -243,12 +243,9 @@ fn binary_vs_json(records: usize) {
             .collect();
         let fields: Vec<(String, DataType)> =
             plan.source.schema.fields.iter().map(|f| (f.name.clone(), f.data_type)).collect();
-        let types: Vec<DataType> = fields.iter().map(|f| f.1).collect();
-        let schema = writer_schema("bench", &fields).unwrap();
-        let encoder = AvroEncoder::new(1, &types, &[]);
+        let (schema, avro) = avro_payloads::to_avro(&plan, json.iter().map(Vec::as_slice));
         let mut decoder = JsonDecoder::new(&plan);
         let mut batch = decoder.new_batch(BATCH);
-        let mut avro = Vec::with_capacity(records);
         let mut proto = Vec::with_capacity(records);
         for chunk in json.chunks(BATCH) {
             for p in chunk {
@@ -259,17 +256,6 @@ fn binary_vs_json(records: usize) {
                 proto_record(&batch, r, &mut v);
                 proto.push(v);
             }
-            let columns: Vec<Value<'_>> = batch.columns.iter().map(|c| Value::Column(Cow::Borrowed(c))).collect();
-            let mut out = EncodedRows::default();
-            let rows = EmittedRows {
-                columns: &columns,
-                keys: &[],
-                selection: Selection::All(batch.len),
-                from_input: false,
-                delete: false,
-            };
-            encoder.encode(&rows, &mut out);
-            avro.extend((0..out.len()).map(|i| out.value(i).to_vec()));
             batch.clear();
         }
         let mut reader = AvroDecoder::new(&plan);

@@ -2,6 +2,9 @@
 //! engine → encoded JSON results, against the decode-only rate of the same
 //! bytes measured in the same run.
 //!
+//! Then S2 with Avro in and out (Confluent wire format) beside JSON, same
+//! records, same run.
+//!
 //! `cargo bench -p sluice-worker --bench scenarios` (release profile; set
 //! `SLUICE_BENCH_RECORDS` to change the record count, default 2,000,000).
 //! Decode-only and full runs alternate, three rounds each, and the median is
@@ -16,13 +19,16 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
-use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
+use sluice_formats::decode::{AvroDecoder, BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::encode::{AvroEncoder, BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::{plan_dataflow, plan_query};
 use sluice_worker::runtime::exchange::LocalExchange;
 use sluice_worker::source::write_record;
+
+#[path = "support/avro_payloads.rs"]
+mod avro_payloads;
 
 /// The seeds' engine on a 2-core machine of this kind (records/s, 100 K records).
 const SEED: [(&str, f64); 6] = [
@@ -132,6 +138,23 @@ impl Payloads {
         p
     }
 
+    fn from_records(records: &[Vec<u8>]) -> Self {
+        let mut p = Payloads { bytes: Vec::new(), ends: Vec::with_capacity(records.len()) };
+        for r in records {
+            p.bytes.extend_from_slice(r);
+            p.ends.push(p.bytes.len());
+        }
+        p
+    }
+
+    fn records(&self) -> impl Iterator<Item = &[u8]> {
+        self.ends.iter().scan(0, |start, &end| {
+            let r = &self.bytes[*start..end];
+            *start = end;
+            Some(r)
+        })
+    }
+
     fn each_batch(&self, batch: usize, mut f: impl FnMut(&[u8], &[usize], usize)) {
         let mut start = 0;
         for chunk in self.ends.chunks(batch) {
@@ -142,7 +165,7 @@ impl Payloads {
 }
 
 struct Sink<'a> {
-    encoder: &'a JsonEncoder,
+    encoder: &'a RowEncoder,
     out: EncodedRows,
     rows: u64,
     bytes: u64,
@@ -179,14 +202,27 @@ fn decode_only(plan: &Plan, payloads: &Payloads) -> Duration {
     started.elapsed()
 }
 
-fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Duration, u64) {
-    let mut decoder = JsonDecoder::new(plan);
-    let mut batch = decoder.new_batch(BATCH);
-    let mut engine = Engine::new(Arc::clone(plan), EngineOptions { emit_changes: emit, ..EngineOptions::default() });
+fn json_encoder(plan: &Plan) -> RowEncoder {
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
     let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
-    let encoder = JsonEncoder::new(&names, &keys);
-    let mut sink = Sink { encoder: &encoder, out: EncodedRows::default(), rows: 0, bytes: 0 };
+    RowEncoder::Json(JsonEncoder::new(&names, &keys))
+}
+
+fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Duration, u64) {
+    full_with(plan, emit, payloads, RowDecoder::Json(JsonDecoder::new(plan)), &json_encoder(plan))
+}
+
+/// Decode with `decoder`, run the engine, encode with `encoder`.
+fn full_with(
+    plan: &Arc<Plan>,
+    emit: EmitChangesMode,
+    payloads: &Payloads,
+    mut decoder: RowDecoder,
+    encoder: &RowEncoder,
+) -> (Duration, u64) {
+    let mut batch = decoder.new_batch(BATCH);
+    let mut engine = Engine::new(Arc::clone(plan), EngineOptions { emit_changes: emit, ..EngineOptions::default() });
+    let mut sink = Sink { encoder, out: EncodedRows::default(), rows: 0, bytes: 0 };
     let started = Instant::now();
     payloads.each_batch(BATCH, |bytes, ends, mut start| {
         for &end in ends {
@@ -202,6 +238,52 @@ fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Durati
         eprintln!("engine error: {e}");
     }
     (started.elapsed(), sink.rows)
+}
+
+/// S2 with Avro in (each record in the Confluent wire format, decoded by
+/// `AvroDecoder`) and out (results written by the Avro sink's encoder)
+/// beside the same records and results as JSON.
+fn s2_over_avro(records: u64) {
+    let plan = Arc::new(plan_query(S2, &[source(DatagenScenario::Trades)]).unwrap_or_else(|e| panic!("S2: {e}")));
+    let json = Payloads::generate(DatagenScenario::Trades, records);
+    let (schema, avro) = avro_payloads::to_avro(&plan, json.records());
+    let avro = Payloads::from_records(&avro);
+    let types: Vec<sluice_plan::DataType> = plan.outputs.iter().map(|o| o.expr.data_type()).collect();
+    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+    let (json_out, avro_out) = (json_encoder(&plan), RowEncoder::Avro(AvroEncoder::new(2, &types, &keys)));
+    let (mut j, mut a, mut rows) = (Vec::new(), Vec::new(), (0, 0));
+    for _ in 0..3 {
+        let (t, r) =
+            full_with(&plan, EmitChangesMode::Coalesced, &json, RowDecoder::Json(JsonDecoder::new(&plan)), &json_out);
+        j.push(t);
+        let mut decoder = AvroDecoder::new(&plan);
+        decoder.add_schema(1, &schema);
+        let (u, q) =
+            full_with(&plan, EmitChangesMode::Coalesced, &avro, RowDecoder::Avro(Box::new(decoder)), &avro_out);
+        a.push(u);
+        rows = (r, q);
+    }
+    let (j, a) = (median(j), median(a));
+    let rate = |t: Duration| records as f64 / t.as_secs_f64();
+    let size = |p: &Payloads| p.bytes.len() as f64 / p.ends.len() as f64;
+    println!("\nS2 GROUP BY, JSON vs Avro in and out (decode → engine → encode), one core\n");
+    println!("| records in → results out | records/s | ns/record | bytes/record in | output rows |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| JSON → JSON | {:.0} | {:.0} | {:.1} | {} |",
+        rate(j),
+        j.as_nanos() as f64 / records as f64,
+        size(&json),
+        rows.0
+    );
+    println!(
+        "| Avro → Avro | {:.0} | {:.0} | {:.1} | {} |",
+        rate(a),
+        a.as_nanos() as f64 / records as f64,
+        size(&avro),
+        rows.1
+    );
+    println!("\nAvro ÷ JSON: {:.2}", rate(a) / rate(j));
 }
 
 /// S2's aggregates per symbol, over the trades keyed by trader: one
@@ -233,7 +315,7 @@ fn rekeyed(payloads: &Payloads, binary: bool) -> (Duration, u64) {
     };
     let forward_encoder =
         if binary { RowEncoder::Binary(BinaryEncoder) } else { RowEncoder::Json(encoder_for(&forward)) };
-    let aggregate_encoder = encoder_for(&aggregate);
+    let aggregate_encoder = RowEncoder::Json(encoder_for(&aggregate));
     let mut decoder = JsonDecoder::new(&forward);
     let mut batch = decoder.new_batch(BATCH);
     let mut stage0 = Engine::new(Arc::clone(&forward), EngineOptions::default());
@@ -334,6 +416,9 @@ fn main() {
             rate(f) / seed,
             rows
         );
+    }
+    if only.as_deref().is_none_or(|o| "s2 avro".contains(&o.to_lowercase())) {
+        s2_over_avro(records);
     }
     if only.as_deref().is_some_and(|o| !"s2 re-keyed".contains(&o.to_lowercase())) {
         return;
