@@ -49,7 +49,8 @@ pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requeste
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, RecordMetadata,
-    RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
+    RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom, SubjectNameStrategy,
+    TableSpec,
 };
 pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};

@@ -234,6 +234,38 @@ pub struct SchemaRegistrySpec {
     /// `http://host:8080/apis/ccompat/v7`).
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^http://[^\s]+$"))]
     pub url: String,
+    /// The subject an Avro sink registers its writer schema under, as
+    /// Confluent's serializers name it: `TopicName` (the default,
+    /// `<topic>-value`), `RecordName` (the record's full name,
+    /// `dev.sluice.<job>`: one schema for every topic that carries it) or
+    /// `TopicRecordName` (`<topic>-dev.sluice.<job>`).
+    #[serde(default, skip_serializing_if = "SubjectNameStrategy::is_default")]
+    pub subject_name_strategy: SubjectNameStrategy,
+}
+
+/// How a subject is named after the topic and the record (Confluent's
+/// `value.subject.name.strategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SubjectNameStrategy {
+    #[default]
+    TopicName,
+    RecordName,
+    TopicRecordName,
+}
+
+impl SubjectNameStrategy {
+    fn is_default(&self) -> bool {
+        *self == Self::TopicName
+    }
+
+    /// The value subject for `topic` and the record's full name `record`.
+    pub fn value_subject(self, topic: &str, record: &str) -> String {
+        match self {
+            Self::TopicName => format!("{topic}-value"),
+            Self::RecordName => record.to_owned(),
+            Self::TopicRecordName => format!("{topic}-{record}"),
+        }
+    }
 }
 
 /// The columns of a source: declared, or derived from a subject of the

@@ -288,6 +288,18 @@ spec:
     assert!(said.contains("subject no-such-subject-value") && said.contains("has no version latest"), "{said}");
 }
 
+/// `GET <registry>/<path>`'s answer, read with Python's standard library.
+fn registry_get(path: &str) -> String {
+    let h = harness();
+    let url = format!("{}/{path}", h.registry_url);
+    let out = Command::new(&h.clients_python)
+        .args(["-c", "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())", &url])
+        .output()
+        .expect("run Python");
+    assert!(out.status.success(), "GET {url}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Reads `topic` with `tests/clients/avro_consume.py`: confluent-kafka's
 /// `AvroDeserializer`, the writer schema fetched by the id in each value.
 fn consume_avro(topic: &str) -> Vec<serde_json::Value> {
@@ -307,7 +319,7 @@ fn consume_avro(topic: &str) -> Vec<serde_json::Value> {
 /// equal to the JSON job's; NULLs as Avro nulls.
 #[test]
 fn results_written_as_avro_are_read_back_by_confluent_kafkas_deserializer() {
-    let (topic, out) = (unique_name("avro-in"), unique_name("avro-out"));
+    let (topic, out, name) = (unique_name("avro-in"), unique_name("avro-out"), unique_name("avro-out"));
     kafka::create_topic(&topic, 2);
     kafka::create_topic(&out, 1);
     produce_avro(&topic, "v1", 0, 2_000);
@@ -322,7 +334,7 @@ spec:
     SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty, MAX(trade_time) AS last_trade,
            MIN(trader_id) AS first_trader, AVG(price) > 0 AS priced
     FROM trades GROUP BY symbol
-  schemaRegistry: {{ url: "{registry}" }}
+  schemaRegistry: {{ url: "{registry}", subjectNameStrategy: RecordName }}
   sources:
     - name: trades
       kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
@@ -339,13 +351,17 @@ spec:
     kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
     format: avro
 "#,
-        name = unique_name("avro-out"),
         registry = h.registry_url,
         bootstrap = h.bootstrap,
     );
     let m = write_temp("avro-out.yaml", &manifest);
     let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
     assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    // RecordNameStrategy: the subject is the record's full name, not the topic's.
+    let subjects = registry_get("subjects");
+    let record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    assert!(subjects.contains(&format!("\"dev.sluice.{record}\"")), "{subjects}");
+    assert!(!subjects.contains(&format!("\"{out}-value\"")), "{subjects}");
     let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     for r in consume_avro(&out) {
         last.insert(r["value"]["symbol"].as_str().unwrap().to_owned(), r["value"].clone());

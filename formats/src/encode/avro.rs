@@ -31,10 +31,7 @@ fn avro_type(t: DataType) -> serde_json::Value {
 /// field per output column, in order. An output column whose name is not
 /// an Avro name is an error naming it (alias it with `AS`).
 pub fn writer_schema(name: &str, outputs: &[(String, DataType)]) -> Result<String, String> {
-    let mut record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    if !record.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
-        record.insert(0, '_');
-    }
+    let record = record_name(name);
     let mut fields = Vec::with_capacity(outputs.len());
     for (column, t) in outputs {
         if let Some(problem) = SinkFormat::Avro.column_name_problem(column) {
@@ -46,8 +43,26 @@ pub fn writer_schema(name: &str, outputs: &[(String, DataType)]) -> Result<Strin
         };
         fields.push(serde_json::json!({ "name": column, "type": ty, "default": null }));
     }
-    Ok(serde_json::json!({ "type": "record", "name": record, "namespace": "dev.sluice", "fields": fields }).to_string())
+    Ok(serde_json::json!({ "type": "record", "name": record, "namespace": NAMESPACE, "fields": fields }).to_string())
 }
+
+/// The record name of job `name`'s results: an Avro name made of it
+/// (other characters become `_`).
+fn record_name(name: &str) -> String {
+    let mut record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if !record.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        record.insert(0, '_');
+    }
+    record
+}
+
+/// The full name of the record [`writer_schema`] derives for job `name`
+/// (what RecordNameStrategy names its subject after).
+pub fn record_full_name(name: &str) -> String {
+    format!("{NAMESPACE}.{}", record_name(name))
+}
+
+const NAMESPACE: &str = "dev.sluice";
 
 /// Writes [`EmittedRows`] as Avro values of the schema registered as `id`.
 #[derive(Debug, Clone)]

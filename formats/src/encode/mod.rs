@@ -6,7 +6,7 @@ mod debezium;
 mod json;
 mod view;
 
-pub use avro::{AvroEncoder, writer_schema};
+pub use avro::{AvroEncoder, record_full_name, writer_schema};
 pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR};
 pub use debezium::DebeziumJsonEncoder;
 pub use json::{EncodedRows, JsonEncoder, write_float, write_str};

@@ -39,7 +39,9 @@ use crate::sink::{
 };
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::{AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, RowEncoder, writer_schema};
+use sluice_formats::encode::{
+    AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, RowEncoder, record_full_name, writer_schema,
+};
 use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
 /// Everything a core needs to run its share of the job.
@@ -977,7 +979,9 @@ fn sink_encoder(
                 plan.outputs.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
             let schema = writer_schema(&setup.config.job.name, &outputs)
                 .map_err(|e| Error::Config(format!("spec.sink.format avro: {e}")))?;
-            let id = registry.register(&format!("{}-value", kafka.topic), &schema)?;
+            let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
+            let subject = strategy.value_subject(&kafka.topic, &record_full_name(&setup.config.job.name));
+            let id = registry.register(&subject, &schema)?;
             let types: Vec<sluice_plan::DataType> = outputs.iter().map(|o| o.1).collect();
             Ok(RowEncoder::Avro(AvroEncoder::new(id, &types, keys)))
         }
