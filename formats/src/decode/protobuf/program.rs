@@ -93,22 +93,18 @@ impl Node {
         }
     }
 
-    fn child(&mut self, number: u32, id: usize) -> &mut Node {
-        let existing = matches!(self.action(number), Some(Action::Message(_)));
-        if !existing {
+    /// The node of message field `number`, made (with presence flag `id`)
+    /// if no column reached it before.
+    fn child(&mut self, number: u32, id: usize) -> Result<&mut Node, String> {
+        if !matches!(self.action(number), Some(Action::Message(_))) {
             self.insert(number, Action::Message(Box::new(Node { id, ..Node::default() })));
         }
         let action = if number < DENSE { self.dense[number as usize].as_mut() } else { self.sparse.get_mut(&number) };
         match action {
-            Some(Action::Message(node)) => node,
-            _ => unreachable_node(),
+            Some(Action::Message(node)) => Ok(node),
+            _ => Err(format!("internal: field {number} has no message node")),
         }
     }
-}
-
-#[allow(clippy::panic)]
-fn unreachable_node() -> ! {
-    panic!("a message action was just inserted")
 }
 
 /// What a column holds when the record does not set its field.
@@ -228,7 +224,7 @@ impl Program {
                     let parent = *node_ids.last().unwrap_or(&0);
                     let mut node = &mut self.root;
                     for (i, &n) in numbers.iter().enumerate() {
-                        node = node.child(n, node_ids[i + 1]);
+                        node = node.child(n, node_ids[i + 1])?;
                     }
                     node.insert(field.number(), Action::Value { col, read });
                     let fill = match default {
