@@ -60,11 +60,9 @@ mkdir -p "$OUT"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# Published per-core figures (K events/s): Feldera's 16-core Nexmark table
-# (feldera/feldera benchmark/README.md, streaming, in-process generator)
-# divided by 16, as issue 16 gives them.
-declare -A FELDERA=([q0]=436 [q1]=412 [q2]=422 [q3]=413 [q4]=265 [q5]=412 [q6]=250 [q7]=196 [q8]=415 [q9]=57
-  [q12]=418 [q13]=230 [q14]=429 [q15]=221 [q16]=51 [q17]=242 [q18]=85 [q19]=75 [q20]=85 [q21]=415 [q22]=394)
+# Published per-core figures (K events/s): Feldera's in bench/lib.sh
+# (FELDERA_PER_CORE); Flink's 16-core figures divided by 16, as issue 16
+# gives them.
 declare -A FLINK=([q0]=165 [q1]=163 [q2]=195 [q3]=127 [q4]=31 [q5]=41 [q7]=18 [q8]=131 [q9]=13 [q11]=34
   [q12]=125 [q13]=98 [q14]=137 [q15]=57 [q16]=15 [q17]=107 [q18]=32 [q19]=63 [q20]=17 [q21]=77 [q22]=95)
 
@@ -73,13 +71,6 @@ median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 kilo() { awk -v v="$1" 'BEGIN {printf "%.0f K", v / 1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b == "") print "–"; else printf "%.1f×", a / (b * 1000)}'; }
 
-# Why query $1 cannot run here, if it cannot.
-skip_reason() {
-  local manifest="manifests/nexmark/$1.yaml"
-  if grep -q 'nexmark-unsupported' "$manifest"; then
-    echo "not supported: $(sed -n 's/.*nexmark-unsupported: "\(.*\)"/\1/p' "$manifest")"
-  fi
-}
 selected() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]]; }
 mib() { awk -v b="$1" 'BEGIN {printf "%.0f MiB", b / 1024}'; }
 # The run summary's peak state, "N MiB" (or – for a stateless query).
@@ -116,7 +107,7 @@ if [ -n "$BROKER" ]; then
   for q in $(seq 0 22); do
     q="q$q"
     selected "$q" || continue
-    why=$(skip_reason "$q")
+    why=$(nexmark_skip_reason "$q")
     if [ -n "$why" ]; then
       echo "| $q | $why | | | | | | | | |" | tee -a "$OUT/nexmark-broker.md"
       continue
@@ -151,9 +142,7 @@ if [ -n "$BROKER" ]; then
   exit 0
 fi
 
-# q13's side input, as the broker run has it: 10,000 rows keyed 0..9999,
-# here a file read as a table (the reference reads a file too).
-for k in $(seq 0 9999); do printf '{"key":%d,"value":"%d"}\n' "$k" "$k"; done >"$TMP/side-input.json"
+nexmark_side_input "$TMP/side-input.json"
 
 {
   echo "Nexmark in the engine: $EVENTS events, $CORES core(s), profile $PROFILE, median of 3 runs ($(date -u +%Y-%m-%d))"
@@ -165,21 +154,12 @@ for q in $(seq 0 22); do
   q="q$q"
   selected "$q" || continue
   manifest="manifests/nexmark/$q.yaml"
-  why=$(skip_reason "$q")
+  why=$(nexmark_skip_reason "$q")
   if [ -n "$why" ]; then
-    echo "| $q | $why | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | | |" | tee -a "$OUT/nexmark.md"
+    echo "| $q | $why | | ${FELDERA_PER_CORE[$q]:-–} K | | ${FLINK[$q]:-–} K | | | | |" | tee -a "$OUT/nexmark.md"
     continue
   fi
-  sed -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-person }|datagen: { scenario: NexmarkPerson, records: $PEOPLE, partitions: 4 }|" \
-      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-auction }|datagen: { scenario: NexmarkAuction, records: $AUCTIONS, partitions: 4 }|" \
-      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-bid }|datagen: { scenario: NexmarkBid, records: $BIDS, partitions: 4 }|" \
-      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-side-input }|file: { path: $TMP/side-input.json }|" \
-      -e "s|kafka: { bootstrapServers: kafka:9092, topic: nexmark-$q }|file: { path: /dev/null }|" \
-      "$manifest" >"$TMP/$q.yaml"
-  # State is bounded per partition (256 MiB by default); the distinct
-  # counts of q15/q16 and the per-key state of q18/q19 outgrow it at 10 M
-  # events, which is what the limit is for, so the benchmark raises it.
-  printf '  engine: { stateMemoryLimit: 8Gi }\n' >>"$TMP/$q.yaml"
+  nexmark_engine_manifest "$q" "$EVENTS" 4 "$TMP/side-input.json" >"$TMP/$q.yaml"
   rates=(); rss=(); line=""; failed=""
   for _ in 1 2 3; do
     if ! /usr/bin/time -f '%M' -o "$TMP/rss" "$WORKER" run -f "$TMP/$q.yaml" --bounded --cores "$CORES" >/dev/null 2>"$TMP/err"; then
@@ -194,7 +174,7 @@ for q in $(seq 0 22); do
     rss+=("$(cat "$TMP/rss")")
   done
   if [ -n "$failed" ]; then
-    echo "| $q | failed: $failed | | ${FELDERA[$q]:-–} K | | ${FLINK[$q]:-–} K | | | | |" | tee -a "$OUT/nexmark.md"
+    echo "| $q | failed: $failed | | ${FELDERA_PER_CORE[$q]:-–} K | | ${FLINK[$q]:-–} K | | | | |" | tee -a "$OUT/nexmark.md"
     SMOKE_FAILED+=" $q"
     continue
   fi
@@ -204,7 +184,7 @@ for q in $(seq 0 22); do
   rate=$(printf '%s\n' "${rates[@]}" | median)
   per_core=$((rate / CORES))
   peak=$(printf '%s\n' "${rss[@]}" | median)
-  echo "| $q | $read_records | $(kilo "$per_core") | ${FELDERA[$q]:-–} K | $(ratio "$per_core" "${FELDERA[$q]:-}") | ${FLINK[$q]:-–} K | $(ratio "$per_core" "${FLINK[$q]:-}") | $out_rows | $((peak / 1024)) MiB | $(state_of "$line") |" | tee -a "$OUT/nexmark.md"
+  echo "| $q | $read_records | $(kilo "$per_core") | ${FELDERA_PER_CORE[$q]:-–} K | $(ratio "$per_core" "${FELDERA_PER_CORE[$q]:-}") | ${FLINK[$q]:-–} K | $(ratio "$per_core" "${FLINK[$q]:-}") | $out_rows | $((peak / 1024)) MiB | $(state_of "$line") |" | tee -a "$OUT/nexmark.md"
 done
 if [ -n "$SMOKE" ] && [ -n "$SMOKE_FAILED" ]; then
   echo "nexmark smoke: failed:$SMOKE_FAILED" >&2

@@ -139,7 +139,9 @@ pub struct DatagenSource {
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub rate_per_second: i64,
-    /// Simulated partitions; records are spread by the source's partitionKey.
+    /// Simulated partitions; records are spread by the source's partitionKey
+    /// (round-robin when it has none, or names a column unique to each
+    /// record, such as a Nexmark person's id).
     #[serde(default = "default_datagen_partitions")]
     #[schemars(range(min = 1, max = 1024))]
     pub partitions: i32,

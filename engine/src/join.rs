@@ -420,6 +420,12 @@ impl Operator for JoinOperator {
             // The other side's rows whose time is in range, from the first.
             let (lower, upper) = (self.plan.lower, self.plan.upper);
             let first = if right { t.saturating_sub(upper) } else { t.saturating_add(lower) };
+            // A left row bounded by its column (`b.ts BETWEEN a.ts AND
+            // a.until`) stops at the column: the right rows past it would
+            // all fail the residual, and when the right side runs ahead of
+            // the left every kept right row would be a candidate for every
+            // left row (quadratic in the rows kept).
+            let last = if right { i64::MAX } else { self.until(false, new).unwrap_or(i64::MAX) };
             let mut at = {
                 let other = &self.stores[usize::from(!right)];
                 self.keys[gid as usize][usize::from(!right)].partition_point(|&s| other.time[s as usize] < first)
@@ -427,7 +433,7 @@ impl Operator for JoinOperator {
             while let Some(&slot) = self.keys[gid as usize][usize::from(!right)].get(at) {
                 let time = self.stores[usize::from(!right)].time[slot as usize];
                 let (l, rt) = if right { (time, t) } else { (t, time) };
-                if !self.in_range(l, rt) {
+                if time > last || !self.in_range(l, rt) {
                     break;
                 }
                 let (left, right) = if right { (slot, new) } else { (new, slot) };
@@ -778,6 +784,29 @@ mod tests {
         assert_eq!(op.state_size().entries, 1, "the left row is let go at 2_000, the right one at 2_100");
         run(&mut op, &[], 2_101);
         assert_eq!(op.state_size().entries, 0);
+    }
+
+    /// When the right side runs ahead, a left row bounded by its column
+    /// probes the kept right rows from its time up to its column and no
+    /// further: past it nothing can match. The plan here has no residual,
+    /// so a right row past the column would come out as a pair if the probe
+    /// went on (with one, it would be evaluated and rejected: the quadratic
+    /// cost of issue 37, 30 s for 40 k rows a side).
+    #[test]
+    fn a_left_row_bounded_by_its_column_probes_the_right_rows_up_to_it_only() {
+        let bounded = JoinPlan { upper: i64::MAX, until: Some(1), ..plan(JoinKind::Inner) };
+        let mut op = JoinOperator::new(&bounded, &TYPES);
+        let rights: Vec<_> = (0..4_000).map(|t| (true, 1, t, t)).collect();
+        let (joined, _) = run(&mut op, &rights, 0);
+        assert!(joined.is_empty());
+        // Left rows at 0, 10, 20, …, each open for 5 ms: 6 partners each.
+        let lefts: Vec<_> = (0..400).map(|i| (false, 1, i * 10 + 5, i * 10)).collect();
+        let (joined, _) = run(&mut op, &lefts, 0);
+        assert_eq!(joined.len(), 400 * 6, "each left row meets the right rows from its time to its column");
+        assert!(joined.iter().all(|(l, r)| {
+            let (Scalar::Bigint(until), Scalar::Bigint(t)) = (l, r) else { return false };
+            (until - 5..=*until).contains(t)
+        }));
     }
 
     /// Rows of a key let go at the same time (every row of a window, in a

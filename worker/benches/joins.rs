@@ -17,6 +17,11 @@
 //! * **stream–table, as of event time**: the same, with `FOR SYSTEM_TIME
 //!   AS OF`: orders wait for the watermark, then join the version valid
 //!   at their time.
+//! * **column-bounded join, one key**: `r.ts BETWEEN l.ts AND l.until`
+//!   (the Nexmark q4/q9 shape) with every row on one key and the right
+//!   side all kept before the left arrives (the right runs ahead): 10 k,
+//!   20 k and 40 k rows a side, each left row open for 5 right rows. The
+//!   time of the whole run is shown (issue 37: under 0.2 s at 40 k).
 
 // A benchmark binary: a broken scenario should stop it loudly.
 #![allow(clippy::panic, clippy::cast_precision_loss, clippy::print_stdout)]
@@ -44,6 +49,7 @@ const INTERVAL: &str = "SELECT a.trader_id, a.symbol, a.price, b.price AS other_
      AND a.trade_time + INTERVAL '1' SECOND";
 const LATEST: &str = "SELECT o.order_id, o.amount, c.name, c.tier FROM orders o \
      LEFT JOIN customers c ON o.customer_id = c.id";
+const BOUNDED: &str = "SELECT l.k, l.ts, r.ts AS right_ts FROM l JOIN r ON l.k = r.k AND r.ts BETWEEN l.ts AND l.until";
 const AS_OF: &str = "SELECT o.order_id, o.amount, c.name, c.tier FROM orders o \
      LEFT JOIN customers FOR SYSTEM_TIME AS OF o.ts AS c ON o.customer_id = c.id";
 
@@ -116,6 +122,20 @@ fn customers(with_time: bool) -> SourceSpec {
             "customers",
             &[("id", Bigint, true), ("name", String, true), ("tier", String, false), ("ts", Timestamp, false)],
         )
+    }
+}
+
+/// A side of the column-bounded join: `k`, `ts`, and on the left `until`.
+fn bounded_side(name: &str, until: bool) -> SourceSpec {
+    use ColumnType::{Bigint, Timestamp};
+    let columns: &[(&str, ColumnType, bool)] = if until {
+        &[("k", Bigint, true), ("ts", Timestamp, true), ("until", Timestamp, true)]
+    } else {
+        &[("k", Bigint, true), ("ts", Timestamp, true)]
+    };
+    SourceSpec {
+        event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+        ..SourceSpec::table(name, columns)
     }
 }
 
@@ -357,6 +377,21 @@ fn main() {
             runs[2 + i].2 = rows;
         }
     }
+    let bounded = plan_dataflow(BOUNDED, &[bounded_side("l", true), bounded_side("r", false)], 4)
+        .unwrap_or_else(|e| panic!("column-bounded: {e}"));
+    let mut bounded_runs = Vec::new();
+    for rows in [10_000u64, 20_000, 40_000] {
+        let left = Payloads::from_fn(rows, |i, out| {
+            let ts = 1_700_000_000_000 + i * 10;
+            out.extend_from_slice(format!(r#"{{"k":1,"ts":{ts},"until":{}}}"#, ts + 40).as_bytes());
+        });
+        let right = Payloads::from_fn(rows, |i, out| {
+            out.extend_from_slice(format!(r#"{{"k":1,"ts":{}}}"#, 1_700_000_000_000 + i * 10).as_bytes());
+        });
+        let times: Vec<Duration> = (0..3).map(|_| run_join(&bounded, [&left, &right], true).1).collect();
+        let out = run_join(&bounded, [&left, &right], true).2;
+        bounded_runs.push((rows, median(times), out));
+    }
     println!("| query | events/s | ns/event | table load rows/s | output rows |");
     println!("|---|---:|---:|---:|---:|");
     let labels = ["S2 GROUP BY (aligned)", "interval join (2 streams)", "stream–table, latest", "stream–table, as of"];
@@ -373,5 +408,10 @@ fn main() {
             events / t.as_secs_f64(),
             t.as_nanos() as f64 / events
         );
+    }
+    println!("\n| column-bounded join, one key, right side first | whole run | output rows |");
+    println!("|---|---:|---:|");
+    for (rows, t, out) in bounded_runs {
+        println!("| {rows} rows a side | {:.3} s | {out} |", t.as_secs_f64());
     }
 }
