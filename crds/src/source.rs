@@ -201,6 +201,14 @@ pub enum SourceFormat {
     /// `source.table`, `source.ts_ms`, …) are readable as columns.
     #[serde(rename = "debezium-json")]
     DebeziumJson,
+    /// Debezium change events in Avro (Debezium with Confluent's
+    /// `AvroConverter`): Debezium's `Envelope` record in the Confluent wire
+    /// format, its writer schema fetched from `spec.schemaRegistry` by id.
+    /// Read as `debezium-json` is: the row's columns from `after` (`before`
+    /// for a delete), `op`, `ts_ms` and `source.*` readable as columns,
+    /// the tombstone after a delete skipped.
+    #[serde(rename = "debezium-avro")]
+    DebeziumAvro,
     /// The whole value as text, in the source's one field column (of type
     /// `string`): log lines, CSV rows, plain ids. Metadata columns read the
     /// key, headers, timestamp and offset as for JSON. A value that is not
@@ -211,7 +219,12 @@ pub enum SourceFormat {
 impl SourceFormat {
     /// Whether records carry a schema id to look up in the registry.
     pub fn needs_registry(self) -> bool {
-        matches!(self, Self::Avro | Self::Protobuf)
+        matches!(self, Self::Avro | Self::Protobuf | Self::DebeziumAvro)
+    }
+
+    /// Whether records are Debezium change events (the source is a table).
+    pub fn is_debezium(self) -> bool {
+        matches!(self, Self::DebeziumJson | Self::DebeziumAvro)
     }
 
     /// The format as a manifest names it.
@@ -221,6 +234,7 @@ impl SourceFormat {
             Self::Avro => "avro",
             Self::Protobuf => "protobuf",
             Self::DebeziumJson => "debezium-json",
+            Self::DebeziumAvro => "debezium-avro",
             Self::Raw => "raw",
         }
     }

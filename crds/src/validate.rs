@@ -74,10 +74,11 @@ impl StreamJobSpec {
                 }
                 None => {}
             }
-            if s.format == crate::SourceFormat::DebeziumJson && s.table.is_none() {
+            if s.format.is_debezium() && s.table.is_none() {
                 problems.push(format!(
-                    "{at}.format: a source with format debezium-json is a table of the database's rows: declare \
-                     table.primaryKey"
+                    "{at}.format: a source with format {} is a table of the database's rows: declare \
+                     table.primaryKey",
+                    s.format.name()
                 ));
             }
             if s.format == crate::SourceFormat::Raw {

@@ -404,6 +404,41 @@ fn change(op: &str, id: i64, name: Option<&str>, ts_ms: i64, schemas: bool) -> V
 /// nothing — equal to what is computed here from the same changes.
 #[test]
 fn a_debezium_cdc_topic_is_a_table_an_event_time_join_reads_as_of_each_order() {
+    cdc_join(false);
+}
+
+/// The same changes written as Debezium's Avro converter writes them (by
+/// `tests/clients/debezium_avro_produce.py`, through confluent-kafka's
+/// AvroSerializer and the registry: an Avro `Key` and `Envelope`, the
+/// tombstone after the delete), read with `format: debezium-avro`.
+#[test]
+fn a_debezium_avro_cdc_topic_is_a_table_an_event_time_join_reads_as_of_each_order() {
+    cdc_join(true);
+}
+
+/// Writes Debezium events for `customers` with the Python Avro producer:
+/// `(key id, envelope or None for a tombstone)`.
+fn produce_debezium_avro(topic: &str, events: &[(i64, Option<serde_json::Value>)]) {
+    use std::io::Write;
+    let h = harness();
+    let mut child = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/debezium_avro_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, topic])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the Python producer");
+    let mut stdin = child.stdin.take().unwrap();
+    for (id, value) in events {
+        let line = serde_json::json!({ "key": { "id": id }, "value": value });
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "debezium_avro_produce.py failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn cdc_join(avro: bool) {
     let (customers, orders, out) = (unique_name("cdc-customers"), unique_name("cdc-orders"), unique_name("cdc-out"));
     kafka::create_topic(&customers, 1);
     kafka::create_topic(&orders, 2);
@@ -417,17 +452,27 @@ fn a_debezium_cdc_topic_is_a_table_an_event_time_join_reads_as_of_each_order() {
         ("d", 2, None, 7_000, false),
         ("u", 3, Some("Cyd"), 8_000, false),
     ];
-    let values: Vec<(Vec<u8>, Vec<u8>)> = changes
-        .iter()
-        .map(|&(op, id, name, ts, schemas)| {
-            (format!("{{\"id\":{id}}}").into_bytes(), change(op, id, name, ts, schemas))
-        })
-        .collect();
-    let mut records: Vec<kafka::Outgoing<'_>> =
-        values.iter().map(|(k, v)| (Some(k.as_slice()), v.as_slice(), Some(0))).collect();
-    // Debezium's tombstone after the delete: the key and no value.
-    records.insert(5, (Some(b"{\"id\":2}".as_slice()), b"".as_slice(), Some(0)));
-    kafka::produce(&customers, &records);
+    if avro {
+        let mut events: Vec<(i64, Option<serde_json::Value>)> = changes
+            .iter()
+            .map(|&(op, id, name, ts, _)| (id, Some(serde_json::from_slice(&change(op, id, name, ts, false)).unwrap())))
+            .collect();
+        // Debezium's tombstone after the delete: the key and no value.
+        events.insert(5, (2, None));
+        produce_debezium_avro(&customers, &events);
+    } else {
+        let values: Vec<(Vec<u8>, Vec<u8>)> = changes
+            .iter()
+            .map(|&(op, id, name, ts, schemas)| {
+                (format!("{{\"id\":{id}}}").into_bytes(), change(op, id, name, ts, schemas))
+            })
+            .collect();
+        let mut records: Vec<kafka::Outgoing<'_>> =
+            values.iter().map(|(k, v)| (Some(k.as_slice()), v.as_slice(), Some(0))).collect();
+        // Debezium's tombstone after the delete: the key and no value.
+        records.insert(5, (Some(b"{\"id\":2}".as_slice()), b"".as_slice(), Some(0)));
+        kafka::produce(&customers, &records);
+    }
     // (order, customer, time)
     let placed = [(10, 1, 2_000), (11, 2, 3_000), (12, 1, 6_000), (13, 2, 8_000), (14, 3, 9_000), (15, 4, 9_500)];
     let order_values: Vec<(Vec<u8>, Vec<u8>)> = placed
@@ -463,7 +508,7 @@ spec:
       eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
     - name: customers
       kafka: {{ bootstrapServers: "{bootstrap}", topic: {customers} }}
-      format: debezium-json
+      format: {format}
       table: {{ primaryKey: [id] }}
       schema:
         columns:
@@ -474,9 +519,12 @@ spec:
       eventTime: {{ column: ts_ms, watermarkDelayMillis: 0 }}
   sink:
     kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  schemaRegistry: {{ url: "{registry}" }}
 "#,
         name = unique_name("cdc"),
         bootstrap = h.bootstrap,
+        registry = h.registry_url,
+        format = if avro { "debezium-avro" } else { "debezium-json" },
     );
     let m = write_temp("cdc.yaml", &manifest);
     let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);

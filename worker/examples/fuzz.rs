@@ -334,8 +334,8 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if !["json", "sql", "avro", "protobuf", "debezium"].contains(&target.as_str()) {
-        eprintln!("usage: fuzz json|sql|avro|protobuf|debezium [inputs] [seed] [first input]");
+    if !["json", "sql", "avro", "protobuf", "debezium", "debezium-avro"].contains(&target.as_str()) {
+        eprintln!("usage: fuzz json|sql|avro|protobuf|debezium|debezium-avro [inputs] [seed] [first input]");
         std::process::exit(2);
     }
     // Panics are caught and reported with their input; keep the default
@@ -372,6 +372,8 @@ fn main() {
     let mut protobuf_batch = protobuf.new_batch(4);
     let mut debezium = fixtures::debezium_decoder();
     let mut debezium_batch = debezium.new_batch(4);
+    let debezium_avro_seeds = fixtures::debezium_avro_seeds();
+    let mut debezium_avro = fixtures::debezium_avro_decoder();
     let (mut panics, mut over_long, mut disagreements, mut planned) = (0u64, 0u64, 0u64, 0u64);
     let mut slowest = Duration::ZERO;
     let run_started = Instant::now();
@@ -380,7 +382,8 @@ fn main() {
             seed ^ u64::from(target == "sql")
                 ^ (u64::from(target == "avro") << 1)
                 ^ (u64::from(target == "protobuf") << 2)
-                ^ (u64::from(target == "debezium") << 3),
+                ^ (u64::from(target == "debezium") << 3)
+                ^ (u64::from(target == "debezium-avro") << 4),
             i,
         );
         let input = match target.as_str() {
@@ -402,6 +405,14 @@ fn main() {
                 v
             }
             "debezium" => mutate(fixtures::DEBEZIUM_EVENTS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
+            "debezium-avro" => {
+                let mut v = mutate(&debezium_avro_seeds, AVRO_DICTIONARY, AVRO_CHAINS, &mut rng);
+                // Mostly the known schema id: the datum is what is fuzzed.
+                if v.len() >= 5 && rng.below(8) != 0 {
+                    v[..5].copy_from_slice(&debezium_avro_seeds[0][..5]);
+                }
+                v
+            }
             _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
@@ -422,11 +433,15 @@ fn main() {
                     Err(why) => Verdict::Disagreement(why),
                 };
             }
-            if target == "debezium" {
+            if target == "debezium" || target == "debezium-avro" {
                 debezium_batch.clear();
                 let meta = sluice_formats::decode::RecordMeta::default();
                 return match fixtures::decode_whole_row_or_none(&mut debezium_batch, |b| {
-                    debezium.decode_record(&input, &meta, b)
+                    if target == "debezium" {
+                        debezium.decode_record(&input, &meta, b)
+                    } else {
+                        debezium_avro.decode_record(&input, &meta, b)
+                    }
                 }) {
                     Ok(()) => Verdict::Fine,
                     Err(why) => Verdict::Disagreement(why),

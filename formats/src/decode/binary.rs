@@ -168,6 +168,7 @@ pub enum RowDecoder {
     Avro(Box<super::AvroDecoder>),
     Protobuf(Box<super::ProtobufDecoder>),
     Debezium(Box<super::DebeziumDecoder>),
+    DebeziumAvro(Box<super::DebeziumAvroDecoder>),
     Raw(Box<super::RawDecoder>),
     Binary(BinaryDecoder),
 }
@@ -179,6 +180,7 @@ impl RowDecoder {
             Self::Avro(d) => d.new_batch(capacity),
             Self::Protobuf(d) => d.new_batch(capacity),
             Self::Debezium(d) => d.new_batch(capacity),
+            Self::DebeziumAvro(d) => d.new_batch(capacity),
             Self::Raw(d) => d.new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
         }
@@ -190,6 +192,7 @@ impl RowDecoder {
             Self::Avro(d) => d.decode(payload, batch),
             Self::Protobuf(d) => d.decode(payload, batch),
             Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
+            Self::DebeziumAvro(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Raw(d) => d.decode_record(payload, &RecordMeta::default(), batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
@@ -201,6 +204,7 @@ impl RowDecoder {
         match self {
             Self::Avro(d) => d.needs_schema(payload),
             Self::Protobuf(d) => d.needs_schema(payload),
+            Self::DebeziumAvro(d) => d.needs_schema(payload),
             _ => None,
         }
     }
@@ -210,7 +214,7 @@ impl RowDecoder {
     /// source's format makes its records dead letters saying so.
     pub fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
         let expected = match self {
-            Self::Avro(_) => "AVRO",
+            Self::Avro(_) | Self::DebeziumAvro(_) => "AVRO",
             Self::Protobuf(_) => "PROTOBUF",
             _ => return,
         };
@@ -229,6 +233,8 @@ impl RowDecoder {
             (Self::Avro(d), Err(why)) => d.add_unknown(id, why),
             (Self::Protobuf(d), Ok(text)) => d.add_schema(id, text),
             (Self::Protobuf(d), Err(why)) => d.add_unknown(id, why),
+            (Self::DebeziumAvro(d), Ok(text)) => d.add_schema(id, text),
+            (Self::DebeziumAvro(d), Err(why)) => d.add_unknown(id, why),
             _ => {}
         }
     }
@@ -252,6 +258,7 @@ impl RowDecoder {
                 d.columns.push_metadata_columns(meta, batch)
             }
             Self::Debezium(d) => d.decode_record(payload, meta, batch),
+            Self::DebeziumAvro(d) => d.decode_record(payload, meta, batch),
             Self::Raw(d) => d.decode_record(payload, meta, batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
@@ -264,6 +271,7 @@ impl RowDecoder {
             Self::Avro(d) => d.columns.reads_processing_time(),
             Self::Protobuf(d) => d.columns.reads_processing_time(),
             Self::Debezium(d) => d.rows.reads_processing_time(),
+            Self::DebeziumAvro(d) => d.reads_processing_time(),
             Self::Raw(d) => d.columns.reads_processing_time(),
             Self::Binary(_) => false,
         }

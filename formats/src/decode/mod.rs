@@ -12,7 +12,7 @@ mod wire;
 
 pub use avro::{AvroDecoder, schema_id};
 pub use binary::{BinaryDecoder, RowDecoder};
-pub use debezium::DebeziumDecoder;
+pub use debezium::{DebeziumAvroDecoder, DebeziumDecoder};
 pub use json::{DecodeError, JsonDecoder};
 pub use metadata::{RecordHeaders, RecordMeta};
 pub use protobuf::ProtobufDecoder;

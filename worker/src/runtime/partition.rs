@@ -15,8 +15,8 @@ use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::{
-    AvroDecoder, BinaryDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder, RawDecoder, RecordHeaders, RecordMeta,
-    RowDecoder,
+    AvroDecoder, BinaryDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder, RawDecoder,
+    RecordHeaders, RecordMeta, RowDecoder,
 };
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
@@ -163,22 +163,25 @@ impl PartitionPipeline {
             }
             SourceFormat::DebeziumJson => {
                 self.decoder = RowDecoder::Debezium(Box::new(DebeziumDecoder::new(self.engine.plan())));
-                // A delete event removes the row; the tombstone Debezium
-                // writes after it (for compaction) says nothing more.
-                self.tombstones = None;
-                self.skip_empty = true;
             }
-            SourceFormat::Avro | SourceFormat::Protobuf => {
+            SourceFormat::Avro | SourceFormat::Protobuf | SourceFormat::DebeziumAvro => {
                 let registry = registry.ok_or_else(|| {
                     Error::Config(format!("a source with format {} needs spec.schemaRegistry", format.name()))
                 })?;
                 let plan = self.engine.plan();
                 self.decoder = match format {
                     SourceFormat::Avro => RowDecoder::Avro(Box::new(AvroDecoder::new(plan))),
+                    SourceFormat::DebeziumAvro => RowDecoder::DebeziumAvro(Box::new(DebeziumAvroDecoder::new(plan))),
                     _ => RowDecoder::Protobuf(Box::new(ProtobufDecoder::new(plan))),
                 };
                 self.registry = Some(Arc::clone(registry));
             }
+        }
+        if format.is_debezium() {
+            // A delete event removes the row; the tombstone Debezium
+            // writes after it (for compaction) says nothing more.
+            self.tombstones = None;
+            self.skip_empty = true;
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{AvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder};
+use sluice_formats::decode::{AvroDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder};
 use sluice_plan::{Batch, Plan};
 
 /// Every type once; the event time `ts` a timestamp or a bigint (epoch
@@ -349,6 +349,83 @@ pub fn debezium_decoder() -> DebeziumDecoder {
     );
     let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
     DebeziumDecoder::new(&sluice_sql::plan_query(sql, &[source]).unwrap())
+}
+
+/// Debezium's Avro envelope for `customers (id, name)`, registered as id 7:
+/// both images, `source`, `op`, `ts_ms` and a `transaction` block.
+pub const DEBEZIUM_AVRO_ENVELOPE: &str = r#"{"type":"record","name":"Envelope","fields":[
+    {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+        {"name":"id","type":"long"},{"name":"name","type":["null","string"],"default":null}]}],"default":null},
+    {"name":"after","type":["null","Value"],"default":null},
+    {"name":"source","type":{"type":"record","name":"Source","fields":[
+        {"name":"table","type":"string"},{"name":"ts_ms","type":"long"}]}},
+    {"name":"op","type":"string"},
+    {"name":"ts_ms","type":["null","long"],"default":null},
+    {"name":"transaction","type":["null",{"type":"record","name":"block","fields":[
+        {"name":"id","type":"string"},{"name":"total_order","type":"long"}]}],"default":null}
+]}"#;
+
+/// The Debezium Avro decoder over [`debezium_decoder`]'s columns, with
+/// [`DEBEZIUM_AVRO_ENVELOPE`] handed over as schema id 7.
+#[allow(clippy::unwrap_used)]
+pub fn debezium_avro_decoder() -> DebeziumAvroDecoder {
+    let source = SourceSpec::table(
+        "customers",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("name", ColumnType::String, false),
+            ("__deleted", ColumnType::Boolean, false),
+            ("op", ColumnType::String, false),
+            ("source.table", ColumnType::String, false),
+            ("ts_ms", ColumnType::Timestamp, false),
+        ],
+    );
+    let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
+    let mut d = DebeziumAvroDecoder::new(&sluice_sql::plan_query(sql, &[source]).unwrap());
+    d.add_schema(7, DEBEZIUM_AVRO_ENVELOPE);
+    d
+}
+
+/// Valid change events under [`DEBEZIUM_AVRO_ENVELOPE`]: an insert, an
+/// update inside a transaction, a delete by key.
+pub fn debezium_avro_seeds() -> Vec<Vec<u8>> {
+    let event = |before: Option<(i64, Option<&[u8]>)>, after: Option<(i64, Option<&[u8]>)>, op: &[u8], tx: bool| {
+        let mut v = vec![0, 0, 0, 0, 7];
+        for image in [before, after] {
+            match image {
+                None => avro_long(0, &mut v),
+                Some((id, name)) => {
+                    avro_long(1, &mut v);
+                    avro_long(id, &mut v);
+                    match name {
+                        None => avro_long(0, &mut v),
+                        Some(n) => {
+                            avro_long(1, &mut v);
+                            avro_bytes(n, &mut v);
+                        }
+                    }
+                }
+            }
+        }
+        avro_bytes(b"customers", &mut v);
+        avro_long(995, &mut v);
+        avro_bytes(op, &mut v);
+        avro_long(1, &mut v);
+        avro_long(1000, &mut v);
+        if tx {
+            avro_long(1, &mut v);
+            avro_bytes(b"tx", &mut v);
+            avro_long(3, &mut v);
+        } else {
+            avro_long(0, &mut v);
+        }
+        v
+    };
+    vec![
+        event(None, Some((1, Some(b"Ann"))), b"c", false),
+        event(Some((1, Some(b"Ann"))), Some((1, Some(b"Anne"))), b"u", true),
+        event(Some((2, None)), None, b"d", false),
+    ]
 }
 
 /// Change events of every kind: schemas off and on, a delete by key, an

@@ -64,6 +64,54 @@ impl AvroDecoder {
         Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new(), last: None }
     }
 
+    /// A decoder whose field columns read the value at `path_of(their
+    /// path)`, or nothing for `None` (the caller fills those): Debezium's
+    /// envelope holds a row's columns under `after` or `before`.
+    pub(crate) fn with_paths(plan: &Plan, path_of: impl Fn(&[String]) -> Option<Vec<String>>) -> Self {
+        let mut d = Self::new(plan);
+        d.fields = d.fields.into_iter().filter_map(|(col, path)| Some((col, path_of(&path)?))).collect();
+        d
+    }
+
+    /// Top-level field `name` of `payload`'s record, a string (or a
+    /// nullable one: `None` for NULL), found by skipping the fields before
+    /// it. The writer schema must have been handed over.
+    pub(crate) fn peek_string<'p>(&self, payload: &'p [u8], name: &str) -> Result<Option<&'p str>, String> {
+        let id = schema_id(payload)?;
+        let program = match self.programs.get(&id) {
+            Some(Ok(p)) => p,
+            Some(Err(why)) => return Err(why.clone()),
+            None => return Err(format!("schema id {id} was not fetched")),
+        };
+        let types = &program.schema.types;
+        let Type::Record { fields, .. } = &types[program.schema.root()] else {
+            return Err(format!("schema id {id} is not a record"));
+        };
+        let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
+        let mut nothing = Batch::new(Vec::new(), 0);
+        let mut run = Run { program, columns: &self.columns, batch: &mut nothing, depth: 0, items: 0 };
+        for field in fields {
+            if field.name != name {
+                run.skip(field.ty, &mut cursor)?;
+                continue;
+            }
+            let mut ty = field.ty;
+            if let Type::Union(branches) = &types[ty] {
+                let b = cursor.long()?;
+                ty = usize::try_from(b)
+                    .ok()
+                    .and_then(|b| branches.get(b).copied())
+                    .ok_or_else(|| format!("union branch {b} of {}", branches.len()))?;
+            }
+            return match &types[ty] {
+                Type::Null => Ok(None),
+                Type::String(_) => cursor.text().map(Some),
+                other => Err(format!("field `{name}` is {}, not a string", other.describe())),
+            };
+        }
+        Err(format!("the writer schema (id {id}) has no field `{name}`"))
+    }
+
     /// An empty batch with a builder for each used column.
     pub fn new_batch(&self, capacity: usize) -> Batch {
         self.columns.new_batch(capacity)
@@ -556,4 +604,4 @@ fn decimal_text(unscaled: i128, scale: u32) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(in crate::decode) mod tests;

@@ -9,15 +9,16 @@ use super::AvroDecoder;
 
 /// Builds one datum in Avro's binary encoding.
 #[derive(Default, Clone)]
-struct Datum(Vec<u8>);
+pub(in crate::decode) struct Datum(pub(in crate::decode) Vec<u8>);
 
+#[allow(dead_code)]
 impl Datum {
-    fn framed(id: u32) -> Self {
+    pub(in crate::decode) fn framed(id: u32) -> Self {
         let mut d = Self(vec![0]);
         d.0.extend_from_slice(&id.to_be_bytes());
         d
     }
-    fn long(mut self, v: i64) -> Self {
+    pub(in crate::decode) fn long(mut self, v: i64) -> Self {
         let mut z = ((v << 1) ^ (v >> 63)) as u64;
         loop {
             let b = (z & 0x7f) as u8;
@@ -29,27 +30,27 @@ impl Datum {
             self.0.push(b | 0x80);
         }
     }
-    fn string(self, s: &str) -> Self {
+    pub(in crate::decode) fn string(self, s: &str) -> Self {
         self.bytes(s.as_bytes())
     }
-    fn bytes(self, b: &[u8]) -> Self {
+    pub(in crate::decode) fn bytes(self, b: &[u8]) -> Self {
         let mut d = self.long(i64::try_from(b.len()).unwrap());
         d.0.extend_from_slice(b);
         d
     }
-    fn double(mut self, v: f64) -> Self {
+    pub(in crate::decode) fn double(mut self, v: f64) -> Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn float(mut self, v: f32) -> Self {
+    pub(in crate::decode) fn float(mut self, v: f32) -> Self {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
-    fn boolean(mut self, v: bool) -> Self {
+    pub(in crate::decode) fn boolean(mut self, v: bool) -> Self {
         self.0.push(u8::from(v));
         self
     }
-    fn raw(mut self, b: &[u8]) -> Self {
+    pub(in crate::decode) fn raw(mut self, b: &[u8]) -> Self {
         self.0.extend_from_slice(b);
         self
     }

@@ -16,6 +16,10 @@
 //! envelope's `op`, `source` and `ts_ms`) spliced in before its closing
 //! brace, in a buffer reused from record to record.
 
+mod avro;
+
+pub use avro::DebeziumAvroDecoder;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -24,7 +28,7 @@ use sluice_plan::{Batch, ColumnOrigin, Plan};
 use super::{DecodeError, JsonDecoder, RecordMeta};
 
 /// The field a table source's rows carry to say they are deletions.
-const DELETED: &str = "__deleted";
+pub(crate) const DELETED: &str = "__deleted";
 
 #[derive(Debug, Clone)]
 pub struct DebeziumDecoder {
