@@ -48,9 +48,9 @@ pub use quantity::parse_quantity_bytes;
 pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
-    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, RecordMetadata,
-    RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom, SubjectNameStrategy,
-    TableSpec,
+    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat,
+    RecordMetadata, RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom,
+    SubjectNameStrategy, TableSpec,
 };
 pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};

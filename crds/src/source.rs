@@ -16,7 +16,8 @@ use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
     validation = Rule::new("[has(self.kafka), has(self.file), has(self.datagen)].filter(x, x).size() == 1").message("exactly one of kafka, file or datagen must be set"),
     validation = Rule::new("!has(self.partitionKey) || has(self.schema.registry) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
     validation = Rule::new("!has(self.eventTime) || has(self.schema.registry) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns"),
-    validation = Rule::new("!has(self.table) || has(self.schema.registry) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns")
+    validation = Rule::new("!has(self.table) || has(self.schema.registry) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns"),
+    validation = Rule::new("!has(self.keyFormat) || has(self.schema.registry) || self.schema.columns.exists(c, has(c.metadata) && c.metadata == 'key')").message("keyFormat is set but no column reads the key: declare the key's fields as columns with metadata: key")
 )]
 pub struct SourceSpec {
     /// Table name used in the SQL FROM clause.
@@ -34,6 +35,23 @@ pub struct SourceSpec {
     /// Encoding of each record's value.
     #[serde(default)]
     pub format: SourceFormat,
+    /// Encoding of each record's key, which the `metadata: key` columns
+    /// read. Unset, a key column reads the key's bytes as text (a `string`
+    /// column) or as a JSON scalar (any other). Set, the key is decoded in
+    /// that format — Avro and Protobuf in the Confluent wire format, their
+    /// schemas fetched from `spec.schemaRegistry` by id — and each key
+    /// column reads the key's field of its own name; a key that is not a
+    /// record (an Avro `string` or `long`, a JSON scalar) is read whole by
+    /// the one key column there is. As Flink's `key.format`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_format: Option<KeyFormat>,
+    /// With a `keyFormat`: a key column named `<prefix><field>` reads the
+    /// key's field `<field>`, so that key fields may share names with the
+    /// value's (`key_id` reads the key's `id` under `key_`), as Flink's
+    /// `key.fields-prefix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 32))]
+    pub key_fields_prefix: Option<String>,
     /// Columns and their types. Fields not declared here are ignored.
     pub schema: SchemaSpec,
     /// Event-time column and watermark. Time windows need it; queries that use
@@ -240,6 +258,35 @@ impl SourceFormat {
     }
 }
 
+/// How a source's record keys are encoded (`keyFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyFormat {
+    /// A JSON object (its fields by name), or a JSON scalar.
+    Json,
+    /// Avro in the Confluent wire format (Confluent's `KafkaAvroSerializer`
+    /// as key serializer, Debezium's `AvroConverter` as key converter).
+    Avro,
+    /// Protobuf in the Confluent wire format.
+    Protobuf,
+}
+
+impl KeyFormat {
+    /// The format as a manifest names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Avro => "avro",
+            Self::Protobuf => "protobuf",
+        }
+    }
+
+    /// Whether keys carry a schema id to look up in the registry.
+    pub fn needs_registry(self) -> bool {
+        matches!(self, Self::Avro | Self::Protobuf)
+    }
+}
+
 /// The Schema Registry writer schemas are fetched from: Confluent's REST
 /// API, which Confluent Schema Registry, Apicurio Registry (at
 /// `/apis/ccompat/v7`) and Karapace serve.
@@ -434,6 +481,8 @@ impl SourceSpec {
             file: None,
             datagen: None,
             format: SourceFormat::default(),
+            key_format: None,
+            key_fields_prefix: None,
             schema: SchemaSpec {
                 columns: columns
                     .iter()

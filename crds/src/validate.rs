@@ -74,6 +74,29 @@ impl StreamJobSpec {
                 }
                 None => {}
             }
+            if s.key_fields_prefix.is_some() && s.key_format.is_none() {
+                problems.push(format!(
+                    "{at}.keyFieldsPrefix: names key fields within a keyFormat: declare keyFormat (json, avro or \
+                     protobuf) too"
+                ));
+            }
+            if let Some(key) = s.key_format {
+                if key.needs_registry() && (s.kafka.is_none() || self.schema_registry.is_none()) {
+                    problems.push(format!(
+                        "{at}.keyFormat: keys in {} name their schema by registry id: the source reads a Kafka \
+                         topic and the job needs spec.schemaRegistry",
+                        key.name()
+                    ));
+                }
+                if !s.schema.columns.iter().any(|c| c.metadata == Some(crate::RecordMetadata::Key))
+                    && s.schema.registry.is_none()
+                {
+                    problems.push(format!(
+                        "{at}.keyFormat: no column reads the key (declare the key's fields as columns with \
+                         `metadata: key`)"
+                    ));
+                }
+            }
             if s.format.is_debezium() && s.table.is_none() {
                 problems.push(format!(
                     "{at}.format: a source with format {} is a table of the database's rows: declare \

@@ -3,7 +3,11 @@ for any producer: the Confluent wire format, the schema registered under
 `<topic>-value` in the Schema Registry. Trade i is the same as the Rust
 tests compute (`sluice_e2e::formats::avro_trade`).
 
-    avro_produce.py BOOTSTRAP REGISTRY_URL TOPIC v1|v2 FROM TO
+    avro_produce.py BOOTSTRAP REGISTRY_URL TOPIC v1|v2 FROM TO [avro-key]
+
+The key is the symbol as a string (StringSerializer), or with `avro-key`
+an Avro `TradeKey` record {symbol, venue_id} written by the AvroSerializer
+too (its schema under `<topic>-key`), as producers that use Avro keys do.
 
 v2 is v1 evolved compatibly: `venue` added (with a default), the optional
 `trader_id` removed, `quantity` narrowed to an int (a reader's long reads it).
@@ -33,6 +37,10 @@ SCHEMAS = {
     ]}""",
 }
 SYMBOLS = ["AAPL", "MSFT", "GOOG", "AMZN", "NVDA"]
+KEY_SCHEMA = """{"type": "record", "name": "TradeKey", "namespace": "dev.sluice.test", "fields": [
+    {"name": "symbol", "type": "string"},
+    {"name": "venue_id", "type": "int"}
+]}"""
 
 
 def trade(i, version):
@@ -53,12 +61,19 @@ def main():
     bootstrap, registry, topic, version, start, end = sys.argv[1:7]
     client = SchemaRegistryClient({"url": registry})
     serialize = AvroSerializer(client, SCHEMAS[version], conf={"auto.register.schemas": True})
-    key = StringSerializer()
+    avro_key = sys.argv[7:] == ["avro-key"]
+    if avro_key:
+        key_serializer = AvroSerializer(client, KEY_SCHEMA, conf={"auto.register.schemas": True})
+        key_ctx = SerializationContext(topic, MessageField.KEY)
+        key = lambda t: key_serializer({"symbol": t["symbol"], "venue_id": 7}, key_ctx)  # noqa: E731
+    else:
+        strings = StringSerializer()
+        key = lambda t: strings(t["symbol"])  # noqa: E731
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     ctx = SerializationContext(topic, MessageField.VALUE)
     for i in range(int(start), int(end)):
         t = trade(i, version)
-        producer.produce(topic, key=key(t["symbol"]), value=serialize(t, ctx))
+        producer.produce(topic, key=key(t), value=serialize(t, ctx))
         if i % 1000 == 0:
             producer.poll(0)
     if producer.flush(30) != 0:

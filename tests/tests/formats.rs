@@ -19,11 +19,17 @@ const SYMBOLS: [&str; 5] = ["AAPL", "MSFT", "GOOG", "AMZN", "NVDA"];
 /// Writes trades `from..to` with `tests/clients/avro_produce.py`, whose
 /// trade `i` has symbol `SYMBOLS[i % 5]` and quantity `i % 100 + 1`.
 fn produce_avro(topic: &str, version: &str, from: u64, to: u64) {
+    produce_avro_keyed(topic, version, from, to, &[]);
+}
+
+/// [`produce_avro`], with the script's extra arguments (`avro-key`).
+fn produce_avro_keyed(topic: &str, version: &str, from: u64, to: u64, extra: &[&str]) {
     let h = harness();
     let script = h.repo.join("tests/clients/avro_produce.py");
     let out = Command::new(&h.clients_python)
         .arg(script)
         .args([&h.bootstrap, &h.registry_url, topic, version, &from.to_string(), &to.to_string()])
+        .args(extra)
         .output()
         .expect("run the Python producer");
     assert!(out.status.success(), "avro_produce.py failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -132,6 +138,70 @@ spec:
         assert_eq!(connect("partition"), partition);
         assert_eq!(Some(connect("offset")), r.header("sluice.source.offset"));
     }
+}
+
+/// Keys written by confluent-kafka's AvroSerializer (a `TradeKey` record,
+/// its schema under `<topic>-key`) read into key columns by field name
+/// (`keyFormat: avro`, `keyFieldsPrefix: key_`): every trade's key
+/// symbol equals its value's, and the totals grouped by the key's are
+/// exact; a record whose key is not Avro is a dead letter saying so.
+#[test]
+fn avro_keys_are_read_into_key_columns_by_field_name() {
+    let (topic, out, dlq) = (unique_name("avro-keyed"), unique_name("avro-keyed-out"), unique_name("avro-keyed-dlq"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    produce_avro_keyed(&topic, "v1", 0, 1_000, &["avro-key"]);
+    // A plain-text key beside an Avro value: written with a valid value of
+    // the topic's schema, which only the key spoils.
+    let first = kafka::consume_all(&topic, Duration::from_secs(30));
+    let value = first.iter().find(|r| r.partition == 0).map(|r| r.value.clone()).unwrap();
+    kafka::produce(&topic, &[(Some(b"AAPL".as_slice()), value.as_slice(), Some(0))]);
+    let h = harness();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    SELECT key_symbol AS symbol, COUNT(*) AS n, SUM(quantity) AS qty, MIN(key_venue_id) AS venue
+    FROM trades WHERE key_symbol = symbol GROUP BY key_symbol
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      keyFormat: avro
+      keyFieldsPrefix: key_
+      schema:
+        columns:
+          - {{ name: key_symbol, type: string, required: true, metadata: key }}
+          - {{ name: key_venue_id, type: bigint, metadata: key }}
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: quantity, type: bigint, required: true }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("avro-keyed"),
+        registry = h.registry_url,
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("avro-keyed.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    let records = kafka::consume_all(&out, Duration::from_secs(60));
+    assert_eq!(final_per_symbol(&records), expected(0..1_000), "every trade counted under its key's symbol");
+    for r in &records {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        assert_eq!(v["venue"], 7, "the key's second field: {v}");
+    }
+    let dead = kafka::consume_all(&dlq, Duration::from_secs(30));
+    let reasons: Vec<String> = dead.iter().map(|r| r.header("sluice.error.reason").unwrap_or_default()).collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains("the record's key") && reasons[0].contains("wire format"), "{reasons:?}");
 }
 
 /// A Protobuf topic written by confluent-kafka's `ProtobufSerializer`

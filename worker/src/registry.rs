@@ -46,6 +46,12 @@ pub struct Schema {
 /// What the registry said of an id.
 pub type Lookup = Result<Arc<Schema>, String>;
 
+/// A lookup as the decoders take it: the schema's type and text, or why
+/// there is none.
+pub fn as_given(lookup: &Lookup) -> Result<(&str, &str), String> {
+    lookup.as_deref().map(|s| (s.kind.as_str(), s.text.as_str())).map_err(Clone::clone)
+}
+
 impl Registry {
     pub fn new(url: &str) -> Arc<Self> {
         Arc::new(Self {

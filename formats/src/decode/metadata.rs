@@ -51,6 +51,17 @@ impl std::fmt::Debug for RecordMeta<'_> {
 }
 
 impl JsonDecoder {
+    /// Reads the record's key in `format` for the `metadata: key` columns
+    /// (see [`super::KeyDecoder`]).
+    pub fn read_keys(&mut self, key: Option<super::KeyDecoder>) {
+        self.key = key.map(Box::new);
+    }
+
+    /// The key's decoder, if the source has a `keyFormat`.
+    pub fn key_decoder(&mut self) -> Option<&mut super::KeyDecoder> {
+        self.key.as_deref_mut()
+    }
+
     /// Whether some column is the processing time (the source then reads
     /// the clock for every record).
     pub fn reads_processing_time(&self) -> bool {
@@ -81,6 +92,13 @@ impl JsonDecoder {
             return Ok(());
         }
         let row = batch.len - 1;
+        if let Some(key) = &mut self.key
+            && let Err(e) = key.decode(meta.key)
+        {
+            batch.len = row;
+            self.rollback(batch, row);
+            return Err(e);
+        }
         let mut text = std::mem::take(&mut self.scratch);
         let pushed = (0..self.metadata.len()).try_for_each(|m| self.push_metadata(m, meta, batch, &mut text));
         self.scratch = text;
@@ -104,7 +122,15 @@ impl JsonDecoder {
         let name = String::from_utf8_lossy(&self.names[col]);
         let mut column = if self.used[col] { Some(&mut batch.columns[col]) } else { None };
         let number = match what {
-            RecordMetadata::Key => return self.push_bytes(col, None, meta.key, column),
+            RecordMetadata::Key => {
+                if let Some(cell) = self.key.as_ref().and_then(|k| k.cell(col)) {
+                    if let Some(c) = column {
+                        c.push_from(cell, 0).map_err(|e| DecodeError(format!("column `{name}`: {e}")))?;
+                    }
+                    return Ok(());
+                }
+                return self.push_bytes(col, None, meta.key, column);
+            }
             RecordMetadata::Header => {
                 let wanted = header.as_deref().unwrap_or_default();
                 let value = meta.headers.and_then(|h| {

@@ -272,7 +272,7 @@ impl<'a> Core<'a> {
                 part.framed = stages.len() > 1;
                 part.tombstones = input.source.as_ref().and_then(super::tombstone::Tombstones::of);
                 if let Some(source) = &input.source {
-                    part.read_format(source.format, setup.registry.as_ref())?;
+                    part.read_format(source, setup.registry.as_ref())?;
                 }
                 part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
                 parts.push(part);

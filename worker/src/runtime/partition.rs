@@ -5,12 +5,12 @@
 
 use std::sync::Arc;
 
-use sluice_crds::{LateRecordPolicy, SourceFormat};
+use sluice_crds::{LateRecordPolicy, SourceFormat, SourceSpec};
 
 use super::exchange::{ExchangeInput, Frame, parse_frame};
 use super::tombstone::Tombstones;
 use crate::Error;
-use crate::registry::Registry;
+use crate::registry::{Registry, as_given};
 use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
@@ -151,8 +151,10 @@ impl PartitionPipeline {
         }
     }
 
-    /// Reads the source's records in `format` (JSON unless told otherwise).
-    pub fn read_format(&mut self, format: SourceFormat, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
+    /// Reads the source's records in its `format` (JSON unless told
+    /// otherwise), and their keys in its `keyFormat` when one is declared.
+    pub fn read_format(&mut self, source: &SourceSpec, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
+        let format = source.format;
         match format {
             SourceFormat::Json => {}
             SourceFormat::Raw => {
@@ -182,6 +184,16 @@ impl PartitionPipeline {
             // writes after it (for compaction) says nothing more.
             self.tombstones = None;
             self.skip_empty = true;
+        }
+        if let Some(key_format) = source.key_format {
+            if key_format.needs_registry() {
+                let registry = registry.ok_or_else(|| {
+                    Error::Config(format!("a source with keyFormat {} needs spec.schemaRegistry", key_format.name()))
+                })?;
+                self.registry = Some(Arc::clone(registry));
+            }
+            let prefix = source.key_fields_prefix.as_deref().unwrap_or_default();
+            self.decoder.read_keys(self.engine.plan(), key_format, prefix);
         }
         Ok(())
     }
@@ -286,15 +298,19 @@ impl PartitionPipeline {
             processing_time_ms: self.clock.then(super::now_ms),
             headers: record.headers.map(|h| h as &dyn RecordHeaders),
         };
-        if let Some(id) = self.decoder.needs_schema(payload)
-            && let Some(registry) = &self.registry
-        {
-            // First sight of this writer schema: a registry that does not
-            // answer fails the core (retried with backoff), an id it does
-            // not know makes the record a dead letter.
-            let schema = registry.schema(id)?;
-            self.decoder
-                .add_schema(id, schema.as_deref().map(|s| (s.kind.as_str(), s.text.as_str())).map_err(Clone::clone));
+        if let Some(registry) = &self.registry {
+            // First sight of a writer schema (the value's, or the key's):
+            // a registry that does not answer fails the core (retried with
+            // backoff), an id it does not know makes the record a dead
+            // letter.
+            if let Some(id) = self.decoder.needs_schema(payload) {
+                self.decoder.add_schema(id, as_given(&registry.schema(id)?));
+            }
+            if let Some(key) = record.key
+                && let Some(id) = self.decoder.key_needs_schema(key)
+            {
+                self.decoder.add_key_schema(id, as_given(&registry.schema(id)?));
+            }
         }
         match self.decoder.decode_record(payload, &meta, &mut self.batch) {
             Ok(()) => {

@@ -51,6 +51,9 @@ pub struct AvroDecoder {
     /// records of a topic name the same id one after another, and a flat
     /// record of values (most are) runs without the tree's recursion.
     last: Option<(u32, Option<Vec<Step>>)>,
+    /// A writer schema that is not a record is read whole into the one
+    /// field column (a record key's decoder: a `string` or `long` key).
+    pub(crate) whole_primitive: bool,
 }
 
 impl AvroDecoder {
@@ -61,7 +64,7 @@ impl AvroDecoder {
                 ColumnOrigin::Metadata { .. } => None,
             })
             .collect();
-        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new(), last: None }
+        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new(), last: None, whole_primitive: false }
     }
 
     /// A decoder whose field columns read the value at `path_of(their
@@ -134,15 +137,27 @@ impl AvroDecoder {
     /// against the columns. One that cannot be read makes each record
     /// written with it a dead letter saying why.
     pub fn add_schema(&mut self, id: u32, text: &str) {
-        let columns = Columns {
-            fields: &self.fields,
-            types: &self.columns.types,
-            required: &self.columns.required,
-            names: &self.columns.names,
-        };
         let program = Schema::parse(text)
             .map_err(|e| format!("schema id {id} is not a valid Avro schema: {e}"))
-            .and_then(|schema| Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}")));
+            .and_then(|schema| {
+                let whole: Vec<(usize, Vec<String>)>;
+                let fields = match self.fields.as_slice() {
+                    [(col, _)]
+                        if self.whole_primitive && !matches!(schema.types[schema.root()], Type::Record { .. }) =>
+                    {
+                        whole = vec![(*col, Vec::new())];
+                        &whole
+                    }
+                    fields => fields,
+                };
+                let columns = Columns {
+                    fields,
+                    types: &self.columns.types,
+                    required: &self.columns.required,
+                    names: &self.columns.names,
+                };
+                Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}"))
+            });
         self.programs.insert(id, program);
         self.last = None;
     }

@@ -100,7 +100,14 @@ impl DebeziumAvroDecoder {
             decoder.columns.rollback(batch, rows);
             return Err(bad(e.to_string()));
         }
-        decoder.columns.push_metadata_columns(meta, batch)
+        // Both decoders have the same columns: the metadata (and the
+        // key's decoder) are `after`'s.
+        self.after.columns.push_metadata_columns(meta, batch)
+    }
+
+    /// The columns' decoder that fills the metadata columns.
+    pub(crate) fn columns_mut(&mut self) -> &mut crate::decode::JsonDecoder {
+        &mut self.after.columns
     }
 }
 

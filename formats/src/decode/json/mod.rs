@@ -58,6 +58,8 @@ pub struct JsonDecoder {
     pub(super) seen: Vec<bool>,
     /// Reused for a `headers` column's text.
     pub(super) scratch: Vec<u8>,
+    /// The key's decoder, for a source with a `keyFormat`.
+    pub(super) key: Option<Box<super::KeyDecoder>>,
 }
 
 /// A column read from the Kafka record: its index, what it reads, and the
@@ -146,6 +148,7 @@ impl JsonDecoder {
             metadata,
             seen: vec![false; fields.len()],
             scratch: Vec::new(),
+            key: None,
         }
     }
 
