@@ -23,6 +23,15 @@ pub struct SinkSpec {
     pub stdout: Option<bool>,
     #[serde(default)]
     pub format: SinkFormat,
+    /// Encoding of each result's record key (the key columns: GROUP BY
+    /// keys, window bounds, …): `json` (the default), an object of them;
+    /// `avro`, a record of them in the Confluent wire format, its schema
+    /// derived from the key columns and registered under `<topic>-key` (or
+    /// as `spec.schemaRegistry.subjectNameStrategy` names it), for Kafka
+    /// Connect's AvroConverter as key converter and consumers that
+    /// deserialize keys through the registry. `protobuf` is not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_format: Option<crate::KeyFormat>,
 }
 
 /// Records that could not be processed (malformed, missing required fields,

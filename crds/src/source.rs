@@ -323,8 +323,17 @@ impl SubjectNameStrategy {
 
     /// The value subject for `topic` and the record's full name `record`.
     pub fn value_subject(self, topic: &str, record: &str) -> String {
+        self.subject(topic, "value", record)
+    }
+
+    /// The key subject for `topic` and the key record's full name `record`.
+    pub fn key_subject(self, topic: &str, record: &str) -> String {
+        self.subject(topic, "key", record)
+    }
+
+    fn subject(self, topic: &str, part: &str, record: &str) -> String {
         match self {
-            Self::TopicName => format!("{topic}-value"),
+            Self::TopicName => format!("{topic}-{part}"),
             Self::RecordName => record.to_owned(),
             Self::TopicRecordName => format!("{topic}-{record}"),
         }

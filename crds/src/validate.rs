@@ -31,6 +31,18 @@ impl StreamJobSpec {
                     .to_owned(),
             );
         }
+        match self.sink.key_format {
+            Some(crate::KeyFormat::Protobuf) => {
+                problems.push("spec.sink.keyFormat: protobuf keys are not written (json or avro)".to_owned())
+            }
+            Some(crate::KeyFormat::Avro) if self.sink.kafka.is_none() || self.schema_registry.is_none() => problems
+                .push(
+                    "spec.sink.keyFormat: Avro keys are written to a Kafka topic and need spec.schemaRegistry (their \
+                     schema is registered there)"
+                        .to_owned(),
+                ),
+            _ => {}
+        }
         if let Some(registry) = &self.schema_registry
             && (!registry.url.starts_with("http://") || registry.url.len() <= "http://".len())
         {

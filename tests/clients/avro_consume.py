@@ -1,6 +1,8 @@
 """Reads a topic to its end with confluent-kafka's AvroDeserializer (the
 writer schema fetched from the Schema Registry by the id each value
 carries) and prints one JSON line per record: {"key": ..., "value": ...}.
+A key in the Confluent wire format (a zero byte first) is deserialized the
+same way, any other is printed as text.
 
     avro_consume.py BOOTSTRAP REGISTRY_URL TOPIC
 """
@@ -29,6 +31,7 @@ def main():
     consumer.assign(partitions)
     left = {p: end for p, end in ends.items() if end > 0}
     ctx = SerializationContext(topic, MessageField.VALUE)
+    key_ctx = SerializationContext(topic, MessageField.KEY)
     while left:
         msg = consumer.poll(10)
         if msg is None:
@@ -36,7 +39,9 @@ def main():
         if msg.error():
             sys.exit(str(msg.error()))
         value = deserialize(msg.value(), ctx) if msg.value() is not None else None
-        key = msg.key().decode() if msg.key() is not None else None
+        key = msg.key()
+        if key is not None:
+            key = deserialize(key, key_ctx) if key[:1] == b"\x00" else key.decode()
         print(json.dumps({"key": key, "value": value}, default=str))
         if msg.offset() + 1 >= left.get(msg.partition(), 0):
             left.pop(msg.partition(), None)

@@ -383,10 +383,11 @@ fn consume_avro(topic: &str) -> Vec<serde_json::Value> {
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// Results written as Avro: the writer schema derived from the query's
-/// output and registered under `<topic>-value`, read back by
-/// confluent-kafka's `AvroDeserializer` — every symbol's final totals,
-/// equal to the JSON job's; NULLs as Avro nulls.
+/// Results written as Avro, keys too (`keyFormat: avro`): the writer
+/// schemas derived from the query's output and key and registered under
+/// the record names (RecordNameStrategy), read back by confluent-kafka's
+/// `AvroDeserializer` — every symbol's final totals, equal to the JSON
+/// job's, under a key record of its symbol; NULLs as Avro nulls.
 #[test]
 fn results_written_as_avro_are_read_back_by_confluent_kafkas_deserializer() {
     let (topic, out, name) = (unique_name("avro-in"), unique_name("avro-out"), unique_name("avro-out"));
@@ -420,6 +421,7 @@ spec:
   sink:
     kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
     format: avro
+    keyFormat: avro
 "#,
         registry = h.registry_url,
         bootstrap = h.bootstrap,
@@ -431,10 +433,13 @@ spec:
     let subjects = registry_get("subjects");
     let record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     assert!(subjects.contains(&format!("\"dev.sluice.{record}\"")), "{subjects}");
+    assert!(subjects.contains(&format!("\"dev.sluice.{record}Key\"")), "{subjects}");
     assert!(!subjects.contains(&format!("\"{out}-value\"")), "{subjects}");
     let mut last: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     for r in consume_avro(&out) {
-        last.insert(r["value"]["symbol"].as_str().unwrap().to_owned(), r["value"].clone());
+        let symbol = r["value"]["symbol"].as_str().unwrap().to_owned();
+        assert_eq!(r["key"], serde_json::json!({ "symbol": symbol }), "an Avro key record: {r}");
+        last.insert(symbol, r["value"].clone());
     }
     let got: BTreeMap<String, (i64, i64)> =
         last.iter().map(|(k, v)| (k.clone(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()))).collect();

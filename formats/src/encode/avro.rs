@@ -2,15 +2,17 @@
 //! `format: avro`: a zero byte, the writer schema's registry id, then the
 //! datum. The writer schema is derived from the query's output columns
 //! ([`writer_schema`]): one record, each field a union of `null` and the
-//! column's type, since any result column may be NULL. Keys stay JSON
+//! column's type, since any result column may be NULL. Keys are JSON
 //! objects of the key columns, as the JSON sink writes them (Kafka
-//! Connect reads them with its JSON or String converter).
+//! Connect reads them with its JSON or String converter), or Avro records
+//! of them ([`key_schema`], `sink.keyFormat: avro`).
 
 use sluice_crds::SinkFormat;
 use sluice_engine::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
-use super::json::{EncodedRows, Json, prefixes, write_object};
+use super::json::EncodedRows;
+use super::key::KeyWriter;
 use super::view::{Cells, Data, View};
 
 /// A result column's Avro type (the union's second branch).
@@ -31,7 +33,21 @@ fn avro_type(t: DataType) -> serde_json::Value {
 /// field per output column, in order. An output column whose name is not
 /// an Avro name is an error naming it (alias it with `AS`).
 pub fn writer_schema(name: &str, outputs: &[(String, DataType)]) -> Result<String, String> {
-    let record = record_name(name);
+    record_schema(&record_name(name), outputs)
+}
+
+/// The schema of a query's record keys (`sink.keyFormat: avro`): record
+/// `<name>Key` of the key columns, nullable as the values' are.
+pub fn key_schema(name: &str, keys: &[(String, DataType)]) -> Result<String, String> {
+    record_schema(&format!("{}Key", record_name(name)), keys)
+}
+
+/// The full name of the record [`key_schema`] derives for job `name`.
+pub fn key_record_full_name(name: &str) -> String {
+    format!("{}Key", record_full_name(name))
+}
+
+fn record_schema(record: &str, outputs: &[(String, DataType)]) -> Result<String, String> {
     let mut fields = Vec::with_capacity(outputs.len());
     for (column, t) in outputs {
         if let Some(problem) = SinkFormat::Avro.column_name_problem(column) {
@@ -67,14 +83,12 @@ const NAMESPACE: &str = "dev.sluice";
 /// Writes [`EmittedRows`] as Avro values of the schema registered as `id`.
 #[derive(Debug, Clone)]
 pub struct AvroEncoder {
-    header: [u8; 5],
-    /// Which output columns are of type `null` (a bare `null` field, no union).
-    bare_null: Vec<bool>,
-    key_prefixes: Vec<Vec<u8>>,
+    record: AvroRecord,
+    pub(super) keys: KeyWriter,
 }
 
 /// One value as a `["null", T]` union: its branch, then the value.
-struct Avro;
+pub(super) struct Avro;
 
 fn zigzag(v: i64, out: &mut Vec<u8>) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
@@ -138,43 +152,57 @@ impl Cells for Avro {
 impl AvroEncoder {
     /// `types`: the output columns' types, as [`writer_schema`] was given them.
     pub fn new(schema_id: u32, types: &[DataType], key_names: &[String]) -> Self {
-        let mut header = [0; 5];
-        header[1..].copy_from_slice(&schema_id.to_be_bytes());
-        Self {
-            header,
-            bare_null: types.iter().map(|t| *t == DataType::Null).collect(),
-            key_prefixes: prefixes(key_names),
-        }
+        Self { record: AvroRecord::new(schema_id, types), keys: KeyWriter::json(key_names) }
     }
 
     /// Appends the emitted rows to `out`.
     pub fn encode(&self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
         let values: Vec<View<'_>> = rows.columns.iter().map(View::of::<Avro>).collect();
-        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
         out.values.reserve(rows.selection.len() * (5 + 9 * values.len().max(1)));
         rows.selection.for_each(|row| {
             // A deletion is a tombstone: no value at all.
-            if rows.delete {
-                out.value_ends.push(out.values.len());
-                if !keys.is_empty() {
-                    write_object(&self.key_prefixes, &keys, row, &mut out.keys);
-                    out.key_ends.push(out.keys.len());
-                }
-                return;
-            }
-            out.values.extend_from_slice(&self.header);
-            for (v, bare) in values.iter().zip(&self.bare_null) {
-                // A bare `null` field takes no bytes.
-                if !bare {
-                    v.write::<Avro>(row, &mut out.values);
-                }
+            if !rows.delete {
+                self.record.write(&values, row, &mut out.values);
             }
             out.value_ends.push(out.values.len());
-            if !keys.is_empty() {
-                write_object(&self.key_prefixes, &keys, row, &mut out.keys);
-                out.key_ends.push(out.keys.len());
-            }
         });
+        self.keys.encode(rows, out);
+    }
+}
+
+/// A record of nullable fields in the Confluent wire format: how a value,
+/// and an Avro key (`sink.keyFormat: avro`), is written.
+#[derive(Debug, Clone)]
+pub(super) struct AvroRecord {
+    header: [u8; 5],
+    /// Which fields are of type `null` (a bare `null` field, no union).
+    bare_null: Vec<bool>,
+}
+
+impl AvroRecord {
+    /// The record of schema `schema_id`, of fields of `types` (as
+    /// [`writer_schema`] was given them).
+    pub(super) fn new(schema_id: u32, types: &[DataType]) -> Self {
+        let mut header = [0; 5];
+        header[1..].copy_from_slice(&schema_id.to_be_bytes());
+        Self { header, bare_null: types.iter().map(|t| *t == DataType::Null).collect() }
+    }
+
+    /// The views of a batch's columns this record writes.
+    pub(super) fn views<'a>(columns: &'a [sluice_plan::Value<'a>]) -> Vec<View<'a>> {
+        columns.iter().map(View::of::<Avro>).collect()
+    }
+
+    /// Appends row `row` of `views` (from [`AvroRecord::views`]).
+    #[inline]
+    pub(super) fn write(&self, views: &[View<'_>], row: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.header);
+        for (v, bare) in views.iter().zip(&self.bare_null) {
+            // A bare `null` field takes no bytes.
+            if !bare {
+                v.write::<Avro>(row, out);
+            }
+        }
     }
 }
 

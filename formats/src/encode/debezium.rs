@@ -12,17 +12,20 @@
 //!   the key alone, as Debezium writes a delete under the default replica
 //!   identity.
 //!
-//! The record key is the key columns' JSON object, as the JSON sink's.
+//! The record key is the key columns' JSON object, as the JSON sink's (or
+//! an Avro record of them: `sink.keyFormat`).
 
 use sluice_engine::EmittedRows;
 
 use super::json::{EncodedRows, Json, prefixes, write_object};
+use super::key::KeyWriter;
 use super::view::View;
 
 #[derive(Debug, Clone)]
 pub struct DebeziumJsonEncoder {
     value_prefixes: Vec<Vec<u8>>,
     key_prefixes: Vec<Vec<u8>>,
+    pub(super) keys: KeyWriter,
     /// What follows `after` for an update: `c` where the query has no key.
     op: &'static [u8],
 }
@@ -32,6 +35,7 @@ impl DebeziumJsonEncoder {
         Self {
             value_prefixes: prefixes(output_names),
             key_prefixes: prefixes(key_names),
+            keys: KeyWriter::json(key_names),
             op: if key_names.is_empty() { br#","op":"c"}"# } else { br#","op":"u"}"# },
         }
     }
@@ -52,11 +56,8 @@ impl DebeziumJsonEncoder {
                 out.values.extend_from_slice(self.op);
             }
             out.value_ends.push(out.values.len());
-            if !keys.is_empty() {
-                write_object(&self.key_prefixes, &keys, row, &mut out.keys);
-                out.key_ends.push(out.keys.len());
-            }
         });
+        self.keys.encode(rows, out);
     }
 }
 

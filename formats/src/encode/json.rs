@@ -9,6 +9,7 @@
 use sluice_engine::EmittedRows;
 use sluice_plan::time::format_timestamp;
 
+use super::key::KeyWriter;
 use super::view::{Cells, Data, View};
 use sluice_plan::{DataType, Scalar};
 
@@ -73,7 +74,7 @@ impl EncodedRows {
 #[derive(Debug, Clone)]
 pub struct JsonEncoder {
     value_prefixes: Vec<Vec<u8>>,
-    key_prefixes: Vec<Vec<u8>>,
+    pub(super) keys: KeyWriter,
     /// The key columns after `{"__deleted":true`: how a deletion reads
     /// where there is no tombstone (a file or stdout), and how a file
     /// table source reads a deletion back.
@@ -141,18 +142,19 @@ impl JsonEncoder {
         if let Some(first) = deleted_prefixes.first_mut() {
             first[0] = b',';
         }
-        Self { value_prefixes: prefixes(output_names), key_prefixes: prefixes(key_names), deleted_prefixes }
+        Self { value_prefixes: prefixes(output_names), keys: KeyWriter::json(key_names), deleted_prefixes }
     }
 
     /// Appends the emitted rows to `out`.
     pub fn encode(&self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
         let values: Vec<View<'_>> = rows.columns.iter().map(View::of::<Json>).collect();
-        let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
+        let deleted: Vec<View<'_>> =
+            if rows.delete { rows.keys.iter().map(View::of::<Json>).collect() } else { Vec::new() };
         out.values.reserve(rows.selection.len() * 16 * values.len().max(1));
         rows.selection.for_each(|row| {
             if rows.delete {
                 out.values.extend_from_slice(DELETED);
-                for (p, v) in self.deleted_prefixes.iter().zip(&keys) {
+                for (p, v) in self.deleted_prefixes.iter().zip(&deleted) {
                     out.values.extend_from_slice(p);
                     v.write::<Json>(row, &mut out.values);
                 }
@@ -161,11 +163,8 @@ impl JsonEncoder {
                 write_object(&self.value_prefixes, &values, row, &mut out.values);
             }
             out.value_ends.push(out.values.len());
-            if !keys.is_empty() {
-                write_object(&self.key_prefixes, &keys, row, &mut out.keys);
-                out.key_ends.push(out.keys.len());
-            }
         });
+        self.keys.encode(rows, out);
     }
 }
 

@@ -4,12 +4,14 @@ mod avro;
 mod binary;
 mod debezium;
 mod json;
+mod key;
 mod view;
 
-pub use avro::{AvroEncoder, record_full_name, writer_schema};
+pub use avro::{AvroEncoder, key_record_full_name, key_schema, record_full_name, writer_schema};
 pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR};
 pub use debezium::DebeziumJsonEncoder;
 pub use json::{EncodedRows, JsonEncoder, write_float, write_str};
+pub use key::KeyWriter;
 
 /// How a stage writes its rows: JSON, Avro or Debezium events for the
 /// job's sink, binary rows for an exchange between stages.
@@ -22,6 +24,17 @@ pub enum RowEncoder {
 }
 
 impl RowEncoder {
+    /// The encoder, writing record keys with `keys` (a sink's `keyFormat`).
+    pub fn with_keys(mut self, keys: KeyWriter) -> Self {
+        match &mut self {
+            Self::Json(e) => e.keys = keys,
+            Self::Avro(e) => e.keys = keys,
+            Self::DebeziumJson(e) => e.keys = keys,
+            Self::Binary(_) => {}
+        }
+        self
+    }
+
     /// Appends the emitted rows to `out`. Deletions are tombstones, but for
     /// Debezium, whose `d` event is a value.
     pub fn encode(&self, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use sluice_crds::{Delivery, SinkFormat, SourceSpec, StartFrom, WorkerConfig};
+use sluice_crds::{Delivery, KeyFormat, SinkFormat, SourceSpec, StartFrom, WorkerConfig};
 
 use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
@@ -40,7 +40,8 @@ use crate::sink::{
 use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
 use sluice_engine::EngineOptions;
 use sluice_formats::encode::{
-    AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, RowEncoder, record_full_name, writer_schema,
+    AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, KeyWriter, RowEncoder, key_record_full_name,
+    key_schema, record_full_name, writer_schema,
 };
 use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
 
@@ -958,8 +959,35 @@ fn send(
 
 /// How the job's results are written: JSON, Debezium events, or Avro under the writer
 /// schema registered for the sink topic (`<topic>-value`, Confluent's
-/// TopicNameStrategy) when the core starts.
+/// TopicNameStrategy) when the core starts; their keys as JSON objects,
+/// or Avro records under `<topic>-key` (`sink.keyFormat: avro`).
 fn sink_encoder(
+    setup: &CoreSetup,
+    plan: &sluice_plan::Plan,
+    names: &[String],
+    keys: &[String],
+) -> Result<RowEncoder, Error> {
+    let spec = &setup.config.spec;
+    let encoder = sink_value_encoder(setup, plan, names, keys)?;
+    if spec.sink.key_format != Some(KeyFormat::Avro) || keys.is_empty() {
+        return Ok(encoder);
+    }
+    let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
+        return Err(Error::Config("a sink with keyFormat avro needs a Kafka topic and spec.schemaRegistry".into()));
+    };
+    let columns: Vec<(String, sluice_plan::DataType)> =
+        plan.keys.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
+    let schema = key_schema(&setup.config.job.name, &columns)
+        .map_err(|e| Error::Config(format!("spec.sink.keyFormat avro: {e}")))?;
+    let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
+    let subject = strategy.key_subject(&kafka.topic, &key_record_full_name(&setup.config.job.name));
+    let id = registry.register(&subject, &schema)?;
+    let types: Vec<sluice_plan::DataType> = columns.iter().map(|c| c.1).collect();
+    Ok(encoder.with_keys(KeyWriter::avro(id, &types)))
+}
+
+/// The value half of [`sink_encoder`].
+fn sink_value_encoder(
     setup: &CoreSetup,
     plan: &sluice_plan::Plan,
     names: &[String],
