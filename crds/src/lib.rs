@@ -24,6 +24,7 @@ mod partitioner;
 mod pod_template;
 mod quantity;
 mod registry_columns;
+mod registry_security;
 mod sink;
 mod source;
 mod status;
@@ -46,6 +47,7 @@ pub use partitioner::{murmur2, partition_for_key};
 pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
+pub use registry_security::{RegistryAccess, RegistryAuthentication, RegistryTls, error_with_causes};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat,

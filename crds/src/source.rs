@@ -293,9 +293,9 @@ impl KeyFormat {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SchemaRegistrySpec {
-    /// Base URL of the API, `http://host:port[/path]` (for Apicurio:
-    /// `http://host:8080/apis/ccompat/v7`).
-    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^http://[^\s]+$"))]
+    /// Base URL of the API, `http://host:port[/path]` or `https://…` (for
+    /// Apicurio: `http://host:8080/apis/ccompat/v7`).
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://[^\s]+$"))]
     pub url: String,
     /// The subject an Avro sink registers its writer schema under, as
     /// Confluent's serializers name it: `TopicName` (the default,
@@ -304,6 +304,15 @@ pub struct SchemaRegistrySpec {
     /// `TopicRecordName` (`<topic>-dev.sluice.<job>`).
     #[serde(default, skip_serializing_if = "SubjectNameStrategy::is_default")]
     pub subject_name_strategy: SubjectNameStrategy,
+    /// HTTP basic authentication: the user and the Secret key holding the
+    /// password (Confluent Cloud: API key and secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<crate::RegistryAuthentication>,
+    /// For an `https://` URL: the CA certificates (PEM, in Secrets) the
+    /// registry's certificate is checked against; the system's CA store
+    /// when this is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<crate::RegistryTls>,
 }
 
 /// How a subject is named after the topic and the record (Confluent's

@@ -43,13 +43,8 @@ impl StreamJobSpec {
                 ),
             _ => {}
         }
-        if let Some(registry) = &self.schema_registry
-            && (!registry.url.starts_with("http://") || registry.url.len() <= "http://".len())
-        {
-            problems.push(format!(
-                "spec.schemaRegistry.url: `{}` is not an http:// URL (https is not supported yet)",
-                registry.url
-            ));
+        if let Some(problem) = self.schema_registry.as_ref().and_then(crate::SchemaRegistrySpec::access_problem) {
+            problems.push(problem);
         }
         let mut names = HashSet::new();
         for (i, s) in self.sources.iter().enumerate() {

@@ -126,7 +126,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let mut registry_schemas = None;
     // The schemas they came from go to the status; a failure keeps the
     // last ones there.
-    let early = match registry::resolve(&job.spec).await {
+    let early = match registry::resolve(&ctx.client, &namespace, &job.spec).await {
         Ok((spec, schemas)) => {
             if !schemas.is_empty() {
                 let mut resolved = job.clone();

@@ -7,8 +7,11 @@
 //! reconcile: a new version registered while the job runs is picked up as
 //! a change of the job (docs/sql.md, "Columns from the registry").
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
 
 use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema, reasons, requested_version};
 
@@ -26,11 +29,17 @@ pub enum Unresolved {
 }
 
 /// `spec` with the columns of its registry subjects derived; unchanged
-/// when it names none.
-pub async fn resolve(spec: &StreamJobSpec) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Unresolved> {
-    let Some(url) = spec.schema_registry.as_ref().map(|r| r.url.trim_end_matches('/').to_owned()) else {
+/// when it names none. The registry's credentials and CA certificates are
+/// read from the job's Secrets in `namespace`, through the API.
+pub async fn resolve(
+    kube: &kube::Client,
+    namespace: &str,
+    spec: &StreamJobSpec,
+) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Unresolved> {
+    let Some(registry) = spec.schema_registry.as_ref() else {
         return Ok((spec.clone(), Vec::new()));
     };
+    let url = registry.url.trim_end_matches('/').to_owned();
     let mut wanted = Vec::new();
     for s in &spec.sources {
         if let Some(r) = &s.schema.registry
@@ -42,10 +51,40 @@ pub async fn resolve(spec: &StreamJobSpec) -> Result<(StreamJobSpec, Vec<Resolve
     if wanted.is_empty() {
         return Ok((spec.clone(), Vec::new()));
     }
-    let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|e| unavailable(&url, &e.to_string()))?;
+    let invalid = |message: String| Unresolved::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
+    if let Some(problem) = registry.access_problem() {
+        return Err(invalid(problem));
+    }
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), namespace);
+    let mut data = BTreeMap::new();
+    for name in registry.secret_names() {
+        match secrets.get_opt(name).await {
+            Ok(Some(secret)) => {
+                data.insert(name.to_owned(), secret.data.unwrap_or_default());
+            }
+            Ok(None) => {
+                return Err(invalid(format!("spec.schemaRegistry: Secret {name} not found in namespace {namespace}")));
+            }
+            Err(e) => return Err(unavailable(&url, &format!("cannot read Secret {name}: {e}"))),
+        }
+    }
+    let access = registry.access(|secret, key| {
+        let value = data.get(secret).and_then(|d| d.get(key));
+        value.map(|v| String::from_utf8_lossy(&v.0).into_owned()).ok_or_else(|| {
+            invalid(format!("spec.schemaRegistry: Secret {secret} in namespace {namespace} has no key `{key}`"))
+        })
+    })?;
+    let mut builder = reqwest::Client::builder().timeout(TIMEOUT);
+    for pem in &access.trusted_certificates {
+        let certificate = reqwest::Certificate::from_pem(pem.as_bytes())
+            .map_err(|e| invalid(format!("spec.schemaRegistry.tls: a trusted certificate is not PEM ({e})")))?;
+        builder = builder.add_root_certificate(certificate);
+    }
+    let client = builder.build().map_err(|e| unavailable(&url, &e.to_string()))?;
+    let user = access.basic_auth.as_ref();
     let mut found: HashMap<(String, Option<u32>), Result<SubjectSchema, String>> = HashMap::new();
     for (subject, version) in wanted {
-        let answer = fetch(&client, &url, &subject, version).await?;
+        let answer = fetch(&client, user, &url, &subject, version).await?;
         found.insert((subject, version), answer);
     }
     spec.with_registry_columns(|subject, version| {
@@ -65,6 +104,7 @@ fn unavailable(url: &str, why: &str) -> Unresolved {
 /// `Ok(Err)` when the registry has no such subject or version.
 async fn fetch(
     client: &reqwest::Client,
+    user: Option<&(String, String)>,
     url: &str,
     subject: &str,
     version: Option<u32>,
@@ -80,13 +120,20 @@ async fn fetch(
             }
         })
         .collect();
-    let response = client
+    let mut request = client
         .get(format!("{url}/subjects/{segment}/versions/{v}"))
-        .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
-        .send()
-        .await
-        .map_err(|e| unavailable(url, &e.to_string()))?;
+        .header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+    if let Some((user, password)) = user {
+        request = request.basic_auth(user, Some(password));
+    }
+    let response = request.send().await.map_err(|e| unavailable(url, &sluice_crds::error_with_causes(&e)))?;
     let status = response.status();
+    if matches!(status.as_u16(), 401 | 403) {
+        return Err(unavailable(
+            url,
+            &format!("HTTP {status}: the registry refused the credentials (spec.schemaRegistry.authentication)"),
+        ));
+    }
     let body = response.text().await.map_err(|e| unavailable(url, &e.to_string()))?;
     if status.as_u16() == 404 {
         return Ok(Err(format!("the schema registry at {url} has no version {v} of it")));

@@ -6,6 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 "$INFRA_DIR/kafka.sh" start
 "$INFRA_DIR/registry.sh" start
+"$INFRA_DIR/registry.sh" secure-start
 "$INFRA_DIR/kube.sh" start "$REPO_ROOT/crds/streamjob.yaml"
 
 cat >"$SLUICE_RUN_DIR/env" <<ENV
@@ -15,6 +16,8 @@ export SLUICE_KAFKA_SASL_BOOTSTRAP=$("$INFRA_DIR/kafka.sh" sasl-bootstrap)
 export SLUICE_KAFKA_MTLS_BOOTSTRAP=$("$INFRA_DIR/kafka.sh" mtls-bootstrap)
 export SLUICE_KAFKA_TLS_DIR=$("$INFRA_DIR/kafka.sh" tls-dir)
 export SLUICE_REGISTRY_URL=$("$INFRA_DIR/registry.sh" url)
+export SLUICE_REGISTRY_SECURE_URL=$("$INFRA_DIR/registry.sh" secure-url)
+export SLUICE_REGISTRY_TLS_DIR=$("$INFRA_DIR/registry.sh" tls-dir)
 export KUBECONFIG=$("$INFRA_DIR/kube.sh" kubeconfig)
 export SLUICE_HELM=$("$INFRA_DIR/tools.sh" path helm)
 export SLUICE_PROMETHEUS=$("$INFRA_DIR/tools.sh" path prometheus)

@@ -25,6 +25,10 @@ pub struct Harness {
     pub bootstrap: String,
     /// The Schema Registry's Confluent-compatible API.
     pub registry_url: String,
+    /// The same API behind nginx: TLS and HTTP basic authentication.
+    pub registry_secure_url: String,
+    /// `ca.crt` (the TLS front's CA), `user` and `password` for it.
+    pub registry_tls_dir: PathBuf,
     /// A Python with confluent-kafka and its serializers.
     pub clients_python: PathBuf,
     pub kubeconfig: PathBuf,
@@ -49,6 +53,8 @@ pub fn harness() -> &'static Harness {
         Harness {
             bootstrap: var("SLUICE_KAFKA_BOOTSTRAP"),
             registry_url: var("SLUICE_REGISTRY_URL"),
+            registry_secure_url: var("SLUICE_REGISTRY_SECURE_URL"),
+            registry_tls_dir: PathBuf::from(var("SLUICE_REGISTRY_TLS_DIR")),
             clients_python: PathBuf::from(var("SLUICE_CLIENTS_PYTHON")),
             kubeconfig: PathBuf::from(var("KUBECONFIG")),
             run_dir: PathBuf::from(var("SLUICE_RUN_DIR")),

@@ -204,6 +204,84 @@ spec:
     assert!(reasons[0].contains("the record's key") && reasons[0].contains("wire format"), "{reasons:?}");
 }
 
+/// A registry behind TLS and HTTP basic authentication (nginx in front of
+/// Apicurio, as behind an ingress): with the password and the CA in
+/// Secrets (here the folder the operator would mount them in), an Avro
+/// source whose columns come from a subject and an Avro sink read and
+/// register through it, every total exact. A wrong password is a clear
+/// error naming the credentials, a CA the registry's certificate does not
+/// chain to one naming the certificate — never a dead letter.
+#[test]
+fn a_registry_behind_tls_and_basic_auth_is_reached_with_the_secrets_credentials() {
+    let h = harness();
+    let (topic, out) = (unique_name("avro-tls"), unique_name("avro-tls-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    produce_avro(&topic, "v1", 0, 1_000);
+    let secrets = std::env::temp_dir().join(unique_name("registry-secrets"));
+    let write = |secret: &str, key: &str, value: &[u8]| {
+        std::fs::create_dir_all(secrets.join(secret)).unwrap();
+        std::fs::write(secrets.join(secret).join(key), value).unwrap();
+    };
+    let password = std::fs::read(h.registry_tls_dir.join("password")).unwrap();
+    write("registry-user", "password", &password);
+    write("registry-ca", "ca.crt", &std::fs::read(h.registry_tls_dir.join("ca.crt")).unwrap());
+    write("wrong-user", "password", b"not-the-password\n");
+    // Another CA: Kafka's, which did not sign the registry's certificate.
+    let kafka_ca = std::path::PathBuf::from(std::env::var("SLUICE_KAFKA_TLS_DIR").unwrap()).join("ca.crt");
+    write("other-ca", "ca.crt", &std::fs::read(kafka_ca).unwrap());
+    let manifest = |password_secret: &str, ca_secret: &str| {
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty FROM trades GROUP BY symbol
+  schemaRegistry:
+    url: "{url}"
+    authentication: {{ username: sluice, passwordSecret: {{ secretName: {password_secret}, key: password }} }}
+    tls: {{ trustedCertificates: [ {{ secretName: {ca_secret}, certificate: ca.crt }} ] }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema: {{ registry: {{ subject: {topic}-value }} }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+    format: avro
+"#,
+            name = unique_name("avro-tls"),
+            url = h.registry_secure_url,
+            bootstrap = h.bootstrap,
+        )
+    };
+    let secrets_dir = secrets.to_str().unwrap();
+    let m = write_temp("avro-tls.yaml", &manifest("registry-user", "registry-ca"));
+    let mut w =
+        Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g"), "--secrets-dir", secrets_dir]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    let mut last: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for r in consume_avro(&out) {
+        let v = &r["value"];
+        last.insert(v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap()));
+    }
+    assert_eq!(last, expected(0..1_000));
+    for (password_secret, ca_secret, says) in
+        [("wrong-user", "registry-ca", "refused the credentials"), ("registry-user", "other-ca", "certificate")]
+    {
+        let m = write_temp("avro-tls-bad.yaml", &manifest(password_secret, ca_secret));
+        let out = Command::new(sluice_e2e::worker::worker_bin())
+            .args(["validate", "-f", m.to_str().unwrap(), "--secrets-dir", secrets_dir])
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "{text}");
+        assert!(text.contains(says), "want {says:?}: {text}");
+        assert!(!text.contains("not-the-password"), "a password is never shown: {text}");
+    }
+}
+
 /// A Protobuf topic written by confluent-kafka's `ProtobufSerializer`
 /// (the schema registered as a serialized descriptor, the message at
 /// index [1] of its file): fields by name, nested ones by path, proto3's

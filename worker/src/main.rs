@@ -80,6 +80,10 @@ enum Command {
     Validate {
         #[arg(short = 'f', long = "file")]
         file: String,
+        /// Directory holding referenced Secrets (the registry's credentials,
+        /// for columns read from a subject).
+        #[arg(long, default_value = "./secrets")]
+        secrets_dir: String,
     },
     /// Produce records of a seed scenario or of Nexmark to a Kafka topic (tests, benchmarks).
     Datagen {
@@ -144,7 +148,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(&format!("{file}: {e}")),
             }
         }
-        Command::Validate { file } => validate(&file),
+        Command::Validate { file, secrets_dir } => validate(&file, &secrets_dir),
         Command::Datagen { scenario, records, bootstrap, topic, key, rate, start, timestamps } => {
             let _telemetry = init_telemetry(false, None);
             match sluice_worker::produce::produce(
@@ -210,7 +214,7 @@ fn serve(path: &str, bounded: bool) -> ExitCode {
     execute(config, bounded, false)
 }
 
-fn validate(file: &str) -> ExitCode {
+fn validate(file: &str, secrets_dir: &str) -> ExitCode {
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,
         Err(e) => return fail(&format!("cannot read {file}: {e}")),
@@ -225,7 +229,7 @@ fn validate(file: &str) -> ExitCode {
         return fail(&format!("{file}: {e}"));
     }
     let mut job = job;
-    match with_registry_columns(&job.spec, "  ") {
+    match with_registry_columns(&job.spec, secrets_dir, "  ") {
         Ok(spec) => job.spec = spec,
         Err(e) => return fail(&format!("{file}: {e}")),
     }
@@ -294,9 +298,10 @@ fn validate(file: &str) -> ExitCode {
 /// `prefix`) which schema each source's came from.
 fn with_registry_columns(
     spec: &sluice_crds::StreamJobSpec,
+    secrets_dir: &str,
     prefix: &str,
 ) -> Result<sluice_crds::StreamJobSpec, sluice_worker::Error> {
-    let (spec, resolved) = sluice_worker::registry::resolve_columns(spec)?;
+    let (spec, resolved) = sluice_worker::registry::resolve_columns(spec, secrets_dir)?;
     for r in resolved {
         say!(
             "{prefix}source {}: columns from subject {} version {} (schema id {})",
@@ -312,7 +317,7 @@ fn with_registry_columns(
 fn execute(mut config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
     // Columns named by a registry subject: derived here for a local run;
     // a pod's config has them already (the operator derived them).
-    match with_registry_columns(&config.spec, "sluice-worker: ") {
+    match with_registry_columns(&config.spec, &config.worker.secrets_dir, "sluice-worker: ") {
         Ok(spec) => config.spec = spec,
         Err(e) => return fail(&e.to_string()),
     }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema};
+use sluice_crds::{ResolvedSchema, SchemaRegistrySpec, StreamJobSpec, SubjectSchema};
 
 use crate::Error;
 
@@ -27,6 +27,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Registry {
     url: String,
+    /// Basic-auth credentials and trusted CA certificates (parsed).
+    user: Option<(String, String)>,
+    certificates: Vec<reqwest::Certificate>,
     /// Made on first use, on a core's thread: the blocking client runs a
     /// runtime of its own, which must not be dropped inside an async one.
     client: OnceLock<reqwest::blocking::Client>,
@@ -53,13 +56,51 @@ pub fn as_given(lookup: &Lookup) -> Result<(&str, &str), String> {
 }
 
 impl Registry {
+    /// A client of the registry at `url` that needs no credentials.
     pub fn new(url: &str) -> Arc<Self> {
         Arc::new(Self {
             url: url.trim_end_matches('/').to_owned(),
+            user: None,
+            certificates: Vec::new(),
             client: OnceLock::new(),
             schemas: Mutex::new(HashMap::new()),
             registered: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A client of `spec`'s registry, its password and CA certificates read
+    /// from the Secrets the operator mounts under `secrets_dir/<secret>/<key>`.
+    /// A key that cannot be read, or a certificate that is not PEM, is the
+    /// job's fault ([`Error::Config`]), named without its value.
+    pub fn connect(spec: &SchemaRegistrySpec, secrets_dir: &str) -> Result<Arc<Self>, Error> {
+        if let Some(problem) = spec.access_problem() {
+            return Err(Error::Config(problem));
+        }
+        let access = spec.access(|secret, key| {
+            let path = std::path::Path::new(secrets_dir).join(secret).join(key);
+            std::fs::read_to_string(&path).map_err(|e| {
+                Error::Config(format!(
+                    "spec.schemaRegistry: cannot read key `{key}` of Secret `{secret}` from {} ({e}); the \
+                     operator mounts each Secret the registry connection names there: does the Secret have \
+                     that key?",
+                    path.display()
+                ))
+            })
+        })?;
+        let mut certificates = Vec::new();
+        for (pem, c) in access.trusted_certificates.iter().zip(spec.tls.iter().flat_map(|t| &t.trusted_certificates)) {
+            certificates.push(reqwest::Certificate::from_pem(pem.as_bytes()).map_err(|e| {
+                Error::Config(format!(
+                    "spec.schemaRegistry.tls: key `{}` of Secret `{}` is not a PEM certificate ({e})",
+                    c.certificate, c.secret_name
+                ))
+            })?);
+        }
+        let mut registry = Arc::into_inner(Self::new(&spec.url))
+            .ok_or_else(|| Error::Internal("a new registry client is shared".into()))?;
+        registry.user = access.basic_auth;
+        registry.certificates = certificates;
+        Ok(Arc::new(registry))
     }
 
     pub fn url(&self) -> &str {
@@ -165,14 +206,14 @@ impl Registry {
     /// POSTs `body` to `<url>/<path>`: the answer's status and text, or why
     /// none came.
     fn post(&self, path: &str, body: &str) -> Result<(reqwest::StatusCode, String), String> {
-        let response = self
+        let request = self
             .client()?
             .post(format!("{}/{path}", self.url))
             .header("Content-Type", "application/vnd.schemaregistry.v1+json")
-            .body(body.to_owned())
-            .send()
-            .map_err(|e| e.to_string())?;
+            .body(body.to_owned());
+        let response = self.authenticated(request).send().map_err(|e| sluice_crds::error_with_causes(&e))?;
         let status = response.status();
+        refused(status)?;
         Ok((status, response.text().map_err(|e| e.to_string())?))
     }
 
@@ -187,11 +228,20 @@ impl Registry {
         if let Some(c) = self.client.get() {
             return Ok(c);
         }
-        let c = reqwest::blocking::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let mut builder = reqwest::blocking::Client::builder().timeout(REQUEST_TIMEOUT);
+        for c in &self.certificates {
+            builder = builder.add_root_certificate(c.clone());
+        }
+        let c = builder.build().map_err(|e| format!("cannot make an HTTP client: {e}"))?;
         Ok(self.client.get_or_init(|| c))
+    }
+
+    /// A request with the job's credentials, if it has any.
+    fn authenticated(&self, request: reqwest::blocking::RequestBuilder) -> reqwest::blocking::RequestBuilder {
+        match &self.user {
+            Some((user, password)) => request.basic_auth(user, Some(password)),
+            None => request,
+        }
     }
 
     /// One request: the schema, `Ok(Err)` for an id the registry does not
@@ -206,13 +256,13 @@ impl Registry {
     /// GETs `<url>/<path>`: the answer's text, `None` for a 404, `Err` for
     /// no answer or another status.
     fn get(&self, path: &str) -> Result<Option<String>, String> {
-        let response = self
+        let request = self
             .client()?
             .get(format!("{}/{path}", self.url))
-            .header("Accept", "application/vnd.schemaregistry.v1+json, application/json")
-            .send()
-            .map_err(|e| e.to_string())?;
+            .header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+        let response = self.authenticated(request).send().map_err(|e| sluice_crds::error_with_causes(&e))?;
         let status = response.status();
+        refused(status)?;
         let body = response.text().map_err(|e| e.to_string())?;
         if status.as_u16() == 404 {
             return Ok(None);
@@ -224,20 +274,34 @@ impl Registry {
     }
 }
 
+/// A registry that refuses the credentials says so, not "no such
+/// schema": the records are fine, the job's access is not (retried with
+/// backoff as an outage is, since a Secret may be fixed while it waits).
+fn refused(status: reqwest::StatusCode) -> Result<(), String> {
+    match status.as_u16() {
+        401 => Err("HTTP 401: the registry refused the credentials (spec.schemaRegistry.authentication)".into()),
+        403 => {
+            Err("HTTP 403: the registry denied the request to these credentials (spec.schemaRegistry.authentication)"
+                .into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `spec` with the columns of every source that names a registry subject
 /// derived from the subject's schema (see
 /// [`StreamJobSpec::with_registry_columns`]), and which schema each came
 /// from. A registry that does not answer is [`Error::Registry`]; a
 /// subject it does not have, or a schema no column list holds,
 /// [`Error::Config`].
-pub fn resolve_columns(spec: &StreamJobSpec) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Error> {
-    let Some(url) = spec.schema_registry.as_ref().map(|r| r.url.as_str()) else {
+pub fn resolve_columns(spec: &StreamJobSpec, secrets_dir: &str) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Error> {
+    let Some(registry_spec) = spec.schema_registry.as_ref() else {
         return Ok((spec.clone(), Vec::new()));
     };
     if spec.sources.iter().all(|s| s.schema.registry.is_none()) {
         return Ok((spec.clone(), Vec::new()));
     }
-    let registry = Registry::new(url);
+    let registry = Registry::connect(registry_spec, secrets_dir)?;
     let mut unreachable = None;
     let resolved = spec.with_registry_columns(|subject, version| match registry.subject_schema(subject, version) {
         Ok(answer) => answer,

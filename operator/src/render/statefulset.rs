@@ -15,14 +15,17 @@ use super::meta::child_meta;
 use crate::desired::Desired;
 use crate::names;
 
-/// Every Secret a job's Kafka connections read (`secretRef`,
-/// `authentication`, `tls`), each mounted at `<SECRETS_DIR>/<name>`.
+/// Every Secret a job's Kafka connections (`secretRef`, `authentication`,
+/// `tls`) and its Schema Registry connection read, each mounted at
+/// `<SECRETS_DIR>/<name>`.
 fn secret_names(job: &StreamJob) -> BTreeSet<String> {
     let spec = &job.spec;
     let sources = spec.sources.iter().filter_map(|s| Some(s.kafka.as_ref()?.connection()));
     let sink = spec.sink.kafka.as_ref().map(KafkaTarget::connection);
     let dlq = spec.dead_letter.as_ref().and_then(|d| Some(d.kafka.as_ref()?.connection()));
-    sources.chain(sink).chain(dlq).flat_map(|c| c.secret_names()).map(str::to_owned).collect()
+    let kafka = sources.chain(sink).chain(dlq).flat_map(|c| c.secret_names());
+    let registry = spec.schema_registry.iter().flat_map(|r| r.secret_names());
+    kafka.chain(registry).map(str::to_owned).collect()
 }
 
 /// Resources when the job does not set them: one whole CPU per engine
@@ -319,10 +322,31 @@ volumeMounts: [ { name: scratch, mountPath: /scratch } ]
         if let Some(k) = j.spec.sources[0].kafka.as_mut() {
             k.secret_ref = Some(sluice_crds::SecretRef { name: "kafka-creds".into() });
         }
+        j.spec.schema_registry = Some(sluice_crds::SchemaRegistrySpec {
+            url: "https://registry:8443".into(),
+            subject_name_strategy: sluice_crds::SubjectNameStrategy::default(),
+            authentication: Some(sluice_crds::RegistryAuthentication {
+                username: "api-key".into(),
+                password_secret: sluice_crds::PasswordSecret {
+                    secret_name: "registry-creds".into(),
+                    key: Some("secret".into()),
+                    password: None,
+                },
+            }),
+            tls: Some(sluice_crds::KafkaTls {
+                trusted_certificates: vec![sluice_crds::CertSecretSource {
+                    secret_name: "registry-ca".into(),
+                    certificate: "ca.crt".into(),
+                }],
+            }),
+        });
         let d = desired_for(&j, 4);
         let pod = statefulset(&j, &d).spec.unwrap().template.spec.unwrap();
         let mounts = pod.containers[0].volume_mounts.clone().unwrap();
-        assert!(mounts.iter().any(|m| m.mount_path == "/etc/sluice/secrets/kafka-creds"));
-        assert!(!d.config_yaml.contains("password"));
+        for secret in ["kafka-creds", "registry-creds", "registry-ca"] {
+            assert!(mounts.iter().any(|m| m.mount_path == format!("/etc/sluice/secrets/{secret}")), "{secret}");
+        }
+        // The config names Secrets (`passwordSecret`), never a value.
+        assert!(!d.config_yaml.contains("password:") && !d.config_yaml.contains("sasl.password"));
     }
 }

@@ -195,7 +195,10 @@ pub fn run_job(
     let cpus = if config.worker.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
     let config = Arc::new(config);
     // One registry client and schema cache for the worker's cores.
-    let registry = config.spec.schema_registry.as_ref().map(|r| crate::registry::Registry::new(&r.url));
+    let registry = match &config.spec.schema_registry {
+        Some(r) => Some(crate::registry::Registry::connect(r, &config.worker.secrets_dir)?),
+        None => None,
+    };
     let mut threads = Vec::new();
     for (core, partitions) in per_core.into_iter().enumerate() {
         if partitions.iter().all(Vec::is_empty) {

@@ -1,0 +1,178 @@
+//! How the workers and the operator reach a Schema Registry that asks who
+//! they are or speaks TLS: HTTP basic authentication (Confluent Cloud's API
+//! key and secret, Apicurio's or Karapace's basic auth, a registry behind
+//! an ingress that checks it) and the CA certificates an `https://`
+//! registry's certificate is checked against. Secret-backed like a Kafka
+//! connection's ([`crate::KafkaConnection`]): the operator mounts each
+//! referenced Secret into the workers, which read its keys as files; the
+//! operator reads them through the API for its own lookups. Values are
+//! never copied into the job's config, status, events, logs or metrics.
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::kafka_security::{is_secret_key, is_secret_name};
+use crate::{KafkaTls, PasswordSecret, SchemaRegistrySpec};
+
+/// HTTP basic authentication to the registry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryAuthentication {
+    /// The user (Confluent Cloud: the API key).
+    #[schemars(length(min = 1, max = 253))]
+    pub username: String,
+    /// The Secret key holding the password (Confluent Cloud: the API secret).
+    pub password_secret: PasswordSecret,
+}
+
+/// What a client needs to reach the registry, read from the Secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RegistryAccess {
+    /// `(user, password)`.
+    pub basic_auth: Option<(String, String)>,
+    /// CA certificates, PEM.
+    pub trusted_certificates: Vec<String>,
+}
+
+impl std::fmt::Debug for RegistryAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("RegistryAccess")
+            .field("user", &self.basic_auth.as_ref().map(|(u, _)| u))
+            .field("trusted_certificates", &self.trusted_certificates.len())
+            .finish()
+    }
+}
+
+impl SchemaRegistrySpec {
+    /// Every Secret the registry connection reads, each mounted into the workers.
+    pub fn secret_names(&self) -> BTreeSet<&str> {
+        let mut names = BTreeSet::new();
+        names.extend(self.authentication.as_ref().map(|a| a.password_secret.secret_name.as_str()));
+        names.extend(self.tls.iter().flat_map(|t| &t.trusted_certificates).map(|c| c.secret_name.as_str()));
+        names
+    }
+
+    /// Why the connection cannot be used as written: a URL that is neither
+    /// `http://` nor `https://`, `tls` on a plain-text URL, a Secret name
+    /// or key Kubernetes would not accept (each is read as a path under the
+    /// secrets directory, so one must never step out of it).
+    pub fn access_problem(&self) -> Option<String> {
+        let rest = self.url.strip_prefix("https://").or_else(|| self.url.strip_prefix("http://"));
+        if rest.is_none_or(str::is_empty) {
+            return Some(format!("spec.schemaRegistry.url: `{}` is not an http:// or https:// URL", self.url));
+        }
+        if self.tls.is_some() && !self.url.starts_with("https://") {
+            return Some("spec.schemaRegistry.tls: the URL is http://; tls applies to an https:// URL".into());
+        }
+        let mut names: Vec<(&str, &str)> = Vec::new();
+        let mut keys: Vec<(&str, &str)> = Vec::new();
+        if let Some(a) = &self.authentication {
+            if a.password_secret.key.is_some() == a.password_secret.password.is_some() {
+                return Some(
+                    "spec.schemaRegistry.authentication.passwordSecret: set exactly one of key or password, the \
+                     Secret key holding the password"
+                        .into(),
+                );
+            }
+            names.push(("authentication.passwordSecret.secretName", &a.password_secret.secret_name));
+            keys.push(("authentication.passwordSecret.key", a.password_secret.secret_key()));
+        }
+        for c in self.tls.iter().flat_map(|t| &t.trusted_certificates) {
+            names.push(("tls.trustedCertificates.secretName", &c.secret_name));
+            keys.push(("tls.trustedCertificates.certificate", &c.certificate));
+        }
+        if let Some((field, name)) = names.into_iter().find(|(_, n)| !is_secret_name(n)) {
+            return Some(format!("spec.schemaRegistry.{field}: `{name}` is not a Secret name"));
+        }
+        keys.into_iter()
+            .find(|(_, k)| !is_secret_key(k))
+            .map(|(field, key)| format!("spec.schemaRegistry.{field}: `{key}` is not a Secret key"))
+    }
+
+    /// The credentials and CA certificates, reading each referenced Secret
+    /// key with `read(secret, key)`: the workers read mounted files, the
+    /// operator the Secret through the API.
+    pub fn access<E>(&self, mut read: impl FnMut(&str, &str) -> Result<String, E>) -> Result<RegistryAccess, E> {
+        let mut access = RegistryAccess::default();
+        if let Some(a) = &self.authentication {
+            let password = read(&a.password_secret.secret_name, a.password_secret.secret_key())?;
+            access.basic_auth = Some((a.username.clone(), password.trim_end_matches(['\n', '\r']).to_owned()));
+        }
+        for c in self.tls.iter().flat_map(|t| &t.trusted_certificates) {
+            access.trusted_certificates.push(read(&c.secret_name, &c.certificate)?);
+        }
+        Ok(access)
+    }
+}
+
+/// An error with its causes, `: `-joined: a TLS failure's reason
+/// ("certificate verify failed") is a few levels below what an HTTP
+/// client says at the top ("error sending request").
+pub fn error_with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The TLS settings of a registry connection: Kafka's shape, CA
+/// certificates only (a client certificate is not sent).
+pub type RegistryTls = KafkaTls;
+
+#[cfg(test)]
+mod tests {
+    use crate::{CertSecretSource, KafkaTls, PasswordSecret, RegistryAuthentication, SchemaRegistrySpec};
+
+    fn spec(url: &str) -> SchemaRegistrySpec {
+        SchemaRegistrySpec {
+            url: url.into(),
+            subject_name_strategy: Default::default(),
+            authentication: Some(RegistryAuthentication {
+                username: "api-key".into(),
+                password_secret: PasswordSecret {
+                    secret_name: "registry".into(),
+                    key: Some("secret".into()),
+                    password: None,
+                },
+            }),
+            tls: Some(KafkaTls {
+                trusted_certificates: vec![CertSecretSource {
+                    secret_name: "registry-ca".into(),
+                    certificate: "ca.crt".into(),
+                }],
+            }),
+        }
+    }
+
+    #[test]
+    fn credentials_and_certificates_come_from_the_secrets_they_name() {
+        let s = spec("https://registry:8443/apis/ccompat/v7");
+        assert_eq!(s.access_problem(), None);
+        assert_eq!(s.secret_names().into_iter().collect::<Vec<_>>(), ["registry", "registry-ca"]);
+        let access = s.access(|secret, key| Ok::<_, String>(format!("{secret}/{key}\n"))).unwrap();
+        assert_eq!(access.basic_auth, Some(("api-key".into(), "registry/secret".into())));
+        assert_eq!(access.trusted_certificates, ["registry-ca/ca.crt\n"]);
+        assert!(!format!("{access:?}").contains("registry/secret"), "the password is never shown");
+    }
+
+    #[test]
+    fn what_cannot_be_used_is_refused_with_the_field() {
+        let problem = |s: SchemaRegistrySpec| s.access_problem().unwrap_or_default();
+        assert!(problem(spec("http://registry:8080")).contains("tls applies to an https:// URL"));
+        assert!(problem(spec("ftp://registry")).contains("not an http:// or https:// URL"));
+        assert!(problem(spec("https://")).contains("not an http:// or https:// URL"));
+        let mut s = spec("https://r");
+        s.authentication.as_mut().unwrap().password_secret.key = Some("../../etc/passwd".into());
+        assert!(problem(s).contains("is not a Secret key"));
+        let mut s = spec("https://r");
+        s.tls.as_mut().unwrap().trusted_certificates[0].secret_name = "../x".into();
+        assert!(problem(s).contains("is not a Secret name"));
+    }
+}
