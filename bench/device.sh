@@ -23,6 +23,9 @@
 #   allocators.txt q0, q4 and q8 at 16 cores with glibc, jemalloc, mimalloc;
 #   profile-*.txt perf's flat profile of q0 and q8 at 16 cores, q0 at 1;
 #   scaling.md    bench/scaling.sh at 1, 4, 8 and 16 cores (as time allows).
+# DEVICE_STEPS picks steps (default machine,perf-stat,processes,allocators,
+# profiles,scaling); SCALING_CORES and SCALING_QUERIES narrow the scaling
+# run (`DEVICE_STEPS=machine,scaling SCALING_CORES=1,16 SCALING_QUERIES=q0,q8`).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DEV=bench/out/device
@@ -52,6 +55,8 @@ prepare() {
 [ "${1:-}" = prepare ] && { prepare; exit; }
 [ "${1:-}" = run ] || { echo "usage: bash bench/device.sh prepare|run" >&2; exit 2; }
 
+STEPS=",${DEVICE_STEPS:-machine,perf-stat,processes,allocators,profiles,scaling},"
+step() { [[ "$STEPS" == *",$1,"* ]]; }
 R=${OUT:-bench/out/device-results}
 mkdir -p "$R"
 STARTED=$SECONDS
@@ -68,7 +73,7 @@ nexmark_side_input "$TMP/side.json"
 N=$(nproc)
 if command -v perf >/dev/null; then PERF=perf; else PERF="env LD_LIBRARY_PATH=$KIT/lib $KIT/perf"; fi
 
-{
+step machine && {
   echo "# $(date -u)"; nproc; lscpu; echo; free -g; echo
   echo "cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null)"; echo "cpuset: $(cat /sys/fs/cgroup/cpuset.cpus.effective 2>/dev/null)"
   echo "perf_event_paranoid: $(cat /proc/sys/kernel/perf_event_paranoid)"; echo "perf: $PERF"; $PERF --version 2>&1
@@ -86,7 +91,7 @@ one() {
   rate "$TMP/err"
 }
 
-{
+step perf-stat && {
   for c in 1 "$N"; do
     echo "## q0, $c core(s)"
     m=$(manifest q0 "$c")
@@ -95,7 +100,7 @@ one() {
   done
 } >"$R/perf-stat.txt" 2>&1
 
-{
+step processes && {
   echo "q0, one process of $N cores: $(one q0 "$N") records/s"
   m=$(manifest q0 1)
   started=$(date +%s.%N)
@@ -110,7 +115,7 @@ one() {
   echo "q0, one one-core process alone: $(one q0 1) records/s"
 } >"$R/processes.txt" 2>&1
 
-{
+step allocators && {
   for q in q0 q8 q4; do
     echo "$q, $N cores, glibc: $(one "$q" "$N") records/s"
     for a in jemalloc.so.2 mimalloc.so.2; do
@@ -119,7 +124,7 @@ one() {
   done
 } >"$R/allocators.txt" 2>&1
 
-for spec in q0:"$N" q8:"$N" q0:1; do
+step profiles && for spec in q0:"$N" q8:"$N" q0:1; do
   q=${spec%:*}; c=${spec#*:}
   m=$(manifest "$q" "$c")
   timeout 90 $PERF record -F 499 -o "$TMP/perf.data" -- "$W" run -f "$m" --bounded --cores "$c" >/dev/null 2>"$TMP/rec" || true
@@ -128,7 +133,8 @@ for spec in q0:"$N" q8:"$N" q0:1; do
 done
 
 echo "scaling with $(left) s left" >"$R/scaling.log"
-if [ "$(left)" -gt 60 ]; then
-  SLUICE_WORKER_BIN=$W BENCH_OUT="$R" timeout "$(left)" bash bench/scaling.sh --cores "1,4,8,$N" >>"$R/scaling.log" 2>&1
+if step scaling && [ "$(left)" -gt 60 ]; then
+  SLUICE_WORKER_BIN=$W BENCH_OUT="$R" timeout "$(left)" bash bench/scaling.sh --cores "${SCALING_CORES:-1,4,8,$N}" \
+    ${SCALING_QUERIES:+--queries "$SCALING_QUERIES"} >>"$R/scaling.log" 2>&1
 fi
 echo "done after $((SECONDS - STARTED)) s" >>"$R/scaling.log"

@@ -82,6 +82,9 @@ secure_start() {
   )
   cat >"$REGISTRY_DIR/nginx/nginx.conf" <<CONF
 daemon off;
+# As whoever runs the harness (for root, nginx's default would be an
+# unprivileged user who may not reach the run folder; otherwise ignored).
+user $(id -un);
 worker_processes 1;
 pid $REGISTRY_DIR/nginx/nginx.pid;
 error_log $REGISTRY_DIR/nginx/error.log;

@@ -2,8 +2,9 @@
 //! engine → encoded JSON results, against the decode-only rate of the same
 //! bytes measured in the same run.
 //!
-//! Then S2 with Avro in and out (Confluent wire format) beside JSON, same
-//! records, same run.
+//! Then S2, Nexmark q0 and q5's bid stage with Avro in (and out)
+//! (Confluent wire format) beside JSON, same records, same run
+//! (`cargo bench -p sluice-worker --bench scenarios -- avro` for those alone).
 //!
 //! `cargo bench -p sluice-worker --bench scenarios` (release profile; set
 //! `SLUICE_BENCH_RECORDS` to change the record count, default 2,000,000).
@@ -111,7 +112,7 @@ fn source(data: DatagenScenario) -> SourceSpec {
             Some("trade_time"),
         ),
         DatagenScenario::NexmarkPerson | DatagenScenario::NexmarkAuction | DatagenScenario::NexmarkBid => {
-            panic!("{data:?} is not a seed scenario")
+            panic!("{data:?} is not a seed scenario (Nexmark's come from their manifests)")
         }
     };
     SourceSpec {
@@ -240,50 +241,70 @@ fn full_with(
     (started.elapsed(), sink.rows)
 }
 
-/// S2 with Avro in (each record in the Confluent wire format, decoded by
-/// `AvroDecoder`) and out (results written by the Avro sink's encoder)
-/// beside the same records and results as JSON.
-fn s2_over_avro(records: u64) {
-    let plan = Arc::new(plan_query(S2, &[source(DatagenScenario::Trades)]).unwrap_or_else(|e| panic!("S2: {e}")));
-    let json = Payloads::generate(DatagenScenario::Trades, records);
-    let (schema, avro) = avro_payloads::to_avro(&plan, json.records());
-    let avro = Payloads::from_records(&avro);
-    let types: Vec<sluice_plan::DataType> = plan.outputs.iter().map(|o| o.expr.data_type()).collect();
-    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
-    let (json_out, avro_out) = (json_encoder(&plan), RowEncoder::Avro(AvroEncoder::new(2, &types, &keys)));
-    let (mut j, mut a, mut rows) = (Vec::new(), Vec::new(), (0, 0));
-    for _ in 0..3 {
-        let (t, r) =
-            full_with(&plan, EmitChangesMode::Coalesced, &json, RowDecoder::Json(JsonDecoder::new(&plan)), &json_out);
-        j.push(t);
-        let mut decoder = AvroDecoder::new(&plan);
-        decoder.add_schema(1, &schema);
-        let (u, q) =
-            full_with(&plan, EmitChangesMode::Coalesced, &avro, RowDecoder::Avro(Box::new(decoder)), &avro_out);
-        a.push(u);
-        rows = (r, q);
+/// The stage of Nexmark query `q` that reads the bids, planned from its
+/// manifest (`manifests/nexmark/<q>.yaml`) as the worker plans it.
+fn nexmark_bid_stage(q: &str) -> Arc<Plan> {
+    let path = format!("{}/../manifests/nexmark/{q}.yaml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let job: sluice_crds::StreamJob = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let flow = plan_dataflow(&job.spec.sql, &job.spec.sources, 4).unwrap_or_else(|e| panic!("{q}: {e}"));
+    let stage = flow.stages.iter().find(|s| s.plan.source.name == "bid").unwrap_or_else(|| panic!("{q}: no bid stage"));
+    Arc::new(stage.plan.clone())
+}
+
+/// A query's one stage with Avro in (each record in the Confluent wire
+/// format, decoded by `AvroDecoder`) and, when its results go to the sink,
+/// out (the Avro sink's encoder), beside the same records and results as
+/// JSON: S2, Nexmark q0, and the stage of Nexmark q5 that reads the bids
+/// (decode → hop windows → binary rows to its exchange, the same whatever
+/// the source's format). Three rounds, medians.
+fn over_avro(records: u64) {
+    let s2 = Arc::new(plan_query(S2, &[source(DatagenScenario::Trades)]).unwrap_or_else(|e| panic!("S2: {e}")));
+    let cases = [
+        ("S2 GROUP BY", s2, DatagenScenario::Trades, true),
+        ("Nexmark q0 (SELECT *)", nexmark_bid_stage("q0"), DatagenScenario::NexmarkBid, true),
+        ("Nexmark q5, its bid stage", nexmark_bid_stage("q5"), DatagenScenario::NexmarkBid, false),
+    ];
+    println!("\nJSON vs Avro in (and out, to the sink), decode → engine → encode, one core\n");
+    println!("| query | JSON records/s | Avro records/s | Avro ÷ JSON | bytes/record JSON | Avro | output rows |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (name, plan, data, to_sink) in cases {
+        let json = Payloads::generate(data, records);
+        let (schema, avro) = avro_payloads::to_avro(&plan, json.records());
+        let avro = Payloads::from_records(&avro);
+        let types: Vec<sluice_plan::DataType> = plan.outputs.iter().map(|o| o.expr.data_type()).collect();
+        let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+        let (json_out, avro_out) = if to_sink {
+            (json_encoder(&plan), RowEncoder::Avro(AvroEncoder::new(2, &types, &keys)))
+        } else {
+            (RowEncoder::Binary(BinaryEncoder), RowEncoder::Binary(BinaryEncoder))
+        };
+        let (mut j, mut a, mut rows) = (Vec::new(), Vec::new(), (0, 0));
+        for _ in 0..3 {
+            let json_in = RowDecoder::Json(JsonDecoder::new(&plan));
+            let (t, r) = full_with(&plan, EmitChangesMode::Coalesced, &json, json_in, &json_out);
+            j.push(t);
+            let mut decoder = AvroDecoder::new(&plan);
+            decoder.add_schema(1, &schema);
+            let avro_in = RowDecoder::Avro(Box::new(decoder));
+            let (u, q) = full_with(&plan, EmitChangesMode::Coalesced, &avro, avro_in, &avro_out);
+            a.push(u);
+            rows = (r, q);
+        }
+        assert_eq!(rows.0, rows.1, "{name}: the same rows whatever the format");
+        let (j, a) = (median(j), median(a));
+        let rate = |t: Duration| records as f64 / t.as_secs_f64();
+        let size = |p: &Payloads| p.bytes.len() as f64 / p.ends.len() as f64;
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.2} | {:.1} | {:.1} | {} |",
+            rate(j),
+            rate(a),
+            rate(a) / rate(j),
+            size(&json),
+            size(&avro),
+            rows.0
+        );
     }
-    let (j, a) = (median(j), median(a));
-    let rate = |t: Duration| records as f64 / t.as_secs_f64();
-    let size = |p: &Payloads| p.bytes.len() as f64 / p.ends.len() as f64;
-    println!("\nS2 GROUP BY, JSON vs Avro in and out (decode → engine → encode), one core\n");
-    println!("| records in → results out | records/s | ns/record | bytes/record in | output rows |");
-    println!("|---|---:|---:|---:|---:|");
-    println!(
-        "| JSON → JSON | {:.0} | {:.0} | {:.1} | {} |",
-        rate(j),
-        j.as_nanos() as f64 / records as f64,
-        size(&json),
-        rows.0
-    );
-    println!(
-        "| Avro → Avro | {:.0} | {:.0} | {:.1} | {} |",
-        rate(a),
-        a.as_nanos() as f64 / records as f64,
-        size(&avro),
-        rows.1
-    );
-    println!("\nAvro ÷ JSON: {:.2}", rate(a) / rate(j));
 }
 
 /// S2's aggregates per symbol, over the trades keyed by trader: one
@@ -417,8 +438,8 @@ fn main() {
             rows
         );
     }
-    if only.as_deref().is_none_or(|o| "s2 avro".contains(&o.to_lowercase())) {
-        s2_over_avro(records);
+    if only.as_deref().is_none_or(|o| "avro".contains(&o.to_lowercase())) {
+        over_avro(records);
     }
     if only.as_deref().is_some_and(|o| !"s2 re-keyed".contains(&o.to_lowercase())) {
         return;

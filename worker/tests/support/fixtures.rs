@@ -332,10 +332,10 @@ pub fn protobuf_seeds() -> Vec<Vec<u8>> {
     vec![r, sparse, other]
 }
 
-/// A Debezium table source's decoder: its columns, the deletion marker,
-/// and the envelope's `op`, `source.table` and `ts_ms`.
+/// A Debezium table source's plan: its columns, the deletion marker, and
+/// the envelope's `op`, `source.table` and `ts_ms`.
 #[allow(clippy::unwrap_used)]
-pub fn debezium_decoder() -> DebeziumDecoder {
+fn debezium_plan() -> Plan {
     let source = SourceSpec::table(
         "customers",
         &[
@@ -348,7 +348,12 @@ pub fn debezium_decoder() -> DebeziumDecoder {
         ],
     );
     let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
-    DebeziumDecoder::new(&sluice_sql::plan_query(sql, &[source]).unwrap())
+    sluice_sql::plan_query(sql, &[source]).unwrap()
+}
+
+/// The Debezium (JSON) decoder of [`debezium_plan`].
+pub fn debezium_decoder() -> DebeziumDecoder {
+    DebeziumDecoder::new(&debezium_plan())
 }
 
 /// Debezium's Avro envelope for `customers (id, name)`, registered as id 7:
@@ -365,23 +370,10 @@ pub const DEBEZIUM_AVRO_ENVELOPE: &str = r#"{"type":"record","name":"Envelope","
         {"name":"id","type":"string"},{"name":"total_order","type":"long"}]}],"default":null}
 ]}"#;
 
-/// The Debezium Avro decoder over [`debezium_decoder`]'s columns, with
+/// The Debezium Avro decoder of [`debezium_plan`], with
 /// [`DEBEZIUM_AVRO_ENVELOPE`] handed over as schema id 7.
-#[allow(clippy::unwrap_used)]
 pub fn debezium_avro_decoder() -> DebeziumAvroDecoder {
-    let source = SourceSpec::table(
-        "customers",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("name", ColumnType::String, false),
-            ("__deleted", ColumnType::Boolean, false),
-            ("op", ColumnType::String, false),
-            ("source.table", ColumnType::String, false),
-            ("ts_ms", ColumnType::Timestamp, false),
-        ],
-    );
-    let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
-    let mut d = DebeziumAvroDecoder::new(&sluice_sql::plan_query(sql, &[source]).unwrap());
+    let mut d = DebeziumAvroDecoder::new(&debezium_plan());
     d.add_schema(7, DEBEZIUM_AVRO_ENVELOPE);
     d
 }

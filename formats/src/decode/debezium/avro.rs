@@ -113,7 +113,6 @@ impl DebeziumAvroDecoder {
 
 #[cfg(test)]
 mod tests {
-    use sluice_crds::{ColumnType, SourceSpec};
     use sluice_plan::{Batch, Scalar};
 
     use super::DebeziumAvroDecoder;
@@ -137,23 +136,7 @@ mod tests {
     ]}"#;
 
     fn decoder() -> DebeziumAvroDecoder {
-        let source = SourceSpec::table(
-            "customers",
-            &[
-                ("id", ColumnType::Bigint, true),
-                ("name", ColumnType::String, false),
-                ("__deleted", ColumnType::Boolean, false),
-                ("op", ColumnType::String, false),
-                ("source.table", ColumnType::String, false),
-                ("ts_ms", ColumnType::Timestamp, false),
-            ],
-        );
-        let plan = sluice_sql::plan_query(
-            r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#,
-            &[source],
-        )
-        .unwrap();
-        let mut d = DebeziumAvroDecoder::new(&plan);
+        let mut d = DebeziumAvroDecoder::new(&crate::decode::debezium::tests::customers_plan());
         d.add_schema(7, ENVELOPE);
         d
     }

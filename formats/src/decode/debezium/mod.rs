@@ -152,7 +152,7 @@ impl DebeziumDecoder {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::decode) mod tests {
     use sluice_crds::{ColumnType, SourceSpec};
     use sluice_plan::{Batch, Scalar};
 
@@ -160,8 +160,9 @@ mod tests {
     use crate::decode::RecordMeta;
 
     /// A table source's columns as its join side reads them (with the
-    /// deletion marker), and the envelope's `op`, `source.table`, `ts_ms`.
-    fn decoder() -> DebeziumDecoder {
+    /// deletion marker), and the envelope's `op`, `source.table`, `ts_ms`:
+    /// the plan both Debezium decoders' tests read with.
+    pub(in crate::decode) fn customers_plan() -> sluice_plan::Plan {
         let source = SourceSpec::table(
             "customers",
             &[
@@ -173,12 +174,12 @@ mod tests {
                 ("ts_ms", ColumnType::Timestamp, false),
             ],
         );
-        let plan = sluice_sql::plan_query(
-            r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#,
-            &[source],
-        )
-        .unwrap();
-        DebeziumDecoder::new(&plan)
+        let sql = r#"SELECT id, name, __deleted, op, "source.table", ts_ms FROM customers"#;
+        sluice_sql::plan_query(sql, &[source]).unwrap()
+    }
+
+    fn decoder() -> DebeziumDecoder {
+        DebeziumDecoder::new(&customers_plan())
     }
 
     fn row(batch: &Batch, r: usize) -> Vec<Scalar> {
