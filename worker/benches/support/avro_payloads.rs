@@ -17,7 +17,12 @@ pub fn to_avro<'a>(plan: &Plan, json: impl Iterator<Item = &'a [u8]>) -> (String
     let types: Vec<DataType> = fields.iter().map(|f| f.1).collect();
     let schema = writer_schema("bench", &fields).unwrap_or_else(|e| panic!("writer schema: {e}"));
     let encoder = AvroEncoder::new(1, &types, &[]);
-    let mut decoder = JsonDecoder::new(plan);
+    // Every column read, used by the query or not: the Avro records hold
+    // all the JSON records hold (a required column the query does not use
+    // would otherwise be written as null).
+    let mut every_column = plan.clone();
+    every_column.used_columns.iter_mut().for_each(|u| *u = true);
+    let mut decoder = JsonDecoder::new(&every_column);
     let mut batch = decoder.new_batch(4096);
     let mut avro = Vec::new();
     let flush = |batch: &mut sluice_plan::Batch, avro: &mut Vec<Vec<u8>>| {
