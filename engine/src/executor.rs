@@ -495,12 +495,15 @@ fn emit_intermediate(
         having.extend(0..u32::try_from(rows.len).unwrap_or(u32::MAX));
     }
     having.retain(|r| !is_deleted(r));
-    let upserts = emit(&plan.outputs, &plan.keys, rows, Selection::Rows(having), false, out)?;
+    // The SELECT list once, for the upserts and the deletions alike.
     let columns: Vec<Value<'_>> = plan.outputs.iter().map(|o| eval(&o.expr, rows)).collect::<Result<_, _>>()?;
     let keys: Vec<Value<'_>> = plan.keys.iter().map(|o| eval(&o.expr, rows)).collect::<Result<_, _>>()?;
-    let selection = Selection::Rows(deleted);
-    out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input: false, delete: true })?;
-    Ok(upserts + deleted.len())
+    for (selection, delete) in [(Selection::Rows(having), false), (Selection::Rows(deleted), true)] {
+        if !selection.is_empty() {
+            out.rows(&EmittedRows { columns: &columns, keys: &keys, selection, from_input: false, delete })?;
+        }
+    }
+    Ok(having.len() + deleted.len())
 }
 
 #[cfg(test)]

@@ -516,10 +516,10 @@ fn push(
         (Slot::Text(s, e), _) => batch.columns[col].push_str(text(s, e)?),
         (Slot::Enum(e, number), _) => {
             let names = &program.enums[e];
-            match names.get(&number) {
-                Some(n) => batch.columns[col].push_str(n),
+            match names.binary_search_by_key(&number, |n| n.0) {
+                Ok(i) => batch.columns[col].push_str(&names[i].1),
                 // An unknown number (a newer writer's value): its number.
-                None => batch.columns[col].push_str(&number.to_string()),
+                Err(_) => batch.columns[col].push_str(&number.to_string()),
             }
         }
     };

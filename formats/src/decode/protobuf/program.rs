@@ -135,8 +135,10 @@ pub(super) struct Program {
     pub nodes: usize,
     /// Every field column and what it holds when unset.
     pub fill: Vec<(usize, Fill)>,
-    /// Enum value names by number, per enum read as text.
-    pub enums: Vec<HashMap<i32, String>>,
+    /// Enum value names by number, per enum read as text: sorted by
+    /// number, found by binary search (an enum has a handful of values;
+    /// no hashing per record).
+    pub enums: Vec<Vec<(i32, String)>>,
 }
 
 /// The source's field columns, as the compiler needs them.
@@ -293,7 +295,10 @@ impl Program {
             },
             Kind::Enum(e) => match t {
                 DataType::String => {
-                    let names: HashMap<i32, String> = e.values().map(|v| (v.number(), v.name().to_owned())).collect();
+                    let mut names: Vec<(i32, String)> = e.values().map(|v| (v.number(), v.name().to_owned())).collect();
+                    // An alias (`allow_alias`) keeps the first name of its number.
+                    names.sort_by_key(|n| n.0);
+                    names.dedup_by_key(|n| n.0);
                     let first = e.default_value().name().to_owned();
                     self.enums.push(names);
                     Ok((Read::EnumName(self.enums.len() - 1), Some(Default::Text(first))))
