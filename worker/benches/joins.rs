@@ -140,7 +140,7 @@ fn bounded_side(name: &str, until: bool) -> SourceSpec {
 }
 
 struct Sink {
-    encoder: JsonEncoder,
+    encoder: RowEncoder,
     out: EncodedRows,
     rows: u64,
 }
@@ -244,7 +244,11 @@ fn run_join(flow: &Dataflow, inputs: [&Payloads; 2], right_first: bool) -> (Dura
                 (decoder, batch, Engine::new(Arc::clone(&joined), options), UpstreamWatermarks::new(2))
             })
             .collect(),
-        sink: Sink { encoder: JsonEncoder::new(&out_names, &out_keys), out: EncodedRows::default(), rows: 0 },
+        sink: Sink {
+            encoder: RowEncoder::Json(JsonEncoder::new(&out_names, &out_keys)),
+            out: EncodedRows::default(),
+            rows: 0,
+        },
     };
     let mut exchange = LocalExchange::new(EXCHANGE_PARTITIONS);
     let mut step = |s: usize, b: usize, exchange: &mut LocalExchange, joiner: &mut Joiner| -> bool {
@@ -303,7 +307,11 @@ fn s2(plan: &Arc<Plan>, payloads: &Payloads) -> (Duration, u64) {
     let mut batch = decoder.new_batch(BATCH);
     let mut engine = Engine::new(Arc::clone(plan), EngineOptions::default());
     let (out_names, out_keys) = names(plan);
-    let mut sink = Sink { encoder: JsonEncoder::new(&out_names, &out_keys), out: EncodedRows::default(), rows: 0 };
+    let mut sink = Sink {
+        encoder: RowEncoder::Json(JsonEncoder::new(&out_names, &out_keys)),
+        out: EncodedRows::default(),
+        rows: 0,
+    };
     let started = Instant::now();
     let mut b = 0;
     while let Some((mut start, ends)) = payloads.batch(b) {

@@ -8,6 +8,9 @@ use sluice_plan::time::MAX_TIMESTAMP_MS;
 
 use super::JsonDecoder;
 
+/// The field a table source's rows carry to say they are deletions.
+pub(super) const DELETED: &str = "__deleted";
+
 /// A NULL into column `col` (when the query uses it); refused for a
 /// `required` one.
 pub(super) fn push_null(columns: &JsonDecoder, batch: &mut Batch, col: usize) -> Result<(), String> {

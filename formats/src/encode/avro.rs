@@ -11,7 +11,7 @@ use sluice_crds::SinkFormat;
 use sluice_engine::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
-use super::json::EncodedRows;
+use super::json::{EncodedRows, prefixes};
 use super::key::KeyWriter;
 use super::view::{Cells, Data, View};
 
@@ -83,7 +83,9 @@ const NAMESPACE: &str = "dev.sluice";
 /// Writes [`EmittedRows`] as Avro values of the schema registered as `id`.
 #[derive(Debug, Clone)]
 pub struct AvroEncoder {
-    record: AvroRecord,
+    header: [u8; 5],
+    /// Which output columns are of type `null` (a bare `null` field, no union).
+    bare_null: Vec<bool>,
     pub(super) keys: KeyWriter,
 }
 
@@ -152,7 +154,13 @@ impl Cells for Avro {
 impl AvroEncoder {
     /// `types`: the output columns' types, as [`writer_schema`] was given them.
     pub fn new(schema_id: u32, types: &[DataType], key_names: &[String]) -> Self {
-        Self { record: AvroRecord::new(schema_id, types), keys: KeyWriter::json(key_names) }
+        let mut header = [0; 5];
+        header[1..].copy_from_slice(&schema_id.to_be_bytes());
+        Self {
+            header,
+            bare_null: types.iter().map(|t| *t == DataType::Null).collect(),
+            keys: KeyWriter::json_prefixes(prefixes(key_names)),
+        }
     }
 
     /// Appends the emitted rows to `out`.
@@ -162,46 +170,23 @@ impl AvroEncoder {
         rows.selection.for_each(|row| {
             // A deletion is a tombstone: no value at all.
             if !rows.delete {
-                self.record.write(&values, row, &mut out.values);
+                write_record(&self.header, &self.bare_null, &values, row, &mut out.values);
             }
             out.value_ends.push(out.values.len());
         });
-        self.keys.encode(rows, out);
     }
 }
 
-/// A record of nullable fields in the Confluent wire format: how a value,
-/// and an Avro key (`sink.keyFormat: avro`), is written.
-#[derive(Debug, Clone)]
-pub(super) struct AvroRecord {
-    header: [u8; 5],
-    /// Which fields are of type `null` (a bare `null` field, no union).
-    bare_null: Vec<bool>,
-}
-
-impl AvroRecord {
-    /// The record of schema `schema_id`, of fields of `types` (as
-    /// [`writer_schema`] was given them).
-    pub(super) fn new(schema_id: u32, types: &[DataType]) -> Self {
-        let mut header = [0; 5];
-        header[1..].copy_from_slice(&schema_id.to_be_bytes());
-        Self { header, bare_null: types.iter().map(|t| *t == DataType::Null).collect() }
-    }
-
-    /// The views of a batch's columns this record writes.
-    pub(super) fn views<'a>(columns: &'a [sluice_plan::Value<'a>]) -> Vec<View<'a>> {
-        columns.iter().map(View::of::<Avro>).collect()
-    }
-
-    /// Appends row `row` of `views` (from [`AvroRecord::views`]).
-    #[inline]
-    pub(super) fn write(&self, views: &[View<'_>], row: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.header);
-        for (v, bare) in views.iter().zip(&self.bare_null) {
-            // A bare `null` field takes no bytes.
-            if !bare {
-                v.write::<Avro>(row, out);
-            }
+/// Appends row `row` of `views` (made with [`Avro`] cells) as a record of
+/// nullable fields in the Confluent wire format: how a value, and an Avro
+/// key (`sink.keyFormat: avro`), is written.
+#[inline]
+pub(super) fn write_record(header: &[u8; 5], bare_null: &[bool], views: &[View<'_>], row: usize, out: &mut Vec<u8>) {
+    out.extend_from_slice(header);
+    for (v, bare) in views.iter().zip(bare_null) {
+        // A bare `null` field takes no bytes.
+        if !bare {
+            v.write::<Avro>(row, out);
         }
     }
 }

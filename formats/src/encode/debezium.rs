@@ -35,7 +35,7 @@ impl DebeziumJsonEncoder {
         Self {
             value_prefixes: prefixes(output_names),
             key_prefixes: prefixes(key_names),
-            keys: KeyWriter::json(key_names),
+            keys: KeyWriter::json_prefixes(prefixes(key_names)),
             op: if key_names.is_empty() { br#","op":"c"}"# } else { br#","op":"u"}"# },
         }
     }
@@ -57,7 +57,6 @@ impl DebeziumJsonEncoder {
             }
             out.value_ends.push(out.values.len());
         });
-        self.keys.encode(rows, out);
     }
 }
 

@@ -142,7 +142,11 @@ impl JsonEncoder {
         if let Some(first) = deleted_prefixes.first_mut() {
             first[0] = b',';
         }
-        Self { value_prefixes: prefixes(output_names), keys: KeyWriter::json(key_names), deleted_prefixes }
+        Self {
+            value_prefixes: prefixes(output_names),
+            keys: KeyWriter::json_prefixes(prefixes(key_names)),
+            deleted_prefixes,
+        }
     }
 
     /// Appends the emitted rows to `out`.
@@ -164,7 +168,6 @@ impl JsonEncoder {
             }
             out.value_ends.push(out.values.len());
         });
-        self.keys.encode(rows, out);
     }
 }
 
@@ -272,7 +275,10 @@ mod tests {
             Value::Scalar(Scalar::Bigint(7), DataType::Bigint),
         ];
         let keys = vec![Value::Column(Cow::Borrowed(&s))];
-        let enc = JsonEncoder::new(&["s".into(), "f".into(), "t".into(), "k".into()], &["s".into()]);
+        let enc = crate::encode::RowEncoder::Json(JsonEncoder::new(
+            &["s".into(), "f".into(), "t".into(), "k".into()],
+            &["s".into()],
+        ));
         let mut out = EncodedRows::default();
         enc.encode(
             &EmittedRows {

@@ -2,57 +2,34 @@
 //! the key columns (the default, as Kafka Connect's JSON converter reads
 //! it), or an Avro record of them in the Confluent wire format
 //! (`sink.keyFormat: avro`, for Connect's AvroConverter as key converter).
+//! Each sink encoder holds one; [`super::RowEncoder::encode`] writes the
+//! keys after the encoder wrote the values.
 
-use sluice_engine::EmittedRows;
 use sluice_plan::DataType;
 
-use super::avro::AvroRecord;
-use super::json::{EncodedRows, Json, prefixes, write_object};
-use super::view::View;
+#[derive(Debug, Clone)]
+pub struct KeyWriter(pub(super) Kind);
 
 #[derive(Debug, Clone)]
-pub struct KeyWriter(Kind);
-
-#[derive(Debug, Clone)]
-enum Kind {
+pub(super) enum Kind {
     /// Each key column's `{"name":` (`,"name":` after the first).
     Json(Vec<Vec<u8>>),
-    Avro(AvroRecord),
+    /// The wire format's header (a zero byte, the key schema's id), and
+    /// which fields are of type `null` (no union, no bytes).
+    Avro { header: [u8; 5], bare_null: Vec<bool> },
 }
 
 impl KeyWriter {
-    /// JSON objects of the columns `key_names`.
-    pub fn json(key_names: &[String]) -> Self {
-        Self(Kind::Json(prefixes(key_names)))
+    /// JSON objects of the key columns, each column's prefix given.
+    pub(super) fn json_prefixes(prefixes: Vec<Vec<u8>>) -> Self {
+        Self(Kind::Json(prefixes))
     }
 
     /// Avro records of key schema `schema_id`, of fields of `types`.
     pub fn avro(schema_id: u32, types: &[DataType]) -> Self {
-        Self(Kind::Avro(AvroRecord::new(schema_id, types)))
-    }
-
-    /// Appends each selected row's key to `out` (nothing for a query
-    /// without a key).
-    pub fn encode(&self, rows: &EmittedRows<'_>, out: &mut EncodedRows) {
-        if rows.keys.is_empty() {
-            return;
-        }
-        match &self.0 {
-            Kind::Json(prefixes) => {
-                let keys: Vec<View<'_>> = rows.keys.iter().map(View::of::<Json>).collect();
-                rows.selection.for_each(|row| {
-                    write_object(prefixes, &keys, row, &mut out.keys);
-                    out.key_ends.push(out.keys.len());
-                });
-            }
-            Kind::Avro(record) => {
-                let keys = AvroRecord::views(rows.keys);
-                rows.selection.for_each(|row| {
-                    record.write(&keys, row, &mut out.keys);
-                    out.key_ends.push(out.keys.len());
-                });
-            }
-        }
+        let mut header = [0; 5];
+        header[1..].copy_from_slice(&schema_id.to_be_bytes());
+        Self(Kind::Avro { header, bare_null: types.iter().map(|t| *t == DataType::Null).collect() })
     }
 }
 

@@ -40,9 +40,18 @@ impl RowEncoder {
     pub fn encode(&self, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {
         let from = out.len();
         match self {
-            Self::Json(e) => e.encode(rows, out),
-            Self::Avro(e) => e.encode(rows, out),
-            Self::DebeziumJson(e) => e.encode(rows, out),
+            Self::Json(e) => {
+                e.encode(rows, out);
+                write_keys(&e.keys, rows, out);
+            }
+            Self::Avro(e) => {
+                e.encode(rows, out);
+                write_keys(&e.keys, rows, out);
+            }
+            Self::DebeziumJson(e) => {
+                e.encode(rows, out);
+                write_keys(&e.keys, rows, out);
+            }
             // No plan deletes rows on their way to an exchange: the
             // planner refuses an aggregate over an aggregate of a table,
             // the one shape where they would cross one.
@@ -50,5 +59,30 @@ impl RowEncoder {
             Self::Binary(e) => e.encode(rows, out),
         }
         out.mark_tombstones(from, rows.delete && !matches!(self, Self::DebeziumJson(_)));
+    }
+}
+
+/// Appends each selected row's key to `out` (nothing for a query without
+/// a key), as `keys` says: after the values, one key per value.
+fn write_keys(keys: &KeyWriter, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {
+    use view::View;
+    if rows.keys.is_empty() {
+        return;
+    }
+    match &keys.0 {
+        key::Kind::Json(prefixes) => {
+            let views: Vec<View<'_>> = rows.keys.iter().map(View::of::<json::Json>).collect();
+            rows.selection.for_each(|row| {
+                json::write_object(prefixes, &views, row, &mut out.keys);
+                out.key_ends.push(out.keys.len());
+            });
+        }
+        key::Kind::Avro { header, bare_null } => {
+            let views: Vec<View<'_>> = rows.keys.iter().map(View::of::<avro::Avro>).collect();
+            rows.selection.for_each(|row| {
+                avro::write_record(header, bare_null, &views, row, &mut out.keys);
+                out.key_ends.push(out.keys.len());
+            });
+        }
     }
 }

@@ -16,7 +16,7 @@
 
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
-use super::DELETED;
+use crate::decode::cells::DELETED;
 use crate::decode::{AvroDecoder, DecodeError, RecordMeta};
 
 /// The envelope's own fields, read where they are rather than in an image.

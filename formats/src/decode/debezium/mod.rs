@@ -25,10 +25,8 @@ use serde_json::value::RawValue;
 
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
+use super::cells::DELETED;
 use super::{DecodeError, JsonDecoder, RecordMeta};
-
-/// The field a table source's rows carry to say they are deletions.
-pub(crate) const DELETED: &str = "__deleted";
 
 #[derive(Debug, Clone)]
 pub struct DebeziumDecoder {
