@@ -58,14 +58,18 @@ pub fn as_given(lookup: &Lookup) -> Result<(&str, &str), String> {
 impl Registry {
     /// A client of the registry at `url` that needs no credentials.
     pub fn new(url: &str) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new(Self::open(url, None, Vec::new()))
+    }
+
+    fn open(url: &str, user: Option<(String, String)>, certificates: Vec<reqwest::Certificate>) -> Self {
+        Self {
             url: url.trim_end_matches('/').to_owned(),
-            user: None,
-            certificates: Vec::new(),
+            user,
+            certificates,
             client: OnceLock::new(),
             schemas: Mutex::new(HashMap::new()),
             registered: Mutex::new(HashMap::new()),
-        })
+        }
     }
 
     /// A client of `spec`'s registry, its password and CA certificates read
@@ -96,11 +100,7 @@ impl Registry {
                 ))
             })?);
         }
-        let mut registry = Arc::into_inner(Self::new(&spec.url))
-            .ok_or_else(|| Error::Internal("a new registry client is shared".into()))?;
-        registry.user = access.basic_auth;
-        registry.certificates = certificates;
-        Ok(Arc::new(registry))
+        Ok(Arc::new(Self::open(&spec.url, access.basic_auth, certificates)))
     }
 
     pub fn url(&self) -> &str {
