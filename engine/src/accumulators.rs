@@ -198,6 +198,100 @@ impl Accumulator {
         }
     }
 
+    /// Whether groups can be cut out into checkpoint pages
+    /// ([`Accumulator::page`]): every kind but COUNT(DISTINCT), whose
+    /// values live in one table of all groups.
+    pub fn pages(&self) -> bool {
+        !matches!(self, Self::CountDistinct(_))
+    }
+
+    /// Groups `groups` as an accumulator of the same kind, for an
+    /// incremental checkpoint's page (groups past the end read as reset).
+    pub fn page(&self, groups: std::ops::Range<usize>) -> Result<Self, Error> {
+        fn cut<T: Clone + Default>(v: &[T], r: &std::ops::Range<usize>) -> Vec<T> {
+            r.clone().map(|g| v.get(g).cloned().unwrap_or_default()).collect()
+        }
+        let r = &groups;
+        Ok(match self {
+            Self::Count { counts } => Self::Count { counts: cut(counts, r) },
+            Self::SumInt { sums, seen } => Self::SumInt { sums: cut(sums, r), seen: cut(seen, r) },
+            Self::SumFloat { sums, seen } => Self::SumFloat { sums: cut(sums, r), seen: cut(seen, r) },
+            Self::Avg { sums, counts } => Self::Avg { sums: cut(sums, r), counts: cut(counts, r) },
+            Self::Moments { n, mean, m2, func } => {
+                Self::Moments { n: cut(n, r), mean: cut(mean, r), m2: cut(m2, r), func: *func }
+            }
+            Self::MinMaxInt { values, seen, max } => {
+                Self::MinMaxInt { values: cut(values, r), seen: cut(seen, r), max: *max }
+            }
+            Self::MinMaxFloat { values, seen, max } => {
+                Self::MinMaxFloat { values: cut(values, r), seen: cut(seen, r), max: *max }
+            }
+            Self::MinMaxBool { values, seen, max } => {
+                Self::MinMaxBool { values: cut(values, r), seen: cut(seen, r), max: *max }
+            }
+            Self::MinMaxStr { values, max } => Self::MinMaxStr { values: cut(values, r), max: *max },
+            Self::CountDistinct(_) => return Err(Error::Internal("COUNT(DISTINCT) state is not paged".into())),
+        })
+    }
+
+    /// Writes a page cut by [`Accumulator::page`] back, from group `start`.
+    pub fn set_page(&mut self, start: usize, page: Self) -> Result<(), Error> {
+        fn put<T>(v: &mut [T], start: usize, from: Vec<T>) {
+            for (slot, value) in v[start..].iter_mut().zip(from) {
+                *slot = value;
+            }
+        }
+        let len = match &page {
+            Self::Count { counts: v } | Self::Avg { counts: v, .. } | Self::Moments { n: v, .. } => v.len(),
+            Self::SumInt { seen, .. } | Self::SumFloat { seen, .. } => seen.len(),
+            Self::MinMaxInt { seen, .. } | Self::MinMaxFloat { seen, .. } | Self::MinMaxBool { seen, .. } => seen.len(),
+            Self::MinMaxStr { values, .. } => values.len(),
+            Self::CountDistinct(_) => 0,
+        };
+        self.ensure(start + len);
+        match (self, page) {
+            (Self::Count { counts }, Self::Count { counts: c }) => put(counts, start, c),
+            (Self::SumInt { sums, seen }, Self::SumInt { sums: s, seen: n }) => {
+                put(sums, start, s);
+                put(seen, start, n);
+            }
+            (Self::SumFloat { sums, seen }, Self::SumFloat { sums: s, seen: n }) => {
+                put(sums, start, s);
+                put(seen, start, n);
+            }
+            (Self::Avg { sums, counts }, Self::Avg { sums: s, counts: c }) => {
+                put(sums, start, s);
+                put(counts, start, c);
+            }
+            (Self::Moments { n, mean, m2, .. }, Self::Moments { n: a, mean: b, m2: c, .. }) => {
+                put(n, start, a);
+                put(mean, start, b);
+                put(m2, start, c);
+            }
+            (Self::MinMaxInt { values, seen, .. }, Self::MinMaxInt { values: v, seen: s, .. }) => {
+                put(values, start, v);
+                put(seen, start, s);
+            }
+            (Self::MinMaxFloat { values, seen, .. }, Self::MinMaxFloat { values: v, seen: s, .. }) => {
+                put(values, start, v);
+                put(seen, start, s);
+            }
+            (Self::MinMaxBool { values, seen, .. }, Self::MinMaxBool { values: v, seen: s, .. }) => {
+                put(values, start, v);
+                put(seen, start, s);
+            }
+            (Self::MinMaxStr { values, .. }, Self::MinMaxStr { values: v, .. }) => put(values, start, v),
+            (this, page) => {
+                return Err(Error::Checkpoint(format!(
+                    "a checkpoint page of {} state does not fit {} state",
+                    page.name(),
+                    this.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Removes per-group side state of freed groups (COUNT DISTINCT values).
     pub fn drop_groups(&mut self, dead: &[bool]) {
         if let Self::CountDistinct(d) = self {

@@ -93,6 +93,9 @@ pub struct Engine {
     stats: EngineStats,
     /// `stats.records_in` when the state was last measured.
     state_measured_at: u64,
+    /// The state was restored whole (or converted): the next incremental
+    /// checkpoint writes every page, none of which the state topic holds yet.
+    all_pages_dirty: bool,
 }
 
 const SNAPSHOT_VERSION: u32 = 1;
@@ -142,6 +145,7 @@ impl Engine {
             late: Vec::new(),
             stats: EngineStats::default(),
             state_measured_at: 0,
+            all_pages_dirty: false,
         }
     }
 
@@ -399,10 +403,56 @@ impl Engine {
     /// Serialises the engine's state (see [`Engine::restore`]), headed by
     /// the fingerprint of the state it holds ([`state_fingerprint`]).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
+        self.operator.snapshot(self.snapshot_header()?)
+    }
+
+    /// Whether checkpoints of this engine are incremental: a head
+    /// ([`Engine::snapshot_head`]) and the pages that changed
+    /// ([`Engine::take_dirty_pages`], [`Engine::snapshot_page`]).
+    pub fn paged(&self) -> bool {
+        self.operator.paged()
+    }
+
+    /// The head of an incremental checkpoint: [`Engine::snapshot`]'s
+    /// header, then what the operator keeps outside its pages (all of its
+    /// state when it is not paged).
+    pub fn snapshot_head(&self) -> Result<Vec<u8>, Error> {
+        self.operator.snapshot_head(self.snapshot_header()?)
+    }
+
+    fn snapshot_header(&self) -> Result<Vec<u8>, Error> {
         let header: SnapshotHeader = (SNAPSHOT_VERSION, state_fingerprint(&self.plan), self.max_event_time);
-        let out =
-            postcard::to_allocvec(&header).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))?;
-        self.operator.snapshot(out)
+        postcard::to_allocvec(&header).map_err(|e| Error::Checkpoint(format!("cannot serialise state: {e}")))
+    }
+
+    /// The pages changed since the last call (all of them after a whole
+    /// state was restored), in increasing order.
+    pub fn take_dirty_pages(&mut self) -> Vec<u32> {
+        let mut pages = Vec::new();
+        self.operator.take_dirty_pages(std::mem::take(&mut self.all_pages_dirty), &mut pages);
+        pages
+    }
+
+    pub fn snapshot_page(&self, page: u32) -> Result<Vec<u8>, Error> {
+        self.operator.snapshot_page(page, Vec::new())
+    }
+
+    /// Restores a head written by [`Engine::snapshot_head`]; its pages
+    /// follow ([`Engine::restore_page`]), then [`Engine::pages_restored`].
+    pub fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let operator = self.restore_header(bytes)?;
+        self.operator.restore_head(operator)?;
+        self.all_pages_dirty = false;
+        Ok(())
+    }
+
+    pub fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        self.operator.restore_page(page, bytes)
+    }
+
+    pub fn pages_restored(&mut self) -> Result<(), Error> {
+        self.operator.pages_restored()?;
+        self.check_state_limit()
     }
 
     /// A hopping aggregate's checkpoint written in panes (EMIT FINAL),
@@ -427,6 +477,18 @@ impl Engine {
     /// Checkpoints of earlier releases carry the whole plan's fingerprint
     /// instead, which still restores into the same plan.
     pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let operator = self.restore_header(bytes)?;
+        match self.panes_to_windows(operator)? {
+            Some(windows) => self.operator = Box::new(windows),
+            None => self.operator.restore(operator)?,
+        }
+        self.all_pages_dirty = true;
+        self.check_state_limit()
+    }
+
+    /// Checks a checkpoint's header and takes its watermark: the
+    /// operator's bytes that follow.
+    fn restore_header<'b>(&mut self, bytes: &'b [u8]) -> Result<&'b [u8], Error> {
         let ((version, fingerprint, max_event_time), operator): (SnapshotHeader, &[u8]) =
             postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
         if version != SNAPSHOT_VERSION {
@@ -441,11 +503,7 @@ impl Engine {
             )));
         }
         self.max_event_time = max_event_time;
-        match self.panes_to_windows(operator)? {
-            Some(windows) => self.operator = Box::new(windows),
-            None => self.operator.restore(operator)?,
-        }
-        self.check_state_limit()
+        Ok(operator)
     }
 }
 

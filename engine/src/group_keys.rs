@@ -147,6 +147,54 @@ impl GroupTable {
         }
     }
 
+    /// The ids handed out and those free: with the keys of every page
+    /// ([`GroupTable::set_key`]), the table ([`GroupTable::from_head`]).
+    pub fn head(&self) -> (u32, Vec<u32>) {
+        (u32::try_from(self.ranges.len()).unwrap_or(u32::MAX), self.free.clone())
+    }
+
+    /// A table of `capacity` ids, all without a key until
+    /// [`GroupTable::set_key`] gives them theirs; `free` in the order they
+    /// will be reused.
+    pub fn from_head(capacity: u32, free: Vec<u32>) -> Self {
+        let n = capacity as usize;
+        Self { ranges: vec![(0, FREE); n], hashes: vec![0; n], free, ..Self::default() }
+    }
+
+    /// Gives `gid` (of a table from [`GroupTable::from_head`]) its key.
+    pub fn set_key(&mut self, gid: u32, key: &[u8]) -> Result<(), Error> {
+        let Some(&(_, len)) = self.ranges.get(gid as usize) else {
+            return Err(Error::Checkpoint(format!("checkpoint page names group {gid}, past the table's end")));
+        };
+        if len != FREE {
+            return Err(Error::Checkpoint(format!("checkpoint pages give group {gid} two keys")));
+        }
+        let off = u32::try_from(self.arena.len()).unwrap_or(u32::MAX);
+        self.arena.extend_from_slice(key);
+        let hash = hash_key(key);
+        self.ranges[gid as usize] = (off, u32::try_from(key.len()).unwrap_or(0));
+        self.hashes[gid as usize] = hash;
+        let hashes = &self.hashes;
+        self.table.insert_unique(hash, gid, |&g| hashes[g as usize]);
+        Ok(())
+    }
+
+    /// Whether every id is either free or has a key, and no free id has
+    /// one: a table rebuilt from pages that missed none.
+    pub fn complete(&self) -> bool {
+        let keyed = self.ranges.iter().filter(|r| r.1 != FREE).count();
+        keyed + self.free.len() == self.ranges.len() && self.free.iter().all(|&g| self.key_len(g) == FREE)
+    }
+
+    fn key_len(&self, gid: u32) -> u32 {
+        self.ranges.get(gid as usize).map_or(0, |r| r.1)
+    }
+
+    /// `gid`'s key, or `None` when it is free.
+    pub fn key_of(&self, gid: u32) -> Option<&[u8]> {
+        (self.key_len(gid) != FREE && (gid as usize) < self.ranges.len()).then(|| self.key(gid))
+    }
+
     pub fn from_state(state: GroupTableState) -> Self {
         let mut t = GroupTable::default();
         for key in state.keys {

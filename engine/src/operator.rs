@@ -121,6 +121,8 @@ pub enum OperatorTag {
     HopPanes = 9,
     Changelog = 10,
     SignedAggregate = 11,
+    /// What an aggregate's incremental checkpoint writes beside its pages.
+    AggregateHead = 12,
 }
 
 pub trait Operator: std::fmt::Debug + Send {
@@ -174,6 +176,47 @@ pub trait Operator: std::fmt::Debug + Send {
 
     /// Appends the operator's tag and state to `out`.
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error>;
+
+    /// Incremental checkpoints. An operator whose state is many keys may
+    /// cut it into pages of a fixed range of keys: a checkpoint then
+    /// writes the pages that changed since the last one, each under its
+    /// own key of the compacted state topic, and a *head* of what is not
+    /// in pages (the page layout, indexes). What a checkpoint costs then
+    /// grows with the keys that changed, not with the state held.
+    fn paged(&self) -> bool {
+        false
+    }
+
+    /// The head of a paged checkpoint (the whole state when not paged).
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        self.snapshot(out)
+    }
+
+    /// Restores a head written by [`Operator::snapshot_head`]; the pages
+    /// follow ([`Operator::restore_page`]), then
+    /// [`Operator::pages_restored`].
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.restore(bytes)
+    }
+
+    /// Appends the pages changed since the last call — every page when
+    /// `all` — and starts counting afresh.
+    fn take_dirty_pages(&mut self, _all: bool, _out: &mut Vec<u32>) {}
+
+    /// Appends page `page` of the state to `out`.
+    fn snapshot_page(&self, page: u32, _out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        Err(Error::Internal(format!("page {page} of an operator whose state is not paged")))
+    }
+
+    /// Restores a page written by [`Operator::snapshot_page`].
+    fn restore_page(&mut self, page: u32, _bytes: &[u8]) -> Result<(), Error> {
+        Err(Error::Internal(format!("page {page} restored into an operator whose state is not paged")))
+    }
+
+    /// Every page of a checkpoint is restored: checks that none is missing.
+    fn pages_restored(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
 
     /// Restores state written by [`Operator::snapshot`] of the same kind.
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error>;

@@ -3,7 +3,10 @@
 //! * windowed results (with out-of-order and late records) do not depend on
 //!   where batches split, nor on snapshot/restore between batches;
 //! * coalesced EMIT CHANGES ends in the same final state per key as
-//!   per-record EMIT CHANGES.
+//!   per-record EMIT CHANGES;
+//! * an incremental checkpoint (a head and the pages changed since the
+//!   last one, kept as a compacted topic keeps them) restores the state a
+//!   whole checkpoint does.
 
 // Test support code: failing loudly is its job.
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
@@ -160,4 +163,84 @@ proptest! {
             prop_assert_eq!(final_per_key(&per_record, &key), final_per_key(&coalesced, &key), "{}", sql);
         }
     }
+
+    #[test]
+    fn incremental_checkpoints_restore_what_whole_ones_do(
+        records in many_traders(),
+        cuts in prop::collection::vec(0usize..400, 0..20),
+        restores in prop::collection::vec(any::<bool>(), 20),
+    ) {
+        for sql in [PAGED_GROUPS, PAGED_TUMBLING, PAGED_HOPPING_CHANGES] {
+            let (whole, late_whole) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, false);
+            let (paged, late_paged) = run_paged(sql, &records, &cuts, &restores);
+            prop_assert_eq!(sorted(whole), sorted(paged), "{}", sql);
+            prop_assert_eq!(late_whole, late_paged);
+        }
+    }
+}
+
+const PAGED_GROUPS: &str = "SELECT trader, COUNT(*) AS n, SUM(qty) AS qty, MAX(price) AS hi, MIN(trader) AS t \
+     FROM trades GROUP BY trader";
+const PAGED_TUMBLING: &str = "SELECT trader, window_start, COUNT(*) AS n, AVG(price) AS p, STDDEV_POP(qty) AS sd \
+     FROM trades GROUP BY trader WINDOW TUMBLING (ts, INTERVAL '5' SECOND)";
+const PAGED_HOPPING_CHANGES: &str = "SELECT trader, window_start, COUNT(*) AS n, SUM(price) AS s FROM trades \
+     GROUP BY trader WINDOW HOPPING (ts, INTERVAL '6' SECOND, INTERVAL '2' SECOND) EMIT CHANGES";
+
+/// Random trades of up to 3,000 traders: groups over many pages, windows
+/// that close and free their ids for reuse.
+fn many_traders() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec((0u16..3000, 1u32..500, 0u32..100, -1_000i64..2_000), 1..400).prop_map(|v| {
+        let mut t = 0i64;
+        v.into_iter()
+            .map(|(trader, price, qty, step)| {
+                t = (t + step.max(-3_000)).max(0);
+                format!(r#"{{"trader":"T{trader}","price":{price}.5,"qty":{qty},"ts":{t}}}"#)
+            })
+            .collect()
+    })
+}
+
+/// As [`run`], checkpointing incrementally after every batch into pages
+/// kept by number (the latest write of each wins, as in a compacted topic)
+/// and a head; after the batches `restores` flags, the engine is rebuilt
+/// from the head and every page kept.
+fn run_paged(sql: &str, records: &[String], cuts: &[usize], restores: &[bool]) -> (Vec<String>, usize) {
+    let plan = Arc::new(plan_query(sql, &[source()]).unwrap());
+    let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &[]);
+    let options = EngineOptions::default();
+    let mut engine = Engine::new(Arc::clone(&plan), options.clone());
+    assert!(engine.paged(), "{sql} is checkpointed in pages");
+    let mut decoder = JsonDecoder::new(&plan);
+    let mut batch = decoder.new_batch(64);
+    let mut out = Collect { encoder: &encoder, out: EncodedRows::default(), late: 0 };
+    let mut pages: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
+    let mut start = 0;
+    let mut bounds: Vec<usize> = cuts.iter().copied().filter(|c| *c > 0 && *c < records.len()).collect();
+    bounds.sort_unstable();
+    bounds.dedup();
+    bounds.push(records.len());
+    for (i, end) in bounds.into_iter().enumerate() {
+        for r in &records[start..end] {
+            decoder.decode(r.as_bytes(), &mut batch).unwrap();
+        }
+        engine.process(&mut batch, &mut out).unwrap();
+        batch.clear();
+        let head = engine.snapshot_head().unwrap();
+        for page in engine.take_dirty_pages() {
+            pages.insert(page, engine.snapshot_page(page).unwrap());
+        }
+        if restores.get(i).copied().unwrap_or(false) {
+            engine = Engine::new(Arc::clone(&plan), options.clone());
+            engine.restore_head(&head).unwrap();
+            for (&page, bytes) in &pages {
+                engine.restore_page(page, bytes).unwrap();
+            }
+            engine.pages_restored().unwrap();
+        }
+        start = end;
+    }
+    engine.finish(&mut out).unwrap();
+    let rows = (0..out.out.len()).map(|i| String::from_utf8(out.out.value(i).to_vec()).unwrap()).collect();
+    (rows, out.late)
 }
