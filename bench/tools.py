@@ -16,6 +16,10 @@
     tools.py delete BOOTSTRAP PREFIX       delete the topics whose names start with PREFIX
     tools.py quantiles METRICS_FILE NAME
         p50/p99 from a Prometheus histogram in a /metrics dump
+    tools.py keys BOOTSTRAP TOPIC --start A --end B
+        rows {"k": i, "v": 1} for i in A..B, as fast as the broker takes them
+    tools.py updates BOOTSTRAP TOPIC --keys K --rate R --seconds S [--hot H] [--seed N]
+        R rows/s of {"k": i, "v": 1}, i uniform over 0..K (or over the first H keys)
     tools.py side-input BOOTSTRAP TOPIC N
         Nexmark q13's side input: rows {"key": k, "value": "k"} for k in 0..N,
         keyed by k and partitioned as a Java producer would (murmur2)
@@ -110,6 +114,43 @@ def cmd_side_input(a):
         producer.poll(0)
     if producer.flush(60):
         sys.exit("side input: not every record was delivered")
+
+
+def cmd_keys(a):
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                         "queue.buffering.max.messages": 1000000})
+    for k in range(a.start, a.end):
+        while True:
+            try:
+                producer.produce(a.topic, value=b'{"k":%d,"v":1}' % k)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        sys.exit("keys: not every record was delivered")
+
+
+def cmd_updates(a):
+    import random
+    import time
+    rng = random.Random(a.seed)
+    space = a.hot or a.keys
+    producer = Producer({"bootstrap.servers": a.bootstrap, "linger.ms": 5})
+    tick = 0.1
+    per_tick = max(1, int(a.rate * tick))
+    start = time.monotonic()
+    sent = 0
+    while sent < a.rate * a.seconds:
+        for _ in range(per_tick):
+            producer.produce(a.topic, value=b'{"k":%d,"v":1}' % rng.randrange(space))
+        sent += per_tick
+        producer.poll(0)
+        behind = start + sent / a.rate - time.monotonic()
+        if behind > 0:
+            time.sleep(behind)
+    if producer.flush(60):
+        sys.exit("updates: not every record was delivered")
+    print(sent)
 
 
 def cmd_delete(a):
@@ -225,10 +266,23 @@ def main():
     si.add_argument("bootstrap")
     si.add_argument("topic")
     si.add_argument("n", type=int)
+    k = sub.add_parser("keys")
+    k.add_argument("bootstrap")
+    k.add_argument("topic")
+    k.add_argument("--start", type=int, required=True)
+    k.add_argument("--end", type=int, required=True)
+    u = sub.add_parser("updates")
+    u.add_argument("bootstrap")
+    u.add_argument("topic")
+    u.add_argument("--keys", type=int, required=True)
+    u.add_argument("--rate", type=int, required=True)
+    u.add_argument("--seconds", type=float, required=True)
+    u.add_argument("--hot", type=int, default=0)
+    u.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     commands = {"topic": cmd_topic, "delete": cmd_delete, "check": cmd_check, "latency": cmd_latency,
                 "quantiles": cmd_quantiles, "watch": cmd_watch, "visible-latency": cmd_visible_latency,
-                "side-input": cmd_side_input}
+                "side-input": cmd_side_input, "keys": cmd_keys, "updates": cmd_updates}
     commands[a.cmd](a)
 
 

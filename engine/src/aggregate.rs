@@ -17,6 +17,7 @@ use super::accumulators::Accumulator;
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::pages::{DirtyPages, TableHead, check_complete, page_groups, page_keys, restore_page_keys};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
@@ -41,31 +42,21 @@ pub struct AggregateOperator {
     /// Whether each of `gids` was created by its row (scratch).
     fresh: Vec<bool>,
     key: Vec<u8>,
-    /// Pages ([`PAGE_GROUPS`] groups each) changed since the last
-    /// incremental checkpoint, a bit each.
-    dirty: Vec<u64>,
+    /// Pages changed since the last incremental checkpoint.
+    dirty: DirtyPages,
 }
 
-/// Groups per page of an incremental checkpoint. Small, so that a few hot
-/// keys among millions dirty few bytes: 1,000 keys updated between two
-/// checkpoints rewrite at most 1,000 pages (64,000 groups, a few MB),
-/// whether the state holds a million groups or a hundred million.
-pub const PAGE_GROUPS: u32 = 64;
-
-/// An incremental checkpoint's head: the ids handed out, the free ones (in
-/// the order they are reused) and the open windows by end. The keys and
-/// accumulators are in the pages.
+/// An incremental checkpoint's head: the table's ids and the open windows
+/// by end. The keys and accumulators are in the pages.
 #[derive(Debug, Serialize)]
 struct AggregateHeadRef<'a> {
-    groups: u32,
-    free: Vec<u32>,
+    table: TableHead,
     open_by_end: &'a BTreeMap<i64, Vec<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
 struct AggregateHead {
-    groups: u32,
-    free: Vec<u32>,
+    table: TableHead,
     open_by_end: BTreeMap<i64, Vec<u32>>,
 }
 
@@ -111,7 +102,7 @@ impl AggregateOperator {
             gids: Vec::new(),
             fresh: Vec::new(),
             key: Vec::with_capacity(64),
-            dirty: Vec::new(),
+            dirty: DirtyPages::default(),
         }
     }
 
@@ -202,7 +193,7 @@ impl AggregateOperator {
             }
         }
         for &g in &self.gids {
-            mark_dirty(&mut self.dirty, g);
+            self.dirty.mark(g);
         }
         let groups = self.table.capacity();
         for acc in &mut self.accs {
@@ -275,7 +266,7 @@ impl AggregateOperator {
         let mut dead = vec![false; self.table.capacity()];
         for &g in gids {
             dead[g as usize] = true;
-            mark_dirty(&mut self.dirty, g);
+            self.dirty.mark(g);
             self.table.remove(g);
             for acc in &mut self.accs {
                 acc.reset(g as usize);
@@ -400,8 +391,8 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return self.snapshot(out);
         }
-        let (groups, free) = self.table.head();
-        write_state(OperatorTag::AggregateHead, &AggregateHeadRef { groups, free, open_by_end: &self.open_by_end }, out)
+        let head = AggregateHeadRef { table: TableHead::of(&self.table), open_by_end: &self.open_by_end };
+        write_state(OperatorTag::AggregateHead, &head, out)
     }
 
     fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
@@ -409,49 +400,33 @@ impl Operator for AggregateOperator {
             return self.restore(bytes);
         }
         let head: AggregateHead = read_state(OperatorTag::AggregateHead, bytes)?;
+        let groups = head.table.groups as usize;
         self.dirty.clear();
-        self.table = GroupTable::from_head(head.groups, head.free);
+        self.table = head.table.table();
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
         for acc in &mut self.accs {
-            acc.ensure(head.groups as usize);
+            acc.ensure(groups);
         }
-        self.bounds = if self.plan.window.is_some() { vec![(0, 0); head.groups as usize] } else { Vec::new() };
+        self.bounds = if self.plan.window.is_some() { vec![(0, 0); groups] } else { Vec::new() };
         self.open_by_end = head.open_by_end;
         Ok(())
     }
 
     fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        if all {
-            let pages = u32::try_from(self.table.capacity()).unwrap_or(u32::MAX).div_ceil(PAGE_GROUPS);
-            out.extend(0..pages);
-        } else {
-            for (w, &bits) in self.dirty.iter().enumerate() {
-                let mut bits = bits;
-                while bits != 0 {
-                    let b = bits.trailing_zeros();
-                    out.push(u32::try_from(w * 64).unwrap_or(u32::MAX) + b);
-                    bits &= bits - 1;
-                }
-            }
-        }
-        self.dirty.clear();
+        self.dirty.take(all, self.table.capacity(), out);
     }
 
     fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let capacity = self.table.capacity();
-        let start = (page as usize * PAGE_GROUPS as usize).min(capacity);
-        let end = (start + PAGE_GROUPS as usize).min(capacity);
+        let groups = page_groups(page, self.table.capacity());
         let windowed = self.plan.window.is_some();
         let page = AggregatePage {
-            keys: (start..end)
-                .map(|g| self.table.key_of(u32::try_from(g).unwrap_or(u32::MAX)).map(<[u8]>::to_vec))
-                .collect(),
+            keys: page_keys(&self.table, groups.clone()),
             bounds: if windowed {
-                (start..end).map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
+                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
             } else {
                 Vec::new()
             },
-            accs: self.accs.iter().map(|a| a.page(start..end)).collect::<Result<_, _>>()?,
+            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
         };
         postcard::to_extend(&page, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
     }
@@ -466,12 +441,8 @@ impl Operator for AggregateOperator {
                 self.accs.len()
             )));
         }
-        let start = page as usize * PAGE_GROUPS as usize;
-        for (i, key) in p.keys.iter().enumerate() {
-            if let Some(key) = key {
-                self.table.set_key(u32::try_from(start + i).unwrap_or(u32::MAX), key)?;
-            }
-        }
+        restore_page_keys(&mut self.table, page, &p.keys)?;
+        let start = page_groups(page, usize::MAX).start;
         for (i, b) in p.bounds.into_iter().enumerate() {
             if let Some(slot) = self.bounds.get_mut(start + i) {
                 *slot = b;
@@ -484,30 +455,13 @@ impl Operator for AggregateOperator {
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
-        if !self.table.complete() {
-            return Err(Error::Checkpoint(
-                "the checkpoint's pages do not hold every group its head lists: the state topic was changed \
-                 outside Sluice"
-                    .into(),
-            ));
-        }
+        check_complete(&self.table)?;
         for acc in &mut self.accs {
             acc.ensure(self.table.capacity());
             acc.after_restore();
         }
         Ok(())
     }
-}
-
-/// Flags the page of group `gid` as changed.
-#[inline]
-fn mark_dirty(dirty: &mut Vec<u64>, gid: u32) {
-    let page = (gid / PAGE_GROUPS) as usize;
-    let word = page / 64;
-    if word >= dirty.len() {
-        dirty.resize(word + 1, 0);
-    }
-    dirty[word] |= 1 << (page % 64);
 }
 
 /// Files new group `gid` of window `[start, end)`: its bounds, and its

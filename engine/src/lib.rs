@@ -17,6 +17,7 @@ mod last_per_key;
 mod merge;
 mod operator;
 mod output;
+mod pages;
 mod rows_window;
 mod session;
 mod signed_aggregate;

@@ -123,6 +123,7 @@ pub enum OperatorTag {
     SignedAggregate = 11,
     /// What an aggregate's incremental checkpoint writes beside its pages.
     AggregateHead = 12,
+    TopNHead = 13,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

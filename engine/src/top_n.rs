@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::pages::{DirtyPages, TableHead, check_complete, page_groups, page_keys, restore_page_keys};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, TopNPlan, eval};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,11 +45,20 @@ pub struct TopNOperator {
     kept: Vec<Vec<Kept>>,
     rows: usize,
     key: Vec<u8>,
+    /// Pages changed since the last incremental checkpoint.
+    dirty: DirtyPages,
 }
 
 #[derive(Serialize, Deserialize)]
 struct TopNState {
     table: GroupTableState,
+    kept: Vec<Vec<Kept>>,
+}
+
+/// The keys of one page of an incremental checkpoint and their rows.
+#[derive(Serialize, Deserialize)]
+struct TopNPage {
+    keys: Vec<Option<Vec<u8>>>,
     kept: Vec<Vec<Kept>>,
 }
 
@@ -94,6 +104,7 @@ impl TopNOperator {
             kept: Vec::new(),
             rows: 0,
             key: Vec::new(),
+            dirty: DirtyPages::default(),
         }
     }
 
@@ -142,7 +153,10 @@ impl Operator for TopNOperator {
         for r in rows {
             self.key.clear();
             encoder.encode(r, &mut self.key);
-            let (gid, _) = self.table.find_or_insert(&self.key);
+            let (gid, new) = self.table.find_or_insert(&self.key);
+            if new {
+                self.dirty.mark(gid);
+            }
             let gid = gid as usize;
             if self.kept.len() <= gid {
                 self.kept.resize_with(gid + 1, Vec::new);
@@ -161,6 +175,7 @@ impl Operator for TopNOperator {
                 .map(|(c, u)| if *u { batch.columns[c].scalar(r) } else { Scalar::Null })
                 .chain(then.iter().map(|c| c.scalar(r)))
                 .collect();
+            self.dirty.mark(u32::try_from(gid).unwrap_or(u32::MAX));
             let list = &mut self.kept[gid];
             list.insert(at, Kept { order: value, row });
             if list.len() > self.limit {
@@ -189,7 +204,54 @@ impl Operator for TopNOperator {
         self.table = GroupTable::from_state(state.table);
         self.rows = state.kept.iter().map(Vec::len).sum();
         self.kept = state.kept;
+        self.dirty.clear();
         Ok(())
+    }
+
+    fn paged(&self) -> bool {
+        true
+    }
+
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        write_state(OperatorTag::TopNHead, &TableHead::of(&self.table), out)
+    }
+
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let head: TableHead = read_state(OperatorTag::TopNHead, bytes)?;
+        self.kept = vec![Vec::new(); head.groups as usize];
+        self.table = head.table();
+        self.rows = 0;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
+        self.dirty.take(all, self.table.capacity(), out);
+    }
+
+    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let groups = page_groups(page, self.table.capacity());
+        let kept = groups.clone().map(|g| self.kept.get(g).cloned().unwrap_or_default()).collect();
+        let page = TopNPage { keys: page_keys(&self.table, groups), kept };
+        postcard::to_extend(&page, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
+    }
+
+    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        let p: TopNPage = postcard::from_bytes(bytes)
+            .map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))?;
+        restore_page_keys(&mut self.table, page, &p.keys)?;
+        let start = page_groups(page, usize::MAX).start;
+        for (i, rows) in p.kept.into_iter().enumerate() {
+            if let Some(slot) = self.kept.get_mut(start + i) {
+                self.rows += rows.len();
+                *slot = rows;
+            }
+        }
+        Ok(())
+    }
+
+    fn pages_restored(&mut self) -> Result<(), Error> {
+        check_complete(&self.table)
     }
 }
 

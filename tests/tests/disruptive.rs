@@ -201,7 +201,7 @@ fn idle_partition_past_offsets_retention() {
     wait_for_counts(&control_out, &expected_counts(produced.iter().copied()), Duration::from_secs(90));
     let with_state = |group: &str| {
         let c = kafka::committed_positions(group, &t.trades, 2);
-        c.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v2:")).then_some(c)
+        c.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v3:")).then_some(c)
     };
     wait_until("partition 1 checkpointed by both groups", Duration::from_secs(30), || {
         with_state(&group).and(with_state(&control_group))
@@ -224,7 +224,7 @@ fn idle_partition_past_offsets_retention() {
         "control: the broker should have expired the idle partition's offset after one minute: {expired:?}"
     );
     assert!(
-        kept.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v2:")),
+        kept.get(&1).is_some_and(|(_, m)| m.starts_with("sluice:v3:")),
         "the refreshed worker lost its idle partition's checkpoint: {kept:?}\n{}",
         worker.log()
     );

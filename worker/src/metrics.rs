@@ -153,6 +153,8 @@ pub struct Metrics {
     checkpoints: IntCounterVec,
     checkpoint_seconds: HistogramVec,
     checkpoint_failures: IntCounterVec,
+    state_bytes_written: IntCounterVec,
+    state_restore_seconds: HistogramVec,
     produce_errors: IntCounterVec,
     latency: Arc<LatencyCollector>,
     pub ready: IntGauge,
@@ -287,6 +289,16 @@ impl Metrics {
                 "Checkpoints that failed (flush, state save or commit); the core restarts from its last checkpoint",
                 labels3()
             ),
+            state_bytes_written: counter!(
+                "sluice_state_written_bytes_total",
+                "Bytes checkpoints wrote to the state topic (incremental ones: the pages that changed, and a head)",
+                labels3()
+            ),
+            state_restore_seconds: histogram!(
+                "sluice_state_restore_seconds",
+                "Time to read and restore one partition's checkpointed state",
+                vec![0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]
+            ),
             produce_errors: counter!(
                 "sluice_produce_errors_total",
                 "Records the sink failed to acknowledge",
@@ -333,6 +345,8 @@ impl Metrics {
             checkpoints: self.checkpoints.with_label_values(&l),
             checkpoint_seconds: self.checkpoint_seconds.with_label_values(&l),
             checkpoint_failures: self.checkpoint_failures.with_label_values(&l),
+            state_bytes_written: self.state_bytes_written.with_label_values(&l),
+            state_restore_seconds: self.state_restore_seconds.with_label_values(&l),
             produce_errors: self.produce_errors.with_label_values(&l),
             partitions: partitions
                 .iter()
@@ -388,6 +402,8 @@ pub struct CoreMetrics {
     pub checkpoints: IntCounter,
     pub checkpoint_seconds: Histogram,
     pub checkpoint_failures: IntCounter,
+    pub state_bytes_written: IntCounter,
+    pub state_restore_seconds: Histogram,
     pub produce_errors: IntCounter,
     pub partitions: Vec<PartitionMetrics>,
     pub latency: Arc<LatencyHistogram>,

@@ -170,7 +170,7 @@ proptest! {
         cuts in prop::collection::vec(0usize..400, 0..20),
         restores in prop::collection::vec(any::<bool>(), 20),
     ) {
-        for sql in [PAGED_GROUPS, PAGED_TUMBLING, PAGED_HOPPING_CHANGES] {
+        for sql in [PAGED_GROUPS, PAGED_TUMBLING, PAGED_HOPPING_CHANGES, PAGED_TOP_N] {
             let (whole, late_whole) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, false);
             let (paged, late_paged) = run_paged(sql, &records, &cuts, &restores);
             prop_assert_eq!(sorted(whole), sorted(paged), "{}", sql);
@@ -185,6 +185,9 @@ const PAGED_TUMBLING: &str = "SELECT trader, window_start, COUNT(*) AS n, AVG(pr
      FROM trades GROUP BY trader WINDOW TUMBLING (ts, INTERVAL '5' SECOND)";
 const PAGED_HOPPING_CHANGES: &str = "SELECT trader, window_start, COUNT(*) AS n, SUM(price) AS s FROM trades \
      GROUP BY trader WINDOW HOPPING (ts, INTERVAL '6' SECOND, INTERVAL '2' SECOND) EMIT CHANGES";
+
+const PAGED_TOP_N: &str = "SELECT trader, price, qty, rn FROM (SELECT trader, price, qty, \
+     ROW_NUMBER() OVER (PARTITION BY trader ORDER BY price DESC) AS rn FROM trades) AS best WHERE rn <= 2";
 
 /// Random trades of up to 3,000 traders: groups over many pages, windows
 /// that close and free their ids for reuse.

@@ -29,7 +29,7 @@ use super::health::{CoreStatus, Health};
 use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::shared_source::SharedSource;
-use super::state_store::StateStore;
+use super::state_store::{Loaded, Snapshot, StateStore};
 use crate::Error;
 use crate::kafka::{client_config, create_topic, delete_records};
 use crate::metrics::CoreMetrics;
@@ -454,11 +454,17 @@ impl<'a> Core<'a> {
         }
         for (slot, position) in positions.iter().enumerate() {
             let partition = parts[slot].partition;
-            if let Some((_, store)) = stores.iter().find(|(r, _)| r.contains(&slot))
-                && let Some(bytes) = store.load(partition, &position.metadata)?
+            let started = Instant::now();
+            if let Some((_, store)) = stores.iter_mut().find(|(r, _)| r.contains(&slot))
+                && let Some(loaded) = store.load(partition, &position.metadata)?
             {
-                restore_group(&mut parts, slot, &companions[slot], &bytes)?;
-                tracing::info!(slot, partition, bytes = bytes.len(), offset = ?position.offset, "restored state");
+                restore_group(&mut parts, slot, &companions[slot], &loaded)?;
+                let seconds = started.elapsed().as_secs_f64();
+                setup.metrics.state_restore_seconds.observe(seconds);
+                tracing::info!(
+                    slot, partition, bytes = loaded.bytes_read, pages = loaded.pages.as_ref().map(Vec::len),
+                    seconds, offset = ?position.offset, "restored state"
+                );
             }
         }
         let mut runs = Vec::with_capacity(stages.len());
@@ -815,17 +821,14 @@ impl<'a> Core<'a> {
                 if !self.parts[slot].dirty && !group.iter().any(|&c| self.parts[c].dirty) {
                     continue;
                 }
-                let p = &self.parts[slot];
-                snapshots.push((
-                    p.partition,
-                    snapshot_group(&self.parts, slot, group)?,
-                    StateStore::next_slot(&p.metadata),
-                ));
+                snapshots.push(snapshot_group(&mut self.parts, slot, group)?);
             }
             if snapshots.is_empty() {
                 continue;
             }
-            for (partition, metadata) in store.save(&snapshots)? {
+            let (saved, bytes) = store.save(&snapshots)?;
+            self.setup.metrics.state_bytes_written.inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
+            for (partition, metadata) in saved {
                 if let Some(slot) = slots.clone().find(|&s| self.parts[s].partition == partition) {
                     for &c in &self.companions[slot] {
                         self.parts[c].metadata.clone_from(&metadata);
@@ -1020,40 +1023,82 @@ fn sink_value_encoder(
 /// input beside it (`companions`): a plan fed by an exchange keeps its
 /// upstream positions and output count even when its operator keeps
 /// nothing, and the input's commit can point at one snapshot only.
-fn snapshot_group(parts: &[PartitionPipeline], slot: usize, companions: &[usize]) -> Result<Vec<u8>, Error> {
-    let own = parts[slot].snapshot()?;
-    if companions.is_empty() {
-        return Ok(own);
-    }
-    let others = companions.iter().map(|&c| parts[c].snapshot()).collect::<Result<Vec<_>, _>>()?;
-    postcard::to_allocvec(&(own, others)).map_err(|e| {
-        Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", parts[slot].partition))
-    })
+/// Incremental when any of them is paged: their heads, and the pages that
+/// changed (of pipeline 0, the partition's own, or 1 + its place among
+/// the companions).
+fn snapshot_group(parts: &mut [PartitionPipeline], slot: usize, companions: &[usize]) -> Result<Snapshot, Error> {
+    let members = || std::iter::once(slot).chain(companions.iter().copied());
+    let paged = members().any(|m| parts[m].paged());
+    let heads = members()
+        .map(|m| if paged { parts[m].snapshot_head() } else { parts[m].snapshot() })
+        .collect::<Result<Vec<_>, _>>()?;
+    let pages = if paged {
+        let mut pages = Vec::new();
+        for (component, m) in members().enumerate() {
+            if parts[m].paged() {
+                let component = u8::try_from(component)
+                    .map_err(|_| Error::Internal("more than 255 plans read one partition".into()))?;
+                pages.extend(parts[m].dirty_pages()?.into_iter().map(|(page, bytes)| ((component, page), bytes)));
+            }
+        }
+        Some(pages)
+    } else {
+        None
+    };
+    let p = &parts[slot];
+    let mut heads = heads.into_iter();
+    let own = heads.next().unwrap_or_default();
+    let head = if companions.is_empty() {
+        own
+    } else {
+        let others: Vec<Vec<u8>> = heads.collect();
+        postcard::to_allocvec(&(own, others))
+            .map_err(|e| Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", p.partition)))?
+    };
+    Ok(Snapshot { partition: p.partition, head, slot: StateStore::next_slot(&p.metadata), pages })
 }
 
-/// Restores [`snapshot_group`]'s bytes.
+/// Restores [`snapshot_group`]'s checkpoint.
 fn restore_group(
     parts: &mut [PartitionPipeline],
     slot: usize,
     companions: &[usize],
-    bytes: &[u8],
+    loaded: &Loaded,
 ) -> Result<(), Error> {
-    if companions.is_empty() {
-        return parts[slot].restore(bytes);
-    }
+    let head = loaded.pages.is_some();
     let partition = parts[slot].partition;
-    let (own, others): (Vec<u8>, Vec<Vec<u8>>) = postcard::from_bytes(bytes)
-        .map_err(|e| Error::Checkpoint(format!("cannot read the state of partition {partition}: {e}")))?;
-    if others.len() != companions.len() {
-        return Err(Error::Checkpoint(format!(
-            "the state of partition {partition} is of {} plan(s) reading it, this query has {}",
-            others.len() + 1,
-            companions.len() + 1
-        )));
+    if companions.is_empty() {
+        parts[slot].restore(&loaded.head, head)?;
+    } else {
+        let (own, others): (Vec<u8>, Vec<Vec<u8>>) = postcard::from_bytes(&loaded.head)
+            .map_err(|e| Error::Checkpoint(format!("cannot read the state of partition {partition}: {e}")))?;
+        if others.len() != companions.len() {
+            return Err(Error::Checkpoint(format!(
+                "the state of partition {partition} is of {} plan(s) reading it, this query has {}",
+                others.len() + 1,
+                companions.len() + 1
+            )));
+        }
+        parts[slot].restore(&own, head)?;
+        for (&c, bytes) in companions.iter().zip(&others) {
+            parts[c].restore(bytes, head)?;
+        }
     }
-    parts[slot].restore(&own)?;
-    for (&c, bytes) in companions.iter().zip(&others) {
-        parts[c].restore(bytes)?;
+    let Some(pages) = &loaded.pages else { return Ok(()) };
+    let members: Vec<usize> = std::iter::once(slot).chain(companions.iter().copied()).collect();
+    for ((component, page), bytes) in pages {
+        let m = members.get(usize::from(*component)).copied().ok_or_else(|| {
+            Error::Checkpoint(format!(
+                "the state of partition {partition} has pages of plan {component}, this query has {}",
+                members.len()
+            ))
+        })?;
+        parts[m].restore_page(*page, bytes)?;
+    }
+    for m in members {
+        if parts[m].paged() {
+            parts[m].pages_restored()?;
+        }
     }
     Ok(())
 }

@@ -9,6 +9,7 @@ mod job;
 pub mod local_exchange;
 mod partition;
 mod shared_source;
+mod state_pages;
 mod state_store;
 mod tombstone;
 

@@ -201,7 +201,16 @@ impl PartitionPipeline {
     /// The partition's checkpoint: the engine's state, and for a partition
     /// of a repartition topic also its upstream positions and output count.
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {
-        let engine = self.engine.snapshot()?;
+        self.framed(self.engine.snapshot()?)
+    }
+
+    /// The head of an incremental checkpoint: as [`PartitionPipeline::snapshot`],
+    /// with the engine's head ([`Engine::snapshot_head`]) for its state.
+    pub fn snapshot_head(&self) -> Result<Vec<u8>, Error> {
+        self.framed(self.engine.snapshot_head()?)
+    }
+
+    fn framed(&self, engine: Vec<u8>) -> Result<Vec<u8>, Error> {
         if !self.framed {
             return Ok(engine);
         }
@@ -209,20 +218,43 @@ impl PartitionPipeline {
             .map_err(|e| Error::Checkpoint(format!("cannot serialise partition state: {e}")))
     }
 
-    /// Restores [`PartitionPipeline::snapshot`]'s bytes.
-    pub fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    /// Restores [`PartitionPipeline::snapshot`]'s bytes, or with `head`
+    /// [`PartitionPipeline::snapshot_head`]'s (its pages follow).
+    pub fn restore(&mut self, bytes: &[u8], head: bool) -> Result<(), Error> {
+        let restore_engine = |engine: &mut Engine, bytes: &[u8]| {
+            if head { engine.restore_head(bytes) } else { engine.restore(bytes) }
+        };
         if !self.framed {
-            return Ok(self.engine.restore(bytes)?);
+            return Ok(restore_engine(&mut self.engine, bytes)?);
         }
         let (exchange, emitted, engine): (Option<ExchangeInput>, i64, Vec<u8>) =
             postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read partition state: {e}")))?;
-        self.engine.restore(&engine)?;
+        restore_engine(&mut self.engine, &engine)?;
         self.emitted = emitted;
         if let (Some(mine), Some(saved)) = (&mut self.exchange, exchange) {
             let upstreams = mine.upstreams();
             *mine = saved.restored(upstreams);
         }
         Ok(())
+    }
+
+    /// Whether the partition's checkpoints are incremental ([`Engine::paged`]).
+    pub fn paged(&self) -> bool {
+        self.engine.paged()
+    }
+
+    /// The pages changed since the last checkpoint, each with its bytes.
+    pub fn dirty_pages(&mut self) -> Result<Vec<(u32, Vec<u8>)>, Error> {
+        let pages = self.engine.take_dirty_pages();
+        pages.into_iter().map(|p| Ok((p, self.engine.snapshot_page(p)?))).collect()
+    }
+
+    pub fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        Ok(self.engine.restore_page(page, bytes)?)
+    }
+
+    pub fn pages_restored(&mut self) -> Result<(), Error> {
+        Ok(self.engine.pages_restored()?)
     }
 
     /// Decodes one record into the batch (a packed exchange record: all its

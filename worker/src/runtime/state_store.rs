@@ -14,20 +14,31 @@
 //! it did not (a crash in between). Loading checks that every chunk is at
 //! the exact offset and key the metadata names, and fails loudly otherwise:
 //! restoring any other snapshot would replay input into the wrong state.
+//!
+//! A paged engine's checkpoint is incremental (`sluice:v3:`): the snapshot
+//! above is only its head, and the pages that changed are written before
+//! it under keys of their own ([`super::state_pages`]). A checkpoint of
+//! the earlier format restores whole, and the first save after it writes
+//! every page.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::state_pages::{self, PageId, PageKey, Scan};
 use crate::Error;
 use crate::sink::{CoreProducer, DrainDeadline};
 
-const CHUNK: usize = 512 * 1024;
+const CHUNK: usize = state_pages::PART;
 const PREFIX: &str = "sluice:v2:";
+/// An incremental checkpoint: the snapshot is a head, with pages beside it.
+const PAGED_PREFIX: &str = "sluice:v3:";
 /// Metadata of any Sluice checkpoint format, this one or another.
 const ANY_PREFIX: &str = "sluice:";
 
@@ -37,8 +48,40 @@ pub struct StateStore {
     topic: String,
     source_topic: String,
     /// How long one attempt to read a snapshot may take before it counts as
-    /// a broker outage (retried by the core's supervisor with backoff).
+    /// a broker outage (retried by the core's supervisor with backoff); a
+    /// scan of a partition's pages, how long it may go without a record.
     read_timeout: Duration,
+    /// Per partition with incremental checkpoints: the slot of each page's
+    /// committed version, and keys to tombstone at the next save.
+    books: HashMap<i32, PageBook>,
+}
+
+#[derive(Debug, Default)]
+struct PageBook {
+    slots: HashMap<PageId, u8>,
+    tombstones: Vec<PageKey>,
+}
+
+/// One partition's state to save ([`StateStore::save`]).
+#[derive(Debug)]
+pub struct Snapshot {
+    pub partition: i32,
+    /// The whole state, or an incremental checkpoint's head.
+    pub head: Vec<u8>,
+    /// From [`StateStore::next_slot`].
+    pub slot: u8,
+    /// An incremental checkpoint's changed pages (`None`: a whole snapshot).
+    pub pages: Option<Vec<(PageId, Vec<u8>)>>,
+}
+
+/// What [`StateStore::load`] read for a partition.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The whole state, or (with pages) an incremental checkpoint's head.
+    pub head: Vec<u8>,
+    pub pages: Option<Vec<(PageId, Vec<u8>)>>,
+    /// Bytes read from the state topic.
+    pub bytes_read: usize,
 }
 
 /// See [`StateStore::read_timeout`].
@@ -67,7 +110,15 @@ impl StateStore {
             config,
             topic,
             partitions,
-            &[("cleanup.policy", "compact"), ("max.message.bytes", "1048576"), ("min.compaction.lag.ms", "60000")],
+            // Segments of 64 MiB, not the default GiB: compaction only
+            // cleans closed segments, and restoring an incremental
+            // checkpoint reads the whole partition.
+            &[
+                ("cleanup.policy", "compact"),
+                ("max.message.bytes", "1048576"),
+                ("min.compaction.lag.ms", "60000"),
+                ("segment.bytes", "67108864"),
+            ],
         )?;
         if laid_out != partitions {
             return Err(Error::SourcePartitionsChanged {
@@ -114,6 +165,7 @@ impl StateStore {
             topic: topic.to_owned(),
             source_topic: source_topic.to_owned(),
             read_timeout,
+            books: HashMap::new(),
         })
     }
 
@@ -130,31 +182,63 @@ impl StateStore {
         }
     }
 
-    /// Writes snapshots (source partition, bytes, slot from [`Self::next_slot`])
-    /// and returns each one's commit metadata once every chunk is acknowledged.
-    pub fn save(&mut self, snapshots: &[(i32, Vec<u8>, u8)]) -> Result<Vec<(i32, String)>, Error> {
+    /// Writes snapshots and returns each one's commit metadata once every
+    /// record is acknowledged. An incremental one writes its tombstones and
+    /// pages first, then its head: the head's offset tells a restore which
+    /// page versions are committed ([`state_pages`]).
+    pub fn save(&mut self, snapshots: &[Snapshot]) -> Result<(Vec<(i32, String)>, usize), Error> {
         // Acknowledgements of an earlier save that failed midway.
         let _ = self.producer.take_chunks();
         let mut expected = Vec::with_capacity(snapshots.len());
-        for (partition, bytes, slot) in snapshots {
+        let mut written_slots: Vec<(i32, Vec<(PageId, u8)>)> = Vec::new();
+        let mut bytes_written = 0;
+        for snapshot in snapshots {
+            let partition = snapshot.partition;
+            if let Some(pages) = &snapshot.pages {
+                let prefix = state_pages::prefix(&self.source_topic, partition);
+                let book = self.books.entry(partition).or_default();
+                for key in &book.tombstones {
+                    let key = key.to_key(&prefix);
+                    let record = BaseRecord::with_opaque_to(&self.topic, 0).partition(partition).key(key.as_bytes());
+                    self.producer.send(record)?;
+                }
+                let mut slots = Vec::with_capacity(pages.len());
+                for (page, bytes) in pages {
+                    let slot = book.slots.get(page).map_or(0, |s| 1 - s);
+                    for (part, value) in state_pages::parts(bytes).iter().enumerate() {
+                        let part = u32::try_from(part).unwrap_or(u32::MAX);
+                        let key = PageKey { page: *page, slot, part }.to_key(&prefix);
+                        let record = BaseRecord::with_opaque_to(&self.topic, 0)
+                            .partition(partition)
+                            .key(key.as_bytes())
+                            .payload(value.as_slice());
+                        self.producer.send(record)?;
+                        bytes_written += key.len() + value.len();
+                    }
+                    slots.push((*page, slot));
+                }
+                written_slots.push((partition, slots));
+            }
+            let bytes = &snapshot.head;
             let chunks: Vec<&[u8]> = if bytes.is_empty() { vec![&[][..]] } else { bytes.chunks(CHUNK).collect() };
             for (i, chunk) in chunks.iter().enumerate() {
-                let key = self.key(*partition, *slot, i);
+                let key = self.key(partition, snapshot.slot, i);
                 let record = BaseRecord::with_opaque_to(&self.topic, CoreProducer::chunk_opaque(i))
-                    .partition(*partition)
+                    .partition(partition)
                     .key(key.as_bytes())
                     .payload(*chunk);
                 self.producer.send(record)?;
+                bytes_written += key.len() + chunk.len();
             }
-            expected.push((*partition, *slot, chunks.len()));
+            expected.push((partition, snapshot.slot, chunks.len(), snapshot.pages.is_some()));
         }
         // A failed delivery is the broker's trouble (the core retries from
         // its last checkpoint), not a broken checkpoint.
         self.producer.flush()?;
         let written = self.producer.take_chunks();
-        expected
+        let metadata = expected
             .into_iter()
-            .map(|(partition, slot, chunks)| {
+            .map(|(partition, slot, chunks, paged)| {
                 let first = written
                     .iter()
                     .filter(|(p, c, _)| *p == partition && *c == 0)
@@ -163,16 +247,73 @@ impl StateStore {
                     .ok_or_else(|| {
                         Error::Checkpoint(format!("no acknowledgement for state of partition {partition}"))
                     })?;
-                Ok((partition, Checkpoint { slot, first, chunks }.to_string()))
+                Ok((partition, Checkpoint { slot, first, chunks, paged }.to_string()))
             })
-            .collect()
+            .collect::<Result<Vec<_>, Error>>()?;
+        // Every record is acknowledged: the pages' new versions are the
+        // ones the metadata (once committed) points to.
+        for (partition, slots) in written_slots {
+            let book = self.books.entry(partition).or_default();
+            book.tombstones.clear();
+            book.slots.extend(slots);
+        }
+        Ok((metadata, bytes_written))
     }
 
-    /// Reads the snapshot a commit's metadata points to, if it points to one.
-    pub fn load(&self, partition: i32, metadata: &str) -> Result<Option<Vec<u8>>, Error> {
-        let Some(Checkpoint { slot, first, chunks }) = parse(metadata)? else {
+    /// Reads the snapshot a commit's metadata points to, if it points to
+    /// one, and for an incremental checkpoint its pages.
+    pub fn load(&mut self, partition: i32, metadata: &str) -> Result<Option<Loaded>, Error> {
+        self.books.remove(&partition);
+        let Some(checkpoint) = parse(metadata)? else {
             return Ok(None);
         };
+        let head = self.load_head(partition, checkpoint, metadata)?;
+        if !checkpoint.paged {
+            let bytes_read = head.len();
+            return Ok(Some(Loaded { head, pages: None, bytes_read }));
+        }
+        let (scan, scanned) = self.scan_pages(partition)?;
+        let chosen = scan.choose(checkpoint.first)?;
+        self.books.insert(partition, PageBook { slots: chosen.slots, tombstones: chosen.tombstones });
+        Ok(Some(Loaded { bytes_read: head.len() + scanned, head, pages: Some(chosen.pages) }))
+    }
+
+    /// Reads every page record of `partition`, to its end.
+    fn scan_pages(&self, partition: i32) -> Result<(Scan, usize), Error> {
+        let mut config = self.reader_config.clone();
+        config.set("enable.partition.eof", "true");
+        let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create state reader", e))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, partition, Offset::Beginning)
+            .map_err(|e| Error::kafka("state reader", e))?;
+        consumer.assign(&tpl).map_err(|e| Error::kafka("assign state reader", e))?;
+        let prefix = state_pages::prefix(&self.source_topic, partition);
+        let (mut scan, mut bytes) = (Scan::default(), 0);
+        let mut deadline = Instant::now() + self.read_timeout;
+        loop {
+            if Instant::now() > deadline {
+                return Err(Error::kafka(
+                    format!("read the state pages of partition {partition} from {}", self.topic),
+                    format_args!("no record within {:?}", self.read_timeout),
+                ));
+            }
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Err(KafkaError::PartitionEOF(_))) => return Ok((scan, bytes)),
+                Some(Err(e)) => return Err(Error::kafka("read state pages", e)),
+                Some(Ok(m)) => {
+                    deadline = Instant::now() + self.read_timeout;
+                    if let Some(key) = m.key().and_then(|k| PageKey::parse(k, &prefix)) {
+                        bytes += m.payload().map_or(0, <[u8]>::len);
+                        scan.add(key, m.offset(), m.payload());
+                    }
+                }
+            }
+        }
+    }
+
+    fn load_head(&self, partition: i32, checkpoint: Checkpoint, metadata: &str) -> Result<Vec<u8>, Error> {
+        let Checkpoint { slot, first, chunks, .. } = checkpoint;
         let consumer: BaseConsumer = self.reader_config.create().map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(first))
@@ -209,7 +350,7 @@ impl StateStore {
             bytes.extend_from_slice(m.payload().unwrap_or_default());
             next += 1;
         }
-        Ok(Some(bytes))
+        Ok(bytes)
     }
 }
 
@@ -219,11 +360,14 @@ struct Checkpoint {
     slot: u8,
     first: i64,
     chunks: usize,
+    /// The snapshot is a head, with pages beside it.
+    paged: bool,
 }
 
 impl std::fmt::Display for Checkpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{PREFIX}{}:{}+{}", self.slot, self.first, self.chunks)
+        let prefix = if self.paged { PAGED_PREFIX } else { PREFIX };
+        write!(f, "{prefix}{}:{}+{}", self.slot, self.first, self.chunks)
     }
 }
 
@@ -258,10 +402,14 @@ fn state_part(metadata: &str) -> &str {
 /// (a stateless query, or a group committed by something else).
 fn parse(metadata: &str) -> Result<Option<Checkpoint>, Error> {
     let metadata = state_part(metadata);
-    let Some(rest) = metadata.strip_prefix(PREFIX) else {
+    let (paged, rest) = match (metadata.strip_prefix(PREFIX), metadata.strip_prefix(PAGED_PREFIX)) {
+        (Some(rest), _) => (false, Some(rest)),
+        (None, rest) => (true, rest),
+    };
+    let Some(rest) = rest else {
         if metadata.starts_with(ANY_PREFIX) {
             return Err(Error::Checkpoint(format!(
-                "checkpoint metadata {metadata:?} is in a format this worker does not read (expected {PREFIX}…)"
+                "checkpoint metadata {metadata:?} is in a format this worker does not read (expected {PREFIX}… or {PAGED_PREFIX}…)"
             )));
         }
         return Ok(None);
@@ -269,7 +417,7 @@ fn parse(metadata: &str) -> Result<Option<Checkpoint>, Error> {
     let parsed = rest.split_once(':').and_then(|(slot, at)| {
         let (first, chunks) = at.split_once('+')?;
         let slot = slot.parse::<u8>().ok().filter(|s| *s < 2)?;
-        Some(Checkpoint { slot, first: first.parse().ok()?, chunks: chunks.parse().ok()? })
+        Some(Checkpoint { slot, first: first.parse().ok()?, chunks: chunks.parse().ok()?, paged })
     });
     parsed.map(Some).ok_or_else(|| Error::Checkpoint(format!("unreadable checkpoint metadata {metadata:?}")))
 }
@@ -288,7 +436,7 @@ mod tests {
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", silent.local_addr().unwrap().to_string());
-        let store =
+        let mut store =
             StateStore::with_clients(&config, None, "s", "src", Duration::from_millis(500), DrainDeadline::default())
                 .unwrap();
         let e = store.load(0, "sluice:v2:0:10+2").unwrap_err();
@@ -298,9 +446,13 @@ mod tests {
 
     #[test]
     fn metadata_round_trips() {
-        let c = Checkpoint { slot: 1, first: 42, chunks: 3 };
+        let c = Checkpoint { slot: 1, first: 42, chunks: 3, paged: false };
         assert_eq!(c.to_string(), "sluice:v2:1:42+3");
         assert_eq!(parse(&c.to_string()).ok().flatten(), Some(c));
+        let paged = Checkpoint { paged: true, ..c };
+        assert_eq!(paged.to_string(), "sluice:v3:1:42+3");
+        assert_eq!(parse(&paged.to_string()).ok().flatten(), Some(paged));
+        assert_eq!(StateStore::next_slot("sluice:v3:1:42+3"), 0);
     }
 
     #[test]
@@ -315,7 +467,7 @@ mod tests {
         let m = StateStore::with_owner("sluice:v2:1:42+3", 4, 2);
         assert_eq!(m, "sluice:v2:1:42+3;owner=4.2");
         assert_eq!(owner(&m), Some((4, 2)));
-        assert_eq!(parse(&m).ok().flatten(), Some(Checkpoint { slot: 1, first: 42, chunks: 3 }));
+        assert_eq!(parse(&m).ok().flatten(), Some(Checkpoint { slot: 1, first: 42, chunks: 3, paged: false }));
         assert_eq!(StateStore::next_slot(&m), 0);
         assert_eq!(StateStore::with_owner(&m, 6, 5), "sluice:v2:1:42+3;owner=6.5", "a new owner replaces the old");
         assert_eq!(owner(&StateStore::with_owner("", 2, 1)), Some((2, 1)), "a stateless partition's commit");

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Checkpoint bytes against state size, and restore time, through the real broker.
+#
+#   bash bench/checkpoints.sh                        # 10, 100 and 1000 MiB of state, release build
+#   bash bench/checkpoints.sh --sizes 10,100 --rate 5000 --seconds 20 [--hot H] [--profile dev]
+#
+# For each state size S, on one partition and one core:
+#   SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k
+# checkpointing every second (the default interval). Keys 0‥K are produced
+# until the engine's state gauge (sluice_state_bytes) reads about S; then
+# R updates per second for T seconds, of keys drawn uniformly over all K
+# (or over the first H with --hot H). Reported: the bytes written to the
+# state topic per checkpoint during the updates
+# (sluice_state_written_bytes_total over sluice_checkpoints_total), against
+# the state held and what building it wrote. At a fixed update rate, an
+# incremental checkpoint's bytes stay flat as the state grows; a checkpoint
+# of the whole state would grow with it. Then the worker is killed
+# (SIGKILL) and restarted: the time to restore from the state topic
+# (sluice_state_restore_seconds) and its rate.
+# The table is printed and written to bench/out/checkpoints.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO=$PWD
+SIZES=10,100,1000
+RATE=5000
+SECONDS_UPDATING=20
+HOT=0
+PROFILE=release
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sizes) SIZES=$2; shift ;;
+    --rate) RATE=$2; shift ;;
+    --seconds) SECONDS_UPDATING=$2; shift ;;
+    --hot) HOT=$2; shift ;;
+    --profile) PROFILE=$2; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+OUT="$REPO/bench/out"
+mkdir -p "$OUT"
+source bench/lib.sh
+bench_kafka
+bench_python
+bench_worker "$PROFILE"
+RUN="bench-ckpt-$(date +%s)"
+$PY delete "$BOOTSTRAP" bench-ckpt- >&2
+WORKER_PID=""
+cleanup() {
+  [ -n "$WORKER_PID" ] && kill -9 "$WORKER_PID" 2>/dev/null || true
+  $PY delete "$BOOTSTRAP" "$RUN" >&2 || true
+}
+trap cleanup EXIT
+
+# Sum of a metric's series in the worker's /metrics.
+metric() { # port name
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.0f\n", s }'
+}
+metric_float() { # port name
+  curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.3f\n", s }'
+}
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+start_worker() { # manifest group port log
+  "$WORKER" run -f "$1" --cores 1 --http-port "$3" --group "$2" 2>"$4" &
+  WORKER_PID=$!
+  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$3/readyz" >/dev/null && return; sleep 0.1; done
+  echo "worker not ready; log: $4" >&2
+  exit 1
+}
+# Waits until the worker has read `n` records and checkpointed after that.
+wait_caught_up() { # port n
+  local before
+  while [ "$(metric "$1" sluice_records_in_total)" -lt "$2" ]; do sleep 0.5; done
+  before=$(metric "$1" sluice_checkpoints_total)
+  while [ "$(metric "$1" sluice_checkpoints_total)" -le "$before" ]; do sleep 0.2; done
+}
+
+ROWS=()
+IFS=, read -ra SIZE_LIST <<<"$SIZES"
+for size in "${SIZE_LIST[@]}"; do
+  in="$RUN-$size-in"; out="$RUN-$size-out"; group="$RUN-$size"
+  $PY topic "$BOOTSTRAP" "$in" 1
+  $PY topic "$BOOTSTRAP" "$out" 1
+  manifest="$OUT/checkpoints-$size.yaml"
+  cat >"$manifest" <<EOF
+apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: checkpoints-$size
+spec:
+  sql: SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k
+  sources:
+    - name: t
+      kafka: { bootstrapServers: "$BOOTSTRAP", topic: $in }
+      schema:
+        columns:
+          - { name: k, type: bigint, required: true }
+          - { name: v, type: bigint, required: true }
+      partitionKey: [k]
+  sink:
+    kafka: { bootstrapServers: "$BOOTSTRAP", topic: $out }
+  engine:
+    stateMemoryLimit: 16Gi
+EOF
+  port=$(free_port)
+  start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size.log"
+  # Build: keys until the state gauge reads the size asked for.
+  target=$(( size * 1024 * 1024 ))
+  keys=0
+  step=100000
+  while :; do
+    $PY keys "$BOOTSTRAP" "$in" --start "$keys" --end $(( keys + step ))
+    keys=$(( keys + step ))
+    wait_caught_up "$port" "$keys"
+    held=$(metric "$port" sluice_state_bytes)
+    [ "$held" -ge "$target" ] && break
+    # Aim straight at the target from the bytes per key so far.
+    step=$(( (target - held) / (held / keys + 1) + 1000 ))
+  done
+  built=$(metric "$port" sluice_state_written_bytes_total)
+  build_checkpoints=$(metric "$port" sluice_checkpoints_total)
+  log "S=$size MiB: $keys keys, $held bytes of state; building wrote $built bytes in $build_checkpoints checkpoints"
+  # Updates at a fixed rate.
+  w0=$built; c0=$build_checkpoints
+  sent=$($PY updates "$BOOTSTRAP" "$in" --keys "$keys" --rate "$RATE" --seconds "$SECONDS_UPDATING" --hot "$HOT")
+  wait_caught_up "$port" $(( keys + sent ))
+  w1=$(metric "$port" sluice_state_written_bytes_total)
+  c1=$(metric "$port" sluice_checkpoints_total)
+  per=$(( (w1 - w0) / (c1 - c0) ))
+  log "S=$size MiB: $sent updates wrote $(( w1 - w0 )) bytes in $(( c1 - c0 )) checkpoints: $per bytes per checkpoint"
+  # Restore from the state topic.
+  kill -9 "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null || true
+  port=$(free_port)
+  start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size-restore.log"
+  while [ "$(metric "$port" sluice_state_restore_seconds_count)" -lt 1 ]; do sleep 0.2; done
+  restore=$(metric_float "$port" sluice_state_restore_seconds_sum)
+  read_bytes=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/checkpoints-$size-restore.log" | grep 'restored state' \
+    | grep -o 'bytes=[0-9]*' | head -1 | cut -d= -f2)
+  kill -TERM "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null || true
+  WORKER_PID=""
+  ROWS+=("$size|$keys|$held|$built|$per|$(( (w1 - w0) / SECONDS_UPDATING ))|$restore|${read_bytes:-0}")
+done
+
+{
+  echo "Checkpoint bytes against state size: one partition, one core, checkpoints every 1 s, $RATE updates/s for ${SECONDS_UPDATING}s $( [ "$HOT" -gt 0 ] && echo "of the first $HOT keys" || echo "uniform over all keys"), profile $PROFILE, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo
+  echo "| state asked (MiB) | keys | state held (MiB) | building wrote (MiB) | per checkpoint while updating (KiB) | per second (KiB) | per checkpoint ÷ state | restore (s) | restore read (MiB) | restore rate (MiB/s) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for row in "${ROWS[@]}"; do
+    IFS='|' read -r size keys held built per persec restore read <<<"$row"
+    awk -v s="$size" -v k="$keys" -v h="$held" -v b="$built" -v p="$per" -v ps="$persec" -v r="$restore" -v rd="$read" 'BEGIN {
+      printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.4f | %.2f | %.1f | %.0f |\n", s, k, h / 1048576, b / 1048576, p / 1024, ps / 1024, p / h, r, rd / 1048576, r > 0 ? rd / 1048576 / r : 0 }'
+  done
+} | tee "$OUT/checkpoints.md"
