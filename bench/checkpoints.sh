@@ -67,12 +67,12 @@ start_worker() { # manifest group port log
   echo "worker not ready; log: $4" >&2
   exit 1
 }
-# Waits until the worker has read `n` records and checkpointed after that.
+# Waits until the worker has read `n` records and saved what they changed:
+# a checkpoint follows within its 1 s interval (none does when nothing
+# changed since, so the count of checkpoints cannot be waited on).
 wait_caught_up() { # port n
-  local before
   while [ "$(metric "$1" sluice_records_in_total)" -lt "$2" ]; do sleep 0.5; done
-  before=$(metric "$1" sluice_checkpoints_total)
-  while [ "$(metric "$1" sluice_checkpoints_total)" -le "$before" ]; do sleep 0.2; done
+  sleep 2.5
 }
 
 ROWS=()
@@ -149,6 +149,6 @@ done
   for row in "${ROWS[@]}"; do
     IFS='|' read -r size keys held built per persec restore read <<<"$row"
     awk -v s="$size" -v k="$keys" -v h="$held" -v b="$built" -v p="$per" -v ps="$persec" -v r="$restore" -v rd="$read" 'BEGIN {
-      printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.4f | %.2f | %.1f | %.0f |\n", s, k, h / 1048576, b / 1048576, p / 1024, ps / 1024, p / h, r, rd / 1048576, r > 0 ? rd / 1048576 / r : 0 }'
+      printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.4f | %.2f | %.1f | %.0f |\n", s, k, h / 1048576, b / 1048576, p / 1024, ps / 1024, p / h, r, rd / 1048576, (r > 0 ? rd / 1048576 / r : 0) }'
   done
 } | tee "$OUT/checkpoints.md"

@@ -18,8 +18,10 @@ pub struct EngineSpec {
     #[serde(default = "default_batch_linger_millis")]
     #[schemars(range(min = 0, max = 60_000))]
     pub batch_linger_millis: i32,
-    /// Upper bound on the state (groups, windows, row buffers) of one engine.
-    /// Exceeding it fails the job with a clear condition instead of an OOM kill.
+    /// Upper bound on the state (groups, windows, row buffers) one core
+    /// holds, all its partitions together. Worker pods get memory for it
+    /// (twice it per core, plus 512Mi); exceeding it stops the job with a
+    /// clear condition instead of an OOM kill.
     #[serde(default = "default_state_memory_limit")]
     pub state_memory_limit: String,
     /// How often state is checkpointed and source offsets are committed.
@@ -99,9 +101,27 @@ impl Default for EngineSpec {
     }
 }
 
+/// What a worker needs besides its state: the Kafka clients' queues and
+/// prefetch, batches in flight, the runtime (measured: about 45 MB for one
+/// core and 15–25 MB per further core, docs/operations.md).
+pub const WORKER_BASE_MEMORY: u64 = 512 << 20;
+
+/// Memory per byte of state bound: the state gauge counts what the state
+/// holds, the allocator's free lists, growth headroom of tables and a
+/// checkpoint's serialised pages take up to about as much again (RSS was
+/// 1.7 times the gauge on a `COUNT(DISTINCT)`).
+pub const MEMORY_PER_STATE_BYTE: u64 = 2;
+
 impl EngineSpec {
     /// The state bound in bytes.
     pub fn state_memory_limit_bytes(&self) -> Result<u64, CrdsError> {
         parse_quantity_bytes("spec.engine.stateMemoryLimit", &self.state_memory_limit)
+    }
+
+    /// The memory a worker of `cores` cores needs: [`WORKER_BASE_MEMORY`]
+    /// and, per core, [`MEMORY_PER_STATE_BYTE`] times the state bound.
+    pub fn worker_memory_bytes(&self, cores: i32) -> Result<u64, CrdsError> {
+        let per_core = self.state_memory_limit_bytes()?.saturating_mul(MEMORY_PER_STATE_BYTE);
+        Ok(WORKER_BASE_MEMORY.saturating_add(per_core.saturating_mul(u64::try_from(cores.max(1)).unwrap_or(1))))
     }
 }

@@ -217,6 +217,8 @@ impl StreamJobSpec {
         }
         if let Err(e) = self.engine.state_memory_limit_bytes() {
             problems.push(e.to_string());
+        } else if let Some(problem) = self.memory_problem() {
+            problems.push(problem);
         }
         if let Some(t) = &self.pod_template {
             problems.extend(t.problems());
@@ -237,6 +239,29 @@ impl StreamJobSpec {
 }
 
 impl StreamJobSpec {
+    /// A memory limit of the worker pods that cannot hold what
+    /// `stateMemoryLimit` lets each core keep: the kernel would kill the
+    /// pod before the state limit could stop the job with a reason.
+    fn memory_problem(&self) -> Option<String> {
+        let limit = self.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+        let bytes = match crate::parse_quantity_bytes("spec.resources.limits.memory", &limit.0) {
+            Ok(bytes) => bytes,
+            Err(e) => return Some(e.to_string()),
+        };
+        let needed = self.engine.worker_memory_bytes(self.cores_per_worker).ok()?;
+        (bytes < needed).then(|| {
+            format!(
+                "spec.resources.limits.memory: {} cannot hold what spec.engine.stateMemoryLimit ({}) lets each of \
+                 the {} core(s) keep: a worker needs {}Mi (512Mi, and twice the limit per core); raise the \
+                 memory limit or lower stateMemoryLimit",
+                limit.0,
+                self.engine.state_memory_limit,
+                self.cores_per_worker.max(1),
+                needed.div_ceil(1 << 20)
+            )
+        })
+    }
+
     /// What a job on the cluster may not use: sources and outputs that
     /// read or write the worker pod's own files. A file source's lines that
     /// are not JSON go verbatim to the dead-letter output, which may be a
@@ -349,6 +374,35 @@ mod tests {
             checked += 1;
         }
         assert!(checked >= 2);
+    }
+
+    /// A pod memory limit that cannot hold what the state bound lets each
+    /// core keep is refused, saying what would: the kernel would kill the
+    /// pod before the state limit could stop the job with a reason.
+    #[test]
+    fn a_memory_limit_too_small_for_the_state_bound_is_refused() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples/s2-group-by.yaml");
+        let mut job: StreamJob = serde_saphyr::from_str(&std::fs::read_to_string(dir).unwrap()).unwrap();
+        let with_memory = |job: &mut StreamJob, memory: &str| {
+            let limits = std::collections::BTreeMap::from([(
+                "memory".to_owned(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(memory.to_owned()),
+            )]);
+            job.spec.resources =
+                Some(k8s_openapi::api::core::v1::ResourceRequirements { limits: Some(limits), ..Default::default() });
+        };
+        job.spec.cores_per_worker = 4;
+        with_memory(&mut job, "1Gi");
+        let err = job.spec.validate().unwrap_err().to_string();
+        assert!(err.contains("spec.resources.limits.memory: 1Gi cannot hold"), "{err}");
+        assert!(err.contains("needs 2560Mi"), "512Mi and 4 × 2 × 256Mi: {err}");
+        with_memory(&mut job, "2560Mi");
+        job.spec.validate().unwrap();
+        job.spec.engine.state_memory_limit = "64Mi".into();
+        with_memory(&mut job, "1Gi");
+        job.spec.validate().unwrap();
+        with_memory(&mut job, "lots");
+        assert!(job.spec.validate().unwrap_err().to_string().contains("spec.resources.limits.memory"));
     }
 
     #[test]

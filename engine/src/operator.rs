@@ -124,6 +124,7 @@ pub enum OperatorTag {
     /// What an aggregate's incremental checkpoint writes beside its pages.
     AggregateHead = 12,
     TopNHead = 13,
+    JoinHead = 14,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

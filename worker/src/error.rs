@@ -24,6 +24,16 @@ pub enum Error {
     /// A state checkpoint could not be written or read back.
     #[error("state checkpoint: {0}")]
     Checkpoint(String),
+    /// The state of all a core's partitions together outgrew
+    /// `spec.engine.stateMemoryLimit`, the state one core may hold (what
+    /// the pod's memory is sized from): the core stops before the kernel
+    /// kills the pod, and a restart would only restore the same state.
+    #[error(
+        "the state of core {core} ({partitions} partition engine(s)) is {used} bytes, over \
+         spec.engine.stateMemoryLimit ({limit} bytes), the state one core may hold: raise it (the worker pods' \
+         memory is sized from it), spread the partitions over more cores or workers, or shorten windows"
+    )]
+    StateLimit { core: usize, partitions: usize, used: usize, limit: usize },
     /// A keyed job's source topic no longer has the partition count its
     /// state was laid out for (partitions were added). Keys hash to other
     /// partitions now, so running on would split each key's state between

@@ -266,12 +266,12 @@ impl Metrics {
             state_bytes: gauge!("sluice_state_bytes", "Approximate memory held by engine state", labels3()),
             state_largest: gauge!(
                 "sluice_state_bytes_largest_partition",
-                "Approximate state of the core's largest partition engine (what stateMemoryLimit bounds)",
+                "Approximate state of the core's largest partition engine",
                 labels3()
             ),
             state_limit: gauge!(
                 "sluice_state_memory_limit_bytes",
-                "spec.engine.stateMemoryLimit: the state one partition engine may hold",
+                "spec.engine.stateMemoryLimit: the state the core's partition engines may hold together",
                 labels3()
             ),
             checkpoints: counter!(

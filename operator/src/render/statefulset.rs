@@ -30,10 +30,14 @@ fn secret_names(job: &StreamJob) -> BTreeSet<String> {
 
 /// Resources when the job does not set them: one whole CPU per engine
 /// thread, requests equal to limits (Guaranteed QoS, so a static CPU manager
-/// can give the threads exclusive cores to pin to).
+/// can give the threads exclusive cores to pin to), and the memory the
+/// state bound needs (`EngineSpec::worker_memory_bytes`).
 fn default_resources(job: &StreamJob) -> ResourceRequirements {
     let cores = job.spec.cores_per_worker.max(1);
-    let memory_mib = 512 + 256 * i64::from(cores);
+    // Validation refused an unreadable limit before anything renders.
+    let memory =
+        job.spec.engine.worker_memory_bytes(cores).unwrap_or(u64::from(512u32 + 512 * cores.unsigned_abs()) << 20);
+    let memory_mib = memory.div_ceil(1 << 20);
     let q = BTreeMap::from([
         ("cpu".to_owned(), Quantity(cores.to_string())),
         ("memory".to_owned(), Quantity(format!("{memory_mib}Mi"))),
@@ -238,6 +242,7 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("ghcr.io/sluice/sluice:test"));
         let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert_eq!(limits["cpu"], Quantity("2".into()), "one CPU per engine thread");
+        assert_eq!(limits["memory"], Quantity("1536Mi".into()), "512Mi, and twice the state bound per core");
         assert_eq!(c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap().path.as_deref(), Some("/readyz"));
         assert_eq!(c.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
         let annotations = spec.template.metadata.unwrap().annotations.unwrap();

@@ -194,6 +194,9 @@ struct Core<'a> {
     companions: Vec<Vec<usize>>,
     /// Per input, whether it is read (not a second reader of a topic).
     read: Vec<bool>,
+    /// `spec.engine.stateMemoryLimit`: the state the core's partitions may
+    /// hold together.
+    state_limit: usize,
     /// Sink delivery failures already counted in the metrics.
     failures_seen: u64,
     /// Offsets are committed (Kafka sources only).
@@ -535,6 +538,7 @@ impl<'a> Core<'a> {
             parts,
             input_slots,
             stores,
+            state_limit,
             companions,
             read,
             failures_seen: 0,
@@ -734,6 +738,16 @@ impl<'a> Core<'a> {
         }
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        // One bound for the core's partitions together: the pod's memory is
+        // sized per core from it (each engine also stops at it alone).
+        if bytes > self.state_limit {
+            return Err(Error::StateLimit {
+                core: self.setup.core,
+                partitions: self.parts.len(),
+                used: bytes,
+                limit: self.state_limit,
+            });
+        }
         m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
         self.summary.records_in += input.records;
         self.summary.records_out += out_records;

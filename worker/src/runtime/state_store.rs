@@ -145,7 +145,16 @@ impl StateStore {
             Some(p) => p,
             None => {
                 let mut producer_config = config.clone();
-                producer_config.set("acks", "all").set("linger.ms", "0").set("enable.idempotence", "true");
+                // A bounded queue (librdkafka's default holds up to 1 GiB):
+                // a save larger than it waits for acknowledgements as it
+                // goes instead of holding a second copy of the state.
+                producer_config
+                    .set("acks", "all")
+                    .set("linger.ms", "5")
+                    .set("batch.size", "1000000")
+                    .set("queue.buffering.max.messages", "32768")
+                    .set("queue.buffering.max.kbytes", "65536")
+                    .set("enable.idempotence", "true");
                 CoreProducer::new(&producer_config, topic, None, drain)?
             }
         };
