@@ -158,7 +158,8 @@ impl GroupTable {
     /// will be reused.
     pub fn from_head(capacity: u32, free: Vec<u32>) -> Self {
         let n = capacity as usize;
-        Self { ranges: vec![(0, FREE); n], hashes: vec![0; n], free, ..Self::default() }
+        let table = HashTable::with_capacity(n.saturating_sub(free.len()));
+        Self { table, ranges: vec![(0, FREE); n], hashes: vec![0; n], free, ..Self::default() }
     }
 
     /// Gives `gid` (of a table from [`GroupTable::from_head`]) its key.

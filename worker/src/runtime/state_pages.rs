@@ -19,7 +19,7 @@
 //! A page larger than a record may be is written in parts, consecutive
 //! records of one save; each part says how many the page has.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use crate::Error;
 
@@ -81,7 +81,7 @@ pub fn parts(bytes: &[u8]) -> Vec<Vec<u8>> {
 /// offset and value (`None`, a tombstone).
 #[derive(Debug, Default)]
 pub struct Scan {
-    latest: BTreeMap<PageKey, (i64, Option<Vec<u8>>)>,
+    latest: HashMap<PageKey, (i64, Option<Vec<u8>>)>,
 }
 
 /// What a restore takes from a scan: each page's committed bytes, the
@@ -101,10 +101,10 @@ impl Scan {
     }
 
     /// The pages of the checkpoint whose head starts at offset `head`.
-    pub fn choose(self, head: i64) -> Result<Chosen, Error> {
+    pub fn choose(mut self, head: i64) -> Result<Chosen, Error> {
         let mut chosen = Chosen::default();
         // Per page: the slot and offset of its newest whole version before the head.
-        let mut best: HashMap<PageId, (u8, i64)> = HashMap::new();
+        let mut best: HashMap<PageId, (u8, i64)> = HashMap::with_capacity(self.latest.len() / 2);
         for (key, (offset, value)) in &self.latest {
             if *offset >= head {
                 if value.is_some() {
@@ -124,14 +124,23 @@ impl Scan {
                 best.insert(key.page, (key.slot, *offset));
             }
         }
+        chosen.tombstones.sort_unstable();
+        chosen.pages.reserve(best.len());
+        chosen.slots.reserve(best.len());
         for (page, (slot, _)) in best {
             let first = PageKey { page, slot, part: 0 };
             let n = self.latest.get(&first).and_then(|(_, v)| v.as_deref()).and_then(part_count).unwrap_or(0);
             let mut bytes = Vec::new();
             for part in 0..n {
-                let value = self.latest.get(&PageKey { part, ..first }).and_then(|(_, v)| v.as_deref());
-                let value = value.ok_or_else(|| Error::Internal(format!("page {page:?} lost part {part}")))?;
-                bytes.extend_from_slice(&value[4..]);
+                let value = self.latest.remove(&PageKey { part, ..first }).and_then(|(_, v)| v);
+                let mut value = value.ok_or_else(|| Error::Internal(format!("page {page:?} lost part {part}")))?;
+                if n == 1 {
+                    // One part (nearly every page): its bytes, not a copy.
+                    value.drain(..4);
+                    bytes = value;
+                } else {
+                    bytes.extend_from_slice(&value[4..]);
+                }
             }
             chosen.pages.push((page, bytes));
             chosen.slots.insert(page, slot);

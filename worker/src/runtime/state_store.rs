@@ -290,7 +290,13 @@ impl StateStore {
     /// Reads every page record of `partition`, to its end.
     fn scan_pages(&self, partition: i32) -> Result<(Scan, usize), Error> {
         let mut config = self.reader_config.clone();
-        config.set("enable.partition.eof", "true");
+        // Large fetches: a restore reads the whole partition, and 1 MiB
+        // per request (the default) leaves it waiting on round trips.
+        config
+            .set("enable.partition.eof", "true")
+            .set("max.partition.fetch.bytes", "16777216")
+            .set("fetch.max.bytes", "67108864")
+            .set("queued.max.messages.kbytes", "131072");
         let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Beginning)
