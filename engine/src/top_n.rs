@@ -44,6 +44,8 @@ pub struct TopNOperator {
     /// Per key id: its best rows, best first.
     kept: Vec<Vec<Kept>>,
     rows: usize,
+    /// What the kept rows' strings hold on the heap, kept as rows come and go.
+    heap: usize,
     key: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
@@ -60,6 +62,16 @@ struct TopNState {
 struct TopNPage {
     keys: Vec<Option<Vec<u8>>>,
     kept: Vec<Vec<Kept>>,
+}
+
+impl Kept {
+    /// What its strings hold on the heap, each with its allocator header.
+    fn heap_bytes(&self) -> usize {
+        std::iter::once(&self.order)
+            .chain(&self.row)
+            .map(|v| if let Scalar::String(s) = v { s.capacity() + 16 } else { 0 })
+            .sum()
+    }
 }
 
 /// Orders row `r` of `column` against `b`, as [`compare`] would with the
@@ -103,6 +115,7 @@ impl TopNOperator {
             table: GroupTable::default(),
             kept: Vec::new(),
             rows: 0,
+            heap: 0,
             key: Vec::new(),
             dirty: DirtyPages::default(),
         }
@@ -176,10 +189,14 @@ impl Operator for TopNOperator {
                 .chain(then.iter().map(|c| c.scalar(r)))
                 .collect();
             self.dirty.mark(u32::try_from(gid).unwrap_or(u32::MAX));
+            let kept = Kept { order: value, row };
+            self.heap += kept.heap_bytes();
             let list = &mut self.kept[gid];
-            list.insert(at, Kept { order: value, row });
+            list.insert(at, kept);
             if list.len() > self.limit {
-                list.pop();
+                if let Some(out) = list.pop() {
+                    self.heap -= out.heap_bytes();
+                }
             } else {
                 self.rows += 1;
             }
@@ -191,8 +208,14 @@ impl Operator for TopNOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        let per_row = size_of::<Kept>() + (self.used.len() + self.plan.then_by.len()) * size_of::<Scalar>();
-        StateSize { bytes: self.table.heap_bytes() + self.rows * per_row, entries: self.rows }
+        // Per key its list (a vector in the outer one, and an allocation
+        // of its own); per row its slot in the list and its cells, as
+        // allocated (a 16-byte allocator header each), strings counted as
+        // they come and go (`heap`).
+        let per_row = size_of::<Kept>() + 16 + (self.used.len() + self.plan.then_by.len()) * size_of::<Scalar>();
+        let per_key = size_of::<Vec<Kept>>() + 16;
+        let bytes = self.table.heap_bytes() + self.table.live() * per_key + self.rows * per_row + self.heap;
+        StateSize { bytes, entries: self.rows }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
@@ -203,6 +226,7 @@ impl Operator for TopNOperator {
         let state: TopNState = read_state(OperatorTag::TopN, bytes)?;
         self.table = GroupTable::from_state(state.table);
         self.rows = state.kept.iter().map(Vec::len).sum();
+        self.heap = state.kept.iter().flatten().map(Kept::heap_bytes).sum();
         self.kept = state.kept;
         self.dirty.clear();
         Ok(())
@@ -221,6 +245,7 @@ impl Operator for TopNOperator {
         self.kept = vec![Vec::new(); head.groups as usize];
         self.table = head.table();
         self.rows = 0;
+        self.heap = 0;
         self.dirty.clear();
         Ok(())
     }
@@ -244,6 +269,7 @@ impl Operator for TopNOperator {
         for (i, rows) in p.kept.into_iter().enumerate() {
             if let Some(slot) = self.kept.get_mut(start + i) {
                 self.rows += rows.len();
+                self.heap += rows.iter().map(Kept::heap_bytes).sum::<usize>();
                 *slot = rows;
             }
         }
