@@ -17,7 +17,9 @@ use super::accumulators::Accumulator;
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, TableHead, check_complete, page_groups, page_keys, restore_page_keys};
+use crate::pages::{
+    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
+};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
@@ -428,12 +430,11 @@ impl Operator for AggregateOperator {
             },
             accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
         };
-        postcard::to_extend(&page, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
+        write_page(&page, out)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: AggregatePage = postcard::from_bytes(bytes)
-            .map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))?;
+        let p: AggregatePage = read_page(page, bytes)?;
         if p.accs.len() != self.accs.len() {
             return Err(Error::Checkpoint(format!(
                 "state page {page} holds {} aggregates, this query has {}",

@@ -41,7 +41,9 @@ use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{
     BatchInput, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
 };
-use crate::pages::{DirtyPages, TableHead, check_complete, page_groups, page_keys, restore_page_keys};
+use crate::pages::{
+    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
+};
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, Scalar, eval};
 
 /// The kept rows of one side, column by column in arrival order: keeping
@@ -592,12 +594,11 @@ impl Operator for JoinOperator {
         let groups = page_groups(page, self.table.capacity());
         let page =
             JoinPage { keys: page_keys(&self.table, groups.clone()), rows: groups.map(|g| self.key_rows(g)).collect() };
-        postcard::to_extend(&page, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
+        write_page(&page, out)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: JoinPage = postcard::from_bytes(bytes)
-            .map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))?;
+        let p: JoinPage = read_page(page, bytes)?;
         restore_page_keys(&mut self.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         for (i, rows) in p.rows.into_iter().enumerate() {

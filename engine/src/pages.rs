@@ -104,6 +104,16 @@ pub fn restore_page_keys(table: &mut GroupTable, page: u32, keys: &[Option<Vec<u
     Ok(())
 }
 
+/// Appends a page's state to `out`.
+pub fn write_page<T: Serialize>(state: &T, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+    postcard::to_extend(state, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
+}
+
+/// Reads page `page`'s state written by [`write_page`].
+pub fn read_page<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Result<T, Error> {
+    postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))
+}
+
 /// Fails unless every group the head listed got its key back from a page.
 pub fn check_complete(table: &GroupTable) -> Result<(), Error> {
     if table.complete() {

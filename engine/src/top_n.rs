@@ -23,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, TableHead, check_complete, page_groups, page_keys, restore_page_keys};
+use crate::pages::{
+    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
+};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, TopNPlan, eval};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -258,12 +260,11 @@ impl Operator for TopNOperator {
         let groups = page_groups(page, self.table.capacity());
         let kept = groups.clone().map(|g| self.kept.get(g).cloned().unwrap_or_default()).collect();
         let page = TopNPage { keys: page_keys(&self.table, groups), kept };
-        postcard::to_extend(&page, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
+        write_page(&page, out)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: TopNPage = postcard::from_bytes(bytes)
-            .map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))?;
+        let p: TopNPage = read_page(page, bytes)?;
         restore_page_keys(&mut self.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         for (i, rows) in p.kept.into_iter().enumerate() {
