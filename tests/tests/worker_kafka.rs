@@ -2232,3 +2232,49 @@ fn incremental_checkpoints_write_what_changed_and_restore_exactly_after_kill_nin
     second.signal("TERM");
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
+
+/// `stateMemoryLimit` bounds a core's partitions together, not each
+/// partition engine alone: eight partitions on one core, each holding
+/// under a tenth of the limit, together over it, stop the core with a
+/// reason naming the core — before a pod sized from the limit runs out of
+/// memory (eight partitions once held eight limits' worth on a pod sized
+/// for one).
+#[test]
+fn the_state_limit_bounds_a_cores_partitions_together() {
+    let (topic, out) = (unique_name("distinct"), unique_name("distinct-out"));
+    kafka::create_topic(&topic, 8);
+    kafka::create_topic(&out, 1);
+    let sql = "SELECT trader, COUNT(DISTINCT price) AS n FROM trades GROUP BY trader";
+    let m = manifest(&unique_name("bound"), sql, &topic, &out, "    stateMemoryLimit: 1Mi\n");
+    let cfg = config_file(&worker_config(&m, 8, 1, 1, 0, &unique_name("g")));
+    let mut worker = Worker::serve(&cfg, &[]);
+    worker.wait_ready(Duration::from_secs(60));
+    let lines: Vec<(String, i32)> = (0..40_000u32)
+        .map(|i| {
+            let trader = i % 16;
+            (format!(r#"{{"trader":"T{trader}","symbol":"S","price":{i}.5,"qty":1,"ts":1000}}"#), (trader % 8) as i32)
+        })
+        .collect();
+    let records: Vec<_> = lines.iter().map(|(v, p)| (None, v.as_bytes(), Some(*p))).collect();
+    kafka::produce(&topic, &records);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let reason = loop {
+        if let Some((503, body)) = worker.get("/readyz")
+            && body.contains("stateMemoryLimit")
+        {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "the core did not stop within 90 s:\n{}", worker.log());
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(
+        reason.contains("the state of core 0 (8 partition engine(s))"),
+        "the core's bound, not one partition's: {reason}"
+    );
+    let metrics = worker.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+    let largest: f64 =
+        metric_values(&metrics, "sluice_state_bytes_largest_partition").iter().map(|(_, v)| *v).fold(0.0, f64::max);
+    assert!(largest < 1024.0 * 1024.0 / 2.0, "every partition alone is well under the limit: {largest}");
+    worker.signal("TERM");
+    let _ = worker.wait(Duration::from_secs(30));
+}

@@ -29,6 +29,7 @@ use super::health::{CoreStatus, Health};
 use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::shared_source::SharedSource;
+use super::state_pages::PageId;
 use super::state_store::{Loaded, Snapshot, StateStore};
 use crate::Error;
 use crate::kafka::{client_config, create_topic, delete_records};
@@ -830,17 +831,25 @@ impl<'a> Core<'a> {
         self.dead_letter.flush()?;
         for (slots, store) in &mut self.stores {
             let mut snapshots = Vec::new();
+            let mut members = Vec::new();
             for slot in slots.clone() {
                 let group = &self.companions[slot];
                 if !self.parts[slot].dirty && !group.iter().any(|&c| self.parts[c].dirty) {
                     continue;
                 }
                 snapshots.push(snapshot_group(&mut self.parts, slot, group)?);
+                members.push(std::iter::once(slot).chain(group.iter().copied()).collect::<Vec<_>>());
             }
             if snapshots.is_empty() {
                 continue;
             }
-            let (saved, bytes) = store.save(&snapshots)?;
+            let parts = &self.parts;
+            let mut page = |i: usize, (component, page): PageId| {
+                let m = members[i].get(usize::from(component)).copied();
+                let m = m.ok_or_else(|| Error::Internal(format!("a page of plan {component} of no partition")))?;
+                parts[m].snapshot_page(page)
+            };
+            let (saved, bytes) = store.save(&snapshots, &mut page)?;
             self.setup.metrics.state_bytes_written.inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
             for (partition, metadata) in saved {
                 if let Some(slot) = slots.clone().find(|&s| self.parts[s].partition == partition) {
@@ -1052,7 +1061,7 @@ fn snapshot_group(parts: &mut [PartitionPipeline], slot: usize, companions: &[us
             if parts[m].paged() {
                 let component = u8::try_from(component)
                     .map_err(|_| Error::Internal("more than 255 plans read one partition".into()))?;
-                pages.extend(parts[m].dirty_pages()?.into_iter().map(|(page, bytes)| ((component, page), bytes)));
+                pages.extend(parts[m].take_dirty_pages().into_iter().map(|page| (component, page)));
             }
         }
         Some(pages)

@@ -243,10 +243,13 @@ impl PartitionPipeline {
         self.engine.paged()
     }
 
-    /// The pages changed since the last checkpoint, each with its bytes.
-    pub fn dirty_pages(&mut self) -> Result<Vec<(u32, Vec<u8>)>, Error> {
-        let pages = self.engine.take_dirty_pages();
-        pages.into_iter().map(|p| Ok((p, self.engine.snapshot_page(p)?))).collect()
+    /// The pages changed since the last checkpoint.
+    pub fn take_dirty_pages(&mut self) -> Vec<u32> {
+        self.engine.take_dirty_pages()
+    }
+
+    pub fn snapshot_page(&self, page: u32) -> Result<Vec<u8>, Error> {
+        Ok(self.engine.snapshot_page(page)?)
     }
 
     pub fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {

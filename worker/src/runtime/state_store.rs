@@ -70,8 +70,10 @@ pub struct Snapshot {
     pub head: Vec<u8>,
     /// From [`StateStore::next_slot`].
     pub slot: u8,
-    /// An incremental checkpoint's changed pages (`None`: a whole snapshot).
-    pub pages: Option<Vec<(PageId, Vec<u8>)>>,
+    /// An incremental checkpoint's changed pages (`None`: a whole
+    /// snapshot), serialised one at a time as they are sent
+    /// ([`StateStore::save`]'s `page`), so a save never holds them all.
+    pub pages: Option<Vec<PageId>>,
 }
 
 /// What [`StateStore::load`] read for a partition.
@@ -195,13 +197,18 @@ impl StateStore {
     /// record is acknowledged. An incremental one writes its tombstones and
     /// pages first, then its head: the head's offset tells a restore which
     /// page versions are committed ([`state_pages`]).
-    pub fn save(&mut self, snapshots: &[Snapshot]) -> Result<(Vec<(i32, String)>, usize), Error> {
+    /// `page(i, page)` serialises page `page` of `snapshots[i]`.
+    pub fn save(
+        &mut self,
+        snapshots: &[Snapshot],
+        page: &mut dyn FnMut(usize, PageId) -> Result<Vec<u8>, Error>,
+    ) -> Result<(Vec<(i32, String)>, usize), Error> {
         // Acknowledgements of an earlier save that failed midway.
         let _ = self.producer.take_chunks();
         let mut expected = Vec::with_capacity(snapshots.len());
         let mut written_slots: Vec<(i32, Vec<(PageId, u8)>)> = Vec::new();
         let mut bytes_written = 0;
-        for snapshot in snapshots {
+        for (i, snapshot) in snapshots.iter().enumerate() {
             let partition = snapshot.partition;
             if let Some(pages) = &snapshot.pages {
                 let prefix = state_pages::prefix(&self.source_topic, partition);
@@ -212,11 +219,12 @@ impl StateStore {
                     self.producer.send(record)?;
                 }
                 let mut slots = Vec::with_capacity(pages.len());
-                for (page, bytes) in pages {
-                    let slot = book.slots.get(page).map_or(0, |s| 1 - s);
-                    for (part, value) in state_pages::parts(bytes).iter().enumerate() {
+                for id in pages {
+                    let bytes = page(i, *id)?;
+                    let slot = book.slots.get(id).map_or(0, |s| 1 - s);
+                    for (part, value) in state_pages::parts(&bytes).iter().enumerate() {
                         let part = u32::try_from(part).unwrap_or(u32::MAX);
-                        let key = PageKey { page: *page, slot, part }.to_key(&prefix);
+                        let key = PageKey { page: *id, slot, part }.to_key(&prefix);
                         let record = BaseRecord::with_opaque_to(&self.topic, 0)
                             .partition(partition)
                             .key(key.as_bytes())
@@ -224,7 +232,7 @@ impl StateStore {
                         self.producer.send(record)?;
                         bytes_written += key.len() + value.len();
                     }
-                    slots.push((*page, slot));
+                    slots.push((*id, slot));
                 }
                 written_slots.push((partition, slots));
             }
