@@ -550,9 +550,16 @@ impl Operator for JoinOperator {
 
     fn state_size(&self) -> StateSize {
         let rows = self.stores[0].live + self.stores[1].live;
+        // Per key its two slot lists (each, once it holds a row, an
+        // allocation of its own: a 16-byte allocator header and room for
+        // at least four slots) and its scheduled expiry; per row a slot.
+        let per_key = 2 * (16 + 4 * size_of::<u32>());
         let bytes = self.stores.iter().flat_map(|s| &s.columns).map(Column::heap_bytes).sum::<usize>()
             + self.stores.iter().map(|s| s.time.capacity() * 9).sum::<usize>()
             + self.keys.capacity() * size_of::<[Vec<u32>; 2]>()
+            + self.scheduled.capacity() * size_of::<Option<i64>>()
+            + self.expiry.capacity() * size_of::<(i64, u32)>()
+            + self.table.live() * per_key
             + rows * size_of::<u32>();
         StateSize { bytes: self.table.heap_bytes() + bytes, entries: rows }
     }
