@@ -191,9 +191,10 @@ impl GroupTable {
         self.ranges.get(gid as usize).map_or(0, |r| r.1)
     }
 
-    /// `gid`'s key, or `None` when it is free.
+    /// `gid`'s key, or `None` when it is free (or past the end).
     pub fn key_of(&self, gid: u32) -> Option<&[u8]> {
-        (self.key_len(gid) != FREE && (gid as usize) < self.ranges.len()).then(|| self.key(gid))
+        let &(off, len) = self.ranges.get(gid as usize).filter(|r| r.1 != FREE)?;
+        Some(&self.arena[off as usize..(off + len) as usize])
     }
 
     pub fn from_state(state: GroupTableState) -> Self {

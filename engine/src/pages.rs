@@ -1,7 +1,7 @@
 //! Pages of state held per group id, for incremental checkpoints.
 //!
-//! Operators that keep their state in vectors indexed by the dense ids of
-//! a [`GroupTable`] (aggregates, top-N) cut it into pages of
+//! Operators that keep their state per dense id of a [`GroupTable`]
+//! (aggregates, top-N, stream–stream joins) cut it into pages of
 //! [`PAGE_GROUPS`] consecutive ids. Each flags the pages it changes as it
 //! goes ([`DirtyPages`], one bit each); a checkpoint writes those pages
 //! and a head ([`TableHead`], the ids handed out and the free ones).

@@ -59,8 +59,16 @@ struct TopNState {
     kept: Vec<Vec<Kept>>,
 }
 
-/// The keys of one page of an incremental checkpoint and their rows.
-#[derive(Serialize, Deserialize)]
+/// The keys of one page of an incremental checkpoint and their rows,
+/// written by reference...
+#[derive(Serialize)]
+struct TopNPageRef<'a> {
+    keys: Vec<Option<Vec<u8>>>,
+    kept: Vec<&'a [Kept]>,
+}
+
+/// ...and read back owned (the two encode identically).
+#[derive(Deserialize)]
 struct TopNPage {
     keys: Vec<Option<Vec<u8>>>,
     kept: Vec<Vec<Kept>>,
@@ -168,10 +176,9 @@ impl Operator for TopNOperator {
         for r in rows {
             self.key.clear();
             encoder.encode(r, &mut self.key);
-            let (gid, new) = self.table.find_or_insert(&self.key);
-            if new {
-                self.dirty.mark(gid);
-            }
+            // A new key's row always enters its (empty) top N, which marks
+            // its page below.
+            let (gid, _) = self.table.find_or_insert(&self.key);
             let gid = gid as usize;
             if self.kept.len() <= gid {
                 self.kept.resize_with(gid + 1, Vec::new);
@@ -258,8 +265,8 @@ impl Operator for TopNOperator {
 
     fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let groups = page_groups(page, self.table.capacity());
-        let kept = groups.clone().map(|g| self.kept.get(g).cloned().unwrap_or_default()).collect();
-        let page = TopNPage { keys: page_keys(&self.table, groups), kept };
+        let kept = groups.clone().map(|g| self.kept.get(g).map_or(&[][..], Vec::as_slice)).collect();
+        let page = TopNPageRef { keys: page_keys(&self.table, groups), kept };
         write_page(&page, out)
     }
 

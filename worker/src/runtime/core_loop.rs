@@ -739,6 +739,12 @@ impl<'a> Core<'a> {
         }
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
+        self.summary.records_in += input.records;
+        self.summary.records_out += out_records;
+        self.summary.dead_lettered += totals.malformed;
+        self.summary.late += totals.late;
+        self.summary.peak_state_bytes = self.summary.peak_state_bytes.max(bytes as u64);
         // One bound for the core's partitions together: the pod's memory is
         // sized per core from it (each engine also stops at it alone).
         if bytes > self.state_limit {
@@ -749,12 +755,6 @@ impl<'a> Core<'a> {
                 limit: self.state_limit,
             });
         }
-        m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
-        self.summary.records_in += input.records;
-        self.summary.records_out += out_records;
-        self.summary.dead_lettered += totals.malformed;
-        self.summary.late += totals.late;
-        self.summary.peak_state_bytes = self.summary.peak_state_bytes.max(bytes as u64);
         Ok(())
     }
 
@@ -838,7 +838,7 @@ impl<'a> Core<'a> {
                     continue;
                 }
                 snapshots.push(snapshot_group(&mut self.parts, slot, group)?);
-                members.push(std::iter::once(slot).chain(group.iter().copied()).collect::<Vec<_>>());
+                members.push(group_members(slot, group).collect::<Vec<_>>());
             }
             if snapshots.is_empty() {
                 continue;
@@ -1050,7 +1050,7 @@ fn sink_value_encoder(
 /// changed (of pipeline 0, the partition's own, or 1 + its place among
 /// the companions).
 fn snapshot_group(parts: &mut [PartitionPipeline], slot: usize, companions: &[usize]) -> Result<Snapshot, Error> {
-    let members = || std::iter::once(slot).chain(companions.iter().copied());
+    let members = || group_members(slot, companions);
     let paged = members().any(|m| parts[m].paged());
     let heads = members()
         .map(|m| if paged { parts[m].snapshot_head() } else { parts[m].snapshot() })
@@ -1081,6 +1081,12 @@ fn snapshot_group(parts: &mut [PartitionPipeline], slot: usize, companions: &[us
     Ok(Snapshot { partition: p.partition, head, slot: StateStore::next_slot(&p.metadata), pages })
 }
 
+/// The slots checkpointed together with `slot`, itself first: the order
+/// of the pipelines a checkpoint's pages number.
+fn group_members(slot: usize, companions: &[usize]) -> impl Iterator<Item = usize> + '_ {
+    std::iter::once(slot).chain(companions.iter().copied())
+}
+
 /// Restores [`snapshot_group`]'s checkpoint.
 fn restore_group(
     parts: &mut [PartitionPipeline],
@@ -1108,7 +1114,7 @@ fn restore_group(
         }
     }
     let Some(pages) = &loaded.pages else { return Ok(()) };
-    let members: Vec<usize> = std::iter::once(slot).chain(companions.iter().copied()).collect();
+    let members: Vec<usize> = group_members(slot, companions).collect();
     for ((component, page), bytes) in pages {
         let m = members.get(usize::from(*component)).copied().ok_or_else(|| {
             Error::Checkpoint(format!(
