@@ -1,6 +1,8 @@
 //! Partition counts of a job's sources, from the Kafka cluster (bounded
 //! time, off the async runtime). Missing topics and unreachable brokers come
-//! back as status reasons, not as reconcile errors.
+//! back as status reasons, not as reconcile errors, each classified where it
+//! is found: the job's fault as [`Blocked::Invalid`], the cluster's as
+//! [`Blocked::Unavailable`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +17,7 @@ use sluice_crds::{
 };
 
 use crate::Error;
-use crate::validate::Invalid;
+use crate::validate::{Blocked, Invalid};
 
 /// Looks up every source's partition count, and that the Kafka sink and
 /// dead-letter topics exist: a job writing a topic the broker does not
@@ -29,7 +31,7 @@ pub async fn lookup(
     namespace: &str,
     spec: &StreamJobSpec,
     timeout: Duration,
-) -> Result<Result<Vec<SourcePartitions>, Invalid>, Error> {
+) -> Result<Result<Vec<SourcePartitions>, Blocked>, Error> {
     let mut out = Vec::with_capacity(spec.sources.len());
     for s in &spec.sources {
         let partitions = match (&s.kafka, &s.datagen) {
@@ -37,7 +39,7 @@ pub async fn lookup(
                 let what = format!("source {}", s.name);
                 match look_up_topic(client, namespace, &what, k.connection(), &k.topic, Role::Source, timeout).await? {
                     Ok(n) => n,
-                    Err(invalid) => return Ok(Err(invalid)),
+                    Err(blocked) => return Ok(Err(blocked)),
                 }
             }
             (None, Some(d)) => d.partitions,
@@ -49,10 +51,10 @@ pub async fn lookup(
         [("sink", spec.sink.kafka.as_ref()), ("deadLetter", spec.dead_letter.as_ref().and_then(|d| d.kafka.as_ref()))];
     for (what, target) in outputs {
         let Some(k) = target else { continue };
-        if let Err(invalid) =
+        if let Err(blocked) =
             look_up_topic(client, namespace, what, k.connection(), &k.topic, Role::Output, timeout).await?
         {
-            return Ok(Err(invalid));
+            return Ok(Err(blocked));
         }
     }
     Ok(Ok(out))
@@ -81,10 +83,11 @@ async fn look_up_topic(
     topic: &str,
     role: Role,
     timeout: Duration,
-) -> Result<Result<i32, Invalid>, Error> {
+) -> Result<Result<i32, Blocked>, Error> {
     let mut props = match client_properties(client, namespace, what, conn).await? {
         Ok(props) => props,
-        Err(invalid) => return Ok(Err(invalid)),
+        // The spec's or its Secrets' problem: the cluster was not asked.
+        Err(invalid) => return Ok(Err(Blocked::Invalid(invalid))),
     };
     if role == Role::Output {
         props.insert("allow.auto.create.topics".into(), ("true".into(), None));
@@ -93,9 +96,10 @@ async fn look_up_topic(
     let result = tokio::task::spawn_blocking(move || partition_count(&bootstrap, &props, &topic, role, timeout))
         .await
         .map_err(|e| Error::Internal(format!("lookup task: {e}")))?;
-    Ok(result.map_err(|mut invalid| {
+    Ok(result.map_err(|mut blocked| {
+        let (Blocked::Invalid(invalid) | Blocked::Unavailable(invalid)) = &mut blocked;
         invalid.message = format!("{what}: {}", invalid.message);
-        invalid
+        blocked
     }))
 }
 
@@ -197,13 +201,18 @@ fn partition_count(
     topic: &str,
     role: Role,
     timeout: Duration,
-) -> Result<i32, Invalid> {
+) -> Result<i32, Blocked> {
     let config = client_config(bootstrap, props);
-    let unreachable = |e: &dyn std::fmt::Display| Invalid {
-        reason: reasons::BROKER_UNREACHABLE,
-        message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
+    let unreachable = |e: &dyn std::fmt::Display| {
+        Blocked::Unavailable(Invalid {
+            reason: reasons::BROKER_UNREACHABLE,
+            message: format!("cannot read metadata of topic {topic} from {bootstrap}: {e}"),
+        })
     };
-    let consumer: BaseConsumer = config.create().map_err(|e| rejected(props, &e).unwrap_or_else(|| unreachable(&e)))?;
+    // A property the client rejects is the spec's; any other failure to
+    // make the client, the cluster's.
+    let consumer: BaseConsumer =
+        config.create().map_err(|e| rejected(props, &e).map_or_else(|| unreachable(&e), Blocked::Invalid))?;
     let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| match e {
         KafkaError::MetadataFetch(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
             not_found(topic, bootstrap)
@@ -239,8 +248,13 @@ pub fn rejected(props: &Properties, e: &KafkaError) -> Option<Invalid> {
     Some(Invalid { reason: reasons::INVALID_SPEC, message: rejected_property(origin, key, value, desc) })
 }
 
-fn not_found(topic: &str, bootstrap: &str) -> Invalid {
-    Invalid { reason: reasons::TOPIC_NOT_FOUND, message: format!("topic {topic} does not exist on {bootstrap}") }
+/// A missing topic is the cluster's: it may yet be created, and is waited
+/// for with backoff.
+fn not_found(topic: &str, bootstrap: &str) -> Blocked {
+    Blocked::Unavailable(Invalid {
+        reason: reasons::TOPIC_NOT_FOUND,
+        message: format!("topic {topic} does not exist on {bootstrap}"),
+    })
 }
 
 #[cfg(test)]
@@ -274,9 +288,43 @@ mod tests {
             "security.protocol".to_owned(),
             ("p4ssw0rd-not-a-protocol".to_owned(), Some("creds".to_owned())),
         )]);
-        let e = partition_count("127.0.0.1:1", &props, "t", Role::Source, Duration::from_millis(100)).unwrap_err();
+        let blocked = partition_count("127.0.0.1:1", &props, "t", Role::Source, Duration::from_millis(100));
+        let Err(Blocked::Invalid(e)) = blocked else { panic!("{blocked:?}") };
         assert_eq!(e.reason, reasons::INVALID_SPEC);
         assert!(!e.message.contains("p4ssw0rd"), "{}", e.message);
         assert!(e.message.contains("`security.protocol` from Secret `creds`"), "{}", e.message);
+    }
+
+    /// What `lookup` finds wrong is classified where it is found: a
+    /// property the client rejects is the job's to fix, a broker that does
+    /// not answer is waited for with backoff.
+    #[tokio::test]
+    async fn lookup_tells_the_job_s_fault_from_the_cluster_s() {
+        let kube = Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+        let mut spec = crate::render::fixtures::job("s0-pure-select.yaml").spec;
+        let source = spec.sources[0].kafka.as_mut().unwrap();
+        source.bootstrap_servers = "127.0.0.1:1".into();
+        let timeout = Duration::from_millis(200);
+        let down = lookup(&kube, "prod", &spec, timeout).await.unwrap();
+        let Err(Blocked::Unavailable(down)) = down else { panic!("{down:?}") };
+        assert_eq!(down.reason, reasons::BROKER_UNREACHABLE);
+        assert!(down.message.starts_with("source orders: "), "{}", down.message);
+
+        let source = spec.sources[0].kafka.as_mut().unwrap();
+        source.properties.insert("security.protocol".into(), "not-a-protocol".into());
+        let invalid = lookup(&kube, "prod", &spec, timeout).await.unwrap();
+        let Err(Blocked::Invalid(invalid)) = invalid else { panic!("{invalid:?}") };
+        assert_eq!(invalid.reason, reasons::INVALID_SPEC);
+        assert!(invalid.message.contains("`security.protocol`"), "{}", invalid.message);
+
+        // Refused before the cluster is asked at all.
+        let source = spec.sources[0].kafka.as_mut().unwrap();
+        source.properties =
+            [("security.protocol", "SASL_PLAINTEXT"), ("sasl.mechanism", "PLAIN"), ("sasl.password", "p")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into();
+        let invalid = lookup(&kube, "prod", &spec, timeout).await.unwrap();
+        let Err(Blocked::Invalid(invalid)) = invalid else { panic!("{invalid:?}") };
+        assert!(invalid.message.contains("without TLS"), "{}", invalid.message);
     }
 }

@@ -3,6 +3,7 @@
 //! status and events. Every write is idempotent, so a restart mid-reconcile
 //! converges to the same state.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,10 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
-use sluice_crds::{FIELD_MANAGER, ReclaimPolicy, StreamJob, StreamJobStatus, condition_types as ct, reasons};
+use sluice_crds::{
+    FIELD_MANAGER, ReclaimPolicy, RegistrySchemaStatus, ResolvedSchema, SourcePartitions, StreamJob, StreamJobSpec,
+    StreamJobStatus, condition_types as ct, reasons,
+};
 
 use crate::autoscale::{Policy, effective_workers};
 use crate::backoff::Backoff;
@@ -26,7 +30,7 @@ use crate::metrics::Metrics;
 use crate::rescale::{Step, next_step};
 use crate::status::{Observed, Outcome, compute, ready_condition};
 use crate::upgrade::{QueryState, Upgrade, decide, query_state};
-use crate::validate::Invalid;
+use crate::validate::{Blocked, Invalid};
 use crate::{Error, names, partitions, registry, render, validate, worker_health};
 
 /// Shared by every reconcile.
@@ -111,146 +115,228 @@ async fn observe(ctx: &Context, job: &StreamJob, namespace: &str) -> Result<Obse
     })
 }
 
+/// A job's reconcile, top to bottom: the [`gates`] decide whether its
+/// query runs (and in which group), [`run`] writes its workers, and the
+/// outcome is measured, reported and given its requeue.
 async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
     let namespace = job.namespace().unwrap_or_else(|| "default".into());
     let mut observed = observe(ctx, job, &namespace).await?;
     let previous_epoch = job.status.as_ref().and_then(|s| s.assignment_epoch).unwrap_or(0);
-    // With autoscaling, the job runs at the autoscaler's count: the rest of
-    // the reconcile sees that count as `spec.workers`.
-    let mut autoscaled: Option<StreamJob> = None;
-    // The announcement of a fresh start, once its workers are applied.
-    let mut fresh: Option<String> = None;
-    // Columns named by a registry subject, derived before anything reads
-    // the columns; the job below is the one the workers will run.
-    let mut with_columns: Option<StreamJob> = None;
+    // The job as far as the gates made it (its registry columns, the
+    // autoscaler's count): the one run and reported, wherever they stop.
+    let mut job = Cow::Borrowed(job);
+    // For the status: `None` (not read) keeps the last ones there.
     let mut registry_schemas = None;
-    // The schemas they came from go to the status; a failure keeps the
-    // last ones there.
-    let early = match registry::resolve(&ctx.client, &namespace, &job.spec).await {
-        Ok((spec, schemas)) => {
-            if !schemas.is_empty() {
-                let mut resolved = job.clone();
-                resolved.spec = spec;
-                with_columns = Some(resolved);
-            }
-            let status = |r: sluice_crds::ResolvedSchema| sluice_crds::RegistrySchemaStatus {
-                source: r.source,
-                subject: r.subject,
-                version: r.version,
-                id: r.id,
-            };
-            registry_schemas = Some(schemas.into_iter().map(status).collect());
-            None
+    let (outcome, fresh) = match gates(ctx, &namespace, &mut job, &mut registry_schemas).await {
+        Ok(Launch { parts, query, group, fresh }) => {
+            (run(ctx, &job, parts, query, group, &mut observed, previous_epoch).await?, fresh)
         }
-        Err(registry::Unresolved::Invalid(invalid)) => Some(Outcome::Invalid(invalid)),
-        Err(registry::Unresolved::Unavailable(down)) => Some(Outcome::Unavailable(down)),
+        Err(Stop::Verdict(outcome)) => (outcome, None),
+        Err(Stop::Failed(e)) => return Err(e),
     };
-    let job = with_columns.as_ref().unwrap_or(job);
-    let outcome = match early {
-        Some(outcome) => outcome,
-        None => match validate::validate(&job.spec) {
-            Err(invalid) => Outcome::Invalid(invalid),
-            Ok(_) => match partitions::lookup(&ctx.client, &namespace, &job.spec, ctx.kafka_timeout).await? {
-                Err(unavailable) if unavailable.reason == reasons::INVALID_SPEC => Outcome::Invalid(unavailable),
-                Err(unavailable) => Outcome::Unavailable(unavailable),
-                Ok(parts) => {
-                    let in_status = job.status.as_ref().and_then(|s| s.autoscaling.as_ref()?.desired_workers);
-                    let decided = ctx.autoscaler.decided(&job_key(job), in_status);
-                    let policy = job.spec.autoscaling.as_ref().map(Policy::from);
-                    let workers =
-                        effective_workers(job.spec.workers, policy.as_ref(), decided, useful_workers(job, &parts));
-                    if workers != job.spec.workers {
-                        let mut scaled = job.clone();
-                        scaled.spec.workers = workers;
-                        autoscaled = Some(scaled);
-                    }
-                    let job = autoscaled.as_ref().unwrap_or(job);
-                    // Planned as the workers plan it: for the most partitions
-                    // any source has, so a side whose source has several is
-                    // never taken to be complete per partition.
-                    let partitions = parts.iter().map(|p| p.partitions).max().unwrap_or(1);
-                    match validate::check_partitioning(&job.spec, partitions) {
-                        Err(invalid) => Outcome::Invalid(invalid),
-                        Ok(dataflow) => {
-                            let query = query_state(&dataflow);
-                            match decide(job, &query) {
-                                Upgrade::Refused { message } => {
-                                    Outcome::Refused(Invalid { reason: reasons::INCOMPATIBLE_UPGRADE, message })
-                                }
-                                Upgrade::Continue { group } => {
-                                    run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
-                                }
-                                Upgrade::Fresh { group, previous, why } => {
-                                    fresh = Some(format!(
-                                        "the query keeps different state than the one it replaces ({why}); \
-                                     upgradeMode Fresh: it starts over in consumer group {group}, from its sources' \
-                                     startFrom (the previous group {previous} and its state topics stay in Kafka)"
-                                    ));
-                                    run(ctx, job, parts, query, group, &mut observed, previous_epoch).await?
-                                }
-                            }
-                        }
-                    }
-                }
-            },
-        },
-    };
-    let job = autoscaled.as_ref().unwrap_or(job);
-    let key = job_key(job);
+    let key = job_key(&job);
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let measured = match &outcome {
-        Outcome::Applied(d) => {
-            let steady =
-                !job.spec.suspend && d.replicas > 0 && observed.failures.is_empty() && observed.converged(d.replicas);
-            let running = Running {
-                client: &ctx.client,
-                metrics: &ctx.metrics,
-                kafka_timeout: ctx.kafka_timeout,
-                key: &key,
-                job,
-                desired: d,
-                steady,
-                pods: &observed.pods,
-                ready_workers: observed.ready_workers(),
-                now: &now,
-                lag_every: ctx.resync,
-            };
-            Some(measure(&ctx.autoscaler, &running).await?)
-        }
-        _ => {
-            ctx.autoscaler.forget(&key);
-            None
-        }
-    };
+    let measured = measure_applied(ctx, &job, &key, &outcome, &observed, &now).await?;
     observed.registry_schemas = registry_schemas;
-    report(ctx, job, &namespace, &outcome, &observed, measured.as_ref(), &now).await?;
-    if let (Some(note), Outcome::Applied(_)) = (fresh, &outcome) {
-        publish(ctx, job, EventType::Normal, reasons::STARTED_FRESH, note).await;
-    }
-    if let Some((reason, to, message)) = measured.as_ref().and_then(|m| m.scaled.clone()) {
-        // One action per target count: 4 → 2 and then 2 → 1 are two events.
-        publish_action(ctx, job, EventType::Normal, reason, &format!("ScaleTo{to}"), message).await;
-    }
+    report(ctx, &job, &namespace, &outcome, &observed, measured.as_ref(), &now).await?;
+    announce(ctx, &job, fresh, &outcome, measured.as_ref()).await;
     if !matches!(outcome, Outcome::Unavailable(_)) {
         ctx.backoff.succeeded(&key);
     }
-    let period =
-        job.spec.autoscaling.as_ref().map(|a| Duration::from_secs(u64::try_from(a.period_seconds).unwrap_or(15)));
-    Ok(match &outcome {
+    let scaled = measured.as_ref().is_some_and(|m| m.scaled.is_some());
+    Ok(next_action(&job.spec, &outcome, scaled, observed.ready_workers(), ctx.resync, || ctx.backoff.failed(&key)))
+}
+
+/// What the gates let through: the query to run, and where.
+struct Launch {
+    parts: Vec<SourcePartitions>,
+    query: QueryState,
+    /// The consumer group it runs in.
+    group: String,
+    /// The announcement of a fresh start, once its workers are applied.
+    fresh: Option<String>,
+}
+
+/// Why the gates stopped short of a launch. The two stay apart: a verdict
+/// is the job's, reported in its status (the reconcile itself succeeds);
+/// a failure is the API's, the reconcile's error, retried by
+/// [`error_policy`].
+#[derive(Debug)]
+enum Stop {
+    /// The job cannot go on (or need not): what the status says.
+    Verdict(Outcome),
+    /// The API failed: nothing is reported, the reconcile is retried.
+    Failed(Error),
+}
+
+impl From<Outcome> for Stop {
+    fn from(outcome: Outcome) -> Self {
+        Self::Verdict(outcome)
+    }
+}
+
+impl From<Blocked> for Stop {
+    fn from(blocked: Blocked) -> Self {
+        Self::Verdict(blocked.into())
+    }
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// The gates a job passes, in order, before its workers are written; the
+/// first that stops it gives the reconcile's outcome. Each verdict is
+/// classified by the gate that finds it. `job` becomes the job the workers
+/// will run; `registry_schemas` are those its columns came from, once read.
+async fn gates(
+    ctx: &Context,
+    namespace: &str,
+    job: &mut Cow<'_, StreamJob>,
+    registry_schemas: &mut Option<Vec<RegistrySchemaStatus>>,
+) -> Result<Launch, Stop> {
+    *registry_schemas = Some(with_registry_columns(ctx, namespace, job).await?);
+    validate::validate(&job.spec).map_err(Outcome::Invalid)?;
+    // The API's error first, then the job's or the cluster's verdict.
+    let parts = partitions::lookup(&ctx.client, namespace, &job.spec, ctx.kafka_timeout).await??;
+    at_autoscaled_count(ctx, job, &parts);
+    let query = planned(job, &parts)?;
+    let (group, fresh) = upgrade(job, &query)?;
+    Ok(Launch { parts, query, group, fresh })
+}
+
+/// Columns named by a registry subject, derived before anything reads the
+/// columns: `job` becomes the one the workers will run. The schemas they
+/// came from go to the status; a failure keeps the last ones there.
+async fn with_registry_columns(
+    ctx: &Context,
+    namespace: &str,
+    job: &mut Cow<'_, StreamJob>,
+) -> Result<Vec<RegistrySchemaStatus>, Blocked> {
+    let (spec, schemas) = registry::resolve(&ctx.client, namespace, &job.spec).await?;
+    if !schemas.is_empty() {
+        job.to_mut().spec = spec;
+    }
+    let status =
+        |r: ResolvedSchema| RegistrySchemaStatus { source: r.source, subject: r.subject, version: r.version, id: r.id };
+    Ok(schemas.into_iter().map(status).collect())
+}
+
+/// With autoscaling, the job runs at the autoscaler's count: the rest of
+/// the reconcile sees that count as `spec.workers`.
+fn at_autoscaled_count(ctx: &Context, job: &mut Cow<'_, StreamJob>, parts: &[SourcePartitions]) {
+    let in_status = job.status.as_ref().and_then(|s| s.autoscaling.as_ref()?.desired_workers);
+    let decided = ctx.autoscaler.decided(&job_key(job), in_status);
+    let policy = job.spec.autoscaling.as_ref().map(Policy::from);
+    let workers = effective_workers(job.spec.workers, policy.as_ref(), decided, useful_workers(job, parts));
+    if workers != job.spec.workers {
+        job.to_mut().spec.workers = workers;
+    }
+}
+
+/// The query's state, planned as the workers plan it: for the most
+/// partitions any source has, so a side whose source has several is never
+/// taken to be complete per partition.
+fn planned(job: &StreamJob, parts: &[SourcePartitions]) -> Result<QueryState, Outcome> {
+    let partitions = parts.iter().map(|p| p.partitions).max().unwrap_or(1);
+    let dataflow = validate::check_partitioning(&job.spec, partitions).map_err(Outcome::Invalid)?;
+    Ok(query_state(&dataflow))
+}
+
+/// The consumer group `query` runs in ([`decide`]), with the announcement
+/// of a fresh start; a refused upgrade leaves the running query as it is.
+fn upgrade(job: &StreamJob, query: &QueryState) -> Result<(String, Option<String>), Outcome> {
+    match decide(job, query) {
+        Upgrade::Refused { message } => {
+            Err(Outcome::Refused(Invalid { reason: reasons::INCOMPATIBLE_UPGRADE, message }))
+        }
+        Upgrade::Continue { group } => Ok((group, None)),
+        Upgrade::Fresh { group, previous, why } => {
+            let fresh = format!(
+                "the query keeps different state than the one it replaces ({why}); upgradeMode Fresh: it starts over \
+                 in consumer group {group}, from its sources' startFrom (the previous group {previous} and its state \
+                 topics stay in Kafka)"
+            );
+            Ok((group, Some(fresh)))
+        }
+    }
+}
+
+/// What is measured of applied workers (lag, the autoscaler's decision);
+/// any other outcome ends the autoscaler's memory of the job.
+async fn measure_applied(
+    ctx: &Context,
+    job: &StreamJob,
+    key: &str,
+    outcome: &Outcome,
+    observed: &Observed,
+    now: &Time,
+) -> Result<Option<Measured>, Error> {
+    let Outcome::Applied(d) = outcome else {
+        ctx.autoscaler.forget(key);
+        return Ok(None);
+    };
+    let steady = !job.spec.suspend && d.replicas > 0 && observed.failures.is_empty() && observed.converged(d.replicas);
+    let running = Running {
+        client: &ctx.client,
+        metrics: &ctx.metrics,
+        kafka_timeout: ctx.kafka_timeout,
+        key,
+        job,
+        desired: d,
+        steady,
+        pods: &observed.pods,
+        ready_workers: observed.ready_workers(),
+        now,
+        lag_every: ctx.resync,
+    };
+    Ok(Some(measure(&ctx.autoscaler, &running).await?))
+}
+
+/// The events of what this reconcile started: a fresh start, once its
+/// workers are applied, and a new worker count.
+async fn announce(
+    ctx: &Context,
+    job: &StreamJob,
+    fresh: Option<String>,
+    outcome: &Outcome,
+    measured: Option<&Measured>,
+) {
+    if let (Some(note), Outcome::Applied(_)) = (fresh, outcome) {
+        publish(ctx, job, EventType::Normal, reasons::STARTED_FRESH, note).await;
+    }
+    if let Some((reason, to, message)) = measured.and_then(|m| m.scaled.clone()) {
+        // One action per target count: 4 → 2 and then 2 → 1 are two events.
+        publish_action(ctx, job, EventType::Normal, reason, &format!("ScaleTo{to}"), message).await;
+    }
+}
+
+/// When the job is looked at again after `outcome`. `scaled`: the
+/// autoscaler has just chosen a new worker count. `retry` is the backoff's
+/// next delay, asked only of an unavailable cluster (asking counts a
+/// failure).
+fn next_action(
+    spec: &StreamJobSpec,
+    outcome: &Outcome,
+    scaled: bool,
+    ready_workers: i32,
+    resync: Duration,
+    retry: impl FnOnce() -> Duration,
+) -> Action {
+    let period = spec.autoscaling.as_ref().map(|a| Duration::from_secs(u64::try_from(a.period_seconds).unwrap_or(15)));
+    match outcome {
         Outcome::Invalid(_) => Action::await_change(),
         // The running query goes on: keep its status current.
-        Outcome::Refused(_) => Action::requeue(ctx.resync),
-        Outcome::Unavailable(_) => Action::requeue(ctx.backoff.failed(&key)),
+        Outcome::Refused(_) => Action::requeue(resync),
+        Outcome::Unavailable(_) => Action::requeue(retry()),
         Outcome::Draining { .. } => Action::requeue(Duration::from_secs(1)),
         // A new worker count: start its rescale now.
-        Outcome::Applied(_) if measured.as_ref().is_some_and(|m| m.scaled.is_some()) => {
-            Action::requeue(Duration::from_millis(200))
-        }
-        Outcome::Applied(d) if observed.ready_workers() == d.replicas => {
-            Action::requeue(period.map_or(ctx.resync, |p| p.min(ctx.resync)))
-        }
+        Outcome::Applied(_) if scaled => Action::requeue(Duration::from_millis(200)),
+        Outcome::Applied(d) if ready_workers == d.replicas => Action::requeue(period.map_or(resync, |p| p.min(resync))),
         Outcome::Applied(_) => Action::requeue(Duration::from_secs(3)),
-    })
+    }
 }
 
 /// Runs `job`'s query in consumer `group`: applies its workers, or stops the
@@ -258,7 +344,7 @@ async fn apply(job: &StreamJob, ctx: &Context) -> Result<Action, Error> {
 async fn run(
     ctx: &Context,
     job: &StreamJob,
-    parts: Vec<sluice_crds::SourcePartitions>,
+    parts: Vec<SourcePartitions>,
     query: QueryState,
     group: String,
     observed: &mut Observed,
@@ -483,5 +569,74 @@ async fn reclaim(job: &StreamJob, ctx: &Context, namespace: &str, waited: Durati
             publish(ctx, job, EventType::Warning, reasons::RECLAIM_FAILED, note).await;
             Ok(Action::await_change())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use sluice_crds::StreamJobStatus;
+
+    use super::*;
+    use crate::render::fixtures::{desired_for, job};
+
+    #[test]
+    fn the_requeue_follows_the_outcome_and_only_an_unavailable_cluster_counts_a_retry() {
+        let j = job("s2-group-by.yaml");
+        let resync = Duration::from_secs(60);
+        let retries = Cell::new(0);
+        let retry = || {
+            retries.set(retries.get() + 1);
+            Duration::from_secs(7)
+        };
+        let problem = Invalid { reason: reasons::INVALID_SPEC, message: "m".into() };
+        let next = |outcome: &Outcome| next_action(&j.spec, outcome, false, 0, resync, retry);
+        assert_eq!(next(&Outcome::Invalid(problem.clone())), Action::await_change());
+        assert_eq!(next(&Outcome::Refused(problem.clone())), Action::requeue(resync));
+        assert_eq!(next(&Outcome::Draining { live_pods: 2 }), Action::requeue(Duration::from_secs(1)));
+        assert_eq!(retries.get(), 0, "asking the backoff counts a failure");
+        assert_eq!(next(&Outcome::Unavailable(problem)), Action::requeue(Duration::from_secs(7)));
+        assert_eq!(retries.get(), 1);
+    }
+
+    #[test]
+    fn applied_workers_are_looked_at_again_by_how_far_they_are() {
+        let mut j = job("s2-group-by.yaml");
+        let d = desired_for(&j, 4);
+        let ready = d.replicas;
+        let applied = Outcome::Applied(Box::new(d));
+        let resync = Duration::from_secs(60);
+        let next = |j: &StreamJob, scaled, ready, resync| {
+            next_action(&j.spec, &applied, scaled, ready, resync, || panic!("no backoff for applied workers"))
+        };
+        assert_eq!(next(&j, false, ready - 1, resync), Action::requeue(Duration::from_secs(3)), "starting");
+        assert_eq!(next(&j, false, ready, resync), Action::requeue(resync), "running");
+        assert_eq!(next(&j, true, ready, resync), Action::requeue(Duration::from_millis(200)), "a new count");
+        // Autoscaled: measured every period, or at each resync if sooner.
+        j.spec.autoscaling = Some(serde_json::from_value(json!({ "maxWorkers": 8, "periodSeconds": 15 })).unwrap());
+        assert_eq!(next(&j, false, ready, resync), Action::requeue(Duration::from_secs(15)));
+        let sooner = Duration::from_secs(10);
+        assert_eq!(next(&j, false, ready, sooner), Action::requeue(sooner));
+    }
+
+    #[test]
+    fn an_upgrade_is_refused_as_the_job_s_verdict_or_announced_when_fresh() {
+        let mut j = job("s2-group-by.yaml");
+        let query = query_state(&validate::validate(&j.spec).unwrap());
+        let (group, fresh) = upgrade(&j, &query).unwrap();
+        assert!(fresh.is_none(), "a new job starts in its own group: {fresh:?}");
+        j.status = Some(StreamJobStatus {
+            consumer_group: Some(group.clone()),
+            query_identity: Some("0ther".into()),
+            ..Default::default()
+        });
+        let Err(Outcome::Refused(refused)) = upgrade(&j, &query) else { panic!("KeepState refuses") };
+        assert_eq!(refused.reason, reasons::INCOMPATIBLE_UPGRADE);
+        j.spec.upgrade_mode = sluice_crds::UpgradeMode::Fresh;
+        let (fresh_group, Some(note)) = upgrade(&j, &query).unwrap() else { panic!("Fresh is announced") };
+        assert_ne!(fresh_group, group);
+        assert!(note.contains(&format!("consumer group {fresh_group}")), "{note}");
+        assert!(note.contains(&format!("previous group {group} and its state topics")), "{note}");
     }
 }

@@ -15,27 +15,21 @@ use kube::Api;
 
 use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema, reasons, requested_version};
 
-use crate::validate::Invalid;
+use crate::validate::{Blocked, Invalid};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Why columns could not be derived.
-#[derive(Debug)]
-pub enum Unresolved {
-    /// The job's fault (no such subject, a schema no columns hold).
-    Invalid(Invalid),
-    /// The registry did not answer: retried with backoff.
-    Unavailable(Invalid),
-}
-
 /// `spec` with the columns of its registry subjects derived; unchanged
 /// when it names none. The registry's credentials and CA certificates are
-/// read from the job's Secrets in `namespace`, through the API.
+/// read from the job's Secrets in `namespace`, through the API. Why the
+/// columns could not be derived is the job's fault (no such subject, a
+/// schema no columns hold: [`Blocked::Invalid`]) or the registry's (it did
+/// not answer: [`Blocked::Unavailable`], retried with backoff).
 pub async fn resolve(
     kube: &kube::Client,
     namespace: &str,
     spec: &StreamJobSpec,
-) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Unresolved> {
+) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Blocked> {
     let Some(registry) = spec.schema_registry.as_ref() else {
         return Ok((spec.clone(), Vec::new()));
     };
@@ -51,7 +45,7 @@ pub async fn resolve(
     if wanted.is_empty() {
         return Ok((spec.clone(), Vec::new()));
     }
-    let invalid = |message: String| Unresolved::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
+    let invalid = |message: String| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
     if let Some(problem) = registry.access_problem() {
         return Err(invalid(problem));
     }
@@ -90,11 +84,11 @@ pub async fn resolve(
     spec.with_registry_columns(|subject, version| {
         found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
     })
-    .map_err(|message| Unresolved::Invalid(Invalid { reason: reasons::INVALID_SPEC, message }))
+    .map_err(|message| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message }))
 }
 
-fn unavailable(url: &str, why: &str) -> Unresolved {
-    Unresolved::Unavailable(Invalid {
+fn unavailable(url: &str, why: &str) -> Blocked {
+    Blocked::Unavailable(Invalid {
         reason: reasons::REGISTRY_UNREACHABLE,
         message: format!("the schema registry at {url} did not answer: {why}"),
     })
@@ -108,7 +102,7 @@ async fn fetch(
     url: &str,
     subject: &str,
     version: Option<u32>,
-) -> Result<Result<SubjectSchema, String>, Unresolved> {
+) -> Result<Result<SubjectSchema, String>, Blocked> {
     let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
     let segment: String = subject
         .bytes()

@@ -10,7 +10,7 @@ use sluice_crds::{ConditionStatus, StreamJob, StreamJobStatus, condition_types a
 
 use crate::desired::Desired;
 use crate::names;
-use crate::validate::Invalid;
+use crate::validate::{Blocked, Invalid};
 use crate::worker_health::WorkerFailure;
 
 /// What the reconcile did.
@@ -27,6 +27,15 @@ pub enum Outcome {
     Draining { live_pods: usize },
     /// The desired children are written.
     Applied(Box<Desired>),
+}
+
+impl From<Blocked> for Outcome {
+    fn from(blocked: Blocked) -> Self {
+        match blocked {
+            Blocked::Invalid(invalid) => Self::Invalid(invalid),
+            Blocked::Unavailable(down) => Self::Unavailable(down),
+        }
+    }
 }
 
 /// What the cluster shows about the workers.

@@ -12,6 +12,19 @@ pub struct Invalid {
     pub message: String,
 }
 
+/// Why a job cannot go on now, classified where the problem is found — so
+/// that no caller has to tell the two apart from a reason string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// The job's fault (a Secret it names is missing, a property the Kafka
+    /// client rejects, a subject the registry does not have): reported,
+    /// and not retried until the job changes.
+    Invalid(Invalid),
+    /// The cluster's (a broker or registry that does not answer, a topic
+    /// not there yet): retried with backoff.
+    Unavailable(Invalid),
+}
+
 /// Checks the spec (as the CRD's rules do) and plans the SQL against the
 /// declared schemas, as the workers will. The message of a SQL error
 /// carries its line:column.
