@@ -23,8 +23,8 @@ mod kafka_security;
 mod partitioner;
 mod pod_template;
 mod quantity;
+mod registry;
 mod registry_columns;
-mod registry_security;
 mod sink;
 mod source;
 mod status;
@@ -46,13 +46,14 @@ pub use kafka_security::{
 pub use partitioner::{murmur2, partition_for_key};
 pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
+pub use registry::{
+    RegistryAccess, RegistryAuthentication, RegistryTls, SchemaRegistrySpec, SubjectNameStrategy, error_with_causes,
+};
 pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
-pub use registry_security::{RegistryAccess, RegistryAuthentication, RegistryTls, error_with_causes};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat,
-    RecordMetadata, RegistrySubject, SchemaRegistrySpec, SchemaSpec, SourceFormat, SourceSpec, StartFrom,
-    SubjectNameStrategy, TableSpec,
+    RecordMetadata, RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};

@@ -331,11 +331,6 @@ impl AggregateOperator {
     }
 }
 
-/// Empty columns of the given types, to collect emitted rows into.
-pub fn empty_batch(types: &[DataType]) -> Batch {
-    Batch::new(types.iter().map(|t| Column::with_capacity(*t, 64)).collect(), 0)
-}
-
 /// True if `c` is an integer column (event times).
 pub fn int_values(c: &Column) -> Option<&[i64]> {
     match &c.data {

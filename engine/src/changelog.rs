@@ -144,7 +144,6 @@ impl Operator for ChangelogOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use crate::operator::run_emitting_changes;
     use sluice_plan::{DataType, PhysExpr};
 
@@ -167,7 +166,7 @@ mod tests {
     /// Runs one batch of (id, customer, amount, deleted): the signed rows
     /// as (id, customer, amount, retract).
     fn run(op: &mut ChangelogOperator, rows: &[Row<'_>]) -> Vec<(i64, String, i64, bool)> {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &(id, customer, amount, deleted) in rows {
             b.columns[0].push_i64(id).unwrap();
             b.columns[1].push_str(customer).unwrap();

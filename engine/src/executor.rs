@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
 
-use super::aggregate::{AggregateOperator, empty_batch, int_values};
+use super::aggregate::{AggregateOperator, int_values};
 use super::changelog::ChangelogOperator;
 use super::hop_panes::HopPaneOperator;
 use super::join::JoinOperator;
@@ -131,7 +131,7 @@ impl Engine {
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;
         Self {
-            intermediate: empty_batch(&types),
+            intermediate: Batch::empty(&types),
             plan,
             options,
             operator,

@@ -237,7 +237,6 @@ impl Operator for HopPaneOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use sluice_plan::{AggFunc, AggregateCall, DataType, PhysExpr};
 
     /// (key, value) rows; per key and window COUNT(*), SUM(value), MAX(value).
@@ -265,7 +264,7 @@ mod tests {
     /// groups within a window is not part of the result) and which rows
     /// were late.
     fn step(op: &mut dyn Operator, rows: &[(i64, i64, i64)], before: &[i64], after: i64) -> (Vec<String>, Vec<u32>) {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &(k, v, _) in rows {
             b.columns[0].push_i64(k).unwrap();
             b.columns[1].push_i64(v).unwrap();
@@ -281,7 +280,7 @@ mod tests {
             emit_changes: false,
             upstreams: &[],
         };
-        let mut out = empty_batch(&OUT);
+        let mut out = Batch::empty(&OUT);
         let (mut columns, mut late) = (Vec::new(), Vec::new());
         op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
         op.on_watermark(after, true, &mut out).unwrap();
@@ -354,7 +353,7 @@ mod tests {
                 _ => {}
             }
         }
-        let mut rest = (empty_batch(&OUT), empty_batch(&OUT));
+        let mut rest = (Batch::empty(&OUT), Batch::empty(&OUT));
         windows.finish(true, &mut rest.0).unwrap();
         panes.finish(true, &mut rest.1).unwrap();
         assert_eq!(rest.0.len, rest.1.len);

@@ -671,7 +671,6 @@ impl JoinOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use crate::operator::run_at_watermark;
     use sluice_plan::{JoinKind, PhysExpr, Selection};
 
@@ -704,7 +703,7 @@ mod tests {
 
     /// `(right, key, value, time)` rows.
     fn batch(rows: &[(bool, i64, i64, i64)]) -> Batch {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &(right, k, v, t) in rows {
             let (own, other) = if right { (2, 0) } else { (0, 2) };
             b.columns[own].push_i64(k).unwrap();
@@ -775,7 +774,7 @@ mod tests {
                 restores += 1;
             }
         }
-        let (mut rest_a, mut rest_b) = (empty_batch(&TYPES), empty_batch(&TYPES));
+        let (mut rest_a, mut rest_b) = (Batch::empty(&TYPES), Batch::empty(&TYPES));
         whole.finish(true, &mut rest_a).unwrap();
         paged.finish(true, &mut rest_b).unwrap();
         let (mut a, mut b) = (pairs(&rest_a), pairs(&rest_b));
@@ -1067,7 +1066,7 @@ mod tests {
             emit_changes: false,
             upstreams: &[],
         };
-        let mut out = empty_batch(&TYPES);
+        let mut out = Batch::empty(&TYPES);
         let (mut columns, mut late) = (Vec::new(), Vec::new());
         op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
         assert_eq!(pairs(&out), [(Scalar::Bigint(100), Scalar::Null)], "LEFT keeps the left row; the right is dropped");
@@ -1104,7 +1103,7 @@ mod tests {
                 total += rows.len;
                 Ok(())
             };
-            let mut out = empty_batch(&TYPES);
+            let mut out = Batch::empty(&TYPES);
             let (mut columns, mut late) = (Vec::new(), Vec::new());
             let mut output =
                 OperatorOutput { drain: Some(&mut take), ..OperatorOutput::new(&mut out, &mut columns, &mut late) };

@@ -260,7 +260,7 @@ pub(crate) fn run_at_watermark(
         emit_changes: false,
         upstreams: &[],
     };
-    let mut out = crate::aggregate::empty_batch(types);
+    let mut out = Batch::empty(types);
     let (mut columns, mut late) = (Vec::new(), Vec::new());
     let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
     op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
@@ -287,7 +287,7 @@ pub(crate) fn run_emitting_changes(
         emit_changes: true,
         upstreams: &[],
     };
-    let mut out = crate::aggregate::empty_batch(types);
+    let mut out = Batch::empty(types);
     let (mut columns, mut late) = (Vec::new(), Vec::new());
     let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
     op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));

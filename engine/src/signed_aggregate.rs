@@ -180,9 +180,8 @@ impl Operator for SignedAggregateOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use crate::operator::run_emitting_changes;
-    use sluice_plan::{AggregateCall, DataType, Scalar};
+    use sluice_plan::{AggregateCall, Batch, DataType, Scalar};
 
     /// Input (customer, amount, __retract); per customer SUM(amount), COUNT(*).
     const TYPES: [DataType; 3] = [DataType::String, DataType::Bigint, DataType::Boolean];
@@ -207,7 +206,7 @@ mod tests {
     /// One batch of (customer, amount, retract): the rows emitted as
     /// (customer, sum, count, deleted).
     fn run(op: &mut SignedAggregateOperator, rows: &[(&str, i64, bool)]) -> Vec<(String, i64, i64, bool)> {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &(c, a, x) in rows {
             b.columns[0].push_str(c).unwrap();
             b.columns[1].push_i64(a).unwrap();

@@ -473,7 +473,6 @@ impl Operator for TableJoinOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use crate::operator::run_at_watermark;
     use sluice_plan::{CmpOp, PhysExpr};
 
@@ -515,7 +514,7 @@ mod tests {
     }
 
     fn batch(rows: &[In]) -> Batch {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &row in rows {
             let (right, k, v, t, deleted) = match row {
                 In::S(k, v, t) => (false, k, Some(v), t, false),

@@ -170,7 +170,6 @@ impl Operator for UpsertAggregateOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::empty_batch;
     use crate::operator::run_emitting_changes;
     use sluice_plan::{AggregateCall, DataType};
 
@@ -194,7 +193,7 @@ mod tests {
     }
 
     fn run(op: &mut UpsertAggregateOperator, rows: &[(i64, i64, f64)]) -> Vec<(i64, f64, i64)> {
-        let mut b = empty_batch(&TYPES);
+        let mut b = Batch::empty(&TYPES);
         for &(a, c, f) in rows {
             b.columns[0].push_i64(a).unwrap();
             b.columns[1].push_i64(c).unwrap();

@@ -1,6 +1,7 @@
 //! A batch: the rows one engine processes at a time, as columns.
 
 use super::column::Column;
+use super::types::DataType;
 
 /// Columns of equal length. Column `i` is column `i` of the schema the
 /// producer of the batch was planned against.
@@ -13,6 +14,12 @@ pub struct Batch {
 impl Batch {
     pub fn new(columns: Vec<Column>, len: usize) -> Self {
         Self { columns, len }
+    }
+
+    /// No rows, in empty columns of the given types: where an operator
+    /// collects what it emits.
+    pub fn empty(types: &[DataType]) -> Self {
+        Self::new(types.iter().map(|t| Column::with_capacity(*t, 64)).collect(), 0)
     }
 
     pub fn is_empty(&self) -> bool {

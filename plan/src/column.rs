@@ -360,6 +360,15 @@ pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
     Column { data_type, data, validity }
 }
 
+/// Row-wise AND of two optional validity masks.
+pub(crate) fn and_validity(a: Option<&[bool]>, b: Option<&[bool]>, n: usize) -> Option<Vec<bool>> {
+    match (a, b) {
+        (None, None) => None,
+        (Some(a), None) | (None, Some(a)) => Some(a[..n].to_vec()),
+        (Some(a), Some(b)) => Some(a.iter().zip(b).map(|(x, y)| *x && *y).collect()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

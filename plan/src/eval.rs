@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::batch::Batch;
-use super::column::{Column, ColumnData, StrData, broadcast};
+use super::column::{Column, ColumnData, StrData, and_validity, broadcast};
 use super::scalar_fns::{cast_column, eval_function, like_column};
 use crate::Error;
 use crate::{ArithOp, CmpOp, DataType, PhysExpr, Scalar};
@@ -200,15 +200,6 @@ fn is_true(c: &Column, row: usize) -> bool {
     match &c.data {
         ColumnData::Bool(v) => v[row] && c.is_valid(row),
         _ => false,
-    }
-}
-
-/// Row-wise AND of two optional validity masks.
-pub(super) fn and_validity(a: Option<&[bool]>, b: Option<&[bool]>, n: usize) -> Option<Vec<bool>> {
-    match (a, b) {
-        (None, None) => None,
-        (Some(a), None) | (None, Some(a)) => Some(a[..n].to_vec()),
-        (Some(a), Some(b)) => Some(a.iter().zip(b).map(|(x, y)| *x && *y).collect()),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Kernels of scalar functions, CAST and LIKE.
 
-use super::column::{Column, ColumnData, StrData};
+use super::column::{Column, ColumnData, StrData, and_validity};
 use super::literal_pattern::LiteralPattern;
 use crate::Error;
 use crate::time::{civil_from_days, extract, extract_epoch, format_timestamp, parse_timestamp_ms};
@@ -356,7 +356,7 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
         _ => return Err(Error::Internal(format!("{func:?} of {}", a.data_type))),
     };
     let mut validity = match digits {
-        Some(d) => super::eval::and_validity(a.validity.as_deref(), d.validity.as_deref(), a.len()),
+        Some(d) => and_validity(a.validity.as_deref(), d.validity.as_deref(), a.len()),
         None => a.validity.clone(),
     };
     if !overflowed.is_empty() {

@@ -92,9 +92,214 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
         .collect()
 }
 
-/// The module a path written in `from` refers to: the longest known module
-/// that prefixes it, after resolving `crate::`, `super::` and child names.
-fn target(from: &str, path: &str, known: &BTreeMap<String, PathBuf>) -> Option<String> {
+/// The text of a file as the compiler reads its paths: comments and string
+/// and character literals blanked, and `#[cfg(test)]` modules removed (their
+/// `super` is the file itself, and tests may reach anywhere).
+fn code(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        if c == '/' && next == Some('/') {
+            while i < chars.len() && chars[i] != '\n' {
+                i += 1;
+            }
+        } else if c == '/' && next == Some('*') {
+            let mut depth = 0;
+            while i < chars.len() {
+                if chars[i] == '/' && chars.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    i += 2;
+                } else if chars[i] == '*' && chars.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            out.push(' ');
+        } else if c == 'r' && (next == Some('"') || next == Some('#')) && !ident_char(out.chars().last()) {
+            // A raw string: r"…", r#"…"#.
+            let mut j = i + 1;
+            let mut hashes = 0;
+            while chars.get(j) == Some(&'#') {
+                hashes += 1;
+                j += 1;
+            }
+            if chars.get(j) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            j += 1;
+            while j < chars.len() && !(chars[j] == '"' && (0..hashes).all(|h| chars.get(j + 1 + h) == Some(&'#'))) {
+                j += 1;
+            }
+            i = j + 1 + hashes;
+            out.push_str("\"\"");
+        } else if c == '"' {
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("\"\"");
+        } else if c == '\'' && (next == Some('\\') || chars.get(i + 2) == Some(&'\'')) {
+            // A character literal, not a lifetime.
+            i += 1;
+            while i < chars.len() && chars[i] != '\'' {
+                i += if chars[i] == '\\' { 2 } else { 1 };
+            }
+            i += 1;
+            out.push_str("' '");
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    // Drop `#[cfg(test)] mod name { … }` (strings and comments are gone, so
+    // braces balance).
+    let mut kept = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        kept.push_str(&rest[..at]);
+        let after = rest[at + "#[cfg(test)]".len()..].trim_start();
+        if let Some(m) = after.strip_prefix("mod ").or_else(|| after.strip_prefix("pub(crate) mod "))
+            && let Some(open) = m.find(['{', ';'])
+            && m[..open].trim().chars().all(|c| c.is_alphanumeric() || c == '_')
+        {
+            let body = &m[open..];
+            if let Some(after) = body.strip_prefix(';') {
+                rest = after;
+                continue;
+            }
+            let mut depth = 0;
+            let mut end = body.len();
+            for (k, ch) in body.char_indices() {
+                match ch {
+                    '{' => depth += 1,
+                    '}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = k + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            rest = &body[end..];
+        } else {
+            rest = &rest[at + 1..];
+        }
+    }
+    kept.push_str(rest);
+    kept
+}
+
+fn ident_char(c: Option<char>) -> bool {
+    c.is_some_and(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// Expands a use tree (`a::{b, c::{d, e as f}, self}`) into its paths, each
+/// with the name it binds.
+fn expand(tree: &str, prefix: &str, out: &mut Vec<(String, String)>) {
+    let tree = tree.trim();
+    if let Some(open) = tree.find('{') {
+        let head = tree[..open].trim().trim_end_matches("::");
+        let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+        let prefix = join(prefix, head);
+        let mut depth = 0;
+        let mut start = 0;
+        for (k, ch) in inner.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand(&inner[start..k], &prefix, out);
+                    start = k + 1;
+                }
+                _ => {}
+            }
+        }
+        expand(&inner[start..], &prefix, out);
+    } else if !tree.is_empty() {
+        let (path, alias) = match tree.split_once(" as ") {
+            Some((p, a)) => (p.trim(), Some(a.trim())),
+            None => (tree, None),
+        };
+        let full = join(prefix, path);
+        let full = full.strip_suffix("::self").unwrap_or(&full).to_owned();
+        let name = alias.unwrap_or_else(|| full.rsplit("::").next().unwrap_or_default()).to_owned();
+        out.push((full, name));
+    }
+}
+
+fn join(prefix: &str, path: &str) -> String {
+    match (prefix.is_empty(), path.is_empty()) {
+        (true, _) => path.to_owned(),
+        (_, true) => prefix.to_owned(),
+        _ => format!("{prefix}::{path}"),
+    }
+}
+
+/// Every path a module's code names: those of its `use` declarations (with
+/// the names they bind) and those written inline (`super::x::f(…)`).
+struct Paths {
+    uses: Vec<(String, String)>,
+    /// Which of `uses` are re-exports (`pub use`, `pub(crate) use`).
+    exported: Vec<bool>,
+    inline: Vec<String>,
+    /// Every identifier the code names outside its `use` declarations.
+    names: BTreeSet<String>,
+}
+
+fn paths(code: &str) -> Paths {
+    let mut uses = Vec::new();
+    let mut exported = Vec::new();
+    let mut inline = Vec::new();
+    let mut names = BTreeSet::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let boundary =
+            i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':');
+        if boundary && code[i..].starts_with("use ") {
+            let end = code[i..].find(';').map_or(code.len(), |e| i + e);
+            expand(&code[i + 4..end].split_whitespace().collect::<Vec<_>>().join(" "), "", &mut uses);
+            let head = code[..i].rsplit(['\n', ';', '}', '{']).next().unwrap_or_default();
+            exported.resize(uses.len(), head.trim_start().starts_with("pub"));
+            i = end;
+            continue;
+        }
+        if boundary && (bytes[i].is_ascii_alphabetic() || bytes[i] == b'_') {
+            let mut j = i;
+            while j < bytes.len() && (bytes[j].is_ascii_alphanumeric() || bytes[j] == b'_' || bytes[j] == b':') {
+                j += 1;
+            }
+            let path = code[i..j].trim_end_matches(':');
+            if path.contains("::") {
+                inline.push(path.to_owned());
+            }
+            names.insert(path.split("::").next().unwrap_or_default().to_owned());
+            i = j;
+            continue;
+        }
+        i += 1;
+    }
+    Paths { uses, exported, inline, names }
+}
+
+/// The module a path written in `from` refers to, and the segments after
+/// it: the longest known module that prefixes it, after resolving
+/// `crate::`, `super::`, `self::` and child names. `None` for a path that
+/// leaves the crate (`std::…`, another crate, a type's `Self::…`).
+fn target<'p>(from: &str, path: &'p str, known: &BTreeMap<String, PathBuf>) -> Option<(String, Vec<&'p str>)> {
     let mut segments: Vec<&str> = path.split("::").collect();
     let mut base: Vec<&str> = if from.is_empty() { Vec::new() } else { from.split("::").collect() };
     match segments.first().copied() {
@@ -111,48 +316,76 @@ fn target(from: &str, path: &str, known: &BTreeMap<String, PathBuf>) -> Option<S
         Some("self") => {
             segments.remove(0);
         }
-        _ => {}
+        Some(first) if known.contains_key(&join(from, first)) => {}
+        _ => return None,
     }
     let full: Vec<&str> = base.iter().chain(segments.iter()).copied().collect();
-    (0..=full.len()).rev().map(|n| full[..n].join("::")).find(|m| known.contains_key(m))
+    let n = (0..=full.len()).rev().find(|&n| known.contains_key(&full[..n].join("::")))?;
+    Some((full[..n].join("::"), segments[segments.len().saturating_sub(full.len() - n)..].to_vec()))
+}
+
+/// The file that defines what `path`, written in `from`, names: through the
+/// re-exports of the modules on the way (`super::JsonDecoder` names the
+/// file that defines it, not the `mod.rs` that re-exports it).
+fn defining(
+    from: &str,
+    path: &str,
+    known: &BTreeMap<String, PathBuf>,
+    bound: &BTreeMap<String, BTreeMap<String, String>>,
+    depth: usize,
+) -> Option<String> {
+    let (module, rest) = target(from, path, known)?;
+    let via = rest.first().and_then(|item| bound.get(&module)?.get(*item));
+    match via {
+        Some(inner) if depth < 8 && module != from => {
+            let inner = [inner.as_str()].into_iter().chain(rest[1..].iter().copied()).collect::<Vec<_>>().join("::");
+            defining(&module, &inner, known, bound, depth + 1).or(Some(module))
+        }
+        _ => Some(module),
+    }
+}
+
+/// Which files import which, within the crate whose sources are in `src`.
+fn imports(src: &Path) -> BTreeSet<(String, String)> {
+    let known = modules(src);
+    let code: BTreeMap<&String, Paths> =
+        known.iter().map(|(m, f)| (m, paths(&code(&std::fs::read_to_string(f).unwrap())))).collect();
+    // What each module's `use` declarations bind, by name: a child reaches
+    // them as `super::name`.
+    let bound: BTreeMap<String, BTreeMap<String, String>> = code
+        .iter()
+        .map(|(m, p)| {
+            let names =
+                p.uses.iter().filter(|(path, _)| !path.ends_with('*')).map(|(path, name)| (name.clone(), path.clone()));
+            ((*m).clone(), names.collect())
+        })
+        .collect();
+    let mut edges = BTreeSet::new();
+    for (module, p) in &code {
+        // A re-export is not an import: the file's own code names what it
+        // re-exports only if it also uses it.
+        let used = p.uses.iter().zip(&p.exported).filter(|((_, name), exported)| !**exported || p.names.contains(name));
+        for path in used.map(|((path, _), _)| path).chain(&p.inline) {
+            // The crate root only declares and re-exports; an item it
+            // defines itself is no file's import.
+            if let Some(t) = defining(module, path, &known, &bound, 0).filter(|t| !t.is_empty() && t != *module) {
+                edges.insert(((*module).clone(), t));
+            }
+        }
+    }
+    edges
 }
 
 #[test]
 fn no_two_files_of_a_crate_import_each_other() {
+    let mut loops = Vec::new();
     for dir in ["plan", "sql", "engine", "formats", "worker", "operator", "crds"] {
-        let src = workspace().join(dir).join("src");
-        let known = modules(&src);
-        let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
-        for (module, file) in &known {
-            let text = std::fs::read_to_string(file).unwrap();
-            // Unindented `use` lines only: an indented one belongs to an
-            // inline module (`mod tests { use super::*; }`) or a function.
-            for line in text.lines() {
-                let Some(rest) = line.strip_prefix("use ").or_else(|| line.strip_prefix("pub use ")) else {
-                    continue;
-                };
-                let path = rest.split(['{', ';', ' ']).next().unwrap_or_default().trim_end_matches("::");
-                let relative = path.starts_with("crate::") || path.starts_with("super::") || path.starts_with("self::");
-                // `use child::X` names a module declared in this file.
-                let first = path.split("::").next().unwrap_or_default();
-                let child_module = if module.is_empty() { first.to_owned() } else { format!("{module}::{first}") };
-                let path = if !relative && known.contains_key(&child_module) {
-                    format!("self::{path}")
-                } else if relative {
-                    path.to_owned()
-                } else {
-                    continue;
-                };
-                // The crate root only re-exports; references to it are not
-                // imports of a file.
-                if let Some(t) = target(module, &path, &known).filter(|t| !t.is_empty() && t != module) {
-                    edges.insert((module.clone(), t));
-                }
-            }
+        let edges = imports(&workspace().join(dir).join("src"));
+        for (a, b) in edges.iter().filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone()))) {
+            loops.push(format!("{dir}: {a} <-> {b}"));
         }
-        let mutual: Vec<_> = edges.iter().filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone()))).collect();
-        assert!(mutual.is_empty(), "{dir}: files importing each other: {mutual:?}");
     }
+    assert!(loops.is_empty(), "files importing each other:\n{}", loops.join("\n"));
 }
 
 #[test]
@@ -160,8 +393,51 @@ fn the_module_path_resolution_sees_imports() {
     // The check above is only as good as its resolution of paths.
     let known: BTreeMap<String, PathBuf> =
         ["", "a", "a::b", "c"].into_iter().map(|m| (m.to_owned(), PathBuf::new())).collect();
-    assert_eq!(target("a::b", "super::super::c", &known).as_deref(), Some("c"));
-    assert_eq!(target("a::b", "crate::a::X", &known).as_deref(), Some("a"));
-    assert_eq!(target("a", "super::c::Y", &known).as_deref(), Some("c"));
-    assert_eq!(target("c", "crate::Error", &known).as_deref(), Some(""));
+    let module = |from: &str, path: &str| target(from, path, &known).map(|(m, _)| m);
+    assert_eq!(module("a::b", "super::super::c").as_deref(), Some("c"));
+    assert_eq!(module("a::b", "crate::a::X").as_deref(), Some("a"));
+    assert_eq!(module("a", "super::c::Y").as_deref(), Some("c"));
+    assert_eq!(module("a", "b::f").as_deref(), Some("a::b"));
+    assert_eq!(module("c", "crate::Error").as_deref(), Some(""));
+    assert_eq!(module("c", "std::mem::take"), None);
+    // A name re-exported by `a` from `a::b` is `a::b`'s.
+    let bound = BTreeMap::from([("a".to_owned(), BTreeMap::from([("X".to_owned(), "b::X".to_owned())]))]);
+    assert_eq!(defining("c", "crate::a::X", &known, &bound, 0).as_deref(), Some("a::b"));
+    assert_eq!(defining("a::b", "super::Y", &known, &bound, 0).as_deref(), Some("a"));
+}
+
+#[test]
+fn paths_written_inline_count_and_comments_strings_and_tests_do_not() {
+    let text = r##"
+use super::{x::{A, B as C}, y};
+pub(crate) use crate::z::D;
+// super::commented::f()
+/* crate::block::g() */
+fn f() { let s = "crate::quoted::h()"; let r = r#"super::raw::i"#; let c = '"'; super::w::call(c, s, r) }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn t() { crate::only_in_tests::k() }
+}
+"##;
+    let p = paths(&code(text));
+    let uses: Vec<&str> = p.uses.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(uses, ["super::x::A", "super::x::B", "super::y", "crate::z::D"]);
+    assert_eq!(p.uses[1].1, "C");
+    assert_eq!(p.inline, ["super::w::call"]);
+}
+
+#[test]
+fn a_loop_through_an_inline_path_is_found() {
+    // Two files of a crate in a scratch directory: `b` imports `a` with a
+    // `use`, `a` reaches back into `b` inline only.
+    let dir = std::env::temp_dir().join(format!("sluice-layering-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\n").unwrap();
+    std::fs::write(dir.join("a.rs"), "pub fn f() -> u8 { super::b::g() }\n").unwrap();
+    std::fs::write(dir.join("b.rs"), "use crate::a::f;\npub fn g() -> u8 { 1 }\n").unwrap();
+    let edges = imports(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(edges.contains(&("a".to_owned(), "b".to_owned())), "{edges:?}");
+    assert!(edges.contains(&("b".to_owned(), "a".to_owned())), "{edges:?}");
 }

@@ -9,7 +9,7 @@
 
 use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
 
-use super::json::DecodeError;
+use super::error::DecodeError;
 use super::metadata::RecordMeta;
 use crate::encode::{BOOL, FLOAT, INT, NULL, STR};
 
@@ -266,7 +266,7 @@ impl RowDecoder {
 
     /// The columns' decoder a source's decoder fills its metadata columns
     /// with (`None` for binary rows, which have none).
-    fn columns_mut(&mut self) -> Option<&mut super::JsonDecoder> {
+    pub(super) fn columns_mut(&mut self) -> Option<&mut super::JsonDecoder> {
         match self {
             Self::Json(d) => Some(d),
             Self::Avro(d) => Some(&mut d.columns),
@@ -275,27 +275,6 @@ impl RowDecoder {
             Self::DebeziumAvro(d) => Some(d.columns_mut()),
             Self::Raw(d) => Some(&mut d.columns),
             Self::Binary(_) => None,
-        }
-    }
-
-    /// Reads record keys in `format` (a source's `keyFormat`, key fields
-    /// named after its `keyFieldsPrefix`).
-    pub fn read_keys(&mut self, plan: &Plan, format: sluice_crds::KeyFormat, prefix: &str) {
-        if let Some(columns) = self.columns_mut() {
-            columns.read_keys(super::KeyDecoder::new(plan, format, prefix));
-        }
-    }
-
-    /// The registry id of the schema `key` names, when its decoder does
-    /// not have it yet (a `keyFormat` of avro or protobuf).
-    pub fn key_needs_schema(&mut self, key: &[u8]) -> Option<u32> {
-        self.columns_mut()?.key_decoder()?.needs_schema(key)
-    }
-
-    /// Hands over what the registry said of key schema `id`.
-    pub fn add_key_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
-        if let Some(key) = self.columns_mut().and_then(super::JsonDecoder::key_decoder) {
-            key.add_schema(id, schema);
         }
     }
 

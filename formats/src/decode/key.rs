@@ -12,7 +12,9 @@
 use sluice_crds::{KeyFormat, RecordMetadata};
 use sluice_plan::{Batch, Column, ColumnOrigin, Plan, Schema};
 
-use super::{AvroDecoder, DecodeError, JsonDecoder, ProtobufDecoder, RowDecoder};
+use super::error::DecodeError;
+use super::key_cells::KeyCells;
+use super::{AvroDecoder, JsonDecoder, ProtobufDecoder, RowDecoder};
 
 #[derive(Debug, Clone)]
 pub struct KeyDecoder {
@@ -70,19 +72,10 @@ impl KeyDecoder {
         };
         Some(Self { batch: decoder.new_batch(1), decoder: Box::new(decoder), targets, state: State::Bytes })
     }
+}
 
-    /// The registry id of the schema `key` names, if not known yet.
-    pub fn needs_schema(&self, key: &[u8]) -> Option<u32> {
-        self.decoder.needs_schema(key)
-    }
-
-    /// See [`RowDecoder::add_schema`].
-    pub fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
-        self.decoder.add_schema(id, schema);
-    }
-
-    /// Decodes the record's key, before its key columns are filled.
-    pub(super) fn decode(&mut self, key: Option<&[u8]>) -> Result<(), DecodeError> {
+impl KeyCells for KeyDecoder {
+    fn decode(&mut self, key: Option<&[u8]>) -> Result<(), DecodeError> {
         self.batch.clear();
         self.state = State::Bytes;
         let Some(key) = key else { return Ok(()) };
@@ -97,14 +90,48 @@ impl KeyDecoder {
         Ok(())
     }
 
-    /// Column `col`'s cell of the key just decoded; `None` when the column
-    /// reads the key's bytes instead (no key, a JSON scalar).
-    pub(super) fn cell(&self, col: usize) -> Option<&Column> {
+    fn cell(&self, col: usize) -> Option<&Column> {
         if self.state != State::Row {
             return None;
         }
         let j = self.targets.iter().position(|&t| t == col)?;
         self.batch.columns.get(j)
+    }
+
+    fn needs_schema(&self, key: &[u8]) -> Option<u32> {
+        self.decoder.needs_schema(key)
+    }
+
+    /// See [`RowDecoder::add_schema`].
+    fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
+        self.decoder.add_schema(id, schema);
+    }
+
+    fn boxed_clone(&self) -> Box<dyn KeyCells> {
+        Box::new(self.clone())
+    }
+}
+
+impl RowDecoder {
+    /// Reads record keys in `format` (a source's `keyFormat`, key fields
+    /// named after its `keyFieldsPrefix`).
+    pub fn read_keys(&mut self, plan: &Plan, format: KeyFormat, prefix: &str) {
+        if let Some(columns) = self.columns_mut() {
+            columns.key = KeyDecoder::new(plan, format, prefix).map(|k| Box::new(k) as Box<dyn KeyCells>);
+        }
+    }
+
+    /// The registry id of the schema `key` names, when its decoder does
+    /// not have it yet (a `keyFormat` of avro or protobuf).
+    pub fn key_needs_schema(&mut self, key: &[u8]) -> Option<u32> {
+        self.columns_mut()?.key.as_deref()?.needs_schema(key)
+    }
+
+    /// Hands over what the registry said of key schema `id`.
+    pub fn add_key_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
+        if let Some(key) = self.columns_mut().and_then(|c| c.key.as_deref_mut()) {
+            key.add_schema(id, schema);
+        }
     }
 }
 

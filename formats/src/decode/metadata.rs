@@ -13,7 +13,8 @@ use sluice_crds::RecordMetadata;
 use sluice_plan::time::MAX_TIMESTAMP_MS;
 use sluice_plan::{Batch, DataType};
 
-use super::json::{DecodeError, JsonDecoder, ValueSeed, describe};
+use super::error::DecodeError;
+use super::json::{JsonDecoder, ValueSeed, describe};
 
 /// A record's headers, in the order the record lists them.
 pub trait RecordHeaders {
@@ -51,17 +52,6 @@ impl std::fmt::Debug for RecordMeta<'_> {
 }
 
 impl JsonDecoder {
-    /// Reads the record's key in `format` for the `metadata: key` columns
-    /// (see [`super::KeyDecoder`]).
-    pub fn read_keys(&mut self, key: Option<super::KeyDecoder>) {
-        self.key = key.map(Box::new);
-    }
-
-    /// The key's decoder, if the source has a `keyFormat`.
-    pub fn key_decoder(&mut self) -> Option<&mut super::KeyDecoder> {
-        self.key.as_deref_mut()
-    }
-
     /// Whether some column is the processing time (the source then reads
     /// the clock for every record).
     pub fn reads_processing_time(&self) -> bool {

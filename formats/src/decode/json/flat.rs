@@ -22,10 +22,13 @@ use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 
 use super::{JsonDecoder, Target, same_key};
 
-/// Appends `p` as one row of `batch` if it is a flat object this path
-/// decodes exactly; `false` leaves a partial row for the caller to roll back.
-pub(super) fn decode_flat(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> bool {
-    object(dec, p, batch).is_some()
+impl JsonDecoder {
+    /// Appends `p` as one row of `batch` if it is a flat object this path
+    /// decodes exactly; `false` leaves a partial row for the caller to roll
+    /// back.
+    pub(super) fn decode_flat(&mut self, p: &[u8], batch: &mut Batch) -> bool {
+        object(self, p, batch).is_some()
+    }
 }
 
 fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {

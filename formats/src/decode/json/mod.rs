@@ -23,15 +23,8 @@ use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
 use sluice_plan::{Batch, Column, ColumnData};
 use sluice_plan::{ColumnOrigin, DataType, Plan};
 
-/// Why a record could not be decoded (the dead-letter reason).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DecodeError(pub String);
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+use super::error::DecodeError;
+use super::key_cells::KeyCells;
 
 /// Column lookup tables for one source schema, shared by every record.
 #[derive(Debug, Clone)]
@@ -59,7 +52,7 @@ pub struct JsonDecoder {
     /// Reused for a `headers` column's text.
     pub(super) scratch: Vec<u8>,
     /// The key's decoder, for a source with a `keyFormat`.
-    pub(super) key: Option<Box<super::KeyDecoder>>,
+    pub(super) key: Option<Box<dyn KeyCells>>,
 }
 
 /// A column read from the Kafka record: its index, what it reads, and the
@@ -173,7 +166,7 @@ impl JsonDecoder {
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
         self.reset_seen();
-        if self.flat && flat::decode_flat(self, payload, batch) && self.finish_row(batch).is_ok() {
+        if self.flat && self.decode_flat(payload, batch) && self.finish_row(batch).is_ok() {
             batch.len = rows + 1;
             return Ok(());
         }

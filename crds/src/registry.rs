@@ -1,4 +1,5 @@
-//! How the workers and the operator reach a Schema Registry that asks who
+//! The Schema Registry a job's formats use: where it is, how its subjects
+//! are named, and how the workers and the operator reach one that asks who
 //! they are or speaks TLS: HTTP basic authentication (Confluent Cloud's API
 //! key and secret, Apicurio's or Karapace's basic auth, a registry behind
 //! an ingress that checks it) and the CA certificates an `https://`
@@ -14,7 +15,69 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::kafka_security::{is_secret_key, is_secret_name};
-use crate::{KafkaTls, PasswordSecret, SchemaRegistrySpec};
+use crate::{KafkaTls, PasswordSecret};
+
+/// The Schema Registry writer schemas are fetched from: Confluent's REST
+/// API, which Confluent Schema Registry, Apicurio Registry (at
+/// `/apis/ccompat/v7`) and Karapace serve.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SchemaRegistrySpec {
+    /// Base URL of the API, `http://host:port[/path]` or `https://…` (for
+    /// Apicurio: `http://host:8080/apis/ccompat/v7`).
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://[^\s]+$"))]
+    pub url: String,
+    /// The subject an Avro sink registers its writer schema under, as
+    /// Confluent's serializers name it: `TopicName` (the default,
+    /// `<topic>-value`), `RecordName` (the record's full name,
+    /// `dev.sluice.<job>`: one schema for every topic that carries it) or
+    /// `TopicRecordName` (`<topic>-dev.sluice.<job>`).
+    #[serde(default, skip_serializing_if = "SubjectNameStrategy::is_default")]
+    pub subject_name_strategy: SubjectNameStrategy,
+    /// HTTP basic authentication: the user and the Secret key holding the
+    /// password (Confluent Cloud: API key and secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<RegistryAuthentication>,
+    /// For an `https://` URL: the CA certificates (PEM, in Secrets) the
+    /// registry's certificate is checked against; the system's CA store
+    /// when this is absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RegistryTls>,
+}
+
+/// How a subject is named after the topic and the record (Confluent's
+/// `value.subject.name.strategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SubjectNameStrategy {
+    #[default]
+    TopicName,
+    RecordName,
+    TopicRecordName,
+}
+
+impl SubjectNameStrategy {
+    fn is_default(&self) -> bool {
+        *self == Self::TopicName
+    }
+
+    /// The value subject for `topic` and the record's full name `record`.
+    pub fn value_subject(self, topic: &str, record: &str) -> String {
+        self.subject(topic, "value", record)
+    }
+
+    /// The key subject for `topic` and the key record's full name `record`.
+    pub fn key_subject(self, topic: &str, record: &str) -> String {
+        self.subject(topic, "key", record)
+    }
+
+    fn subject(self, topic: &str, part: &str, record: &str) -> String {
+        match self {
+            Self::TopicName => format!("{topic}-{part}"),
+            Self::RecordName => record.to_owned(),
+            Self::TopicRecordName => format!("{topic}-{record}"),
+        }
+    }
+}
 
 /// HTTP basic authentication to the registry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
