@@ -36,8 +36,12 @@ use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
 use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::{Batch, Dataflow, Plan};
 use sluice_sql::{plan_dataflow, plan_query};
-use sluice_worker::runtime::exchange::{LocalExchange, UpstreamWatermarks};
+use sluice_worker::runtime::exchange::UpstreamWatermarks;
 use sluice_worker::source::write_record;
+
+#[path = "../tests/support/local_exchange.rs"]
+mod local_exchange;
+use local_exchange::LocalExchange;
 
 const BATCH: usize = 4096;
 const EXCHANGE_PARTITIONS: usize = 4;

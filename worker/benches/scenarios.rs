@@ -25,11 +25,13 @@ use sluice_formats::encode::{AvroEncoder, BinaryEncoder, EncodedRows, JsonEncode
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::{plan_dataflow, plan_query};
-use sluice_worker::runtime::exchange::LocalExchange;
 use sluice_worker::source::write_record;
 
 #[path = "support/avro_payloads.rs"]
 mod avro_payloads;
+#[path = "../tests/support/local_exchange.rs"]
+mod local_exchange;
+use local_exchange::LocalExchange;
 
 /// The seeds' engine on a 2-core machine of this kind (records/s, 100 K records).
 const SEED: [(&str, f64); 6] = [

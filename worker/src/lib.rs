@@ -13,8 +13,10 @@
 //! engine runs; it is independent of the engine, the formats and Kafka, so
 //! the operator validates SQL with the same code and nothing else.
 
+mod clock;
 pub mod config;
 mod error;
+pub mod frame;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -39,7 +39,7 @@ fn event_time(scenario: DatagenScenario, i: u64) -> i64 {
     match scenario {
         DatagenScenario::MarketData => 1_700_000_000_000 + i * 1000,
         DatagenScenario::Trades => 1_700_000_000_000 + i * 900,
-        _ => crate::runtime::now_ms(),
+        _ => crate::clock::now_ms(),
     }
 }
 
@@ -97,7 +97,7 @@ pub fn produce(
                 key.extend_from_slice(&part);
             }
         }
-        let ts = if event_timestamps { event_time(scenario, i) } else { crate::runtime::now_ms() };
+        let ts = if event_timestamps { event_time(scenario, i) } else { crate::clock::now_ms() };
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).payload(&value).timestamp(ts);
         if !key_columns.is_empty() {
             record = record.key(&key);

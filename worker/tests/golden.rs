@@ -28,7 +28,11 @@ use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
 use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::{Batch, Plan, StageOutput};
 use sluice_sql::plan_dataflow;
-use sluice_worker::runtime::exchange::{ExchangePartition, LocalExchange, UpstreamWatermarks};
+use sluice_worker::runtime::exchange::UpstreamWatermarks;
+
+#[path = "support/local_exchange.rs"]
+mod local_exchange;
+use local_exchange::{ExchangePartition, LocalExchange};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -24,7 +24,6 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use sluice_crds::{Delivery, KeyFormat, SinkFormat, SourceSpec, StartFrom, WorkerConfig};
 
-use super::exchange::{END, Frame};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
@@ -32,6 +31,7 @@ use super::shared_source::SharedSource;
 use super::state_pages::PageId;
 use super::state_store::{Loaded, Snapshot, StateStore};
 use crate::Error;
+use crate::frame::{END, Frame};
 use crate::kafka::{client_config, create_topic, delete_records};
 use crate::metrics::CoreMetrics;
 use crate::sink::{
@@ -718,7 +718,7 @@ impl<'a> Core<'a> {
         if self.setup.config.spec.engine.late_records == sluice_crds::LateRecordPolicy::DeadLetter {
             m.dead_letter_late.inc_by(totals.late);
         }
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         let (mut entries, mut bytes, mut largest) = (0usize, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
             let stats = p.engine.stats();

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::time::{Duration, Instant};
 
-use super::exchange::{Frame, Packer};
 use crate::Error;
+use crate::frame::{Frame, Packer};
 use crate::sink::{DeadLetterSink, ExchangeOutput};
 use crate::source::{Deliver, PollEnd, Record, Source};
 use sluice_formats::encode::EncodedRows;
@@ -171,7 +171,7 @@ impl LocalStagedSource {
 
     /// Delivers exchange records that have arrived, up to a weight of `max`.
     fn deliver(&mut self, max: usize, f: &mut Deliver<'_>) -> usize {
-        let now = super::now_ms();
+        let now = crate::clock::now_ms();
         let mut n = 0;
         for (input, chunks, read, offset) in &mut self.inputs {
             loop {

@@ -15,11 +15,3 @@ mod tombstone;
 
 pub use health::{CoreStatus, Health};
 pub use job::{JobSummary, RunOptions, run_job};
-
-/// Wall-clock time in epoch milliseconds.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}

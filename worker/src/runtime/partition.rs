@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use sluice_crds::{LateRecordPolicy, SourceFormat, SourceSpec};
 
-use super::exchange::{ExchangeInput, Frame, parse_frame};
+use super::exchange::ExchangeInput;
 use super::tombstone::Tombstones;
 use crate::Error;
+use crate::frame::{Frame, parse_frame};
 use crate::registry::{Registry, as_given};
 use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
@@ -330,7 +331,7 @@ impl PartitionPipeline {
             timestamp_ms: Some(record.timestamp_ms),
             partition: Some(self.partition),
             offset: Some(record.offset),
-            processing_time_ms: self.clock.then(super::now_ms),
+            processing_time_ms: self.clock.then(crate::clock::now_ms),
             headers: record.headers.map(|h| h as &dyn RecordHeaders),
         };
         if let Some(registry) = &self.registry {
@@ -402,7 +403,7 @@ impl PartitionPipeline {
         if self.batch.len == 0 && self.marks.is_empty() {
             return Ok(());
         }
-        let newest = self.timestamps.iter().copied().max().unwrap_or_else(super::now_ms);
+        let newest = self.timestamps.iter().copied().max().unwrap_or_else(crate::clock::now_ms);
         self.late_rows.clear();
         let mut sink = BatchOutput {
             encoder,
@@ -443,7 +444,7 @@ impl PartitionPipeline {
             input_timestamps: &[],
             input_offsets: None,
             emitted: &mut self.emitted,
-            newest: super::now_ms(),
+            newest: crate::clock::now_ms(),
             late: &mut self.late_rows,
             flush: None,
             failed: None,

@@ -16,7 +16,7 @@ pub struct DrainDeadline(Arc<AtomicI64>);
 impl DrainDeadline {
     /// Starts the drain: waits end `within` from now.
     pub fn start(&self, within: Duration) {
-        let at = crate::runtime::now_ms().saturating_add(i64::try_from(within.as_millis()).unwrap_or(i64::MAX));
+        let at = crate::clock::now_ms().saturating_add(i64::try_from(within.as_millis()).unwrap_or(i64::MAX));
         self.0.store(at, Ordering::Release);
     }
 
@@ -26,7 +26,7 @@ impl DrainDeadline {
         match self.0.load(Ordering::Acquire) {
             0 => now + wait,
             at => {
-                let left = u64::try_from(at - crate::runtime::now_ms()).unwrap_or(0);
+                let left = u64::try_from(at - crate::clock::now_ms()).unwrap_or(0);
                 now + wait.min(Duration::from_millis(left))
             }
         }
@@ -35,6 +35,6 @@ impl DrainDeadline {
     /// Whether a drain started and its deadline has passed.
     pub fn passed(&self) -> bool {
         let at = self.0.load(Ordering::Acquire);
-        at != 0 && crate::runtime::now_ms() >= at
+        at != 0 && crate::clock::now_ms() >= at
     }
 }

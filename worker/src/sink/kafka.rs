@@ -11,7 +11,7 @@ use rdkafka::producer::BaseRecord;
 use super::producer::CoreProducer;
 use super::{DeadLetter, DeadLetterSink, ExchangeOutput, Sink};
 use crate::Error;
-use crate::runtime::exchange::{Frame, Packer};
+use crate::frame::{Frame, Packer};
 use sluice_formats::encode::EncodedRows;
 
 /// Results to a Kafka topic, keyed by the query's key columns.

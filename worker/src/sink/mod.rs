@@ -38,7 +38,7 @@ pub trait ExchangeOutput: Send {
         dead: &mut dyn DeadLetterSink,
     ) -> Result<u64, Error>;
     /// Queues a marker to every partition, after the rows sent so far.
-    fn mark(&mut self, marker: crate::runtime::exchange::Frame<'_>) -> Result<(), Error>;
+    fn mark(&mut self, marker: crate::frame::Frame<'_>) -> Result<(), Error>;
     /// Serves delivery without blocking.
     fn poll(&mut self) -> Result<(), Error>;
     /// Waits until everything queued is delivered.

@@ -318,7 +318,7 @@ impl CoreProducer {
     /// Serves delivery reports for up to `timeout` (the whole of it: see
     /// `BaseProducer::poll`), timing them against the clock read now.
     fn serve(&self, timeout: Duration) {
-        self.producer.context().clock_ms.store(crate::runtime::now_ms(), Ordering::Relaxed);
+        self.producer.context().clock_ms.store(crate::clock::now_ms(), Ordering::Relaxed);
         self.producer.poll(timeout);
     }
 

@@ -209,7 +209,7 @@ impl Source for Datagen {
             return Ok((0, PollEnd::Exhausted));
         }
         let mut n = 0;
-        let now = crate::runtime::now_ms();
+        let now = crate::clock::now_ms();
         while n < max {
             if self.limit.is_some_and(|l| self.next >= l) {
                 return Ok((n, PollEnd::Exhausted));

@@ -31,7 +31,7 @@ impl FileSource {
 
 impl Source for FileSource {
     fn poll(&mut self, max: usize, _timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
-        let now = crate::runtime::now_ms();
+        let now = crate::clock::now_ms();
         let mut n = 0;
         while n < max && !self.done {
             self.line.clear();

@@ -278,7 +278,7 @@ impl KafkaSource {
                 done[slot] = true;
             }
         }
-        let timestamp_ms = m.timestamp_ms.unwrap_or_else(crate::runtime::now_ms);
+        let timestamp_ms = m.timestamp_ms.unwrap_or_else(crate::clock::now_ms);
         f(Record { slot, offset: m.offset, timestamp_ms, payload: m.payload, key: m.key, headers: m.headers }).max(1)
     }
 
@@ -326,7 +326,7 @@ impl KafkaSource {
     /// waiting at most `wait` for a full first batch. A batch is taken
     /// whole, so messages are asked for a few at a time: a weight is only
     /// known once its message is delivered (a repartition record packs up
-    /// to `exchange::PACK_MAX_ROWS` rows), and each batch may pass `want`
+    /// to `frame::PACK_MAX_ROWS` rows), and each batch may pass `want`
     /// by at most [`CONSUME_STEP`] messages.
     fn consume(&mut self, want: usize, wait: Duration, f: &mut Deliver<'_>) -> Result<usize, Error> {
         let (slot_of, ends, done) = (&self.slot_of, &self.end_offsets[..], &mut self.done[..]);

@@ -45,7 +45,7 @@ pub enum PollEnd {
 }
 
 /// What a record weighs towards a poll's `max`: the rows `f` says it added
-/// (an exchange record packs up to `exchange::PACK_MAX_ROWS`), at least
+/// (an exchange record packs up to `frame::PACK_MAX_ROWS`), at least
 /// one, so a run of dead-lettered records still ends a poll.
 pub type Deliver<'f> = dyn FnMut(Record<'_>) -> usize + 'f;
 
