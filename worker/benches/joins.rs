@@ -34,9 +34,10 @@ use sluice_crds::{ColumnType, DatagenScenario, EventTimeSpec, SourceSpec, TableS
 use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
 use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
 use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
-use sluice_plan::{Batch, Dataflow, Plan};
+use sluice_plan::{Batch, Plan};
 use sluice_sql::{plan_dataflow, plan_query};
 use sluice_worker::runtime::exchange::UpstreamWatermarks;
+use sluice_worker::runtime::topology::Topology;
 use sluice_worker::source::write_record;
 
 #[path = "../tests/support/local_exchange.rs"]
@@ -217,14 +218,23 @@ impl Joiner {
     }
 }
 
+/// A join of two one-partition sources, planned and wired as the worker
+/// plans and wires it (an exchange of [`EXCHANGE_PARTITIONS`]).
+fn wired(sql: &str, sources: &[SourceSpec]) -> Topology {
+    let partitions = i32::try_from(EXCHANGE_PARTITIONS).unwrap_or(4);
+    let flow = plan_dataflow(sql, sources, partitions).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    Topology::new(&flow, sources, |_| Some(1), Some(partitions), |s| format!("exchange-{s}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
 /// Runs a two-source join dataflow over `inputs` (left, right): batches
 /// of the sides in turn, or all of the right side first when
 /// `right_first` (a table loaded before the stream). Returns the time the
 /// right side alone took when it went first, the total, and the rows out.
-fn run_join(flow: &Dataflow, inputs: [&Payloads; 2], right_first: bool) -> (Duration, Duration, u64) {
-    let [left, join] = flow.stages.as_slice() else { panic!("a join is two stages and a branch") };
-    let plans = [Arc::new(left.plan.clone()), Arc::new(flow.branches[0].plan.clone())];
-    let joined = Arc::new(join.plan.clone());
+fn run_join(topology: &Topology, inputs: [&Payloads; 2], right_first: bool) -> (Duration, Duration, u64) {
+    let [left, right, join] = topology.inputs.as_slice() else { panic!("a join is two stages and a branch") };
+    let plans = [Arc::clone(&left.plan), Arc::clone(&right.plan)];
+    let joined = Arc::clone(&join.plan);
     let mut sides: Vec<Side> = plans
         .iter()
         .map(|plan| {
@@ -237,15 +247,20 @@ fn run_join(flow: &Dataflow, inputs: [&Payloads; 2], right_first: bool) -> (Dura
             }
         })
         .collect();
-    let writer = names(&plans[0]).0;
+    let writer = &join.writer;
     let (out_names, out_keys) = names(&joined);
     let mut joiner = Joiner {
         parts: (0..EXCHANGE_PARTITIONS)
             .map(|p| {
-                let decoder = RowDecoder::Binary(BinaryDecoder::new(&joined, &writer));
+                let decoder = RowDecoder::Binary(BinaryDecoder::new(&joined, writer));
                 let batch = decoder.new_batch(BATCH);
                 let options = EngineOptions { partition: i32::try_from(p).unwrap_or(0), ..EngineOptions::default() };
-                (decoder, batch, Engine::new(Arc::clone(&joined), options), UpstreamWatermarks::new(2))
+                (
+                    decoder,
+                    batch,
+                    Engine::new(Arc::clone(&joined), options),
+                    UpstreamWatermarks::new(join.upstreams.unwrap_or(0)),
+                )
             })
             .collect(),
         sink: Sink {
@@ -371,9 +386,9 @@ fn main() {
     };
     let (plain_table, timed_table) = (table(false), table(true));
     let s2_plan = Arc::new(plan_query(S2, &[trades("a")]).unwrap_or_else(|e| panic!("S2: {e}")));
-    let interval = plan_dataflow(INTERVAL, &[trades("a"), trades("b")], 4).unwrap_or_else(|e| panic!("interval: {e}"));
-    let latest = plan_dataflow(LATEST, &[orders(), customers(false)], 4).unwrap_or_else(|e| panic!("latest: {e}"));
-    let as_of = plan_dataflow(AS_OF, &[orders(), customers(true)], 4).unwrap_or_else(|e| panic!("as of: {e}"));
+    let interval = wired(INTERVAL, &[trades("a"), trades("b")]);
+    let latest = wired(LATEST, &[orders(), customers(false)]);
+    let as_of = wired(AS_OF, &[orders(), customers(true)]);
     let mut runs: [(Vec<Duration>, Vec<Duration>, u64); 4] = Default::default();
     for _ in 0..3 {
         let (t, rows) = s2(&s2_plan, &trades_a);
@@ -389,8 +404,7 @@ fn main() {
             runs[2 + i].2 = rows;
         }
     }
-    let bounded = plan_dataflow(BOUNDED, &[bounded_side("l", true), bounded_side("r", false)], 4)
-        .unwrap_or_else(|e| panic!("column-bounded: {e}"));
+    let bounded = wired(BOUNDED, &[bounded_side("l", true), bounded_side("r", false)]);
     let mut bounded_runs = Vec::new();
     for rows in [10_000u64, 20_000, 40_000] {
         let left = Payloads::from_fn(rows, |i, out| {

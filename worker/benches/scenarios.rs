@@ -25,6 +25,7 @@ use sluice_formats::encode::{AvroEncoder, BinaryEncoder, EncodedRows, JsonEncode
 use sluice_plan::Batch;
 use sluice_plan::Plan;
 use sluice_sql::{plan_dataflow, plan_query};
+use sluice_worker::runtime::topology::Topology;
 use sluice_worker::source::write_record;
 
 #[path = "support/avro_payloads.rs"]
@@ -329,8 +330,12 @@ fn rekeyed(payloads: &Payloads, binary: bool) -> (Duration, u64) {
     let partitions = i32::try_from(EXCHANGE_PARTITIONS).unwrap_or(4);
     let dataflow = plan_dataflow(REKEYED_SQL, &[market_data_keyed_by("trader_id")], partitions)
         .unwrap_or_else(|e| panic!("re-keyed S2: {e}"));
-    let [forward, aggregate] = dataflow.stages.as_slice() else { panic!("re-keyed S2 is two stages") };
-    let (forward, aggregate) = (Arc::new(forward.plan.clone()), Arc::new(aggregate.plan.clone()));
+    let sources = [market_data_keyed_by("trader_id")];
+    let topology = Topology::new(&dataflow, &sources, |_| Some(1), Some(partitions), |s| format!("exchange-{s}"))
+        .unwrap_or_else(|e| panic!("re-keyed S2: {e}"));
+    let [forward, aggregate] = topology.inputs.as_slice() else { panic!("re-keyed S2 is two stages") };
+    let writer = &aggregate.writer;
+    let (forward, aggregate) = (Arc::clone(&forward.plan), Arc::clone(&aggregate.plan));
     let encoder_for = |plan: &Plan| {
         let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
         let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
@@ -344,11 +349,10 @@ fn rekeyed(payloads: &Payloads, binary: bool) -> (Duration, u64) {
     let mut stage0 = Engine::new(Arc::clone(&forward), EngineOptions::default());
     let mut routed = Collect { encoder: &forward_encoder, out: EncodedRows::default() };
     let mut exchange = LocalExchange::new(EXCHANGE_PARTITIONS);
-    let writer: Vec<String> = forward.outputs.iter().map(|o| o.name.clone()).collect();
     let mut downstream: Vec<(RowDecoder, Batch, Engine)> = (0..EXCHANGE_PARTITIONS)
         .map(|p| {
             let d = if binary {
-                RowDecoder::Binary(BinaryDecoder::new(&aggregate, &writer))
+                RowDecoder::Binary(BinaryDecoder::new(&aggregate, writer))
             } else {
                 RowDecoder::Json(JsonDecoder::new(&aggregate))
             };

@@ -29,6 +29,7 @@ use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder
 use sluice_plan::{Batch, Plan, StageOutput};
 use sluice_sql::plan_dataflow;
 use sluice_worker::runtime::exchange::UpstreamWatermarks;
+use sluice_worker::runtime::topology::Topology;
 
 #[path = "support/local_exchange.rs"]
 mod local_exchange;
@@ -311,51 +312,50 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_
     // Planned as the workers plan it: for the most partitions a source has.
     let dataflow =
         plan_dataflow(&case.sql, &sources, i32::try_from(n).unwrap()).unwrap_or_else(|e| panic!("plan: {e}"));
+    // Wired as the worker wires it: each stage's inputs, its own first.
+    let sizes: Vec<(String, i32)> = sources
+        .iter()
+        .zip(texts)
+        .map(|(s, t)| (s.name.clone(), i32::try_from(source_input(t).len()).unwrap()))
+        .collect();
+    let partitions_of = |name: &str| sizes.iter().find(|(s, _)| s.eq_ignore_ascii_case(name)).map(|(_, n)| *n);
+    let topology = Topology::new(&dataflow, &sources, partitions_of, None, |s| format!("exchange-{s}"))
+        .unwrap_or_else(|e| panic!("topology: {e}"));
+    assert_eq!(topology.exchange_partitions, i32::try_from(n).unwrap());
     let mut outcome = Outcome::default();
-    let mut inputs = dataflow.stages.first().map(|s| input_of(&s.plan.source.name)).unwrap_or_default();
-    let mut upstreams = 0;
+    let mut exchanged = Vec::new();
     for (index, stage) in dataflow.stages.iter().enumerate() {
         let mut stage_outcome = Outcome::default();
-        let writer: Option<Vec<String>> =
-            index.checked_sub(1).map(|w| dataflow.stages[w].plan.outputs.iter().map(|o| o.name.clone()).collect());
-        let mut results = run_stage(
-            case,
-            &stage.plan,
-            stage.output,
-            writer.as_deref(),
-            &inputs,
-            upstreams,
-            batch_size,
-            snapshot_between_batches,
-            &mut stage_outcome,
-        );
+        let mut results = Vec::new();
         // The branches' partitions follow the stage's own as upstreams of
-        // the same output.
-        let own = results.len();
-        // A branch over the stage's exchange reads the stage's input.
-        for branch in dataflow.beside(index) {
-            let (writer, input, from) = match branch.reads_exchange {
-                true => (writer.as_deref(), None, upstreams),
-                false => (None, Some(input_of(&branch.plan.source.name)), 0),
+        // the same output; a branch over the stage's exchange reads the
+        // stage's input.
+        let mut own = None;
+        for input in topology.stage(index) {
+            let (writer, rows) = match input.reads_exchange() {
+                true => (Some(input.writer.as_slice()), None),
+                false => (None, Some(input_of(&input.plan.source.name))),
             };
             results.extend(run_stage(
                 case,
-                &branch.plan,
+                &input.plan,
                 stage.output,
                 writer,
-                input.as_deref().unwrap_or(&inputs),
-                from,
+                rows.as_deref().unwrap_or(&exchanged),
+                input.upstreams.unwrap_or(0),
                 batch_size,
                 snapshot_between_batches,
                 &mut stage_outcome,
             ));
+            own.get_or_insert(results.len());
         }
+        let own = own.unwrap_or(0);
         if index > 0 && own == results.len() {
             assert_eq!(stage_outcome.dead_letter, 0, "records from an exchange never fail to decode");
         }
         outcome.dead_letter += stage_outcome.dead_letter;
         outcome.late += stage_outcome.late;
-        inputs = Vec::new();
+        exchanged = Vec::new();
         match stage.output {
             StageOutput::Exchange => {
                 let mut exchange = LocalExchange::new(n);
@@ -373,8 +373,7 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_
                     // The end of a bounded input: nothing older can follow.
                     exchange.watermark(from, i64::MAX);
                 }
-                upstreams = results.len();
-                inputs = (0..n).map(|p| exchange.take(p)).collect();
+                exchanged = (0..n).map(|p| exchange.take(p)).collect();
             }
             StageOutput::Sink => {
                 for b in results.iter().flatten() {

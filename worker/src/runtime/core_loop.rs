@@ -22,114 +22,26 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use sluice_crds::{Delivery, KeyFormat, SinkFormat, SourceSpec, StartFrom, WorkerConfig};
+use sluice_crds::Delivery;
 
-use super::health::{CoreStatus, Health};
-use super::local_exchange::{ExchangeInputChannel, LocalEnds, LocalExchangeWriter, LocalStagedSource};
+use super::health::CoreStatus;
+use super::local_exchange::{ExchangeInputChannel, LocalExchangeWriter, LocalStagedSource};
+use super::outputs::{Writes, dead_letter, job_sink, sink_encoder, transactional_producer};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
+use super::setup::CoreSetup;
 use super::shared_source::SharedSource;
+use super::state_group::{group_members, restore_group, snapshot_group};
 use super::state_pages::PageId;
-use super::state_store::{Loaded, Snapshot, StateStore};
+use super::state_store::StateStore;
+use super::topology::{Layout, topic_inputs};
 use crate::Error;
 use crate::frame::{END, Frame};
 use crate::kafka::{client_config, create_topic, delete_records};
-use crate::metrics::CoreMetrics;
-use crate::sink::{
-    CoreProducer, DeadLetterSink, ExchangeOutput, ExchangeSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink,
-    LogDeadLetter, Sink, producer_config,
-};
-use crate::source::{CommittedPosition, Datagen, FileSource, KafkaSource, PollEnd, Source, TopicInput};
+use crate::sink::{CoreProducer, DeadLetterSink, ExchangeOutput, ExchangeSink, Sink, producer_config};
+use crate::source::{CommittedPosition, KafkaSource, LocalSources, PollEnd, Source, local_source};
 use sluice_engine::EngineOptions;
-use sluice_formats::encode::{
-    AvroEncoder, BinaryEncoder, DebeziumJsonEncoder, JsonEncoder, KeyWriter, RowEncoder, key_record_full_name,
-    key_schema, record_full_name, writer_schema,
-};
-use sluice_plan::{Dataflow, OperatorPlan, StageOutput};
-
-/// Everything a core needs to run its share of the job.
-pub struct CoreSetup {
-    pub core: usize,
-    /// The worker's ordinal (its StatefulSet index).
-    pub ordinal: i32,
-    pub pin_to: Option<core_affinity::CoreId>,
-    pub dataflow: Arc<Dataflow>,
-    pub config: Arc<WorkerConfig>,
-    /// What this core reads, in stage order: per stage, stage 0's source
-    /// or the stage's repartition topic, then the sources of the branches
-    /// beside it (`sluice_plan::Branch`).
-    pub inputs: Vec<CoreInput>,
-    /// How many partitions each repartition topic has.
-    pub exchange_partitions: i32,
-    pub bounded: bool,
-    pub metrics: CoreMetrics,
-    pub health: Arc<Health>,
-    /// A local run of a query cut into stages: this core's ends of the
-    /// in-process exchanges (taken by the one start; local runs do not
-    /// restart).
-    pub local_exchange: std::sync::Mutex<Option<LocalEnds>>,
-    /// The job's Schema Registry (`spec.schemaRegistry`), shared by the
-    /// worker's cores.
-    pub registry: Option<Arc<crate::registry::Registry>>,
-}
-
-/// One topic a core reads some partitions of.
-#[derive(Debug, Clone)]
-pub struct CoreInput {
-    /// The stage whose engines process it.
-    pub stage: usize,
-    /// The plan its partitions run: a source's own (stage 0, branches) or
-    /// the stage's.
-    pub plan: Arc<sluice_plan::Plan>,
-    /// The source it is; none for a repartition topic.
-    pub source: Option<SourceSpec>,
-    pub topic: String,
-    /// This core's partitions of it.
-    pub partitions: Vec<i32>,
-    /// How many partitions the topic has.
-    pub total: i32,
-    /// Its partition `p` is upstream partition `upstream_offset + p` of the
-    /// exchange its stage writes.
-    pub upstream_offset: u32,
-    /// For a repartition topic: how many upstream partitions write it.
-    pub upstreams: Option<usize>,
-}
-
-impl CoreSetup {
-    /// Whether the job commits offsets (its sources are Kafka topics).
-    pub fn commits(&self) -> bool {
-        self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
-    }
-
-    /// This core's engine slot among the job's `workers × coresPerWorker`
-    /// (see `sluice_crds::assign`), and how many there are.
-    pub(crate) fn slot(&self) -> (u32, u32) {
-        let spec = &self.config.spec;
-        let (workers, cores) = (spec.workers.max(1), spec.cores_per_worker.max(1));
-        let slot = i32::try_from(self.core).unwrap_or(0) * workers + self.ordinal;
-        (u32::try_from(slot).unwrap_or(0), u32::try_from(workers * cores).unwrap_or(1))
-    }
-
-    /// The transactional id (exactly once, or at least once with a
-    /// stateful stage before a repartition topic) of engine slot `slot` of a
-    /// generation of `slots` slots. A fixed set per job and scale: a restart
-    /// reuses its id (and so fences what it left running), and ids never
-    /// accumulate.
-    fn transactional_id(&self, slot: u32, slots: u32) -> String {
-        format!("{}.tx-{slots}-{slot}", self.config.consumer_group())
-    }
-
-    /// Where input `i`'s state is checkpointed: the job's state topic for
-    /// stage 0's source, one per later stage's repartition topic, one per
-    /// branch source that keeps state (a windowed side of a join).
-    fn state_topic(&self, i: usize) -> String {
-        let input = &self.inputs[i];
-        if input.source.is_none() || i == 0 {
-            return self.config.stage_state_topic(input.stage);
-        }
-        let branch = self.inputs[..i].iter().filter(|x| x.source.is_some()).count();
-        format!("{}-branch-{branch}", self.config.state_topic())
-    }
-}
+use sluice_formats::encode::{BinaryEncoder, RowEncoder};
+use sluice_plan::StageOutput;
 
 /// What a core did, for the end-of-run summary.
 #[derive(Debug, Default, Clone, Copy)]
@@ -249,22 +161,11 @@ impl<'a> Core<'a> {
         setup.metrics.state_limit.set(i64::try_from(state_limit).unwrap_or(i64::MAX));
         let capacity = usize::try_from(engine.batch_max_records).unwrap_or(4096);
         let stages = &setup.dataflow.stages;
-        let mut parts = Vec::new();
-        let mut slots: Vec<Range<usize>> = stages.iter().map(|_| 0..0).collect();
-        // Per input, its slots.
-        let mut input_slots = Vec::with_capacity(setup.inputs.len());
+        let Layout { input_slots, stage_slots, read, readers, companions, counted_elsewhere, checkpointed } =
+            Layout::new(&setup.inputs, &setup.dataflow)?;
+        let mut parts = Vec::with_capacity(counted_elsewhere.len());
         for input in &setup.inputs {
             let topic: Arc<str> = input.topic.as_str().into();
-            let first = parts.len();
-            if slots[input.stage].is_empty() {
-                slots[input.stage] = parts.len()..parts.len();
-            }
-            // An exchange's rows are the previous stage's outputs, in order.
-            let writer: Vec<String> = input
-                .stage
-                .checked_sub(1)
-                .map(|s| stages[s].plan.outputs.iter().map(|o| o.name.clone()).collect())
-                .unwrap_or_default();
             for &p in &input.partitions {
                 let options = EngineOptions {
                     emit_changes: engine.emit_changes,
@@ -272,7 +173,7 @@ impl<'a> Core<'a> {
                     state_limit_bytes: state_limit,
                     partition: p,
                 };
-                let feed = input.upstreams.map(|n| (n, writer.as_slice()));
+                let feed = input.upstreams.map(|n| (n, input.writer.as_slice()));
                 let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
                 part.framed = stages.len() > 1;
                 part.tombstones = input.source.as_ref().and_then(super::tombstone::Tombstones::of);
@@ -280,25 +181,11 @@ impl<'a> Core<'a> {
                     part.read_format(source, setup.registry.as_ref())?;
                 }
                 part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
+                part.input_counted_elsewhere = counted_elsewhere[parts.len()];
                 parts.push(part);
             }
-            slots[input.stage].end = parts.len();
-            input_slots.push(first..parts.len());
         }
         let multi_stage = setup.dataflow.has_exchange();
-        let (read, readers) = shared_reads(setup, &input_slots)?;
-        // Per slot, the exchange-fed plans that read its input after it:
-        // checkpointed with it, as the one commit of that input carries
-        // one state pointer.
-        let mut companions: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
-        for of in readers.iter().flatten() {
-            for &slot in of.iter().skip(1) {
-                parts[slot].input_counted_elsewhere = true;
-            }
-            if let Some((&first, rest)) = of.split_first() {
-                companions[first] = rest.iter().copied().filter(|&c| parts[c].exchange.is_some()).collect();
-            }
-        }
         let mut stores = Vec::new();
         let mut exchange_client = None;
         let mut transaction = None;
@@ -323,50 +210,18 @@ impl<'a> Core<'a> {
                 for s in 1..stages.len() {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
-                for (i, input) in setup.inputs.iter().enumerate() {
-                    // A plan fed by an exchange that writes one keeps its
-                    // upstream positions and its output count even when
-                    // its operator keeps nothing: a replay after a restart
-                    // must number its rows as before, or the next stage
-                    // would take them for ones it already had. Such a plan
-                    // reading what another reads first is checkpointed
-                    // with that one (`companions`): one commit carries one
-                    // state pointer.
-                    let stateful = !matches!(input.plan.operator, OperatorPlan::Stateless);
-                    let numbers_rows = input.source.is_none()
-                        && read[i]
-                        && stages.get(input.stage).is_some_and(|s| s.output == StageOutput::Exchange);
-                    if stateful || numbers_rows {
-                        let store = StateStore::open(
-                            &client,
-                            transaction.clone(),
-                            &setup.state_topic(i),
-                            &input.topic,
-                            input.total,
-                            setup.health.drain.clone(),
-                        )?;
-                        stores.push((input_slots[i].clone(), store));
-                    }
+                for (i, input) in setup.inputs.iter().enumerate().filter(|(i, _)| checkpointed[*i]) {
+                    let store = StateStore::open(
+                        &client,
+                        transaction.clone(),
+                        &setup.state_topic(i),
+                        &input.topic,
+                        input.total,
+                        setup.health.drain.clone(),
+                    )?;
+                    stores.push((input_slots[i].clone(), store));
                 }
-                let inputs: Vec<TopicInput> = setup
-                    .inputs
-                    .iter()
-                    .zip(&read)
-                    .filter(|(_, read)| **read)
-                    .map(|(i, _)| TopicInput {
-                        topic: i.topic.clone(),
-                        partitions: i.partitions.clone(),
-                        topic_partitions: i.total,
-                        // A repartition topic is read from its start:
-                        // everything on it was written for this job.
-                        start_from: i
-                            .source
-                            .as_ref()
-                            .and_then(|s| s.kafka.as_ref())
-                            .map_or(StartFrom::Earliest, |k| k.start_from),
-                        bounded: setup.bounded && i.source.is_some(),
-                    })
-                    .collect();
+                let inputs = topic_inputs(&setup.inputs, &read, setup.bounded);
                 let mut consumer = client.clone();
                 if transaction.is_some() {
                     // librdkafka's default, made sure of: a user property
@@ -472,7 +327,7 @@ impl<'a> Core<'a> {
             }
         }
         let mut runs = Vec::with_capacity(stages.len());
-        for ((s, stage), slots) in stages.iter().enumerate().zip(slots) {
+        for ((s, stage), slots) in stages.iter().enumerate().zip(stage_slots) {
             let sink = match (stage.output, &exchange_client) {
                 (StageOutput::Sink, _) => {
                     StageSink::Job(job_sink(setup, transaction.as_ref().filter(|_| exactly_once))?)
@@ -505,23 +360,7 @@ impl<'a> Core<'a> {
             };
             runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default() });
         }
-        let dead_letter: Box<dyn DeadLetterSink> = match &spec.dead_letter {
-            Some(d) => match (&d.kafka, &d.file) {
-                (Some(k), _) => {
-                    let out = match transaction.as_ref().filter(|_| exactly_once) {
-                        Some(t) => Arc::clone(t),
-                        None => {
-                            let config = client_config(k.connection(), secrets)?;
-                            CoreProducer::new(&producer_config(config), &k.topic, None, setup.health.drain.clone())?
-                        }
-                    };
-                    Box::new(KafkaDeadLetter::new(out, &k.topic, &setup.config.job.name, setup.slot().0)?)
-                }
-                (None, Some(f)) => Box::new(FileDeadLetter::open(&f.path)?),
-                _ => Box::new(LogDeadLetter::default()),
-            },
-            None => Box::new(LogDeadLetter::default()),
-        };
+        let dead_letter = dead_letter(setup, transaction.as_ref().filter(|_| exactly_once))?;
         let purge = match &exchange_client {
             Some(client) if multi_stage => {
                 let admin = client.create().map_err(|e| Error::kafka("create admin client", e))?;
@@ -983,155 +822,6 @@ fn send(
     }
 }
 
-/// How the job's results are written: JSON, Debezium events, or Avro under the writer
-/// schema registered for the sink topic (`<topic>-value`, Confluent's
-/// TopicNameStrategy) when the core starts; their keys as JSON objects,
-/// or Avro records under `<topic>-key` (`sink.keyFormat: avro`).
-fn sink_encoder(
-    setup: &CoreSetup,
-    plan: &sluice_plan::Plan,
-    names: &[String],
-    keys: &[String],
-) -> Result<RowEncoder, Error> {
-    let spec = &setup.config.spec;
-    let encoder = sink_value_encoder(setup, plan, names, keys)?;
-    if spec.sink.key_format != Some(KeyFormat::Avro) || keys.is_empty() {
-        return Ok(encoder);
-    }
-    let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
-        return Err(Error::Config("a sink with keyFormat avro needs a Kafka topic and spec.schemaRegistry".into()));
-    };
-    let columns: Vec<(String, sluice_plan::DataType)> =
-        plan.keys.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
-    let schema = key_schema(&setup.config.job.name, &columns)
-        .map_err(|e| Error::Config(format!("spec.sink.keyFormat avro: {e}")))?;
-    let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
-    let subject = strategy.key_subject(&kafka.topic, &key_record_full_name(&setup.config.job.name));
-    let id = registry.register(&subject, &schema)?;
-    let types: Vec<sluice_plan::DataType> = columns.iter().map(|c| c.1).collect();
-    Ok(encoder.with_keys(KeyWriter::avro(id, &types)))
-}
-
-/// The value half of [`sink_encoder`].
-fn sink_value_encoder(
-    setup: &CoreSetup,
-    plan: &sluice_plan::Plan,
-    names: &[String],
-    keys: &[String],
-) -> Result<RowEncoder, Error> {
-    let spec = &setup.config.spec;
-    match spec.sink.format {
-        SinkFormat::Json => Ok(RowEncoder::Json(JsonEncoder::new(names, keys))),
-        SinkFormat::DebeziumJson => Ok(RowEncoder::DebeziumJson(DebeziumJsonEncoder::new(names, keys))),
-        SinkFormat::Avro => {
-            let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
-                return Err(Error::Config(
-                    "a sink with format avro needs a Kafka topic and spec.schemaRegistry".into(),
-                ));
-            };
-            let outputs: Vec<(String, sluice_plan::DataType)> =
-                plan.outputs.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
-            let schema = writer_schema(&setup.config.job.name, &outputs)
-                .map_err(|e| Error::Config(format!("spec.sink.format avro: {e}")))?;
-            let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
-            let subject = strategy.value_subject(&kafka.topic, &record_full_name(&setup.config.job.name));
-            let id = registry.register(&subject, &schema)?;
-            let types: Vec<sluice_plan::DataType> = outputs.iter().map(|o| o.1).collect();
-            Ok(RowEncoder::Avro(AvroEncoder::new(id, &types, keys)))
-        }
-    }
-}
-
-/// Partition `slot`'s checkpoint, with those of the plans that read its
-/// input beside it (`companions`): a plan fed by an exchange keeps its
-/// upstream positions and output count even when its operator keeps
-/// nothing, and the input's commit can point at one snapshot only.
-/// Incremental when any of them is paged: their heads, and the pages that
-/// changed (of pipeline 0, the partition's own, or 1 + its place among
-/// the companions).
-fn snapshot_group(parts: &mut [PartitionPipeline], slot: usize, companions: &[usize]) -> Result<Snapshot, Error> {
-    let members = || group_members(slot, companions);
-    let paged = members().any(|m| parts[m].paged());
-    let heads = members()
-        .map(|m| if paged { parts[m].snapshot_head() } else { parts[m].snapshot() })
-        .collect::<Result<Vec<_>, _>>()?;
-    let pages = if paged {
-        let mut pages = Vec::new();
-        for (component, m) in members().enumerate() {
-            if parts[m].paged() {
-                let component = u8::try_from(component)
-                    .map_err(|_| Error::Internal("more than 255 plans read one partition".into()))?;
-                pages.extend(parts[m].take_dirty_pages().into_iter().map(|page| (component, page)));
-            }
-        }
-        Some(pages)
-    } else {
-        None
-    };
-    let p = &parts[slot];
-    let mut heads = heads.into_iter();
-    let own = heads.next().unwrap_or_default();
-    let head = if companions.is_empty() {
-        own
-    } else {
-        let others: Vec<Vec<u8>> = heads.collect();
-        postcard::to_allocvec(&(own, others))
-            .map_err(|e| Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", p.partition)))?
-    };
-    Ok(Snapshot { partition: p.partition, head, slot: StateStore::next_slot(&p.metadata), pages })
-}
-
-/// The slots checkpointed together with `slot`, itself first: the order
-/// of the pipelines a checkpoint's pages number.
-fn group_members(slot: usize, companions: &[usize]) -> impl Iterator<Item = usize> + '_ {
-    std::iter::once(slot).chain(companions.iter().copied())
-}
-
-/// Restores [`snapshot_group`]'s checkpoint.
-fn restore_group(
-    parts: &mut [PartitionPipeline],
-    slot: usize,
-    companions: &[usize],
-    loaded: &Loaded,
-) -> Result<(), Error> {
-    let head = loaded.pages.is_some();
-    let partition = parts[slot].partition;
-    if companions.is_empty() {
-        parts[slot].restore(&loaded.head, head)?;
-    } else {
-        let (own, others): (Vec<u8>, Vec<Vec<u8>>) = postcard::from_bytes(&loaded.head)
-            .map_err(|e| Error::Checkpoint(format!("cannot read the state of partition {partition}: {e}")))?;
-        if others.len() != companions.len() {
-            return Err(Error::Checkpoint(format!(
-                "the state of partition {partition} is of {} plan(s) reading it, this query has {}",
-                others.len() + 1,
-                companions.len() + 1
-            )));
-        }
-        parts[slot].restore(&own, head)?;
-        for (&c, bytes) in companions.iter().zip(&others) {
-            parts[c].restore(bytes, head)?;
-        }
-    }
-    let Some(pages) = &loaded.pages else { return Ok(()) };
-    let members: Vec<usize> = group_members(slot, companions).collect();
-    for ((component, page), bytes) in pages {
-        let m = members.get(usize::from(*component)).copied().ok_or_else(|| {
-            Error::Checkpoint(format!(
-                "the state of partition {partition} has pages of plan {component}, this query has {}",
-                members.len()
-            ))
-        })?;
-        parts[m].restore_page(*page, bytes)?;
-    }
-    for m in members {
-        if parts[m].paged() {
-            parts[m].pages_restored()?;
-        }
-    }
-    Ok(())
-}
-
 /// Creates a repartition topic (or finds it) with the partition count the
 /// job expects. Records are deleted by the purge, not by retention: one
 /// expiring before the next stage read it would be lost.
@@ -1148,236 +838,6 @@ fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partition
     Ok(())
 }
 
-/// Per slot of what a core's source reads, the pipeline slots its records
-/// go to (see `shared_source`).
-type Readers = Vec<Vec<usize>>;
-
-/// Which inputs the core's source reads (each source once: a later input
-/// of a source an earlier one reads is not read again), and, if some
-/// source is read by more than one input, per slot of what is read the
-/// pipeline slots its records go to, the one that commits first: the
-/// input whose plan keeps state (see `shared_source`).
-fn shared_reads(setup: &CoreSetup, input_slots: &[Range<usize>]) -> Result<(Vec<bool>, Option<Readers>), Error> {
-    let inputs = &setup.inputs;
-    let first_reader: Vec<Option<usize>> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, input)| match &input.source {
-            Some(spec) => inputs[..i]
-                .iter()
-                .position(|o| o.source.as_ref().is_some_and(|s| s.name.eq_ignore_ascii_case(&spec.name))),
-            // A branch reading the repartition topic its stage reads.
-            None => inputs[..i].iter().position(|o| o.source.is_none() && o.topic == input.topic),
-        })
-        .collect();
-    let read: Vec<bool> = first_reader.iter().map(Option::is_none).collect();
-    if read.iter().all(|r| *r) {
-        return Ok((read, None));
-    }
-    let mut readers = Vec::new();
-    for (i, input) in inputs.iter().enumerate().filter(|(i, _)| read[*i]) {
-        let mut group = vec![i];
-        group.extend((i + 1..inputs.len()).filter(|&t| first_reader[t] == Some(i)));
-        if let Some(t) = group.iter().find(|&&t| inputs[t].partitions != input.partitions) {
-            return Err(Error::Internal(format!(
-                "two plans read source {} but own different partitions of it ({:?}, {:?})",
-                input.topic, input.partitions, inputs[*t].partitions
-            )));
-        }
-        if let Some(k) = group.iter().position(|&g| !matches!(inputs[g].plan.operator, OperatorPlan::Stateless)) {
-            group.swap(0, k);
-        }
-        for k in 0..input.partitions.len() {
-            readers.push(group.iter().map(|&g| input_slots[g].start + k).collect());
-        }
-    }
-    Ok((read, Some(readers)))
-}
-
-/// A source that is not a Kafka topic (a file, the generator), for its
-/// partitions on this core.
-fn local_source(spec: &SourceSpec, partitions: &[i32]) -> Result<Box<dyn Source>, Error> {
-    match (&spec.file, &spec.datagen) {
-        (Some(f), _) => Ok(Box::new(FileSource::open(&f.path)?)),
-        (None, Some(d)) => Ok(Box::new(Datagen::new(
-            d.scenario,
-            spec.partition_key.clone(),
-            u32::try_from(d.partitions).unwrap_or(1),
-            partitions,
-            d.records,
-            d.rate_per_second,
-        ))),
-        _ => Err(Error::Config(format!("source {} has no kafka, file or datagen", spec.name))),
-    }
-}
-
-/// Several local sources read as one (UNION ALL, or a join's sides): each
-/// delivers its records as the slots from its offset on, and the whole is
-/// exhausted when every one is.
-///
-/// Each poll starts at the next source in turn: a generator always has a
-/// full poll's worth, so a fixed order would read nothing else until it
-/// ended — never, unbounded — and a table beside it would stay empty. A
-/// poll first takes what is ready without waiting, and waits (on one
-/// source) only when nothing was: a rate-limited generator's wait for its
-/// next record must not hold up a source with records ready.
-struct LocalSources {
-    sources: Vec<(Box<dyn Source>, usize)>,
-    /// The sources that delivered everything they will: not polled again.
-    done: Vec<bool>,
-    /// The source the next poll starts at.
-    next: usize,
-}
-
-impl LocalSources {
-    fn new(sources: Vec<(Box<dyn Source>, usize)>) -> Self {
-        Self { done: vec![false; sources.len()], sources, next: 0 }
-    }
-}
-
-impl Source for LocalSources {
-    fn poll(
-        &mut self,
-        max: usize,
-        timeout: Duration,
-        f: &mut crate::source::Deliver<'_>,
-    ) -> Result<(usize, PollEnd), Error> {
-        let count = self.sources.len();
-        let first = self.next;
-        self.next = (first + 1) % count.max(1);
-        let mut n = 0;
-        for wait in [Duration::ZERO, timeout] {
-            let mut waited = false;
-            for i in 0..count {
-                let k = (first + i) % count;
-                if self.done[k] {
-                    continue;
-                }
-                let t = if n == 0 && !waited { wait } else { Duration::ZERO };
-                waited |= !t.is_zero();
-                let (source, offset) = &mut self.sources[k];
-                let (got, end) =
-                    source.poll(max - n, t, &mut |r| f(crate::source::Record { slot: r.slot + *offset, ..r }))?;
-                n += got;
-                self.done[k] = end == PollEnd::Exhausted;
-                if n >= max {
-                    return Ok((n, PollEnd::Open));
-                }
-            }
-            if n > 0 || timeout.is_zero() {
-                break;
-            }
-        }
-        let open = self.done.iter().any(|done| !done);
-        Ok((n, if open { PollEnd::Open } else { PollEnd::Exhausted }))
-    }
-}
-
-/// What a core's transactional producer writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Writes {
-    /// Exactly once: results, dead letters, exchanges, state and offsets.
-    Everything,
-    /// At least once, for a job whose stateful plan writes an exchange:
-    /// exchanges, state and offsets (the results and dead letters go
-    /// through producers of their own, flushed before each commit).
-    Internal,
-}
-
-/// The core's transactional producer. Exactly once it writes with the
-/// sink's client settings (validation puts every output on the sink's
-/// cluster); at least once, with the source's, where the internal topics
-/// are. Creating it fences any earlier producer of its id; then the
-/// producers of the earlier generations that owned this core's partitions
-/// (a rescale since) are fenced too, before anything is read.
-fn transactional_producer(
-    setup: &CoreSetup,
-    client: &rdkafka::ClientConfig,
-    writes: Writes,
-) -> Result<Arc<CoreProducer>, Error> {
-    let spec = &setup.config.spec;
-    let (mut config, latency) = match writes {
-        Writes::Everything => {
-            let sink = spec.sink.kafka.as_ref().ok_or_else(|| {
-                Error::Config("spec.delivery: ExactlyOnce needs a Kafka sink (spec.sink.kafka)".into())
-            })?;
-            let config = client_config(sink.connection(), &setup.config.worker.secrets_dir)?;
-            (config, Some(Arc::clone(&setup.metrics.latency)))
-        }
-        Writes::Internal => (client.clone(), None),
-    };
-    // Results are visible at commit, so fuller batches cost no latency.
-    crate::kafka::set_default(&mut config, "linger.ms", "5");
-    let interval = u64::try_from(spec.engine.checkpoint_interval_millis).unwrap_or(1000);
-    let timeout = (interval * 10).clamp(60_000, 900_000);
-    crate::kafka::set_default(&mut config, "transaction.timeout.ms", &timeout.to_string());
-    let (slot, slots) = setup.slot();
-    let id = setup.transactional_id(slot, slots);
-    config.set("transactional.id", &id);
-    let producer = CoreProducer::new(&producer_config(config.clone()), &id, latency, setup.health.drain.clone())?;
-    for (old_slots, old_slot) in earlier_owners(setup, client, slots)? {
-        let old = setup.transactional_id(old_slot, old_slots);
-        config.set("transactional.id", &old);
-        // Initialising an id fences its producer; this one is dropped at once.
-        CoreProducer::new(&producer_config(config.clone()), &old, None, setup.health.drain.clone())?;
-        tracing::info!(core = setup.core, fenced = %old, "fenced the producer of an earlier owner of this core's partitions");
-    }
-    match writes {
-        Writes::Everything => {
-            tracing::info!(core = setup.core, transactional_id = %id, "exactly once: writing in one transaction per checkpoint");
-        }
-        Writes::Internal => tracing::info!(
-            core = setup.core, transactional_id = %id,
-            "at least once, with a stateful stage before a repartition topic: the repartition topics, state and \
-             offsets are written in one transaction per checkpoint, so a replay is never seen twice downstream"
-        ),
-    }
-    Ok(producer)
-}
-
-/// The engine slots of earlier scales (other `slots`) that owned this
-/// core's partitions: those that committed them last, as their checkpoint
-/// metadata says, and under every scale the operator says the job ran at
-/// (`earlierSlots`: a scale that never committed is known only so) the slot
-/// each partition went to.
-fn earlier_owners(setup: &CoreSetup, client: &rdkafka::ClientConfig, slots: u32) -> Result<Vec<(u32, u32)>, Error> {
-    let topics: Vec<(&str, &[i32])> = setup.inputs.iter().map(|i| (i.topic.as_str(), &i.partitions[..])).collect();
-    let committed = crate::kafka::committed(client, &setup.config.consumer_group(), &topics)?;
-    let mut owners: Vec<(u32, u32)> =
-        committed.iter().filter_map(|metadata| super::state_store::owner(metadata)).collect();
-    for earlier in setup.config.earlier_slots.iter().filter_map(|s| u32::try_from(*s).ok()).filter(|s| *s > 0) {
-        for (_, partitions) in &topics {
-            owners.extend(partitions.iter().filter_map(|p| u32::try_from(*p).ok()).map(|p| (earlier, p % earlier)));
-        }
-    }
-    owners.retain(|(s, _)| *s != slots);
-    owners.sort_unstable();
-    owners.dedup();
-    Ok(owners)
-}
-
-/// The job's sink for this core: exactly once, through the transaction.
-fn job_sink(setup: &CoreSetup, transaction: Option<&Arc<CoreProducer>>) -> Result<Box<dyn Sink>, Error> {
-    let spec = &setup.config.spec;
-    let secrets = &setup.config.worker.secrets_dir;
-    Ok(match (&spec.sink.kafka, &spec.sink.file, spec.sink.stdout) {
-        (Some(k), _, _) => {
-            let out = match transaction {
-                Some(t) => Arc::clone(t),
-                None => {
-                    let config = client_config(k.connection(), secrets)?;
-                    let latency = Some(Arc::clone(&setup.metrics.latency));
-                    CoreProducer::new(&producer_config(config), &k.topic, latency, setup.health.drain.clone())?
-                }
-            };
-            Box::new(KafkaSink::new(out, &k.topic)?)
-        }
-        (None, Some(f), _) => Box::new(LineSink::file(&f.path)?),
-        (None, None, Some(true)) => Box::new(LineSink::stdout()),
-        _ => return Err(Error::Config("spec.sink needs kafka, file or stdout".into())),
-    })
-}
-
 /// The offset to commit for a partition at a checkpoint: its position when
 /// it moved, and also when it did not but a refresh is due — Kafka expires a
 /// standalone group's offsets some time after their last commit, and an idle
@@ -1388,92 +848,7 @@ fn to_commit(next: Option<i64>, committed: Option<i64>, refresh: bool) -> Option
 
 #[cfg(test)]
 mod tests {
-    use super::{LocalSources, to_commit};
-    use crate::error::Error;
-    use crate::source::{Deliver, PollEnd, Record, Source};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
-    /// A source with `left` records (`None`: without end), delivered as
-    /// fast as asked for.
-    struct Counted {
-        left: Option<usize>,
-        offset: i64,
-    }
-
-    impl Source for Counted {
-        fn poll(&mut self, max: usize, _: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
-            let n = self.left.map_or(max, |left| left.min(max));
-            for _ in 0..n {
-                f(Record { slot: 0, offset: self.offset, timestamp_ms: 0, payload: b"{}", key: None, headers: None });
-                self.offset += 1;
-            }
-            self.left = self.left.map(|left| left - n);
-            Ok((n, if self.left == Some(0) { PollEnd::Exhausted } else { PollEnd::Open }))
-        }
-    }
-
-    /// Counts the polls that would wait, and every poll; has no records.
-    struct Waiting {
-        waits: Arc<AtomicUsize>,
-    }
-
-    impl Source for Waiting {
-        fn poll(&mut self, _: usize, timeout: Duration, _: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
-            if !timeout.is_zero() {
-                self.waits.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok((0, PollEnd::Open))
-        }
-    }
-
-    /// A source that would wait (a rate-limited generator) does not when
-    /// another has records ready; once that one is exhausted it is not
-    /// polled again, and the poll waits, on one source.
-    #[test]
-    fn local_sources_wait_only_when_nothing_is_ready_and_skip_exhausted_ones() {
-        let waits = Arc::new(AtomicUsize::new(0));
-        let waiting = Box::new(Waiting { waits: Arc::clone(&waits) }) as Box<dyn Source>;
-        let ready = Box::new(Counted { left: Some(10), offset: 0 }) as Box<dyn Source>;
-        let mut sources = LocalSources::new(vec![(waiting, 0), (ready, 1)]);
-        let mut got = 0;
-        let (n, end) = sources
-            .poll(100, Duration::from_millis(5), &mut |_| {
-                got += 1;
-                1
-            })
-            .unwrap();
-        assert_eq!((n, end, waits.load(Ordering::Relaxed)), (10, PollEnd::Open, 0), "records were ready: no wait");
-        for poll in 1..=3 {
-            let (n, end) = sources.poll(100, Duration::from_millis(5), &mut |_| 1).unwrap();
-            assert_eq!((n, end), (0, PollEnd::Open));
-            assert_eq!(waits.load(Ordering::Relaxed), poll, "one wait per empty poll");
-        }
-        assert_eq!(got, 10);
-        assert_eq!(sources.done, [false, true]);
-    }
-
-    /// A generator without end beside a small table: the table's records
-    /// come in the second poll, not after the generator (never).
-    #[test]
-    fn local_sources_take_turns_so_an_endless_one_starves_none() {
-        let endless = Box::new(Counted { left: None, offset: 0 }) as Box<dyn Source>;
-        let table = Box::new(Counted { left: Some(10), offset: 0 }) as Box<dyn Source>;
-        let mut sources = LocalSources::new(vec![(endless, 0), (table, 4)]);
-        let mut slots = Vec::new();
-        for _ in 0..3 {
-            let (n, end) = sources
-                .poll(100, Duration::ZERO, &mut |r| {
-                    slots.push(r.slot);
-                    1
-                })
-                .unwrap();
-            assert_eq!((n, end), (100, PollEnd::Open));
-        }
-        assert_eq!(slots.iter().filter(|&&s| s == 4).count(), 10, "every table record, in slot 4");
-        assert_eq!(slots[100..110], [4; 10], "the second poll starts at the table");
-    }
+    use super::to_commit;
 
     #[test]
     fn idle_partitions_are_committed_again_when_a_refresh_is_due() {

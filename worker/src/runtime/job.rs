@@ -12,11 +12,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_crds::{SourcePartitions, WorkerConfig, assign};
+use sluice_crds::WorkerConfig;
 
-use super::core_loop::{CoreInput, CoreSetup, CoreSummary, run_core};
+use super::core_loop::{CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{LocalEnds, channels};
+use super::setup::CoreSetup;
+use super::topology::Topology;
 use crate::Error;
 use crate::metrics::Metrics;
 use sluice_sql::plan_dataflow;
@@ -70,96 +72,27 @@ pub fn run_job(
     health: &Arc<Health>,
 ) -> Result<JobSummary, Error> {
     let started = Instant::now();
-    let partitions_of = |name: &str| {
-        config
-            .partitions
-            .iter()
-            .find(|p| p.source.eq_ignore_ascii_case(name))
-            .map(|p| p.partitions)
-            .ok_or_else(|| Error::Config(format!("no partition count for source {name}")))
-    };
     // Cut where the query's state is keyed differently from its source:
     // later stages read repartition topics. Planned for the most
     // partitions any source has (as the operator plans it), so no source
     // of several partitions is taken to be complete per partition.
     let most_partitions = config.partitions.iter().map(|p| p.partitions).max().unwrap_or(1);
     let dataflow = Arc::new(plan_dataflow(&config.spec.sql, &config.spec.sources, most_partitions)?);
-    // What the job reads, stage by stage: stage 0's source, or a later
-    // stage's repartition topic; then what the branches beside the stage
-    // read (the sources of UNION ALL branches and of the right sides of
-    // joins, or the stage's own repartition topic again), whose partitions
-    // follow the stage's own as upstreams of what it writes.
-    let source_of = |plan: &sluice_plan::Plan| -> Result<(sluice_crds::SourceSpec, i32), Error> {
-        let spec = config
-            .spec
-            .source(&plan.source.name)
-            .cloned()
-            .ok_or_else(|| Error::Config(format!("source {} not declared", plan.source.name)))?;
-        let total = partitions_of(&spec.name)?;
-        Ok((spec, total))
-    };
-    let mut max_partitions = 1;
-    for plan in dataflow.source_plans() {
-        max_partitions = max_partitions.max(source_of(plan)?.1);
-    }
-    let exchange_partitions = config.spec.engine.repartition_partitions.unwrap_or(max_partitions).max(1);
-    let mut inputs: Vec<CoreInput> = Vec::new();
-    // How many upstream partitions write the exchange the stage reads.
-    let mut upstreams = 0u32;
-    for (s, stage) in dataflow.stages.iter().enumerate() {
-        // Each plan, and whether it reads the stage's repartition topic.
-        let plans =
-            std::iter::once((&stage.plan, s > 0)).chain(dataflow.beside(s).map(|b| (&b.plan, b.reads_exchange)));
-        let mut upstream_offset = 0u32;
-        for (plan, reads_exchange) in plans {
-            let input = if reads_exchange {
-                CoreInput {
-                    stage: s,
-                    plan: Arc::new(plan.clone()),
-                    source: None,
-                    topic: config.repartition_topic(s),
-                    partitions: Vec::new(),
-                    total: exchange_partitions,
-                    upstream_offset,
-                    upstreams: Some(usize::try_from(upstreams).unwrap_or(0)),
-                }
-            } else {
-                let (spec, total) = source_of(plan)?;
-                CoreInput {
-                    stage: s,
-                    plan: Arc::new(plan.clone()),
-                    topic: spec.topic().to_owned(),
-                    source: Some(spec),
-                    partitions: Vec::new(),
-                    total,
-                    upstream_offset,
-                    upstreams: None,
-                }
-            };
-            upstream_offset += u32::try_from(input.total).unwrap_or(0);
-            inputs.push(input);
-        }
-        upstreams = upstream_offset;
-    }
-    check_sources(&inputs)?;
-    // Every topic's partitions go to cores by the same function: the
-    // sources' as the operator reports them, each repartition topic's alike.
-    let topics: Vec<SourcePartitions> =
-        inputs.iter().map(|i| SourcePartitions { source: i.topic.clone(), partitions: i.total }).collect();
-    let assignment = assign(&topics, config.spec.workers, config.spec.cores_per_worker);
-    let mine = assignment.worker(options.ordinal).ok_or_else(|| {
-        Error::Config(format!(
-            "this worker's ordinal is {} but the job has {} worker(s)",
-            options.ordinal, config.spec.workers
-        ))
-    })?;
-    // Per core, per input: the partitions it owns.
-    let per_core: Vec<Vec<Vec<i32>>> =
-        mine.cores.iter().map(|c| c.partitions.iter().map(|s| s.partitions.clone()).collect()).collect();
+    let partitions_of =
+        |name: &str| config.partitions.iter().find(|p| p.source.eq_ignore_ascii_case(name)).map(|p| p.partitions);
+    let topology = Topology::new(
+        &dataflow,
+        &config.spec.sources,
+        partitions_of,
+        config.spec.engine.repartition_partitions,
+        |s| config.repartition_topic(s),
+    )?;
+    let exchange_partitions = topology.exchange_partitions;
+    // Per core, its inputs with the partitions it owns.
+    let per_core = topology.for_worker(config.spec.workers, config.spec.cores_per_worker, options.ordinal)?;
     // A local run (no broker) exchanges between stages in process.
-    let local = inputs.iter().all(|i| i.source.as_ref().is_none_or(|s| s.kafka.is_none()));
     let mut local_ends: Vec<Option<LocalEnds>> = per_core.iter().map(|_| None).collect();
-    if dataflow.has_exchange() && local {
+    if dataflow.has_exchange() && topology.local() {
         let backlog = super::local_exchange::Backlog::default();
         local_ends = per_core
             .iter()
@@ -172,7 +105,7 @@ pub fn run_job(
             }
             let (senders, receivers) = channels(usize::try_from(exchange_partitions).unwrap_or(1));
             let mut receivers: Vec<Option<_>> = receivers.into_iter().map(Some).collect();
-            let Some(input) = inputs.iter().position(|i| i.stage == exchange && i.source.is_none()) else {
+            let Some(input) = topology.inputs.iter().position(|i| i.stage == exchange && i.reads_exchange()) else {
                 return Err(Error::Internal(format!("no input reads exchange {exchange}")));
             };
             for (core, ends) in local_ends.iter_mut().enumerate() {
@@ -180,7 +113,7 @@ pub fn run_job(
                 ends.outputs.resize_with(exchange, || None);
                 ends.outputs[s] = Some(senders.clone());
                 ends.inputs.resize_with(exchange, Vec::new);
-                for &p in per_core[core].get(input).map_or(&[][..], |v| &v[..]) {
+                for &p in per_core[core].get(input).map_or(&[][..], |i| &i.partitions[..]) {
                     let receiver =
                         receivers
                             .get_mut(usize::try_from(p).unwrap_or(usize::MAX))
@@ -200,16 +133,12 @@ pub fn run_job(
         None => None,
     };
     let mut threads = Vec::new();
-    for (core, partitions) in per_core.into_iter().enumerate() {
-        if partitions.iter().all(Vec::is_empty) {
+    for (core, core_inputs) in per_core.into_iter().enumerate() {
+        if core_inputs.iter().all(|i| i.partitions.is_empty()) {
             // An idle core is trivially "assigned and consuming".
             health.set(core, CoreStatus::Running);
             tracing::warn!(core, "no partitions for this core: it stays idle (more cores than partitions)");
             continue;
-        }
-        let mut core_inputs = inputs.clone();
-        for (input, owned) in core_inputs.iter_mut().zip(partitions) {
-            input.partitions = owned;
         }
         let labels: Vec<(&str, i32)> =
             core_inputs.iter().flat_map(|i| i.partitions.iter().map(move |&p| (i.topic.as_str(), p))).collect();
@@ -268,39 +197,6 @@ pub fn run_job(
         elapsed: started.elapsed(),
         peak_state_bytes: summary.peak_state_bytes,
     })
-}
-
-/// One consumer reads all of a core's partitions, so a job's Kafka sources
-/// must be on one cluster, with the same client settings; and a job reads
-/// either Kafka topics or local sources, not both.
-fn check_sources(inputs: &[CoreInput]) -> Result<(), Error> {
-    let specs: Vec<&sluice_crds::SourceSpec> = inputs.iter().filter_map(|i| i.source.as_ref()).collect();
-    let Some((first, rest)) = specs.split_first() else { return Ok(()) };
-    for other in rest {
-        match (&first.kafka, &other.kafka) {
-            (Some(a), Some(b))
-                if a.bootstrap_servers != b.bootstrap_servers
-                    || a.properties != b.properties
-                    || a.secret_ref != b.secret_ref
-                    || a.authentication != b.authentication
-                    || a.tls != b.tls =>
-            {
-                return Err(Error::Config(format!(
-                    "sources {} and {} are read by one consumer per core: they need the same bootstrapServers, \
-                     properties, secretRef, authentication and tls",
-                    first.name, other.name
-                )));
-            }
-            (Some(_), None) | (None, Some(_)) => {
-                return Err(Error::Config(format!(
-                    "sources {} and {}: a job reads Kafka topics or local sources (file, datagen), not both",
-                    first.name, other.name
-                )));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// How long a core must have run before a failure counts as the first in a

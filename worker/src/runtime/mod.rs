@@ -7,11 +7,15 @@ pub mod exchange;
 mod health;
 mod job;
 pub mod local_exchange;
+mod outputs;
 mod partition;
+mod setup;
 mod shared_source;
+mod state_group;
 mod state_pages;
 mod state_store;
 mod tombstone;
+pub mod topology;
 
 pub use health::{CoreStatus, Health};
 pub use job::{JobSummary, RunOptions, run_job};

@@ -6,12 +6,14 @@ mod batch_queue;
 mod datagen;
 mod file;
 mod kafka;
+mod local;
 pub mod nexmark;
 
 pub use batch_queue::{BatchConsumer, Fetched};
 pub use datagen::{Datagen, nexmark_kind, partition_of, scenario_key, write_record};
 pub use file::FileSource;
 pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
+pub(crate) use local::{LocalSources, local_source};
 
 use std::time::Duration;
 
