@@ -9,12 +9,19 @@ use sluice_plan::{ArithOp, CmpOp, PhysExpr, ScalarFunc, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 
 /// Every function name the engine knows, for "did you mean" suggestions.
+/// A test below keeps it in step with the names the compilers take, both
+/// ways.
 pub const KNOWN_FUNCTIONS: &[&str] = &[
     "UPPER",
+    "UCASE",
     "LOWER",
+    "LCASE",
     "LENGTH",
     "CHAR_LENGTH",
+    "CHARACTER_LENGTH",
+    "LEN",
     "TRIM",
+    "BTRIM",
     "LTRIM",
     "RTRIM",
     "SUBSTRING",
@@ -38,6 +45,7 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "DAYOFMONTH",
     "COALESCE",
     "IFNULL",
+    "NVL",
     "NULLIF",
     "DATE_PART",
     "EXTRACT",
@@ -247,6 +255,26 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 data_type,
             })
         }
+        // `EXTRACT(HOUR FROM ts)` is parsed as its own expression; written
+        // as a call, it would otherwise be an "unknown function EXTRACT".
+        "EXTRACT" => Err(SqlError::at_node(
+            node,
+            "EXTRACT is written EXTRACT(<field> FROM <timestamp>), for example EXTRACT(HOUR FROM ts)",
+        )),
+        "ROW_NUMBER" => Err(SqlError::at_node(
+            node,
+            "ROW_NUMBER needs OVER (PARTITION BY … ORDER BY …), filtered by its rank in an outer query (a top-N)",
+        )),
+        "TUMBLE" | "HOP" | "SESSION" => Err(SqlError::at_node(
+            node,
+            format!("{name}(…) is a window: it goes in GROUP BY, as in GROUP BY {name}(<event time>, INTERVAL …), key"),
+        )),
+        "TUMBLE_START" | "TUMBLE_END" | "HOP_START" | "HOP_END" | "SESSION_START" | "SESSION_END" => {
+            Err(SqlError::at_node(
+                node,
+                format!("{name} is the bound of the window the query groups by: it needs that window in GROUP BY"),
+            ))
+        }
         _ => Err(SqlError::at_node(
             node,
             format!("unknown function {name}{}", suggestion(name, KNOWN_FUNCTIONS.iter().copied())),
@@ -268,5 +296,44 @@ fn constant_int(e: &PhysExpr, name: &str, what: &str, node: &Expr) -> Result<i64
     match e {
         PhysExpr::Literal { value: Scalar::Bigint(i), .. } => Ok(*i),
         _ => Err(SqlError::at_node(node, format!("{name}: the {what} must be a constant integer"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{ColumnType, SourceSpec};
+
+    use super::KNOWN_FUNCTIONS;
+
+    /// The names the scalar compiler's `match` takes, read from this file.
+    fn compiled_names() -> Vec<&'static str> {
+        let source = include_str!("functions.rs");
+        let start = source.find("    match name {").unwrap();
+        let end = start + source[start..].find("        _ => Err(").unwrap();
+        let mut names = Vec::new();
+        for line in source[start..end].lines().filter(|l| l.starts_with("        \"") && l.contains("=>")) {
+            let arm = &line[..line.find("=>").unwrap()];
+            names.extend(arm.split('|').map(|n| n.trim().trim_matches('"')));
+        }
+        names
+    }
+
+    #[test]
+    fn the_known_names_are_the_names_the_compilers_take() {
+        let compiled = compiled_names();
+        assert!(compiled.len() > 25, "{compiled:?}");
+        for name in &compiled {
+            assert!(KNOWN_FUNCTIONS.contains(name), "{name} compiles but \"did you mean\" never offers it");
+        }
+        // Each known name is one some compiler takes (scalar, aggregate,
+        // time part, window): never reported as unknown.
+        let source = SourceSpec::table("t", &[("x", ColumnType::Bigint, true)]);
+        for name in KNOWN_FUNCTIONS {
+            if let Err(e) = crate::plan_query(&format!("SELECT {name}(x) FROM t"), std::slice::from_ref(&source)) {
+                assert!(!e.message.contains("unknown function"), "{name}: {e}");
+            }
+        }
+        let e = crate::plan_query("SELECT UPPPER(x) FROM t", &[source]).unwrap_err();
+        assert!(e.message.contains("unknown function UPPPER") && e.message.contains("UPPER"), "{e}");
     }
 }
