@@ -280,6 +280,29 @@ pub fn protobuf_decoder() -> ProtobufDecoder {
     d
 }
 
+/// The same, with only columns of `R`'s own fields (no `nested.day`): the
+/// message the one-pass path reads.
+#[allow(clippy::unwrap_used)]
+pub fn protobuf_flat_decoder() -> ProtobufDecoder {
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("amount", ColumnType::String, false),
+            ("flag", ColumnType::Boolean, false),
+            ("f", ColumnType::Bigint, false),
+            ("g", ColumnType::Double, false),
+        ],
+    );
+    let plan = sluice_sql::plan_query("SELECT id, price, name, ts, amount, flag, f, g FROM t", &[source]).unwrap();
+    let mut d = ProtobufDecoder::new(&plan);
+    d.add_schema(1, PROTOBUF_SCHEMA);
+    d
+}
+
 fn pb_varint(mut v: u64, out: &mut Vec<u8>) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);

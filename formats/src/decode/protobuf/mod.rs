@@ -31,7 +31,7 @@ use protox::prost_reflect::{DescriptorPool, MessageDescriptor};
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
-use self::program::{Action, Columns, Default, Fill, Node, Program, Read};
+use self::program::{Action, Columns, Default, Fill, Node, Program, Read, Step};
 use super::cells::{name, push_null, time};
 use super::wire::{HEADER, schema_id as wire_id};
 use super::{DecodeError, JsonDecoder};
@@ -65,6 +65,10 @@ pub struct ProtobufDecoder {
     /// Per message node, whether the record has it (scratch).
     present: Vec<bool>,
     indexes: Vec<i64>,
+    /// Whether records in field-number order take the one-pass path
+    /// (`Program::flat`); off only to test the two paths against each
+    /// other.
+    flat_path: bool,
 }
 
 /// A column's value in the record being read.
@@ -100,6 +104,7 @@ impl ProtobufDecoder {
             slots,
             present: Vec::new(),
             indexes: Vec::new(),
+            flat_path: true,
         }
     }
 
@@ -149,6 +154,15 @@ impl ProtobufDecoder {
                 Err(DecodeError(format!("protobuf: {e}")))
             }
         }
+    }
+
+    /// Without the one-pass path for records in field-number order: what
+    /// [`ProtobufDecoder::decode`] falls back to, and the reference that
+    /// path is tested against.
+    #[doc(hidden)]
+    pub fn without_flat_path(mut self) -> Self {
+        self.flat_path = false;
+        self
     }
 
     /// The program for `payload`'s schema and message, and where the
@@ -209,6 +223,15 @@ impl ProtobufDecoder {
         let Some(Ok(program)) = self.programs.get(program) else {
             return Err("internal: no program".into());
         };
+        if self.flat_path
+            && let Some(steps) = &program.flat
+        {
+            let rows = batch.len;
+            if read_flat(&self.columns, program, steps, payload, body, batch) {
+                return Ok(());
+            }
+            self.columns.rollback(batch, rows);
+        }
         self.slots.fill(Slot::Unset);
         if self.present.len() == program.nodes {
             self.present.fill(false);
@@ -382,62 +405,112 @@ impl Reading<'_> {
 
     #[inline]
     fn value(&mut self, read: Read, at: &mut usize, end: usize) -> Result<Slot, String> {
-        let bytes = &self.payload[..end];
-        let fixed = |at: &mut usize, n: u64| take(at, n, end).map(|(s, e)| &bytes[s..e]);
-        Ok(match read {
-            Read::Varint => Slot::Int(varint(bytes, at)? as i64),
-            Read::Unsigned => {
-                let v = varint(bytes, at)?;
-                Slot::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} is larger than a bigint"))?)
-            }
-            Read::ZigZag => Slot::Int(zigzag(varint(bytes, at)?)),
-            Read::Bool => Slot::Bool(varint(bytes, at)? != 0),
-            Read::EnumName(e) => Slot::Enum(e, varint(bytes, at)? as i32),
-            Read::Fixed32Unsigned | Read::Fixed32Signed | Read::Float => {
-                let b = fixed(at, 4)?;
-                let w = [b[0], b[1], b[2], b[3]];
-                match read {
-                    Read::Fixed32Unsigned => Slot::Int(i64::from(u32::from_le_bytes(w))),
-                    Read::Fixed32Signed => Slot::Int(i64::from(i32::from_le_bytes(w))),
-                    _ => Slot::Float(f64::from(f32::from_le_bytes(w))),
-                }
-            }
-            Read::Fixed64Unsigned | Read::Fixed64Signed | Read::Double => {
-                let mut w = [0; 8];
-                w.copy_from_slice(fixed(at, 8)?);
-                match read {
-                    Read::Fixed64Unsigned => {
-                        let v = u64::from_le_bytes(w);
-                        Slot::Int(i64::try_from(v).map_err(|_| format!("fixed64 {v} is larger than a bigint"))?)
-                    }
-                    Read::Fixed64Signed => Slot::Int(i64::from_le_bytes(w)),
-                    _ => Slot::Float(f64::from_le_bytes(w)),
-                }
-            }
-            // Checked for UTF-8 when pushed (once, and only the value
-            // that counts).
-            Read::Text => {
-                let n = varint(bytes, at)?;
-                let (start, stop) = take(at, n, end)?;
-                Slot::Text(start, stop)
-            }
-            Read::Timestamp => {
-                let n = varint(bytes, at)?;
-                let (start, stop) = take(at, n, end)?;
-                let (mut seconds, mut nanos, mut i) = (0i64, 0i64, start);
-                while i < stop {
-                    let key = varint(bytes, &mut i)?;
-                    match (key >> 3, key & 7) {
-                        (1, 0) => seconds = varint(bytes, &mut i)? as i64,
-                        (2, 0) => nanos = i64::from(varint(bytes, &mut i)? as i32),
-                        (_, wire) => skip(bytes, &mut i, (wire & 7) as u8, stop)?,
-                    }
-                }
-                let ms = seconds.checked_mul(1000).and_then(|s| s.checked_add(nanos.div_euclid(1_000_000)));
-                Slot::Int(ms.ok_or_else(|| format!("a Timestamp of {seconds} s out of range"))?)
-            }
-        })
+        value(self.payload, read, at, end)
     }
+}
+
+/// The value of a field read as `read`, at `payload[*at..end]`.
+#[inline]
+fn value(payload: &[u8], read: Read, at: &mut usize, end: usize) -> Result<Slot, String> {
+    let bytes = &payload[..end];
+    let fixed = |at: &mut usize, n: u64| take(at, n, end).map(|(s, e)| &bytes[s..e]);
+    Ok(match read {
+        Read::Varint => Slot::Int(varint(bytes, at)? as i64),
+        Read::Unsigned => {
+            let v = varint(bytes, at)?;
+            Slot::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} is larger than a bigint"))?)
+        }
+        Read::ZigZag => Slot::Int(zigzag(varint(bytes, at)?)),
+        Read::Bool => Slot::Bool(varint(bytes, at)? != 0),
+        Read::EnumName(e) => Slot::Enum(e, varint(bytes, at)? as i32),
+        Read::Fixed32Unsigned | Read::Fixed32Signed | Read::Float => {
+            let b = fixed(at, 4)?;
+            let w = [b[0], b[1], b[2], b[3]];
+            match read {
+                Read::Fixed32Unsigned => Slot::Int(i64::from(u32::from_le_bytes(w))),
+                Read::Fixed32Signed => Slot::Int(i64::from(i32::from_le_bytes(w))),
+                _ => Slot::Float(f64::from(f32::from_le_bytes(w))),
+            }
+        }
+        Read::Fixed64Unsigned | Read::Fixed64Signed | Read::Double => {
+            let mut w = [0; 8];
+            w.copy_from_slice(fixed(at, 8)?);
+            match read {
+                Read::Fixed64Unsigned => {
+                    let v = u64::from_le_bytes(w);
+                    Slot::Int(i64::try_from(v).map_err(|_| format!("fixed64 {v} is larger than a bigint"))?)
+                }
+                Read::Fixed64Signed => Slot::Int(i64::from_le_bytes(w)),
+                _ => Slot::Float(f64::from_le_bytes(w)),
+            }
+        }
+        // Checked for UTF-8 when pushed (once, and only the value
+        // that counts).
+        Read::Text => {
+            let n = varint(bytes, at)?;
+            let (start, stop) = take(at, n, end)?;
+            Slot::Text(start, stop)
+        }
+        Read::Timestamp => {
+            let n = varint(bytes, at)?;
+            let (start, stop) = take(at, n, end)?;
+            let (mut seconds, mut nanos, mut i) = (0i64, 0i64, start);
+            while i < stop {
+                let key = varint(bytes, &mut i)?;
+                match (key >> 3, key & 7) {
+                    (1, 0) => seconds = varint(bytes, &mut i)? as i64,
+                    (2, 0) => nanos = i64::from(varint(bytes, &mut i)? as i32),
+                    (_, wire) => skip(bytes, &mut i, (wire & 7) as u8, stop)?,
+                }
+            }
+            let ms = seconds.checked_mul(1000).and_then(|s| s.checked_add(nanos.div_euclid(1_000_000)));
+            Slot::Int(ms.ok_or_else(|| format!("a Timestamp of {seconds} s out of range"))?)
+        }
+    })
+}
+
+/// One pass over a record whose fields come in field-number order, each
+/// at most once, every value pushed as it is read and every field left
+/// out filled as [`ProtobufDecoder::run`] fills it. `false` at anything
+/// else (a field out of order or repeated, one the message does not
+/// declare, a wrong wire type, a value that does not fit): the caller
+/// rolls the row back and reads the record the general way, which decodes
+/// it or says why not, so both paths give the same rows and reasons.
+fn read_flat(
+    columns: &JsonDecoder,
+    program: &Program,
+    steps: &[Step],
+    payload: &[u8],
+    body: usize,
+    batch: &mut Batch,
+) -> bool {
+    let fill = |step: &Step, batch: &mut Batch| match &step.fill {
+        Fill::Default { value, .. } => push_default(columns, batch, step.col, value).is_ok(),
+        Fill::Null => push_null(columns, batch, step.col).is_ok(),
+    };
+    let end = payload.len();
+    let (mut at, mut next) = (body, 0);
+    while at < end {
+        let Ok(key) = varint(payload, &mut at) else { return false };
+        let Some(skipped) = steps[next..].iter().position(|s| s.key == key) else { return false };
+        for step in &steps[next..next + skipped] {
+            if !fill(step, batch) {
+                return false;
+            }
+        }
+        let step = &steps[next + skipped];
+        let Ok(slot) = value(payload, step.read, &mut at, end) else { return false };
+        if push(columns, batch, step.col, slot, payload, program).is_err() {
+            return false;
+        }
+        next += skipped + 1;
+    }
+    steps[next..].iter().all(|step| fill(step, batch))
+        && program.unfed.iter().all(|(col, fill)| match fill {
+            // The root is there: a default applies.
+            Fill::Default { value, .. } => push_default(columns, batch, *col, value).is_ok(),
+            Fill::Null => push_null(columns, batch, *col).is_ok(),
+        })
 }
 
 /// Skips a field of wire type `wire`.

@@ -139,6 +139,24 @@ pub(super) struct Program {
     /// number, found by binary search (an enum has a handful of values;
     /// no hashing per record).
     pub enums: Vec<Vec<(i32, String)>>,
+    /// For a message whose columns are all fields of its own (none in a
+    /// nested message): its field columns in field-number order, the order
+    /// every serializer writes them in. A record that follows it is read
+    /// in one pass straight into the columns ([`Step`]).
+    pub flat: Option<Vec<Step>>,
+    /// With `flat`: the columns no field of the message feeds.
+    pub unfed: Vec<(usize, Fill)>,
+}
+
+/// One field of the flat path: the key it is written with (field number
+/// and wire type, as a varint's value), the column it feeds, how, and
+/// what the column holds when a record leaves the field out.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Step {
+    pub key: u64,
+    pub col: usize,
+    pub read: Read,
+    pub fill: Fill,
 }
 
 /// The source's field columns, as the compiler needs them.
@@ -162,12 +180,31 @@ impl Program {
             nodes: 1,
             fill: Vec::with_capacity(columns.fields.len()),
             enums: Vec::new(),
+            flat: None,
+            unfed: Vec::new(),
         };
         for (col, path) in columns.fields {
             let (col, fill) = program.column(message, *col, path, columns)?;
             program.fill.push((col, fill));
         }
+        program.flatten();
         Ok(program)
+    }
+
+    /// Sets `flat` (and `unfed`) when every action of the root message
+    /// reads a value.
+    fn flatten(&mut self) {
+        let actions =
+            self.root.dense.iter().enumerate().filter_map(|(n, a)| Some((u32::try_from(n).ok()?, a.as_ref()?)));
+        let mut steps = Vec::new();
+        for (number, action) in actions.chain(self.root.sparse.iter().map(|(n, a)| (*n, a))) {
+            let Action::Value { col, read } = action else { return };
+            let fill = self.fill.iter().find(|(c, _)| c == col).map_or(Fill::Null, |(_, f)| f.clone());
+            steps.push(Step { key: u64::from(number) << 3 | u64::from(read.wire()), col: *col, read: *read, fill });
+        }
+        steps.sort_by_key(|s| s.key);
+        self.unfed = self.fill.iter().filter(|(c, _)| steps.iter().all(|s| s.col != *c)).cloned().collect();
+        self.flat = Some(steps);
     }
 
     /// Files column `col` (the field at `path`) into the tree.
