@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use super::batch::Batch;
 use super::column::{Column, ColumnData, StrData, and_validity, broadcast};
-use super::scalar_fns::{cast_column, eval_function, like_column};
+use super::scalar_fns::{cast_column, concat_rows, eval_function, like_column};
 use crate::Error;
 use crate::{ArithOp, CmpOp, DataType, PhysExpr, Scalar};
 
@@ -127,18 +127,8 @@ pub fn eval<'a>(expr: &PhysExpr, batch: &'a Batch) -> Result<Value<'a>, Error> {
         PhysExpr::Concat(args) => {
             let cols: Vec<_> =
                 args.iter().map(|a| eval(a, batch).map(|v| v.into_column(n))).collect::<Result<_, _>>()?;
-            let strs: Vec<Option<&StrData>> = cols.iter().map(|c| c.str_data()).collect();
-            let mut out = StrData::with_capacity(n, n * 16);
-            for row in 0..n {
-                out.push_with(|buf| {
-                    for (c, s) in cols.iter().zip(&strs) {
-                        if let (true, Some(s)) = (c.is_valid(row), s) {
-                            buf.push_str(s.get(row));
-                        }
-                    }
-                });
-            }
-            Value::Column(Cow::Owned(Column::new(DataType::String, ColumnData::Str(out), None)))
+            let parts: Vec<&Column> = cols.iter().map(AsRef::as_ref).collect();
+            Value::Column(Cow::Owned(concat_rows(&parts, None, n)?))
         }
         PhysExpr::ConcatOp(l, r) => {
             let l = eval(l, batch)?.into_column(n);

@@ -92,6 +92,49 @@ pub enum ScalarFunc {
     /// DATE_FORMAT(ts, pattern): `ts` (UTC) in a Java `SimpleDateFormat`
     /// pattern of `yyyy MM dd HH mm ss SSS` and literal text (Flink).
     DateFormat(String),
+    // Appended after the first functions: a variant's number is part of the
+    // plan fingerprint, so new ones go last.
+    /// REPLACE(s, from, to): every occurrence of `from`, left to right and
+    /// not overlapping, replaced by `to`. An empty `from` leaves `s` as it
+    /// is (PostgreSQL; Java's `String.replace` would insert `to` between
+    /// every character).
+    Replace,
+    /// CONCAT_WS(sep, a, ...): the non-NULL arguments joined by `sep`; NULL
+    /// when `sep` is (Flink).
+    ConcatWs,
+    /// LPAD(s, len, pad): `s` left-padded with `pad`, repeated, to `len`
+    /// characters, or its first `len` characters when longer; NULL for a
+    /// negative `len` or an empty `pad` (Flink).
+    Lpad,
+    /// RPAD(s, len, pad): as [`ScalarFunc::Lpad`], padded on the right.
+    Rpad,
+    /// GREATEST(a, ...): the largest argument (all of one type); NULL if
+    /// any argument is (Flink; PostgreSQL skips NULLs).
+    Greatest,
+    /// LEAST(a, ...): the smallest argument, as [`ScalarFunc::Greatest`].
+    Least,
+    /// DATE_TRUNC(unit, ts): the start (UTC) of the `unit` holding `ts`, for
+    /// the units from `Second` to `Year` (`Week`: the ISO week, from
+    /// Monday).
+    DateTrunc(TimePart),
+    /// TO_TIMESTAMP(s, format): `s` read with a DATE_FORMAT pattern (the
+    /// same fields, each of fixed width); NULL when it does not match. The
+    /// one-argument form is a CAST to timestamp.
+    ToTimestamp(String),
+    /// JSON_VALUE(json, path): the scalar at `path` in the JSON text, as a
+    /// string; NULL where the text is not JSON, the path leads nowhere, or
+    /// to an object, an array or a JSON null (Flink's default `NULL ON
+    /// EMPTY`, `NULL ON ERROR`).
+    JsonValue(Vec<JsonStep>),
+}
+
+/// A step of a JSON_VALUE path (`$.a[0]` is `[Field("a"), Index(0)]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JsonStep {
+    /// `.name`, `."name"` or `['name']`: a member of an object.
+    Field(String),
+    /// `[n]`: an element of an array, 0-based.
+    Index(u64),
 }
 
 /// A `LIKE` pattern compiled once: `%` any run, `_` any one character.

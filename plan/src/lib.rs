@@ -24,6 +24,7 @@ mod dataflow;
 mod error;
 pub mod eval;
 mod expr;
+mod json_path;
 mod literal_pattern;
 mod plan;
 mod scalar_fns;
@@ -37,7 +38,8 @@ pub use column::{Column, ColumnData, StrData, broadcast};
 pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
-pub use expr::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
+pub use expr::{ArithOp, CmpOp, JsonStep, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
+pub use json_path::parse_json_path;
 pub use plan::{
     AggFunc, AggregateCall, AggregatePlan, ChangelogPlan, EmitMode, JoinKind, JoinPlan, MergeCall, MergePlan,
     OperatorPlan, OutputColumn, Partitioning, Plan, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec, SortKey,

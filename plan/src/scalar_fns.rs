@@ -1,13 +1,24 @@
 //! Kernels of scalar functions, CAST and LIKE.
 
-use super::column::{Column, ColumnData, StrData, and_validity};
+use std::cmp::Ordering;
+
+use super::column::{Column, ColumnData, StrData, and_validity, broadcast};
+use super::json_path::json_value;
 use super::literal_pattern::LiteralPattern;
 use crate::Error;
-use crate::time::{civil_from_days, extract, extract_epoch, format_timestamp, parse_timestamp_ms};
-use crate::{DataType, LikePattern, LikeToken, ScalarFunc, TimePart, TrimSide};
+use crate::time::{civil_from_days, date_ms, extract, extract_epoch, format_timestamp, parse_timestamp_ms, truncate};
+use crate::{DataType, LikePattern, LikeToken, Scalar, ScalarFunc, TimePart, TrimSide};
 
 fn strings(c: &Column) -> Result<&StrData, Error> {
     c.str_data().ok_or_else(|| Error::Internal(format!("expected strings, got {}", c.data_type)))
+}
+
+/// The values of a bigint or timestamp column (`what` names it in the error).
+fn ints<'c>(c: &'c Column, what: &str) -> Result<&'c [i64], Error> {
+    match &c.data {
+        ColumnData::Int(v) => Ok(v),
+        _ => Err(Error::Internal(format!("{what}: expected integers, got {}", c.data_type))),
+    }
 }
 
 /// Applies `f` to each valid string row, building a string column.
@@ -61,36 +72,23 @@ pub(super) fn eval_function(
             let s = strings(a)?;
             let start = arg(1)?;
             let len = args.get(2).map(AsRef::as_ref);
-            let ColumnData::Int(starts) = &start.data else {
-                return Err(Error::Internal("SUBSTRING start".into()));
-            };
-            let lens = match len.map(|l| &l.data) {
-                Some(ColumnData::Int(l)) => Some(l),
-                _ => None,
-            };
-            let mut out = StrData::with_capacity(n, n * 8);
-            let mut validity = vec![true; n];
-            for i in 0..n {
-                let ok = a.is_valid(i) && start.is_valid(i) && len.is_none_or(|l| l.is_valid(i));
-                validity[i] = ok;
-                out.push_with(|buf| {
-                    if ok {
-                        // SQL semantics: 1-based; a start before 1 eats into the length.
-                        let from = starts[i];
-                        let end = lens.map(|l| from.saturating_add(l[i].max(0)));
-                        let skip = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
-                        let take =
-                            end.map(|e| usize::try_from(e.saturating_sub(from.max(1)).max(0)).unwrap_or(usize::MAX));
-                        let chars = s.get(i).chars().skip(skip);
-                        match take {
-                            Some(t) => buf.extend(chars.take(t)),
-                            None => buf.extend(chars),
-                        }
-                    }
-                });
-            }
-            let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
-            Ok(Column::new(DataType::String, ColumnData::Str(out), validity))
+            let starts = ints(start, "SUBSTRING start")?;
+            let lens = len.map(|l| ints(l, "SUBSTRING length")).transpose()?;
+            let mut inputs = vec![a, start];
+            inputs.extend(len);
+            Ok(map_rows_str(&inputs, n, |i, buf| {
+                // SQL semantics: 1-based; a start before 1 eats into the length.
+                let from = starts[i];
+                let end = lens.map(|l| from.saturating_add(l[i].max(0)));
+                let skip = usize::try_from(from.max(1) - 1).unwrap_or(usize::MAX);
+                let take = end.map(|e| usize::try_from(e.saturating_sub(from.max(1)).max(0)).unwrap_or(usize::MAX));
+                let chars = s.get(i).chars().skip(skip);
+                match take {
+                    Some(t) => buf.extend(chars.take(t)),
+                    None => buf.extend(chars),
+                }
+                true
+            }))
         }
         ScalarFunc::Abs | ScalarFunc::Floor | ScalarFunc::Ceil | ScalarFunc::Round => {
             let digits = match (func, args.get(1)) {
@@ -100,9 +98,7 @@ pub(super) fn eval_function(
             numeric(func, a, digits, data_type)
         }
         ScalarFunc::Extract(part) => {
-            let ColumnData::Int(ts) = &a.data else {
-                return Err(Error::Internal("EXTRACT of a non-timestamp".into()));
-            };
+            let ts = ints(a, "EXTRACT")?;
             let data = if *part == TimePart::Epoch {
                 ColumnData::Float(ts.iter().map(|&t| extract_epoch(t)).collect())
             } else {
@@ -151,9 +147,7 @@ pub(super) fn eval_function(
             Ok(Column::new(DataType::Bigint, ColumnData::Int(v), a.validity.clone()))
         }
         ScalarFunc::DateFormat(pattern) => {
-            let ColumnData::Int(ts) = &a.data else {
-                return Err(Error::Internal("DATE_FORMAT of a non-timestamp".into()));
-            };
+            let ts = ints(a, "DATE_FORMAT")?;
             let tokens = date_format_tokens(pattern);
             let mut out = StrData::with_capacity(n, n * pattern.len());
             for &t in ts.iter().take(n) {
@@ -161,7 +155,183 @@ pub(super) fn eval_function(
             }
             Ok(Column::new(DataType::String, ColumnData::Str(out), a.validity.clone()))
         }
+        ScalarFunc::Replace => {
+            let (s, from, to) = (strings(a)?, strings(arg(1)?)?, strings(arg(2)?)?);
+            // The searcher is rebuilt only where `from` differs from the
+            // row before: once a batch for the usual constant.
+            let mut finder: Option<memchr::memmem::Finder<'_>> = None;
+            Ok(map_rows_str(&[a, arg(1)?, arg(2)?], n, |i, buf| {
+                let (text, needle) = (s.get(i), from.get(i));
+                if needle.is_empty() {
+                    buf.push_str(text);
+                    return true;
+                }
+                let f = match finder.take() {
+                    Some(f) if f.needle() == needle.as_bytes() => f,
+                    _ => memchr::memmem::Finder::new(needle),
+                };
+                // A match of valid UTF-8 in valid UTF-8 starts and ends on
+                // character boundaries, so the byte slices below are too.
+                let mut last = 0;
+                for at in f.find_iter(text.as_bytes()) {
+                    buf.push_str(&text[last..at]);
+                    buf.push_str(to.get(i));
+                    last = at + needle.len();
+                }
+                buf.push_str(&text[last..]);
+                finder = Some(f);
+                true
+            }))
+        }
+        ScalarFunc::ConcatWs => {
+            let parts: Vec<&Column> = args[1..].iter().map(AsRef::as_ref).collect();
+            concat_rows(&parts, Some(a), n)
+        }
+        ScalarFunc::Lpad | ScalarFunc::Rpad => {
+            let (s, fill) = (strings(a)?, strings(arg(2)?)?);
+            let lens = ints(arg(1)?, "LPAD/RPAD length")?;
+            let left = *func == ScalarFunc::Lpad;
+            Ok(map_rows_str(&[a, arg(1)?, arg(2)?], n, |i, buf| pad(s.get(i), lens[i], fill.get(i), left, buf)))
+        }
+        ScalarFunc::Greatest | ScalarFunc::Least => {
+            let wanted = if *func == ScalarFunc::Greatest { Ordering::Greater } else { Ordering::Less };
+            let cols: Vec<&Column> = args.iter().map(AsRef::as_ref).collect();
+            extreme(&cols, wanted, data_type, n)
+        }
+        ScalarFunc::DateTrunc(unit) => {
+            let ts = ints(a, "DATE_TRUNC")?;
+            let v = ts.iter().map(|&t| truncate(*unit, t)).collect();
+            Ok(Column::new(DataType::Timestamp, ColumnData::Int(v), a.validity.clone()))
+        }
+        ScalarFunc::ToTimestamp(format) => {
+            let s = strings(a)?;
+            let tokens = date_format_tokens(format);
+            let mut validity = vec![true; n];
+            let v = (0..n)
+                .map(|i| match parse_date(s.get(i), &tokens).filter(|_| a.is_valid(i)) {
+                    Some(t) => t,
+                    None => {
+                        validity[i] = false;
+                        0
+                    }
+                })
+                .collect();
+            let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
+            Ok(Column::new(DataType::Timestamp, ColumnData::Int(v), validity))
+        }
+        ScalarFunc::JsonValue(path) => map_str_opt(a, |s, buf| json_value(s, path, buf)),
     }
+}
+
+/// The most characters LPAD and RPAD return: a longer `len` is NULL, so that
+/// one record cannot make the worker allocate without bound (Flink would
+/// try, up to 2^31 characters).
+pub(crate) const MAX_PAD_CHARS: i64 = 1 << 20;
+
+/// LPAD (`left`) / RPAD of one value: `s` and `fill` repeated to `len`
+/// characters, or the first `len` characters of `s` when it is as long;
+/// false (NULL) for a negative or too large `len` or an empty `fill`, as
+/// Flink (which checks those first, so `LPAD('abc', 1, '')` is NULL too).
+fn pad(s: &str, len: i64, fill: &str, left: bool, buf: &mut String) -> bool {
+    let Some(len) = usize::try_from(len).ok().filter(|_| len <= MAX_PAD_CHARS && !fill.is_empty()) else {
+        return false;
+    };
+    let count = s.chars().count();
+    let kept = if count > len { s.char_indices().nth(len).map_or(s, |(at, _)| &s[..at]) } else { s };
+    if !left {
+        buf.push_str(kept);
+    }
+    buf.extend(fill.chars().cycle().take(len.saturating_sub(count)));
+    if left {
+        buf.push_str(kept);
+    }
+    true
+}
+
+/// GREATEST (`wanted` = `Greater`) or LEAST over arguments of one type:
+/// NULL where any argument is, as Flink. Doubles are ordered by
+/// `total_cmp`: NaN above every number (PostgreSQL's order), -0 below 0.
+fn extreme(args: &[&Column], wanted: Ordering, data_type: DataType, n: usize) -> Result<Column, Error> {
+    let mut validity = None;
+    for c in args {
+        if matches!(c.data, ColumnData::Null(_)) {
+            return Ok(broadcast(&Scalar::Null, data_type, n));
+        }
+        validity = and_validity(validity.as_deref(), c.validity.as_deref(), n);
+    }
+    let (first, rest) = args.split_first().ok_or_else(|| Error::Internal("GREATEST/LEAST of nothing".into()))?;
+    let data = match &first.data {
+        ColumnData::Int(_) => {
+            let mut best = ints(first, "GREATEST/LEAST")?.to_vec();
+            for c in rest {
+                for (b, &x) in best.iter_mut().zip(ints(c, "GREATEST/LEAST")?) {
+                    if x.cmp(b) == wanted {
+                        *b = x;
+                    }
+                }
+            }
+            ColumnData::Int(best)
+        }
+        ColumnData::Float(v) => {
+            let mut best = v.clone();
+            for c in rest {
+                let ColumnData::Float(v) = &c.data else {
+                    return Err(Error::Internal(format!("GREATEST/LEAST: expected doubles, got {}", c.data_type)));
+                };
+                for (b, &x) in best.iter_mut().zip(v) {
+                    if x.total_cmp(b) == wanted {
+                        *b = x;
+                    }
+                }
+            }
+            ColumnData::Float(best)
+        }
+        ColumnData::Str(first) => {
+            let rest = rest.iter().map(|c| strings(c)).collect::<Result<Vec<_>, _>>()?;
+            let mut out = StrData::with_capacity(n, n * 8);
+            for i in 0..n {
+                let mut best = first.get(i);
+                for s in &rest {
+                    let x = s.get(i);
+                    if x.cmp(best) == wanted {
+                        best = x;
+                    }
+                }
+                out.push(best);
+            }
+            ColumnData::Str(out)
+        }
+        _ => return Err(Error::Internal(format!("GREATEST/LEAST of {}", first.data_type))),
+    };
+    Ok(Column::new(data_type, data, validity))
+}
+
+/// CONCAT (no `sep`) and CONCAT_WS: each row's non-NULL `parts` in order,
+/// with `sep` between them; NULL where `sep` is given and NULL. Parts of
+/// the NULL type are NULL throughout.
+pub(super) fn concat_rows(parts: &[&Column], sep: Option<&Column>, n: usize) -> Result<Column, Error> {
+    let strs: Vec<Option<&StrData>> = parts.iter().map(|c| c.str_data()).collect();
+    let seps = sep.map(strings).transpose()?;
+    let mut out = StrData::with_capacity(n, n * 16);
+    for row in 0..n {
+        let sep_here = seps.map(|s| s.get(row)).unwrap_or_default();
+        out.push_with(|buf| {
+            if sep.is_some_and(|c| !c.is_valid(row)) {
+                return;
+            }
+            let mut first = true;
+            for (c, s) in parts.iter().zip(&strs) {
+                if let (true, Some(s)) = (c.is_valid(row), s) {
+                    if !first {
+                        buf.push_str(sep_here);
+                    }
+                    first = false;
+                    buf.push_str(s.get(row));
+                }
+            }
+        });
+    }
+    Ok(Column::new(DataType::String, ColumnData::Str(out), sep.and_then(|c| c.validity.clone())))
 }
 
 /// A compiled REGEXP_EXTRACT pattern: the direct matcher where the
@@ -206,17 +376,31 @@ fn compiled(pattern: &str) -> Result<Matcher, Error> {
 }
 
 /// [`map_str`] for a function that may be NULL: `f` returns false for
-/// NULL (having written nothing).
+/// NULL.
 fn map_str_opt(c: &Column, mut f: impl FnMut(&str, &mut String) -> bool) -> Result<Column, Error> {
     let s = strings(c)?;
-    let mut out = StrData::with_capacity(s.len(), s.len() * 8);
-    let mut validity = vec![true; s.len()];
+    Ok(map_rows_str(&[c], s.len(), |i, buf| f(s.get(i), buf)))
+}
+
+/// A string column computed row by row from the columns `inputs`: NULL
+/// where any input is NULL (`f` is not called) or where `f` returns false
+/// (what it wrote is taken back). `f` writes row `i`'s value straight into
+/// the column's buffer.
+fn map_rows_str(inputs: &[&Column], n: usize, mut f: impl FnMut(usize, &mut String) -> bool) -> Column {
+    let mut out = StrData::with_capacity(n, n * 8);
+    let mut validity = vec![true; n];
     for (i, valid) in validity.iter_mut().enumerate() {
-        let input_valid = c.is_valid(i);
-        out.push_with(|buf| *valid = input_valid && f(s.get(i), buf));
+        let inputs_valid = inputs.iter().all(|c| c.is_valid(i));
+        out.push_with(|buf| {
+            let start = buf.len();
+            *valid = inputs_valid && f(i, buf);
+            if !*valid {
+                buf.truncate(start);
+            }
+        });
     }
     let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
-    Ok(Column::new(DataType::String, ColumnData::Str(out), validity))
+    Column::new(DataType::String, ColumnData::Str(out), validity)
 }
 
 /// A piece of a DATE_FORMAT pattern.
@@ -297,6 +481,43 @@ fn format_date(ms: i64, tokens: &[DateToken<'_>], buf: &mut String) {
     }
 }
 
+/// TO_TIMESTAMP(s, format): `s` read with DATE_FORMAT's `tokens`, each
+/// field its fixed number of digits (`yyyy` four, `SSS` three, the others
+/// two), literal text as written, and nothing left over. Fields the format
+/// lacks are those of 1970-01-01 00:00:00.000. `None` where `s` does not
+/// match or names no real date or time.
+fn parse_date(s: &str, tokens: &[DateToken<'_>]) -> Option<i64> {
+    let mut rest = s.as_bytes();
+    // year, month, day, hour, minute, second, millisecond
+    let mut fields = [1970, 1, 1, 0, 0, 0, 0];
+    for t in tokens {
+        let (slot, width) = match t {
+            DateToken::Year => (0, 4),
+            DateToken::Month => (1, 2),
+            DateToken::Day => (2, 2),
+            DateToken::Hour => (3, 2),
+            DateToken::Minute => (4, 2),
+            DateToken::Second => (5, 2),
+            DateToken::Millis => (6, 3),
+            DateToken::Literal(l) => {
+                rest = rest.strip_prefix(l.as_bytes())?;
+                continue;
+            }
+        };
+        let (digits, after) = rest.split_at_checked(width)?;
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        fields[slot] = digits.iter().fold(0, |acc, c| acc * 10 + i64::from(c - b'0'));
+        rest = after;
+    }
+    let [y, month, d, h, mi, sec, ms] = fields;
+    if !rest.is_empty() || h > 23 || mi > 59 || sec > 59 {
+        return None;
+    }
+    Some(date_ms(y, month, d)? + h * 3_600_000 + mi * 60_000 + sec * 1000 + ms)
+}
+
 fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: DataType) -> Result<Column, Error> {
     // Rows whose result is not a bigint: NULL, as an overflowing SUM is.
     let mut overflowed = Vec::new();
@@ -316,9 +537,7 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
             ),
             (ScalarFunc::Round, Some(d)) => {
                 // ROUND(int, -k) rounds to tens, hundreds...
-                let ColumnData::Int(ds) = &d.data else {
-                    return Err(Error::Internal("ROUND digits".into()));
-                };
+                let ds = ints(d, "ROUND digits")?;
                 ColumnData::Int(
                     v.iter()
                         .zip(ds)
@@ -345,9 +564,7 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
             (ScalarFunc::Ceil, _) => v.iter().map(|x| x.ceil()).collect(),
             (ScalarFunc::Round, None) => v.iter().map(|x| x.round()).collect(),
             (ScalarFunc::Round, Some(d)) => {
-                let ColumnData::Int(ds) = &d.data else {
-                    return Err(Error::Internal("ROUND digits".into()));
-                };
+                let ds = ints(d, "ROUND digits")?;
                 v.iter().zip(ds).map(|(x, d)| round_to(*x, *d)).collect()
             }
             _ => v.clone(),
@@ -388,7 +605,7 @@ pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
         validity.get_or_insert_with(|| vec![true; n])[i] = false;
     };
     let data = match (&c.data, to) {
-        (ColumnData::Null(_), _) => return Ok(super::column::broadcast(&crate::Scalar::Null, to, n)),
+        (ColumnData::Null(_), _) => return Ok(broadcast(&Scalar::Null, to, n)),
         // Bigint ↔ timestamp share storage (epoch milliseconds).
         (ColumnData::Int(v), DataType::Bigint | DataType::Timestamp) => ColumnData::Int(v.clone()),
         #[allow(clippy::cast_precision_loss)]
@@ -505,7 +722,7 @@ pub(super) fn like_column(
     case_insensitive: bool,
 ) -> Result<Column, Error> {
     let s = match &c.data {
-        ColumnData::Null(n) => return Ok(super::column::broadcast(&crate::Scalar::Null, DataType::Boolean, *n)),
+        ColumnData::Null(n) => return Ok(broadcast(&Scalar::Null, DataType::Boolean, *n)),
         _ => strings(c)?,
     };
     let mut lowered = String::new();
@@ -674,6 +891,211 @@ mod tests {
             format("yyyy-MM-dd'T'HH:mm:ss.SSS"),
             vec![Some("2015-07-15T13:04:05.007".into()), Some("1969-12-31T23:59:59.999".into())]
         );
+    }
+
+    /// Calls `func` on several argument columns.
+    fn call_n(func: &ScalarFunc, args: Vec<Column>, data_type: DataType) -> Column {
+        let n = args[0].len();
+        let args: Vec<_> = args.into_iter().map(std::borrow::Cow::Owned).collect();
+        eval_function(func, &args, data_type, n).unwrap()
+    }
+
+    /// A string column with NULLs where `values` has `None`.
+    fn opt_strs(values: &[Option<&str>]) -> Column {
+        let mut c = strs(&values.iter().map(|v| v.unwrap_or("")).collect::<Vec<_>>());
+        c.validity = Some(values.iter().map(Option::is_some).collect());
+        c
+    }
+
+    fn ints_with_nulls(data_type: DataType, values: &[Option<i64>]) -> Column {
+        let mut c = Column::ints(data_type, values.iter().map(|v| v.unwrap_or(0)).collect());
+        c.validity = Some(values.iter().map(Option::is_some).collect());
+        c
+    }
+
+    fn some(values: &[&str]) -> Vec<Option<String>> {
+        values.iter().map(|v| Some((*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn replace_every_occurrence_left_to_right() {
+        let text = opt_strs(&[Some("a.b.c"), Some("aaa"), Some("héllo wörld"), Some(""), None, Some("x.y")]);
+        let got = |from: Column, to: Column| {
+            texts(&call_n(&ScalarFunc::Replace, vec![text.clone(), from, to], DataType::String))
+        };
+        let six = |s: &str| strs(&[s; 6]);
+        assert_eq!(
+            got(six("."), six("--")),
+            vec![
+                Some("a--b--c".into()),
+                Some("aaa".into()),
+                Some("héllo wörld".into()),
+                Some(String::new()),
+                None,
+                Some("x--y".into())
+            ]
+        );
+        // Matches do not overlap; the replacement may be empty or longer.
+        assert_eq!(got(six("aa"), six("b"))[1], Some("ba".into()));
+        assert_eq!(got(six("ö"), six(""))[2], Some("héllo wrld".into()));
+        assert_eq!(got(six("l"), six("LL"))[2], Some("héLLLLo wörLLd".into()));
+        // An empty `from` leaves the text as it is.
+        assert_eq!(got(six(""), six("!"))[0], Some("a.b.c".into()));
+        // A different `from` on each row, and NULL `from` or `to`.
+        let from = opt_strs(&[Some("b"), Some("a"), None, Some("x"), Some("y"), Some("y")]);
+        let to = opt_strs(&[Some("B"), None, Some("z"), Some("z"), Some("z"), Some("Y")]);
+        assert_eq!(
+            got(from, to),
+            vec![Some("a.B.c".into()), None, None, Some(String::new()), None, Some("x.Y".into())]
+        );
+    }
+
+    #[test]
+    fn concat_ws_skips_null_arguments_and_a_null_separator_is_null() {
+        let sep = opt_strs(&[Some(", "), Some("-"), None, Some("")]);
+        let a = opt_strs(&[Some("a"), None, Some("a"), Some("a")]);
+        let b = opt_strs(&[Some("b"), None, Some("b"), None]);
+        let c = opt_strs(&[None, Some("ç"), Some("c"), Some("c")]);
+        let got = call_n(&ScalarFunc::ConcatWs, vec![sep.clone(), a, b, c], DataType::String);
+        assert_eq!(texts(&got), vec![Some("a, b".into()), Some("ç".into()), None, Some("ac".into())]);
+        // Only NULLs to join, or nothing at all: the empty string.
+        let nulls = opt_strs(&[None; 4]);
+        let got = call_n(&ScalarFunc::ConcatWs, vec![sep.clone(), nulls], DataType::String);
+        assert_eq!(texts(&got), vec![Some(String::new()), Some(String::new()), None, Some(String::new())]);
+        assert_eq!(texts(&call_n(&ScalarFunc::ConcatWs, vec![sep], DataType::String))[0], Some(String::new()));
+    }
+
+    #[test]
+    fn lpad_and_rpad_count_characters_and_truncate() {
+        let pad = |func: &ScalarFunc, s: &str, len: i64, fill: &str| {
+            let args = vec![strs(&[s]), Column::ints(DataType::Bigint, vec![len]), strs(&[fill])];
+            texts(&call_n(func, args, DataType::String)).remove(0)
+        };
+        let (l, r) = (ScalarFunc::Lpad, ScalarFunc::Rpad);
+        // Flink's examples.
+        assert_eq!(pad(&l, "hi", 4, "??"), Some("??hi".into()));
+        assert_eq!(pad(&l, "hi", 1, "??"), Some("h".into()));
+        assert_eq!(pad(&r, "hi", 4, "??"), Some("hi??".into()));
+        assert_eq!(pad(&r, "hi", 1, "??"), Some("h".into()));
+        // The pad repeats and is cut to fit; longer inputs keep their start.
+        assert_eq!(pad(&l, "x", 6, "abc"), Some("abcabx".into()));
+        assert_eq!(pad(&r, "x", 6, "abc"), Some("xabcab".into()));
+        assert_eq!(pad(&r, "hello", 3, "-"), Some("hel".into()));
+        assert_eq!(pad(&l, "hello", 5, "-"), Some("hello".into()));
+        // Lengths are in characters, not bytes.
+        assert_eq!(pad(&l, "héllo", 7, "ü"), Some("üühéllo".into()));
+        assert_eq!(pad(&r, "日本", 3, "語"), Some("日本語".into()));
+        assert_eq!(pad(&l, "héllo", 2, "ü"), Some("hé".into()));
+        assert_eq!(pad(&r, "", 2, "éa"), Some("éa".into()));
+        assert_eq!(pad(&l, "abc", 0, "x"), Some(String::new()));
+        // NULL for a negative length, an empty pad (even where nothing is
+        // padded) and a length past the limit.
+        assert_eq!(pad(&l, "abc", -1, "x"), None);
+        assert_eq!(pad(&r, "abc", 1, ""), None);
+        assert_eq!(pad(&l, "abc", 5, ""), None);
+        assert_eq!(pad(&r, "abc", MAX_PAD_CHARS + 1, "x"), None);
+        assert_eq!(pad(&r, "", MAX_PAD_CHARS, "x").map(|s| s.len()), Some(1 << 20));
+        // NULL in, NULL out, per argument.
+        let args = vec![
+            opt_strs(&[None, Some("a"), Some("a"), Some("a")]),
+            ints_with_nulls(DataType::Bigint, &[Some(3), None, Some(3), Some(3)]),
+            opt_strs(&[Some("x"), Some("x"), None, Some("x")]),
+        ];
+        assert_eq!(texts(&call_n(&l, args, DataType::String)), vec![None, None, None, Some("xxa".into())]);
+    }
+
+    #[test]
+    fn greatest_and_least_are_null_if_any_argument_is() {
+        let a = ints_with_nulls(DataType::Bigint, &[Some(1), Some(5), None, Some(-3)]);
+        let b = ints_with_nulls(DataType::Bigint, &[Some(2), Some(4), Some(0), None]);
+        let c = Column::ints(DataType::Bigint, vec![0, 9, 1, 1]);
+        let got = call_n(&ScalarFunc::Greatest, vec![a.clone(), b.clone(), c.clone()], DataType::Bigint);
+        assert_eq!(
+            (got.scalar(0), got.scalar(1), got.scalar(2), got.scalar(3)),
+            (Scalar::Bigint(2), Scalar::Bigint(9), Scalar::Null, Scalar::Null)
+        );
+        let got = call_n(&ScalarFunc::Least, vec![a, b, c], DataType::Bigint);
+        assert_eq!((got.scalar(0), got.scalar(1)), (Scalar::Bigint(0), Scalar::Bigint(4)));
+        // Doubles: NaN is above every number.
+        let x = Column::floats(vec![1.5, f64::NAN, -0.0]);
+        let y = Column::floats(vec![-2.0, f64::INFINITY, 0.0]);
+        let got = call_n(&ScalarFunc::Greatest, vec![x.clone(), y.clone()], DataType::Double);
+        let ColumnData::Float(v) = &got.data else { panic!() };
+        assert!(v[0] == 1.5 && v[1].is_nan() && v[2] == 0.0 && v[2].is_sign_positive(), "{v:?}");
+        let got = call_n(&ScalarFunc::Least, vec![x, y], DataType::Double);
+        let ColumnData::Float(v) = &got.data else { panic!() };
+        assert!(v[0] == -2.0 && v[1] == f64::INFINITY && v[2].is_sign_negative(), "{v:?}");
+        // Strings compare by code point; a single argument is itself.
+        let s = opt_strs(&[Some("b"), Some("é"), Some("")]);
+        let t = opt_strs(&[Some("ab"), Some("z"), None]);
+        assert_eq!(
+            texts(&call_n(&ScalarFunc::Greatest, vec![s.clone(), t.clone()], DataType::String)),
+            vec![Some("b".into()), Some("é".into()), None]
+        );
+        assert_eq!(
+            texts(&call_n(&ScalarFunc::Least, vec![s.clone(), t], DataType::String)),
+            vec![Some("ab".into()), Some("z".into()), None]
+        );
+        assert_eq!(texts(&call_n(&ScalarFunc::Least, vec![s], DataType::String)), some(&["b", "é", ""]));
+        // Timestamps stay timestamps.
+        let ts = Column::ints(DataType::Timestamp, vec![10, 20]);
+        let us = Column::ints(DataType::Timestamp, vec![15, 5]);
+        let got = call_n(&ScalarFunc::Greatest, vec![ts, us], DataType::Timestamp);
+        assert_eq!((got.scalar(0), got.scalar(1)), (Scalar::Timestamp(15), Scalar::Timestamp(20)));
+    }
+
+    #[test]
+    fn date_trunc_keeps_nulls() {
+        let ts = ints_with_nulls(DataType::Timestamp, &[Some(1_436_965_445_007), None, Some(-1)]);
+        let got = call_n(&ScalarFunc::DateTrunc(TimePart::Hour), vec![ts], DataType::Timestamp);
+        assert_eq!(got.data_type, DataType::Timestamp);
+        assert_eq!(
+            (got.scalar(0), got.scalar(1), got.scalar(2)),
+            (Scalar::Timestamp(1_436_965_200_000), Scalar::Null, Scalar::Timestamp(-3_600_000))
+        );
+    }
+
+    #[test]
+    fn to_timestamp_reads_a_date_format_pattern() {
+        let read = |format: &str, values: &[Option<&str>]| {
+            let got = call_n(&ScalarFunc::ToTimestamp(format.into()), vec![opt_strs(values)], DataType::Timestamp);
+            (0..got.len()).map(|i| got.scalar(i)).collect::<Vec<_>>()
+        };
+        let ts = |s: &str| Scalar::Timestamp(parse_timestamp_ms(s).unwrap());
+        assert_eq!(
+            read(
+                "yyyy-MM-dd HH:mm:ss",
+                &[Some("2015-07-15 13:04:05"), None, Some("2015-07-15"), Some("2015-07-15 13:04:05 ")]
+            ),
+            vec![ts("2015-07-15T13:04:05Z"), Scalar::Null, Scalar::Null, Scalar::Null]
+        );
+        assert_eq!(
+            read("dd/MM/yyyy'T'HH:mm:ss.SSS", &[Some("31/12/1969T23:59:59.999"), Some("1/12/1969T23:59:59.999")]),
+            vec![Scalar::Timestamp(-1), Scalar::Null]
+        );
+        // Missing fields are those of the epoch; impossible dates and times are NULL.
+        assert_eq!(
+            read("yyyyMMdd", &[Some("20240229"), Some("20230229"), Some("2024-02-2")]),
+            vec![ts("2024-02-29"), Scalar::Null, Scalar::Null]
+        );
+        assert_eq!(
+            read("HH:mm", &[Some("01:30"), Some("24:00"), Some("01:60")]),
+            vec![Scalar::Timestamp(5_400_000), Scalar::Null, Scalar::Null]
+        );
+    }
+
+    #[test]
+    fn json_value_over_a_column() {
+        let docs = opt_strs(&[
+            Some(r#"{"user": {"name": "Zoë", "tags": ["a", "b"]}}"#),
+            None,
+            Some("not json"),
+            Some(r#"{"user": {"name": null}}"#),
+        ]);
+        let path = |p: &str| ScalarFunc::JsonValue(crate::parse_json_path(p).unwrap());
+        assert_eq!(texts(&call(&path("$.user.name"), docs.clone())), vec![Some("Zoë".into()), None, None, None]);
+        assert_eq!(texts(&call(&path("$.user.tags[1]"), docs.clone())), vec![Some("b".into()), None, None, None]);
+        assert_eq!(texts(&call(&path("$.user.tags"), docs)), vec![None; 4]);
     }
 
     #[test]

@@ -95,12 +95,7 @@ pub fn parse_timestamp_ms(s: &str) -> Option<i64> {
     if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
         return None;
     }
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (m, d) = (u32::try_from(m).ok()?, u32::try_from(d).ok()?);
-    if !(1..=12).contains(&m) || d < 1 || d > days_in_month(y, m) {
-        return None;
-    }
-    let mut ms = days_from_civil(y, m, d) * MS_PER_DAY;
+    let mut ms = date_ms(num(0..4)?, num(5..7)?, num(8..10)?)?;
     let mut i = 10;
     if i == b.len() {
         return Some(ms);
@@ -153,6 +148,16 @@ pub fn parse_timestamp_ms(s: &str) -> Option<i64> {
     }
 }
 
+/// Midnight (UTC) of day `d` of month `m` of year `y`, in epoch
+/// milliseconds; `None` for a date that does not exist (2024-02-30).
+pub(crate) fn date_ms(y: i64, m: i64, d: i64) -> Option<i64> {
+    let (m, d) = (u32::try_from(m).ok()?, u32::try_from(d).ok()?);
+    if !(1..=12).contains(&m) || d < 1 || d > days_in_month(y, m) {
+        return None;
+    }
+    days_from_civil(y, m, d).checked_mul(MS_PER_DAY)
+}
+
 fn is_leap(y: i64) -> bool {
     (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
 }
@@ -189,6 +194,34 @@ pub fn extract(part: TimePart, ms: i64) -> i64 {
                 _ => iso_week(days),
             }
         }
+    }
+}
+
+/// DATE_TRUNC(unit, ts): the start (UTC) of the `unit` that holds `ms`.
+/// Units up to a day are whole multiples of their length since the epoch;
+/// a week starts on Monday (ISO), a quarter in January, April, July or
+/// October. Parts that are not units (day of week, epoch...) leave `ms` as
+/// it is: the planner does not let them through. Saturates at the ends of
+/// the `i64` range rather than wrapping.
+pub fn truncate(unit: TimePart, ms: i64) -> i64 {
+    let floor = |len: i64| ms.saturating_sub(ms.rem_euclid(len));
+    let days = ms.div_euclid(MS_PER_DAY);
+    match unit {
+        TimePart::Second => floor(1000),
+        TimePart::Minute => floor(60_000),
+        TimePart::Hour => floor(3_600_000),
+        TimePart::Day => floor(MS_PER_DAY),
+        TimePart::Week => (days - (days + 3).rem_euclid(7)).saturating_mul(MS_PER_DAY),
+        TimePart::Month | TimePart::Quarter | TimePart::Year => {
+            let (y, m, _) = civil_from_days(days);
+            let first = match unit {
+                TimePart::Month => m,
+                TimePart::Quarter => (m - 1) / 3 * 3 + 1,
+                _ => 1,
+            };
+            days_from_civil(y, first, 1).saturating_mul(MS_PER_DAY)
+        }
+        TimePart::Millisecond | TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch => ms,
     }
 }
 
@@ -247,5 +280,33 @@ mod tests {
         assert_eq!(extract(TimePart::DayOfWeek, ms), 1, "a Monday");
         assert_eq!(extract(TimePart::DayOfYear, ms), 365);
         assert_eq!(extract(TimePart::Week, ms), 1, "ISO week 1 of 2025");
+    }
+
+    #[test]
+    fn truncates_to_the_start_of_each_unit() {
+        let ts = |s: &str| parse_timestamp_ms(s).unwrap();
+        let ms = ts("2024-08-14T13:45:07.250Z"); // a Wednesday
+        let cases = [
+            (TimePart::Second, "2024-08-14T13:45:07Z"),
+            (TimePart::Minute, "2024-08-14T13:45:00Z"),
+            (TimePart::Hour, "2024-08-14T13:00:00Z"),
+            (TimePart::Day, "2024-08-14"),
+            (TimePart::Week, "2024-08-12"),
+            (TimePart::Month, "2024-08-01"),
+            (TimePart::Quarter, "2024-07-01"),
+            (TimePart::Year, "2024-01-01"),
+        ];
+        for (unit, start) in cases {
+            assert_eq!(fmt(truncate(unit, ms)), fmt(ts(start)), "{unit:?}");
+        }
+        // Before the epoch, truncation still goes back in time.
+        assert_eq!(fmt(truncate(TimePart::Second, -1)), "1969-12-31T23:59:59.000Z");
+        assert_eq!(fmt(truncate(TimePart::Day, -1)), "1969-12-31T00:00:00.000Z");
+        assert_eq!(fmt(truncate(TimePart::Week, 0)), "1969-12-29T00:00:00.000Z", "1970-01-01 was a Thursday");
+        // A Monday is its own week's start; a Sunday belongs to the week before.
+        assert_eq!(truncate(TimePart::Week, ts("2024-08-12T00:00:00Z")), ts("2024-08-12"));
+        assert_eq!(truncate(TimePart::Week, ts("2024-08-18T23:59:59Z")), ts("2024-08-12"));
+        assert_eq!(truncate(TimePart::Quarter, ts("2024-12-31T23:59:59Z")), ts("2024-10-01"));
+        assert_eq!(truncate(TimePart::Second, i64::MIN), i64::MIN, "saturates");
     }
 }

@@ -16,7 +16,9 @@ use sqlparser::ast::{
 };
 
 use super::functions::compile_scalar_function;
-use crate::typing::{arith, cast, coerce_literal_to, compare, expect_bool, expect_string, fold, numeric_unary};
+use crate::typing::{
+    arith, cast, coerce_literal_to, compare, expect_bool, expect_string, expect_timestamp, fold, numeric_unary,
+};
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{ArithOp, CmpOp, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
@@ -389,12 +391,7 @@ pub(crate) fn time_part_named(name: &str) -> Option<TimePart> {
 }
 
 pub(crate) fn extract(part: TimePart, e: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
-    let e = match e.data_type() {
-        DataType::Timestamp => e,
-        DataType::Null | DataType::Bigint => cast(e, DataType::Timestamp),
-        DataType::String if e.is_literal() => coerce_literal_to(e, DataType::Timestamp, node)?,
-        t => return Err(SqlError::at_node(node, format!("EXTRACT needs a timestamp, got {t}"))),
-    };
+    let e = expect_timestamp(e, node, "EXTRACT")?;
     let data_type = if part == TimePart::Epoch { DataType::Double } else { DataType::Bigint };
     Ok(PhysExpr::Func { func: ScalarFunc::Extract(part), args: vec![e], data_type })
 }

@@ -4,8 +4,11 @@ use crate::diagnostic::Located;
 use sqlparser::ast::Expr;
 
 use super::diagnostic::suggestion;
-use crate::typing::{arith, cast, compare, expect_string, numeric_unary};
-use sluice_plan::{ArithOp, CmpOp, PhysExpr, ScalarFunc, TrimSide};
+use crate::compile::time_part_named;
+use crate::typing::{
+    arith, cast, coerce_literal_to, common_type, compare, expect_bigint, expect_string, expect_timestamp, numeric_unary,
+};
+use sluice_plan::{ArithOp, CmpOp, PhysExpr, ScalarFunc, TimePart, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 
 /// Every function name the engine knows, for "did you mean" suggestions.
@@ -33,10 +36,17 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "CEIL",
     "CEILING",
     "CONCAT",
+    "CONCAT_WS",
+    "REPLACE",
+    "LPAD",
+    "RPAD",
+    "JSON_VALUE",
     "SPLIT_INDEX",
     "REGEXP_EXTRACT",
     "COUNT_CHAR",
     "DATE_FORMAT",
+    "DATE_TRUNC",
+    "TO_TIMESTAMP",
     "HOUR",
     "MINUTE",
     "SECOND",
@@ -47,6 +57,8 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "IFNULL",
     "NVL",
     "NULLIF",
+    "GREATEST",
+    "LEAST",
     "DATE_PART",
     "EXTRACT",
     "COUNT",
@@ -117,16 +129,8 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             arity(2, 3)?;
             let s = expect_string(next(), node, name)?;
             let mut list = vec![s];
-            for _ in 1..3 {
-                if let Some(a) = args.next() {
-                    if !matches!(a.data_type(), DataType::Bigint | DataType::Null) {
-                        return Err(SqlError::at_node(
-                            node,
-                            format!("{name} positions must be bigint, got {}", a.data_type()),
-                        ));
-                    }
-                    list.push(cast(a, DataType::Bigint));
-                }
+            for a in args {
+                list.push(expect_bigint(a, node, &format!("{name} positions"))?);
             }
             Ok(PhysExpr::Func { func: ScalarFunc::Substring, args: list, data_type: DataType::String })
         }
@@ -157,10 +161,7 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 return Err(SqlError::at_node(node, "ROUND"));
             };
             if let Some(d) = args.next() {
-                if !matches!(d.data_type(), DataType::Bigint | DataType::Null) {
-                    return Err(SqlError::at_node(node, format!("ROUND digits must be bigint, got {}", d.data_type())));
-                }
-                list.push(cast(d, DataType::Bigint));
+                list.push(expect_bigint(d, node, "ROUND digits")?);
             }
             Ok(PhysExpr::Func { func: ScalarFunc::Round, args: list, data_type })
         }
@@ -209,12 +210,7 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
         }
         "DATE_FORMAT" => {
             arity(2, 2)?;
-            let ts = next();
-            let ts = match ts.data_type() {
-                DataType::Timestamp => ts,
-                DataType::Null | DataType::Bigint => cast(ts, DataType::Timestamp),
-                t => return Err(SqlError::at_node(node, format!("DATE_FORMAT needs a timestamp, got {t}"))),
-            };
+            let ts = expect_timestamp(next(), node, name)?;
             let pattern = constant_string(next(), name, "pattern", node)?;
             Ok(PhysExpr::Func { func: ScalarFunc::DateFormat(pattern), args: vec![ts], data_type: DataType::String })
         }
@@ -232,16 +228,92 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                     format!("{name} takes {} arguments", if name == "COALESCE" { "one or more" } else { "2" }),
                 ));
             }
-            let mut data_type = DataType::Null;
-            for a in &list {
-                data_type = data_type.common(a.data_type()).ok_or_else(|| {
+            let data_type = common_type(&list, name, node)?;
+            Ok(PhysExpr::Coalesce { args: list.into_iter().map(|a| cast(a, data_type)).collect(), data_type })
+        }
+        "REPLACE" => {
+            arity(3, 3)?;
+            let list = args.map(|a| expect_string(a, node, name)).collect::<Result<_, _>>()?;
+            Ok(PhysExpr::Func { func: ScalarFunc::Replace, args: list, data_type: DataType::String })
+        }
+        "CONCAT_WS" => {
+            if count == 0 {
+                return Err(SqlError::at_node(node, "CONCAT_WS takes a separator and the strings to join"));
+            }
+            let list = args.map(|a| cast(a, DataType::String)).collect();
+            Ok(PhysExpr::Func { func: ScalarFunc::ConcatWs, args: list, data_type: DataType::String })
+        }
+        "LPAD" | "RPAD" => {
+            arity(3, 3)?;
+            let s = expect_string(next(), node, name)?;
+            let len = expect_bigint(next(), node, &format!("{name} length"))?;
+            let fill = expect_string(next(), node, name)?;
+            let func = if name == "LPAD" { ScalarFunc::Lpad } else { ScalarFunc::Rpad };
+            Ok(PhysExpr::Func { func, args: vec![s, len, fill], data_type: DataType::String })
+        }
+        "GREATEST" | "LEAST" => {
+            if count == 0 {
+                return Err(SqlError::at_node(node, format!("{name} takes one or more arguments")));
+            }
+            // Among timestamps, a string constant is a timestamp, as in a
+            // comparison.
+            let list: Vec<PhysExpr> = args.collect();
+            let list = if list.iter().any(|a| a.data_type() == DataType::Timestamp) {
+                list.into_iter()
+                    .map(|a| match a.data_type() {
+                        DataType::String if a.is_literal() => coerce_literal_to(a, DataType::Timestamp, node),
+                        _ => Ok(a),
+                    })
+                    .collect::<Result<_, _>>()?
+            } else {
+                list
+            };
+            let data_type = match common_type(&list, name, node)? {
+                DataType::Boolean => {
+                    return Err(SqlError::at_node(node, format!("{name} compares numbers, strings or timestamps")));
+                }
+                t => t,
+            };
+            let func = if name == "GREATEST" { ScalarFunc::Greatest } else { ScalarFunc::Least };
+            Ok(PhysExpr::Func { func, args: list.into_iter().map(|a| cast(a, data_type)).collect(), data_type })
+        }
+        "DATE_TRUNC" => {
+            arity(2, 2)?;
+            let unit = constant_string(next(), name, "unit", node)?;
+            let unit = time_part_named(&unit)
+                .filter(|p| {
+                    !matches!(p, TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Millisecond | TimePart::Epoch)
+                })
+                .ok_or_else(|| {
                     SqlError::at_node(
                         node,
-                        format!("{name} arguments have different types: {data_type} and {}", a.data_type()),
+                        format!(
+                            "DATE_TRUNC: unknown unit {unit:?}; the units are second, minute, hour, day, week, \
+                             month, quarter and year"
+                        ),
                     )
                 })?;
+            let ts = expect_timestamp(next(), node, name)?;
+            Ok(PhysExpr::Func { func: ScalarFunc::DateTrunc(unit), args: vec![ts], data_type: DataType::Timestamp })
+        }
+        // Flink's TO_TIMESTAMP(s [, format]). Without a format it is a CAST
+        // (the same parser, NULL where it does not parse).
+        "TO_TIMESTAMP" => {
+            arity(1, 2)?;
+            let s = expect_string(next(), node, name)?;
+            if count == 1 {
+                return Ok(cast(s, DataType::Timestamp));
             }
-            Ok(PhysExpr::Coalesce { args: list.into_iter().map(|a| cast(a, data_type)).collect(), data_type })
+            let format = constant_string(next(), name, "format", node)?;
+            Ok(PhysExpr::Func { func: ScalarFunc::ToTimestamp(format), args: vec![s], data_type: DataType::Timestamp })
+        }
+        "JSON_VALUE" => {
+            arity(2, 2)?;
+            let json = expect_string(next(), node, name)?;
+            let path = constant_string(next(), name, "path", node)?;
+            let steps = sluice_plan::parse_json_path(&path)
+                .map_err(|e| SqlError::at_node(node, format!("JSON_VALUE: invalid path {path:?}: {e}")))?;
+            Ok(PhysExpr::Func { func: ScalarFunc::JsonValue(steps), args: vec![json], data_type: DataType::String })
         }
         "NULLIF" => {
             arity(2, 2)?;
@@ -302,6 +374,7 @@ fn constant_int(e: &PhysExpr, name: &str, what: &str, node: &Expr) -> Result<i64
 #[cfg(test)]
 mod tests {
     use sluice_crds::{ColumnType, SourceSpec};
+    use sluice_plan::{PhysExpr, Scalar, ScalarFunc, TimePart};
 
     use super::KNOWN_FUNCTIONS;
 
@@ -335,5 +408,134 @@ mod tests {
         }
         let e = crate::plan_query("SELECT UPPPER(x) FROM t", &[source]).unwrap_err();
         assert!(e.message.contains("unknown function UPPPER") && e.message.contains("UPPER"), "{e}");
+    }
+
+    fn source() -> SourceSpec {
+        SourceSpec::table(
+            "t",
+            &[
+                ("s", ColumnType::String, false),
+                ("n", ColumnType::Bigint, false),
+                ("d", ColumnType::Double, false),
+                ("ts", ColumnType::Timestamp, false),
+            ],
+        )
+    }
+
+    /// The expression `expr` compiles to, over `t`.
+    fn compiled(expr: &str) -> Result<PhysExpr, String> {
+        let plan = crate::plan_query(&format!("SELECT {expr} AS v FROM t"), &[source()]).map_err(|e| e.to_string())?;
+        Ok(plan.outputs[0].expr.clone())
+    }
+
+    /// The value of a constant expression, folded when the query is planned.
+    fn folded(expr: &str) -> Scalar {
+        match compiled(expr) {
+            Ok(PhysExpr::Literal { value, .. }) => value,
+            other => panic!("{expr}: not folded: {other:?}"),
+        }
+    }
+
+    fn error(expr: &str) -> String {
+        compiled(expr).expect_err(expr)
+    }
+
+    fn text(s: &str) -> Scalar {
+        Scalar::String(s.into())
+    }
+
+    #[test]
+    fn new_string_functions_fold_with_the_engine_kernels() {
+        assert_eq!(folded("REPLACE('a.b.c', '.', '::')"), text("a::b::c"));
+        assert_eq!(folded("REPLACE('abc', '', 'x')"), text("abc"));
+        assert_eq!(folded("REPLACE(NULL, 'a', 'b')"), Scalar::Null);
+        assert_eq!(folded("CONCAT_WS('-', 'a', NULL, 'b', 1)"), text("a-b-1"));
+        assert_eq!(folded("CONCAT_WS(NULL, 'a', 'b')"), Scalar::Null);
+        assert_eq!(folded("LPAD('hi', 4, '??')"), text("??hi"));
+        assert_eq!(folded("RPAD('héllo', 2, '.')"), text("hé"));
+        assert_eq!(folded("LPAD('hi', -1, '?')"), Scalar::Null);
+        assert_eq!(folded("RPAD('hi', 3, '')"), Scalar::Null);
+        assert_eq!(folded("JSON_VALUE('{\"a\": {\"b\": [7, \"x\"]}}', '$.a.b[1]')"), text("x"));
+        assert_eq!(folded("JSON_VALUE('{\"a\": 1}', '$.b')"), Scalar::Null);
+    }
+
+    #[test]
+    fn greatest_and_least_take_one_type_family() {
+        assert_eq!(folded("GREATEST(1, 2.5, -3)"), Scalar::Double(2.5));
+        assert_eq!(folded("LEAST(3, 2, 7)"), Scalar::Bigint(2));
+        assert_eq!(folded("GREATEST('apple', 'pear')"), text("pear"));
+        assert_eq!(folded("GREATEST(1, NULL)"), Scalar::Null);
+        assert_eq!(
+            folded("LEAST(TIMESTAMP '2024-01-15 10:00:00', '2024-01-01T00:00:00Z')"),
+            Scalar::Timestamp(1_704_067_200_000)
+        );
+        // Over columns: bigint with double is double.
+        let e = compiled("GREATEST(n, d)").unwrap();
+        assert_eq!(e.data_type(), sluice_plan::DataType::Double);
+        let batch = sluice_plan::Batch::new(
+            vec![
+                sluice_plan::Column::with_capacity(sluice_plan::DataType::String, 0),
+                sluice_plan::Column::ints(sluice_plan::DataType::Bigint, vec![3, -1]),
+                sluice_plan::Column::floats(vec![2.5, 0.5]),
+                sluice_plan::Column::ints(sluice_plan::DataType::Timestamp, vec![0, 0]),
+            ],
+            2,
+        );
+        let got = sluice_plan::eval(&e, &batch).unwrap().into_column(2);
+        assert_eq!((got.scalar(0), got.scalar(1)), (Scalar::Double(3.0), Scalar::Double(0.5)));
+        assert_eq!(compiled("LEAST(ts, n)").unwrap().data_type(), sluice_plan::DataType::Timestamp);
+    }
+
+    #[test]
+    fn date_trunc_and_to_timestamp() {
+        let ts = |s: &str| Scalar::Timestamp(sluice_plan::time::parse_timestamp_ms(s).unwrap());
+        let at = "TIMESTAMP '2024-08-14 13:45:07.250'";
+        assert_eq!(folded(&format!("DATE_TRUNC('week', {at})")), ts("2024-08-12"));
+        assert_eq!(folded(&format!("DATE_TRUNC('Quarter', {at})")), ts("2024-07-01"));
+        assert_eq!(folded("DATE_TRUNC('minute', '2024-08-14 13:45:07')"), ts("2024-08-14T13:45:00Z"));
+        assert!(matches!(
+            compiled("DATE_TRUNC('HOUR', ts)"),
+            Ok(PhysExpr::Func { func: ScalarFunc::DateTrunc(TimePart::Hour), .. })
+        ));
+        assert_eq!(folded("TO_TIMESTAMP('2024-01-15 01:00:00')"), ts("2024-01-15T01:00:00Z"));
+        assert_eq!(folded("TO_TIMESTAMP('yesterday')"), Scalar::Null);
+        assert_eq!(folded("TO_TIMESTAMP('15.01.2024 01:00', 'dd.MM.yyyy HH:mm')"), ts("2024-01-15T01:00:00Z"));
+        assert_eq!(folded("TO_TIMESTAMP('2024-01-15', 'dd.MM.yyyy')"), Scalar::Null);
+        assert_eq!(compiled("TO_TIMESTAMP(s)").unwrap().data_type(), sluice_plan::DataType::Timestamp);
+    }
+
+    /// Wrong argument counts and types are errors that name the function.
+    #[test]
+    fn new_functions_check_their_arguments() {
+        let cases = [
+            ("LPAD(s)", "LPAD takes 3 argument(s), got 1"),
+            ("RPAD(s, 1, 'x', 'y')", "RPAD takes 3 argument(s), got 4"),
+            ("LPAD(s, 'x', 'y')", "LPAD length must be bigint, got string"),
+            ("RPAD(n, 1, 'x')", "RPAD needs a string, got bigint"),
+            ("REPLACE(s, 'a')", "REPLACE takes 3 argument(s), got 2"),
+            ("REPLACE(s, n, 'b')", "REPLACE needs a string, got bigint"),
+            ("CONCAT_WS()", "CONCAT_WS takes a separator"),
+            ("GREATEST()", "GREATEST takes one or more arguments"),
+            ("GREATEST(s, n)", "GREATEST arguments have different types"),
+            ("LEAST(ts, 'yesterday')", "cannot use a string constant where a timestamp is expected"),
+            ("LEAST(true, false)", "LEAST compares numbers, strings or timestamps"),
+            ("DATE_TRUNC('day')", "DATE_TRUNC takes 2 argument(s), got 1"),
+            ("DATE_TRUNC('fortnight', ts)", "DATE_TRUNC: unknown unit \"fortnight\""),
+            ("DATE_TRUNC('dow', ts)", "DATE_TRUNC: unknown unit"),
+            ("DATE_TRUNC(s, ts)", "DATE_TRUNC: the unit must be a constant string"),
+            ("DATE_TRUNC('day', s)", "DATE_TRUNC needs a timestamp, got string"),
+            ("TO_TIMESTAMP(n)", "TO_TIMESTAMP needs a string, got bigint"),
+            ("TO_TIMESTAMP(s, s)", "TO_TIMESTAMP: the format must be a constant string"),
+            ("TO_TIMESTAMP()", "TO_TIMESTAMP takes 1 to 2 argument(s), got 0"),
+            ("JSON_VALUE(s)", "JSON_VALUE takes 2 argument(s), got 1"),
+            ("JSON_VALUE(n, '$.a')", "JSON_VALUE needs a string, got bigint"),
+            ("JSON_VALUE(s, s)", "JSON_VALUE: the path must be a constant string"),
+            ("JSON_VALUE(s, '$.a[')", "JSON_VALUE: invalid path \"$.a[\""),
+            ("JSON_VALUE(s, 'a.b')", "a path starts with $"),
+        ];
+        for (expr, message) in cases {
+            let e = error(expr);
+            assert!(e.contains(message), "{expr}: {e}");
+        }
     }
 }

@@ -53,6 +53,36 @@ pub(crate) fn expect_string(e: PhysExpr, node: &Expr, context: &str) -> Result<P
     }
 }
 
+pub(crate) fn expect_bigint(e: PhysExpr, node: &Expr, what: &str) -> Result<PhysExpr, SqlError> {
+    match e.data_type() {
+        DataType::Bigint | DataType::Null => Ok(cast(e, DataType::Bigint)),
+        t => Err(SqlError::at_node(node, format!("{what} must be bigint, got {t}"))),
+    }
+}
+
+/// A timestamp argument: a bigint is epoch milliseconds, and a string
+/// constant is read as a timestamp (an error at plan time if it is none).
+pub(crate) fn expect_timestamp(e: PhysExpr, node: &Expr, context: &str) -> Result<PhysExpr, SqlError> {
+    match e.data_type() {
+        DataType::Timestamp => Ok(e),
+        DataType::Null | DataType::Bigint => Ok(cast(e, DataType::Timestamp)),
+        DataType::String if e.is_literal() => coerce_literal_to(e, DataType::Timestamp, node),
+        t => Err(SqlError::at_node(node, format!("{context} needs a timestamp, got {t}"))),
+    }
+}
+
+/// The one type all of `args` convert to (the `Null` type when all are
+/// NULL), for COALESCE, GREATEST and the like.
+pub(crate) fn common_type(args: &[PhysExpr], name: &str, node: &Expr) -> Result<DataType, SqlError> {
+    let mut common = DataType::Null;
+    for a in args {
+        common = common.common(a.data_type()).ok_or_else(|| {
+            SqlError::at_node(node, format!("{name} arguments have different types: {common} and {}", a.data_type()))
+        })?;
+    }
+    Ok(common)
+}
+
 pub(crate) fn numeric_unary(name: &str, func: ScalarFunc, e: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
     let data_type = match e.data_type() {
         DataType::Null => DataType::Double,
