@@ -43,7 +43,7 @@ struct Args {
     #[arg(long, env = "SLUICE_RESYNC_SECONDS", default_value_t = 60)]
     resync_seconds: u64,
     /// Log format of the workers: json or text.
-    #[arg(long, default_value = "json")]
+    #[arg(long, default_value = "json", value_parser = ["json", "text"])]
     worker_log_format: String,
     /// Log filter of the workers (their SLUICE_LOG), e.g. `info,rdkafka=debug`.
     #[arg(long, env = "SLUICE_WORKER_LOG_FILTER")]
@@ -52,7 +52,7 @@ struct Args {
     #[arg(long, env = "SLUICE_WORKER_OTLP_ENDPOINT")]
     worker_otlp_endpoint: Option<String>,
     /// Log format of the operator: json or text.
-    #[arg(long, default_value = "text")]
+    #[arg(long, default_value = "text", value_parser = ["json", "text"])]
     log_format: String,
 }
 
@@ -61,7 +61,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn,rdkafka=warn"));
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: a pipe or a log collector
+    // gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if args.log_format == "json" {
         fmt.json().init()
     } else {

@@ -15,7 +15,7 @@ use sqlparser::ast::{
     FunctionArg, FunctionArgExpr, FunctionArguments, Ident, TrimWhereField, TypedString, UnaryOperator, Value,
 };
 
-use super::functions::compile_scalar_function;
+use super::functions::{compile_scalar_function, time_part_named};
 use crate::typing::{
     arith, cast, coerce_literal_to, compare, expect_bool, expect_string, expect_timestamp, fold, numeric_unary,
 };
@@ -368,24 +368,6 @@ fn time_part_function(name: &str) -> Option<TimePart> {
         "HOUR" => TimePart::Hour,
         "MINUTE" => TimePart::Minute,
         "SECOND" => TimePart::Second,
-        _ => return None,
-    })
-}
-
-pub(crate) fn time_part_named(name: &str) -> Option<TimePart> {
-    Some(match name.to_ascii_lowercase().trim_end_matches('s') {
-        "year" => TimePart::Year,
-        "quarter" => TimePart::Quarter,
-        "month" => TimePart::Month,
-        "week" => TimePart::Week,
-        "day" => TimePart::Day,
-        "dow" | "dayofweek" => TimePart::DayOfWeek,
-        "doy" | "dayofyear" => TimePart::DayOfYear,
-        "hour" => TimePart::Hour,
-        "minute" => TimePart::Minute,
-        "second" => TimePart::Second,
-        "millisecond" => TimePart::Millisecond,
-        "epoch" => TimePart::Epoch,
         _ => return None,
     })
 }

@@ -4,7 +4,6 @@ use crate::diagnostic::Located;
 use sqlparser::ast::Expr;
 
 use super::diagnostic::suggestion;
-use crate::compile::time_part_named;
 use crate::typing::{
     arith, cast, coerce_literal_to, common_type, compare, expect_bigint, expect_string, expect_timestamp, numeric_unary,
 };
@@ -369,6 +368,24 @@ fn constant_int(e: &PhysExpr, name: &str, what: &str, node: &Expr) -> Result<i64
         PhysExpr::Literal { value: Scalar::Bigint(i), .. } => Ok(*i),
         _ => Err(SqlError::at_node(node, format!("{name}: the {what} must be a constant integer"))),
     }
+}
+
+pub(crate) fn time_part_named(name: &str) -> Option<TimePart> {
+    Some(match name.to_ascii_lowercase().trim_end_matches('s') {
+        "year" => TimePart::Year,
+        "quarter" => TimePart::Quarter,
+        "month" => TimePart::Month,
+        "week" => TimePart::Week,
+        "day" => TimePart::Day,
+        "dow" | "dayofweek" => TimePart::DayOfWeek,
+        "doy" | "dayofyear" => TimePart::DayOfYear,
+        "hour" => TimePart::Hour,
+        "minute" => TimePart::Minute,
+        "second" => TimePart::Second,
+        "millisecond" => TimePart::Millisecond,
+        "epoch" => TimePart::Epoch,
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

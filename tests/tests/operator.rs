@@ -99,10 +99,6 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
-/// A sink topic that does not exist (the harness broker creates none):
-/// `TopicNotFound` naming the sink before anything is launched, instead of
-/// workers that start, fail every delivery and stop; once the topic is
-/// created the job runs.
 /// A source whose columns come from a registry subject: the operator
 /// reads the subject's schema, plans the job with the columns derived
 /// from it, writes them into the workers' config and reports the subject,
@@ -180,6 +176,118 @@ spec:
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// The same through a registry behind TLS and HTTP basic authentication
+/// (nginx in front of Apicurio, as behind an ingress): the operator reads
+/// the password and the CA from the job's Secrets through the API and
+/// derives the columns; the workers, with the same Secrets mounted, read
+/// and count every record. A Secret that does not exist is the job's
+/// fault (InvalidSpec, naming it); credentials the registry refuses are
+/// retried as an unreachable registry (a rotated password heals by
+/// itself), the message saying so and never showing the password.
+#[test]
+fn columns_from_a_registry_behind_tls_and_basic_auth_are_read_with_the_jobs_secrets() {
+    let ns = new_namespace("op-registry-tls");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let h = sluice_e2e::harness();
+    let (topic, out) = (unique_name("reg-tls-trades"), unique_name("reg-tls-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let produced = std::process::Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, &topic, "v1", "0", "1000"])
+        .output()
+        .unwrap();
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let password = std::fs::read_to_string(h.registry_tls_dir.join("password")).unwrap();
+    let ca = h.registry_tls_dir.join("ca.crt");
+    kubectl_ok([
+        "create",
+        "secret",
+        "generic",
+        "registry-user",
+        "-n",
+        &ns,
+        &format!("--from-literal=password={}", password.trim()),
+    ]);
+    kubectl_ok([
+        "create",
+        "secret",
+        "generic",
+        "registry-ca",
+        "-n",
+        &ns,
+        &format!("--from-file=ca.crt={}", ca.display()),
+    ]);
+    kubectl_ok(["create", "secret", "generic", "wrong-user", "-n", &ns, "--from-literal=password=not-the-password"]);
+    let manifest = |name: &str, password_secret: &str| {
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n FROM trades GROUP BY symbol
+  schemaRegistry:
+    url: "{registry}"
+    authentication: {{ username: sluice, passwordSecret: {{ secretName: {password_secret}, key: password }} }}
+    tls: {{ trustedCertificates: [ {{ secretName: registry-ca, certificate: ca.crt }} ] }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        registry: {{ subject: {topic}-value }}
+      partitionKey: [symbol]
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  workers: 1
+  coresPerWorker: 1
+"#,
+            registry = h.registry_secure_url,
+            bootstrap = h.bootstrap,
+        )
+    };
+    let apply = |file: &str, text: &str| {
+        let m = write_temp(file, text);
+        kubectl_ok(["apply", "-n", &ns, "-f", m.to_str().unwrap()]);
+    };
+    apply("registry-no-secret.yaml", &manifest("registry-no-secret", "no-such-secret"));
+    let (_, _, message) = wait_until("InvalidSpec", Duration::from_secs(60), || {
+        condition(&get("sj", "registry-no-secret", &ns)?, "Ready").filter(|c| c.1 == "InvalidSpec")
+    });
+    assert!(message.contains("Secret no-such-secret not found"), "{message}");
+    apply("registry-refused.yaml", &manifest("registry-refused", "wrong-user"));
+    let (_, _, message) = wait_until("RegistryUnreachable", Duration::from_secs(60), || {
+        condition(&get("sj", "registry-refused", &ns)?, "Ready").filter(|c| c.1 == "RegistryUnreachable")
+    });
+    assert!(message.contains("refused the credentials"), "{message}");
+    let job = get("sj", "registry-refused", &ns).unwrap().to_string();
+    assert!(!job.contains("not-the-password") && !job.contains(password.trim()), "a password is never shown: {job}");
+    for name in ["registry-no-secret", "registry-refused"] {
+        assert!(get("statefulset", name, &ns).is_none(), "{name} launched without its columns");
+    }
+    apply("registry-tls.yaml", &manifest("registry-tls", "registry-user"));
+    let job = wait_ready("registry-tls", &ns, 1);
+    let reported = &job["status"]["registrySchemas"][0];
+    assert_eq!(reported["subject"].as_str(), Some(format!("{topic}-value").as_str()), "{job}");
+    assert!(reported["id"].as_i64().is_some_and(|id| id > 0), "{reported}");
+    let counts = wait_until("every trade counted", Duration::from_secs(90), || {
+        let mut last = std::collections::BTreeMap::new();
+        for r in kafka::consume_all(&out, Duration::from_secs(10)) {
+            let v: Value = serde_json::from_slice(&r.value).ok()?;
+            last.insert(v["symbol"].as_str()?.to_owned(), v["n"].as_i64()?);
+        }
+        (last.values().sum::<i64>() == 1_000).then_some(last)
+    });
+    assert_eq!(counts.len(), 5, "{counts:?}");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
+/// A sink topic that does not exist (the harness broker creates none):
+/// `TopicNotFound` naming the sink before anything is launched, instead of
+/// workers that start, fail every delivery and stop; once the topic is
+/// created the job runs.
 #[test]
 fn a_missing_sink_topic_is_reported_launches_nothing_and_recovers_once_created() {
     let ns = new_namespace("op-sink");

@@ -75,7 +75,17 @@ pub fn parse_layered(
         }
         set_path(&mut doc, &path, parse_value(&value)).map_err(|e| Error::Config(format!("{name}: {e}")))?;
     }
-    serde_json::from_value(doc).map_err(|e| Error::Config(format!("{path} (with SLUICE_* overrides): {e}")))
+    let config: WorkerConfig =
+        serde_json::from_value(doc).map_err(|e| Error::Config(format!("{path} (with SLUICE_* overrides): {e}")))?;
+    // Checked, not guessed: a typo would otherwise log text where a
+    // collector expects JSON.
+    if !matches!(config.worker.log_format.as_str(), "text" | "json") {
+        return Err(Error::Config(format!(
+            "{path}: worker.logFormat is `{}`; it is `text` or `json`",
+            config.worker.log_format
+        )));
+    }
+    Ok(config)
 }
 
 /// `HTTP_PORT` → `httpPort`.
@@ -214,6 +224,9 @@ spec:
         let err =
             load_layered(path, [("SLUICE_WORKER__HTTP_PROT".to_owned(), "1".to_owned())]).unwrap_err().to_string();
         assert!(err.contains("httpProt"), "{err}");
+        let err =
+            load_layered(path, [("SLUICE_WORKER__LOG_FORMAT".to_owned(), "jsno".to_owned())]).unwrap_err().to_string();
+        assert!(err.contains("worker.logFormat is `jsno`; it is `text` or `json`"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

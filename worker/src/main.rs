@@ -4,7 +4,8 @@
 //!   operator's ConfigMap, ordinal from the pod name).
 //! * `run -f JOB.yaml [--bounded]` — the whole job in this process, on the
 //!   local cores: the same manifest a user would `kubectl apply`.
-//! * `validate -f JOB.yaml` — check the manifest and its SQL, print the plan.
+//! * `validate -f JOB.yaml` — check the manifest and its SQL, print the plan
+//!   (`-f -`: from standard input; `--output json` for CI).
 //! * `datagen` — produce a seed scenario's records to a Kafka topic.
 
 use std::net::SocketAddr;
@@ -55,6 +56,7 @@ enum Command {
     },
     /// Run a StreamJob manifest locally, on this machine's cores.
     Run {
+        /// The StreamJob manifest (YAML), as `kubectl apply -f` takes it.
         #[arg(short = 'f', long = "file")]
         file: String,
         /// Process what the sources hold now, close every window, exit.
@@ -78,8 +80,13 @@ enum Command {
     },
     /// Check a StreamJob manifest and its SQL without running it.
     Validate {
+        /// The StreamJob manifest (YAML); `-` reads it from standard input.
         #[arg(short = 'f', long = "file")]
         file: String,
+        /// `text` (the plan, for people) or `json` (one object, for CI and
+        /// scripts: `ok`, the error or each stage).
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
         /// Directory holding referenced Secrets (the registry's credentials,
         /// for columns read from a subject).
         #[arg(long, default_value = "./secrets")]
@@ -90,10 +97,13 @@ enum Command {
         /// orders, market-data, trades, nexmark-person, nexmark-auction or nexmark-bid.
         #[arg(long, value_parser = parse_scenario)]
         scenario: DatagenScenario,
+        /// How many records to produce.
         #[arg(long)]
         records: u64,
+        /// The Kafka cluster: host:port[,host:port…].
         #[arg(long)]
         bootstrap: String,
+        /// The topic to produce to (it must exist: its partition count is the data's).
         #[arg(long)]
         topic: String,
         /// Columns whose values form the record key (the topic's partitioning).
@@ -105,10 +115,24 @@ enum Command {
         /// Start at this record index.
         #[arg(long, default_value_t = 0)]
         start: u64,
-        /// Record timestamps: `now` (default) or `event` (the record's own event time).
-        #[arg(long, default_value = "now")]
-        timestamps: String,
+        /// Record timestamps: `now` (the time of producing) or `event` (the record's own event time).
+        #[arg(long, value_enum, default_value_t = Timestamps::Now)]
+        timestamps: Timestamps,
     },
+}
+
+/// How `validate` reports.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Output {
+    Text,
+    Json,
+}
+
+/// The Kafka timestamps `datagen` gives its records.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Timestamps {
+    Now,
+    Event,
 }
 
 fn parse_scenario(s: &str) -> Result<DatagenScenario, String> {
@@ -144,11 +168,23 @@ fn main() -> ExitCode {
             };
             let _telemetry = init_telemetry(false, None);
             match config::from_manifest(&text, cores, settings) {
-                Ok(c) => execute(c, bounded, true),
+                Ok(c) => {
+                    // The query's errors at their place in the file (the
+                    // worker plans again, for the partitions it finds; a
+                    // source whose columns come from a registry is planned
+                    // there only, once they are read).
+                    let most = c.partitions.iter().map(|p| p.partitions).max().unwrap_or(1);
+                    if c.spec.sources.iter().all(|s| s.schema.registry.is_none())
+                        && let Err(e) = sluice_sql::plan_dataflow(&c.spec.sql, &c.spec.sources, most)
+                    {
+                        return fail(&format!("{file}: {}", in_file(&file, &text, &e)));
+                    }
+                    execute(c, bounded, true)
+                }
                 Err(e) => fail(&format!("{file}: {e}")),
             }
         }
-        Command::Validate { file, secrets_dir } => validate(&file, &secrets_dir),
+        Command::Validate { file, output, secrets_dir } => validate(&file, output, &secrets_dir),
         Command::Datagen { scenario, records, bootstrap, topic, key, rate, start, timestamps } => {
             let _telemetry = init_telemetry(false, None);
             match sluice_worker::produce::produce(
@@ -159,7 +195,7 @@ fn main() -> ExitCode {
                 &topic,
                 &key,
                 rate,
-                timestamps == "event",
+                timestamps == Timestamps::Event,
             ) {
                 Ok(summary) => {
                     say!("{summary}");
@@ -214,81 +250,147 @@ fn serve(path: &str, bounded: bool) -> ExitCode {
     execute(config, bounded, false)
 }
 
-fn validate(file: &str, secrets_dir: &str) -> ExitCode {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) => return fail(&format!("cannot read {file}: {e}")),
+/// One stage of a validated plan, as `validate` reports it.
+#[derive(serde::Serialize)]
+struct StageReport {
+    stage: usize,
+    input: String,
+    operator: &'static str,
+    output: String,
+    emit: String,
+    columns: Vec<String>,
+    key: Vec<String>,
+}
+
+fn validate(file: &str, output: Output, secrets_dir: &str) -> ExitCode {
+    let name = if file == "-" { "<stdin>" } else { file };
+    let text = if file == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(file)
     };
-    let job: sluice_crds::StreamJob = match serde_saphyr::from_str(&text) {
-        Ok(j) => j,
-        Err(e) => return fail(&format!("{file}: not a valid StreamJob: {e}")),
+    let checked = match text {
+        Ok(text) => check(name, &text, secrets_dir),
+        Err(e) => Err(format!("cannot read {name}: {e}")),
     };
-    // The user's spec first (a registry subject's settings), then, with
-    // the subject's columns derived, the spec as a worker runs it.
-    if let Err(e) = job.spec.validate() {
-        return fail(&format!("{file}: {e}"));
-    }
-    let mut job = job;
-    match with_registry_columns(&job.spec, secrets_dir, "  ") {
-        Ok(spec) => job.spec = spec,
-        Err(e) => return fail(&format!("{file}: {e}")),
-    }
-    if let Err(e) = job.spec.validate() {
-        return fail(&format!("{file}: {e}"));
-    }
-    // Planned as for a multi-partition source (a datagen source says how
-    // many it has): a query keyed differently from the source shows the
-    // stage boundary it will have on a cluster.
-    let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
-    match sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions) {
-        Ok(dataflow) => {
-            let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
-            if let Some(problem) = sink_outputs.iter().find_map(|o| job.spec.sink.format.column_name_problem(&o.name)) {
-                return fail(&format!("{file}: spec.sink.format avro: {problem}"));
-            }
-            out!("{file}: ok");
-            // Each stage, then the branches beside it (over sources of their
-            // own, or over the stage's repartition topic).
-            let mut rows = Vec::new();
-            for (s, st) in dataflow.stages.iter().enumerate() {
-                rows.push((s, &st.plan, st.output, s == 0));
-                rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, !b.reads_exchange)));
-            }
-            for (stage, plan, output, reads_source) in rows {
-                let outputs: Vec<&str> = plan.outputs.iter().map(|o| o.name.as_str()).collect();
-                let keys: Vec<&str> = plan.keys.iter().map(|o| o.name.as_str()).collect();
-                let input = if reads_source {
-                    format!("source {}", plan.source.name)
-                } else {
-                    format!("repartition topic {stage}")
-                };
-                let output = match output {
-                    sluice_plan::StageOutput::Sink => "the sink".to_owned(),
-                    sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", stage + 1),
-                };
+    match (checked, output) {
+        (Ok(stages), Output::Text) => {
+            out!("{name}: ok");
+            for s in stages {
                 out!(
-                    "  stage {stage}: {input} -> {} -> {output}\n    emit: {:?}\n    output: {}\n    key: {}",
-                    match &plan.operator {
-                        sluice_plan::OperatorPlan::Stateless => "filter/project",
-                        sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
-                        sluice_plan::OperatorPlan::Aggregate(a) if a.retract.is_some() => "aggregation of signed rows",
-                        sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
-                        sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
-                        sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
-                        sluice_plan::OperatorPlan::Merge(_) => "merge of partial aggregates",
-                        sluice_plan::OperatorPlan::Join(_) => "interval join",
-                        sluice_plan::OperatorPlan::TableJoin(_) => "stream–table join",
-                        sluice_plan::OperatorPlan::Changelog(_) => "changelog of a table (old row back, new row in)",
-                    },
-                    plan.emit,
-                    outputs.join(", "),
-                    if keys.is_empty() { "(none)".to_owned() } else { keys.join(", ") },
+                    "  stage {}: {} -> {} -> {}\n    emit: {}\n    output: {}\n    key: {}",
+                    s.stage,
+                    s.input,
+                    s.operator,
+                    s.output,
+                    s.emit,
+                    s.columns.join(", "),
+                    if s.key.is_empty() { "(none)".to_owned() } else { s.key.join(", ") },
                 );
             }
             ExitCode::SUCCESS
         }
-        Err(e) => fail(&format!("{file}: {e}")),
+        (Err(e), Output::Text) => fail(&e),
+        (result, Output::Json) => {
+            let ok = result.is_ok();
+            let report = match result {
+                Ok(stages) => serde_json::json!({ "file": name, "ok": true, "stages": stages }),
+                Err(e) => serde_json::json!({ "file": name, "ok": false, "error": e }),
+            };
+            out!("{report}");
+            if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
     }
+}
+
+/// An SQL error at its place in the manifest file: the line and column of
+/// `spec.sql` (a `|` block or a one-line plain value) become the file's,
+/// with a frame of that line, as YAML errors are shown; the SQL's own
+/// coordinates when the value is written another way.
+fn in_file(file: &str, text: &str, e: &sluice_plan::SqlError) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.trim_start().starts_with("sql:")).and_then(|i| {
+        let value = lines[i].trim_start()["sql:".len()..].trim();
+        let (line, column) = (usize::try_from(e.line).ok()?, usize::try_from(e.column).ok()?);
+        if line == 0 {
+            return None;
+        }
+        if value.starts_with('|') && value[1..].chars().all(|c| c == '-' || c == '+' || c.is_ascii_digit()) {
+            let first = lines[i + 1..].iter().find(|l| !l.trim().is_empty())?;
+            let indent = first.len() - first.trim_start().len();
+            Some((i + 1 + line, indent + column))
+        } else if line == 1 && !value.is_empty() && !value.starts_with(['"', '\'', '>', '|']) {
+            Some((i + 1, lines[i].len() - value.len() + column))
+        } else {
+            None
+        }
+    });
+    let Some((line, column)) = at.filter(|(line, _)| *line <= lines.len()) else { return e.to_string() };
+    let code = lines[line - 1];
+    let width = line.to_string().len();
+    format!(
+        "line {line}, column {column}: {}\n{:width$}--> {file}:{line}:{column}\n{:width$} |\n{line} | {code}\n{:width$} | {:>column$}",
+        e.message, "", "", "", "^"
+    )
+}
+
+/// A manifest's checks, and its plan: each stage, then the branches beside
+/// it (over sources of their own, or over the stage's repartition topic).
+fn check(file: &str, text: &str, secrets_dir: &str) -> Result<Vec<StageReport>, String> {
+    let job: sluice_crds::StreamJob =
+        serde_saphyr::from_str(text).map_err(|e| format!("{file}: not a valid StreamJob: {e}"))?;
+    // The user's spec first (a registry subject's settings), then, with
+    // the subject's columns derived, the spec as a worker runs it.
+    job.spec.validate().map_err(|e| format!("{file}: {e}"))?;
+    let mut job = job;
+    job.spec = with_registry_columns(&job.spec, secrets_dir, "  ").map_err(|e| format!("{file}: {e}"))?;
+    job.spec.validate().map_err(|e| format!("{file}: {e}"))?;
+    // Planned as for a multi-partition source (a datagen source says how
+    // many it has): a query keyed differently from the source shows the
+    // stage boundary it will have on a cluster.
+    let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
+    let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions)
+        .map_err(|e| format!("{file}: {}", in_file(file, text, &e)))?;
+    let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
+    if let Some(problem) = sink_outputs.iter().find_map(|o| job.spec.sink.format.column_name_problem(&o.name)) {
+        return Err(format!("{file}: spec.sink.format avro: {problem}"));
+    }
+    let mut rows = Vec::new();
+    for (s, st) in dataflow.stages.iter().enumerate() {
+        rows.push((s, &st.plan, st.output, s == 0));
+        rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, !b.reads_exchange)));
+    }
+    Ok(rows
+        .into_iter()
+        .map(|(stage, plan, output, reads_source)| StageReport {
+            stage,
+            input: if reads_source {
+                format!("source {}", plan.source.name)
+            } else {
+                format!("repartition topic {stage}")
+            },
+            operator: match &plan.operator {
+                sluice_plan::OperatorPlan::Stateless => "filter/project",
+                sluice_plan::OperatorPlan::Aggregate(a) if a.window.is_some() => "windowed aggregation",
+                sluice_plan::OperatorPlan::Aggregate(a) if a.retract.is_some() => "aggregation of signed rows",
+                sluice_plan::OperatorPlan::Aggregate(_) => "aggregation",
+                sluice_plan::OperatorPlan::Rows(_) => "ROWS window",
+                sluice_plan::OperatorPlan::TopN(_) => "top-N per key",
+                sluice_plan::OperatorPlan::Merge(_) => "merge of partial aggregates",
+                sluice_plan::OperatorPlan::Join(_) => "interval join",
+                sluice_plan::OperatorPlan::TableJoin(_) => "stream–table join",
+                sluice_plan::OperatorPlan::Changelog(_) => "changelog of a table (old row back, new row in)",
+            },
+            output: match output {
+                sluice_plan::StageOutput::Sink => "the sink".to_owned(),
+                sluice_plan::StageOutput::Exchange => format!("repartition topic {}, by key", stage + 1),
+            },
+            emit: format!("{:?}", plan.emit),
+            columns: plan.outputs.iter().map(|o| o.name.clone()).collect(),
+            key: plan.keys.iter().map(|o| o.name.clone()).collect(),
+        })
+        .collect())
 }
 
 /// Runs a job with its HTTP endpoint and signal handling; `local` prints

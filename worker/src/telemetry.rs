@@ -32,7 +32,10 @@ pub fn init(json: bool, otlp_endpoint: Option<&str>, sample_ratio: f64) -> Resul
     let filter = EnvFilter::try_from_env("SLUICE_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: a pipe, a file or a log
+    // collector gets plain text (and `NO_COLOR` turns it off anyway).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none();
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> =
         vec![if json { fmt.json().boxed() } else { fmt.boxed() }];
     let mut telemetry = Telemetry::default();

@@ -388,6 +388,27 @@ fn no_two_files_of_a_crate_import_each_other() {
     assert!(loops.is_empty(), "files importing each other:\n{}", loops.join("\n"));
 }
 
+/// One idea per file: a file of production code past 1,000 lines (its
+/// test module aside) holds several, and is split.
+#[test]
+fn no_file_of_production_code_is_over_a_thousand_lines() {
+    let mut long = Vec::new();
+    for dir in ["plan", "sql", "engine", "formats", "worker", "operator", "crds"] {
+        for (module, file) in modules(&workspace().join(dir).join("src")) {
+            if module == "tests" || module.ends_with("::tests") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            // Every line before the test module (which ends a file).
+            let lines = text[..text.find("#[cfg(test)]\nmod tests {").unwrap_or(text.len())].lines().count();
+            if lines > 1_000 {
+                long.push(format!("{}: {lines} lines", file.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these:\n{}", long.join("\n"));
+}
+
 #[test]
 fn the_module_path_resolution_sees_imports() {
     // The check above is only as good as its resolution of paths.

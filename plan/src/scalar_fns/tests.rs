@@ -118,9 +118,8 @@ fn some(values: &[&str]) -> Vec<Option<String>> {
 #[test]
 fn replace_every_occurrence_left_to_right() {
     let text = opt_strs(&[Some("a.b.c"), Some("aaa"), Some("héllo wörld"), Some(""), None, Some("x.y")]);
-    let got = |from: Column, to: Column| {
-        texts(&call_n(&ScalarFunc::Replace, vec![text.clone(), from, to], DataType::String))
-    };
+    let got =
+        |from: Column, to: Column| texts(&call_n(&ScalarFunc::Replace, vec![text.clone(), from, to], DataType::String));
     let six = |s: &str| strs(&[s; 6]);
     assert_eq!(
         got(six("."), six("--")),
@@ -142,10 +141,7 @@ fn replace_every_occurrence_left_to_right() {
     // A different `from` on each row, and NULL `from` or `to`.
     let from = opt_strs(&[Some("b"), Some("a"), None, Some("x"), Some("y"), Some("y")]);
     let to = opt_strs(&[Some("B"), None, Some("z"), Some("z"), Some("z"), Some("Y")]);
-    assert_eq!(
-        got(from, to),
-        vec![Some("a.B.c".into()), None, None, Some(String::new()), None, Some("x.Y".into())]
-    );
+    assert_eq!(got(from, to), vec![Some("a.B.c".into()), None, None, Some(String::new()), None, Some("x.Y".into())]);
 }
 
 #[test]

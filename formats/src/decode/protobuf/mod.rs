@@ -69,6 +69,9 @@ pub struct ProtobufDecoder {
     /// (`Program::flat`); off only to test the two paths against each
     /// other.
     flat_path: bool,
+    /// Records the one-pass path read (tests check it is taken).
+    #[cfg(test)]
+    flat_reads: usize,
 }
 
 /// A column's value in the record being read.
@@ -105,6 +108,8 @@ impl ProtobufDecoder {
             present: Vec::new(),
             indexes: Vec::new(),
             flat_path: true,
+            #[cfg(test)]
+            flat_reads: 0,
         }
     }
 
@@ -228,6 +233,10 @@ impl ProtobufDecoder {
         {
             let rows = batch.len;
             if read_flat(&self.columns, program, steps, payload, body, batch) {
+                #[cfg(test)]
+                {
+                    self.flat_reads += 1;
+                }
                 return Ok(());
             }
             self.columns.rollback(batch, rows);

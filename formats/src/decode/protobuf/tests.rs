@@ -240,3 +240,40 @@ fn columns_a_message_cannot_fill_are_refused_naming_them() {
         assert!(err.contains(reason) && err.contains(column.split('.').next().unwrap()), "{column}: {err}");
     }
 }
+
+/// A message whose columns are all its own fields is compiled for the
+/// one-pass path, and a record in field-number order (fields left out
+/// included) takes it; one out of order takes the general path, with the
+/// same row.
+#[test]
+fn records_in_field_number_order_take_the_one_pass_path() {
+    let c = |name: &str, t, required| ColumnSpec::field(name, t, required);
+    let source = SourceSpec {
+        schema: sluice_crds::SchemaSpec {
+            columns: vec![
+                c("symbol", ColumnType::String, true),
+                c("quantity", ColumnType::Bigint, false),
+                c("price", ColumnType::Double, false),
+                c("buy", ColumnType::Boolean, false),
+            ],
+            registry: None,
+        },
+        ..SourceSpec::table("t", &[])
+    };
+    let plan = sluice_sql::plan_query("SELECT symbol, quantity, price, buy FROM t", &[source]).unwrap();
+    let mut d = ProtobufDecoder::new(&plan);
+    d.add_schema(1, SCHEMA);
+    let header = [0u8, 0, 0, 0, 1, 2, 2];
+    let symbol = [0x0a, 0x01, b'A'];
+    let quantity = [0x10, 0x07];
+    let buy = [0x28, 0x01];
+    let mut batch = d.new_batch(2);
+    d.decode(&[&header[..], &symbol, &quantity, &buy].concat(), &mut batch).unwrap();
+    assert_eq!(d.flat_reads, 1);
+    d.decode(&[&header[..], &quantity, &symbol, &buy].concat(), &mut batch).unwrap();
+    assert_eq!(d.flat_reads, 1, "out of order: the general path");
+    for r in 0..2 {
+        let row: Vec<Scalar> = batch.columns.iter().map(|c| c.scalar(r)).collect();
+        assert_eq!(row, [Scalar::String("A".into()), Scalar::Bigint(7), Scalar::Double(0.0), Scalar::Boolean(true)]);
+    }
+}
