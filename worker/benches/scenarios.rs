@@ -251,8 +251,10 @@ fn nexmark_bid_stage(q: &str) -> Arc<Plan> {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let job: sluice_crds::StreamJob = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
     let flow = plan_dataflow(&job.spec.sql, &job.spec.sources, 4).unwrap_or_else(|e| panic!("{q}: {e}"));
-    let stage = flow.stages.iter().find(|s| s.plan.source.name == "bid").unwrap_or_else(|| panic!("{q}: no bid stage"));
-    Arc::new(stage.plan.clone())
+    let topology = Topology::new(&flow, &job.spec.sources, |_| Some(4), None, |s| format!("exchange-{s}"))
+        .unwrap_or_else(|e| panic!("{q}: {e}"));
+    let bids = topology.inputs.iter().find(|i| i.source.as_ref().is_some_and(|s| s.name == "bid"));
+    Arc::clone(&bids.unwrap_or_else(|| panic!("{q}: no input reads the bids")).plan)
 }
 
 /// A query's one stage with Avro in (each record in the Confluent wire
