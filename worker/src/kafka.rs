@@ -119,12 +119,18 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
     }
 }
 
+/// The brokers a client config names, for messages: a broker that does
+/// not answer is an address to check.
+pub fn servers(config: &ClientConfig) -> &str {
+    config.get("bootstrap.servers").unwrap_or("(no bootstrap.servers)")
+}
+
 /// Partition count of `topic`, looked up in the cluster's metadata.
 pub fn partition_count(config: &ClientConfig, topic: &str, timeout: Duration) -> Result<i32, Error> {
     let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create metadata client", e))?;
-    let md = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|e| Error::kafka(format!("metadata of topic {topic}"), e))?;
+    let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|e| {
+        Error::kafka(format!("metadata of topic {topic} from {} (no answer within {timeout:?})", servers(config)), e)
+    })?;
     let t = md
         .topics()
         .iter()
@@ -156,7 +162,7 @@ pub fn committed(config: &ClientConfig, group: &str, topics: &[(&str, &[i32])]) 
     let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create offsets reader", e))?;
     let committed = consumer
         .committed_offsets(tpl, Duration::from_secs(30))
-        .map_err(|e| Error::kafka(format!("committed offsets of group {group}"), e))?;
+        .map_err(|e| Error::kafka(format!("committed offsets of group {group} from {}", servers(&config)), e))?;
     Ok(committed.elements().iter().map(|e| e.metadata().to_owned()).collect())
 }
 

@@ -292,6 +292,36 @@ spec:
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A Kafka source whose brokers do not answer: the run stops with an
+/// error naming the address it tried and how long it waited, not only
+/// librdkafka's "broker transport failure".
+#[test]
+fn an_unreachable_broker_is_named_with_its_address() {
+    let dir = std::env::temp_dir().join(format!("sluice-unreachable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = dir.join("job.yaml");
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata: { name: unreachable }
+spec:
+  sql: SELECT a FROM t
+  sources:
+    - name: t
+      kafka: { bootstrapServers: "127.0.0.1:1", topic: t }
+      schema: { columns: [ { name: a, type: bigint } ] }
+  sink: { stdout: true }
+"#,
+    )
+    .unwrap();
+    let out = run(&manifest);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("metadata of topic t from 127.0.0.1:1 (no answer within 15s)"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Output with nowhere to go is no reason to panic: `validate` whose stdout
 /// is a pipe nobody reads (`sluice-worker validate -f … | head -1` once
 /// `head` has exited) ends as it would have, quietly.

@@ -155,6 +155,7 @@ impl KafkaSource {
             inputs.iter().flat_map(|i| i.partitions.iter().map(|&p| (i.topic.clone(), p))).collect();
         let context = LagContext { lag: slots.iter().map(|_| AtomicI64::new(-1)).collect(), slots: slots.clone() };
         let names: Vec<&str> = inputs.iter().map(|i| i.topic.as_str()).collect();
+        let servers = crate::kafka::servers(&config).to_owned();
         let consumer: BaseConsumer<LagContext> = config
             .create_with_context(context)
             .map_err(|e| Error::kafka(format!("create consumer for {}", names.join(", ")), e))?;
@@ -223,7 +224,7 @@ impl KafkaSource {
             // This also names a missing topic.
             let metadata = consumer
                 .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-                .map_err(|e| Error::kafka(format!("metadata of {topic}"), e))?;
+                .map_err(|e| Error::kafka(format!("metadata of {topic} from {servers}"), e))?;
             if let Some(e) = metadata.topics().first().and_then(rdkafka::metadata::MetadataTopic::error) {
                 return Err(Error::kafka(format!("topic {topic}"), RDKafkaErrorCode::from(e)));
             }
