@@ -99,6 +99,37 @@ fn invalid_sql_is_reported_launches_nothing_and_recovers_when_fixed() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// A topic of 1,000 trades (2 partitions) written by confluent-kafka's
+/// AvroSerializer under the registry subject `<topic>-value`, and an
+/// empty output topic.
+fn avro_trades(prefix: &str) -> (String, String) {
+    let h = sluice_e2e::harness();
+    let (topic, out) = (unique_name(&format!("{prefix}-trades")), unique_name(&format!("{prefix}-out")));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let produced = std::process::Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, &topic, "v1", "0", "1000"])
+        .output()
+        .unwrap();
+    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    (topic, out)
+}
+
+/// Waits until `out`'s last count per symbol adds up to the 1,000 trades
+/// of [`avro_trades`], over its 5 symbols.
+fn every_trade_counted(out: &str) {
+    let counts = wait_until("every trade counted", Duration::from_secs(90), || {
+        let mut last = std::collections::BTreeMap::new();
+        for r in kafka::consume_all(out, Duration::from_secs(10)) {
+            let v: Value = serde_json::from_slice(&r.value).ok()?;
+            last.insert(v["symbol"].as_str()?.to_owned(), v["n"].as_i64()?);
+        }
+        (last.values().sum::<i64>() == 1_000).then_some(last)
+    });
+    assert_eq!(counts.len(), 5, "{counts:?}");
+}
+
 /// A source whose columns come from a registry subject: the operator
 /// reads the subject's schema, plans the job with the columns derived
 /// from it, writes them into the workers' config and reports the subject,
@@ -111,15 +142,7 @@ fn columns_from_a_registry_subject_are_derived_planned_and_reported() {
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
     let h = sluice_e2e::harness();
-    let (topic, out) = (unique_name("reg-trades"), unique_name("reg-out"));
-    kafka::create_topic(&topic, 2);
-    kafka::create_topic(&out, 1);
-    let produced = std::process::Command::new(&h.clients_python)
-        .arg(h.repo.join("tests/clients/avro_produce.py"))
-        .args([&h.bootstrap, &h.registry_url, &topic, "v1", "0", "1000"])
-        .output()
-        .unwrap();
-    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let (topic, out) = avro_trades("reg");
     let manifest = |name: &str, subject: &str| {
         format!(
             r#"apiVersion: sluice.dev/v1alpha1
@@ -164,15 +187,7 @@ spec:
     let columns: Vec<&str> = config.spec.sources[0].schema.columns.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(columns, ["trader_id", "symbol", "price", "quantity", "trade_time"]);
     assert!(config.spec.sources[0].schema.registry.is_none(), "the workers read the derived columns");
-    let counts = wait_until("every trade counted", Duration::from_secs(90), || {
-        let mut last = std::collections::BTreeMap::new();
-        for r in kafka::consume_all(&out, Duration::from_secs(10)) {
-            let v: Value = serde_json::from_slice(&r.value).ok()?;
-            last.insert(v["symbol"].as_str()?.to_owned(), v["n"].as_i64()?);
-        }
-        (last.values().sum::<i64>() == 1_000).then_some(last)
-    });
-    assert_eq!(counts.len(), 5, "{counts:?}");
+    every_trade_counted(&out);
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
@@ -190,15 +205,7 @@ fn columns_from_a_registry_behind_tls_and_basic_auth_are_read_with_the_jobs_secr
     let _kubelet = kubelet().manage(&ns);
     let _operator = start_operator(&ns, "op-a");
     let h = sluice_e2e::harness();
-    let (topic, out) = (unique_name("reg-tls-trades"), unique_name("reg-tls-out"));
-    kafka::create_topic(&topic, 2);
-    kafka::create_topic(&out, 1);
-    let produced = std::process::Command::new(&h.clients_python)
-        .arg(h.repo.join("tests/clients/avro_produce.py"))
-        .args([&h.bootstrap, &h.registry_url, &topic, "v1", "0", "1000"])
-        .output()
-        .unwrap();
-    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    let (topic, out) = avro_trades("reg-tls");
     let password = std::fs::read_to_string(h.registry_tls_dir.join("password")).unwrap();
     let ca = h.registry_tls_dir.join("ca.crt");
     kubectl_ok([
@@ -272,15 +279,7 @@ spec:
     let reported = &job["status"]["registrySchemas"][0];
     assert_eq!(reported["subject"].as_str(), Some(format!("{topic}-value").as_str()), "{job}");
     assert!(reported["id"].as_i64().is_some_and(|id| id > 0), "{reported}");
-    let counts = wait_until("every trade counted", Duration::from_secs(90), || {
-        let mut last = std::collections::BTreeMap::new();
-        for r in kafka::consume_all(&out, Duration::from_secs(10)) {
-            let v: Value = serde_json::from_slice(&r.value).ok()?;
-            last.insert(v["symbol"].as_str()?.to_owned(), v["n"].as_i64()?);
-        }
-        (last.values().sum::<i64>() == 1_000).then_some(last)
-    });
-    assert_eq!(counts.len(), 5, "{counts:?}");
+    every_trade_counted(&out);
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 

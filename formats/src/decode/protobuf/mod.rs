@@ -493,9 +493,10 @@ fn read_flat(
     body: usize,
     batch: &mut Batch,
 ) -> bool {
-    let fill = |step: &Step, batch: &mut Batch| match &step.fill {
-        Fill::Default { value, .. } => push_default(columns, batch, step.col, value).is_ok(),
-        Fill::Null => push_null(columns, batch, step.col).is_ok(),
+    // The root message is there: a field's default applies.
+    let fill = |col: usize, fill: &Fill, batch: &mut Batch| match fill {
+        Fill::Default { value, .. } => push_default(columns, batch, col, value).is_ok(),
+        Fill::Null => push_null(columns, batch, col).is_ok(),
     };
     let end = payload.len();
     let (mut at, mut next) = (body, 0);
@@ -503,7 +504,7 @@ fn read_flat(
         let Ok(key) = varint(payload, &mut at) else { return false };
         let Some(skipped) = steps[next..].iter().position(|s| s.key == key) else { return false };
         for step in &steps[next..next + skipped] {
-            if !fill(step, batch) {
+            if !fill(step.col, &step.fill, batch) {
                 return false;
             }
         }
@@ -514,12 +515,8 @@ fn read_flat(
         }
         next += skipped + 1;
     }
-    steps[next..].iter().all(|step| fill(step, batch))
-        && program.unfed.iter().all(|(col, fill)| match fill {
-            // The root is there: a default applies.
-            Fill::Default { value, .. } => push_default(columns, batch, *col, value).is_ok(),
-            Fill::Null => push_null(columns, batch, *col).is_ok(),
-        })
+    steps[next..].iter().all(|step| fill(step.col, &step.fill, batch))
+        && program.unfed.iter().all(|(col, f)| fill(*col, f, batch))
 }
 
 /// Skips a field of wire type `wire`.
