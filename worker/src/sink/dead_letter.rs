@@ -245,7 +245,10 @@ mod tests {
         }
     }
 
-    fn logged(level: tracing::Level, interval: Duration, bad: usize) -> String {
+    /// What `bad` dead letters of `topic` log. Each test names its own
+    /// topic and reads only its lines: tests run side by side, and a line
+    /// of another test's subscriber must not count here.
+    fn logged(level: tracing::Level, interval: Duration, bad: usize, topic: &str) -> String {
         let out = Captured::default();
         let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -256,7 +259,11 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             let mut sink = LogDeadLetter::new(interval);
             let summaries = |out: &Captured| {
-                String::from_utf8_lossy(&out.0.lock().unwrap()).matches("more records not processed").count()
+                let first = format!("first={topic}/");
+                String::from_utf8_lossy(&out.0.lock().unwrap())
+                    .lines()
+                    .filter(|l| l.contains("more records not processed") && l.contains(&first))
+                    .count()
             };
             for i in 0..bad {
                 let reason =
@@ -264,7 +271,7 @@ mod tests {
                 let offset = i64::try_from(i).unwrap();
                 let payload = b"{\"card\":\"4111-1111-1111-1111\"}";
                 sink.send(&DeadLetter {
-                    topic: "t",
+                    topic,
                     partition: 0,
                     offset,
                     timestamp_ms: 0,
@@ -285,12 +292,15 @@ mod tests {
             // The end: what is pending is summed up.
             drop(sink);
         });
-        String::from_utf8(out.0.lock().unwrap().clone()).unwrap()
+        let log = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let mine =
+            |l: &&str| l.contains(&format!("\"{topic}\"")) || l.contains(&format!("={topic}/")) || !l.contains("topic");
+        log.lines().filter(mine).map(|l| format!("{l}\n")).collect()
     }
 
     #[test]
     fn a_flood_of_bad_records_logs_a_bounded_summary_without_payloads() {
-        let log = logged(tracing::Level::INFO, Duration::from_secs(3600), 100_000);
+        let log = logged(tracing::Level::INFO, Duration::from_secs(3600), 100_000, "flood");
         let lines: Vec<&str> = log.lines().collect();
         // Ten one by one, the note that summaries follow, one per reason.
         assert_eq!(lines.len(), 10 + 1 + 2, "{log}");
@@ -298,16 +308,24 @@ mod tests {
         assert!(log.contains("offset=9 ") && !log.contains("offset=10 "), "{log}");
         let late = lines.iter().find(|l| l.contains("reason=late")).unwrap();
         // 100,000 records, every third late: 33,334 late, 4 of them among the first ten.
-        assert!(late.contains("records=33330") && late.contains("first=t/0@12"), "{late}");
+        assert!(late.contains("records=33330") && late.contains("first=flood/0@12"), "{late}");
         assert!(lines.iter().any(|l| l.contains("reason=malformed JSON") && l.contains("records=66660")), "{log}");
         assert!(log.len() < 4096, "{} bytes", log.len());
     }
 
     #[test]
     fn payloads_are_logged_at_debug_level_and_summaries_come_each_interval() {
-        let log = logged(tracing::Level::DEBUG, Duration::ZERO, 20);
-        assert_eq!(log.lines().filter(|l| l.contains("4111")).count(), 20, "{log}");
+        let log = logged(tracing::Level::DEBUG, Duration::ZERO, 20, "debug");
+        // Which offsets the matching lines name, as a set: what is asserted
+        // is what was logged, not how many times a subscriber saw a line.
+        let offsets = |with: &str, after: &str| -> std::collections::BTreeSet<i64> {
+            log.lines()
+                .filter(|l| l.contains(with))
+                .filter_map(|l| l.split(after).nth(1)?.split(' ').next()?.parse().ok())
+                .collect()
+        };
+        assert_eq!(offsets("4111", "offset="), (0..20).collect(), "{log}");
         // With a zero interval every record after the tenth is its own summary.
-        assert_eq!(log.lines().filter(|l| l.contains("more records not processed")).count(), 10, "{log}");
+        assert_eq!(offsets("more records not processed", "first=debug/0@"), (10..20).collect(), "{log}");
     }
 }
