@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
+use super::agg_args::{Selected, eval_args};
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
@@ -43,6 +44,8 @@ pub struct AggregateOperator {
     pub(crate) gids: Vec<u32>,
     /// Whether each of `gids` was created by its row (scratch).
     fresh: Vec<bool>,
+    /// The rows an aggregate's FILTER selects (scratch).
+    selected: Selected,
     key: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
@@ -103,6 +106,7 @@ impl AggregateOperator {
             rows: Vec::new(),
             gids: Vec::new(),
             fresh: Vec::new(),
+            selected: Selected::default(),
             key: Vec::with_capacity(64),
             dirty: DirtyPages::default(),
         }
@@ -124,12 +128,7 @@ impl AggregateOperator {
             .iter()
             .map(|e| eval(e, batch).map(|v| v.into_column(n)))
             .collect::<Result<Vec<_>, _>>()?;
-        let args = self
-            .plan
-            .aggregates
-            .iter()
-            .map(|a| a.arg.as_ref().map(|e| eval(e, batch).map(|v| v.into_column(n))).transpose())
-            .collect::<Result<Vec<_>, _>>()?;
+        let args = eval_args(&self.plan.aggregates, batch)?;
         let refs: Vec<&Column> = group_cols.iter().map(AsRef::as_ref).collect();
         let encoder = KeyEncoder::new(&refs);
 
@@ -208,7 +207,7 @@ impl AggregateOperator {
             // One update per input row, showing the group right after it.
             for i in 0..self.rows.len() {
                 for (acc, arg) in self.accs.iter_mut().zip(&args) {
-                    acc.update(&self.rows[i..=i], &self.gids[i..=i], arg.as_deref())?;
+                    arg.update(acc, &self.rows[i..=i], &self.gids[i..=i], &mut self.selected)?;
                 }
                 if !only_new || self.fresh[i] {
                     self.emit_group(self.gids[i], out)?;
@@ -217,7 +216,7 @@ impl AggregateOperator {
             return Ok(());
         }
         for (acc, arg) in self.accs.iter_mut().zip(&args) {
-            acc.update(&self.rows, &self.gids, arg.as_deref())?;
+            arg.update(acc, &self.rows, &self.gids, &mut self.selected)?;
         }
         if input.emit_changes {
             for (i, &g) in self.gids.iter().enumerate() {

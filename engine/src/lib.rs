@@ -6,6 +6,7 @@
 //! shared between engines, locked, or aware of Kafka or of record formats.
 
 mod accumulators;
+mod agg_args;
 mod aggregate;
 mod changelog;
 mod error;

@@ -1,16 +1,18 @@
-//! The final phase of a two-phase global aggregate (see
+//! The final phase of a two-phase aggregate (see
 //! [`sluice_plan::MergePlan`]).
 //!
 //! Every upstream partition aggregates its own rows and sends its running
-//! partial; this operator, on the one partition they all go to, keeps the
-//! latest partial of each upstream partition per window and combines them.
-//! Partials replace, never add: the partial phase's state is checkpointed,
-//! so after a crash an upstream partition sends partials it had sent
-//! before — each one a complete account of that partition up to its
-//! position — and the combination converges to the same result.
+//! partials; this operator, on the partition of each group, keeps the
+//! latest partial of each part (an upstream partition, or an upstream
+//! partition and the family of distinct values it counts) per group and
+//! window, and combines them. Partials replace, never add: the partial
+//! phase's state is checkpointed, so after a crash an upstream partition
+//! sends partials it had sent before — each one a complete account of
+//! that part up to its position — and the combination converges to the
+//! same result.
 //!
-//! Input rows are few (a partial per upstream partition and window per
-//! batch), so state is kept as scalars, not columns.
+//! Input rows are few (a partial per part, group and window per batch),
+//! so state is kept as scalars, not columns.
 
 use std::collections::BTreeMap;
 
@@ -18,28 +20,41 @@ use serde::{Deserialize, Serialize};
 
 use super::aggregate::int_values;
 use crate::Error;
+use crate::group_keys::KeyEncoder;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use sluice_plan::{AggFunc, Batch, DataType, MergeCall, MergePlan, Scalar};
+use sluice_plan::{AggFunc, Batch, Column, DataType, MergeCall, MergePlan, Scalar};
 
 /// A window as `(end, start)`, so that windows sort in closing order. The
-/// one group of a query without a window is `(0, 0)`.
+/// one window of a query without one is `(0, 0)`.
 type WindowKey = (i64, i64);
 
-/// Each upstream partition's latest partial values, in
-/// [`MergeOperator::inputs`] order.
-type Partials = BTreeMap<u32, Vec<Scalar>>;
+/// A group of a window: the window, then its key's bytes (as
+/// [`KeyEncoder`] writes them; empty without GROUP BY).
+type GroupKey = (WindowKey, Vec<u8>);
+
+/// A part: the upstream partition, and the encoded values of the plan's
+/// part columns.
+type Part = (u32, Vec<u8>);
+
+/// One group's key values and the latest partials of each of its parts,
+/// in [`MergeOperator::inputs`] order.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Group {
+    key: Vec<Scalar>,
+    parts: BTreeMap<Part, Vec<Scalar>>,
+}
 
 #[derive(Debug)]
 pub struct MergeOperator {
     plan: MergePlan,
     /// Source columns of the partial values, every call's in order.
     inputs: Vec<usize>,
-    windows: BTreeMap<WindowKey, Partials>,
+    groups: BTreeMap<GroupKey, Group>,
     /// The watermark last handed in: a window that ended at or before it
     /// is closed, and a partial for it is late.
     watermark: i64,
-    /// Windows a batch changed (scratch).
-    touched: Vec<WindowKey>,
+    /// Groups a batch changed (scratch).
+    touched: Vec<GroupKey>,
     /// The batch's selected rows (scratch).
     rows: Vec<usize>,
 }
@@ -47,14 +62,22 @@ pub struct MergeOperator {
 /// Checkpoint of a [`MergeOperator`], written by reference...
 #[derive(Debug, Serialize)]
 struct MergeStateRef<'a> {
-    windows: &'a BTreeMap<WindowKey, Partials>,
+    groups: &'a BTreeMap<GroupKey, Group>,
     watermark: i64,
 }
 
 /// ...and read back owned (the two encode identically).
 #[derive(Debug, Deserialize)]
 struct MergeState {
-    windows: BTreeMap<WindowKey, Partials>,
+    groups: BTreeMap<GroupKey, Group>,
+    watermark: i64,
+}
+
+/// A checkpoint of the global merge as it was before groups and parts
+/// (tag [`OperatorTag::Merge`]): each window's partials per upstream.
+#[derive(Debug, Deserialize)]
+struct GlobalMergeState {
+    windows: BTreeMap<WindowKey, BTreeMap<u32, Vec<Scalar>>>,
     watermark: i64,
 }
 
@@ -63,16 +86,22 @@ impl MergeOperator {
         Self {
             inputs: plan.calls.iter().flat_map(|c| c.partials.iter().copied()).collect(),
             plan: plan.clone(),
-            windows: BTreeMap::new(),
+            groups: BTreeMap::new(),
             watermark: i64::MIN,
             touched: Vec::new(),
             rows: Vec::new(),
         }
     }
 
-    /// Appends the combination of `partials` as one intermediate row.
-    fn emit(&self, window: WindowKey, partials: &Partials, rows: &mut Batch) -> Result<(), Error> {
+    /// Appends the combination of `group`'s partials as one intermediate
+    /// row: the group's key, the window, the aggregates.
+    fn emit(&self, window: WindowKey, group: &Group, rows: &mut Batch) -> Result<(), Error> {
         let mut next = 0;
+        for value in &group.key {
+            let column = rows.columns.get_mut(next).ok_or_else(|| internal("group key columns"))?;
+            column.push_scalar(value)?;
+            next += 1;
+        }
         if self.plan.window.is_some() {
             let (end, start) = window;
             for bound in [start, end] {
@@ -83,7 +112,7 @@ impl MergeOperator {
         }
         let mut at = 0;
         for call in &self.plan.calls {
-            let values = partials.values().map(|p| &p[at..at + call.partials.len()]);
+            let values = group.parts.values().map(|p| &p[at..at + call.partials.len()]);
             let merged = combine(call, values);
             let column = rows.columns.get_mut(next).ok_or_else(|| internal("an intermediate column per aggregate"))?;
             column.push_scalar(&merged)?;
@@ -95,17 +124,22 @@ impl MergeOperator {
     }
 
     fn close(&mut self, up_to: Option<i64>, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        while let Some(entry) = self.windows.first_entry() {
-            if up_to.is_some_and(|w| entry.key().0 > w) {
+        while let Some(entry) = self.groups.first_entry() {
+            if up_to.is_some_and(|w| entry.key().0.0 > w) {
                 break;
             }
-            let (window, partials) = entry.remove_entry();
+            let ((window, _), group) = entry.remove_entry();
             if emit {
-                self.emit(window, &partials, rows)?;
+                self.emit(window, &group, rows)?;
             }
         }
         Ok(())
     }
+}
+
+/// The columns of `batch` at `indexes`.
+fn columns<'a>(batch: &'a Batch, indexes: &[usize], what: &str) -> Result<Vec<&'a Column>, Error> {
+    indexes.iter().map(|&i| batch.columns.get(i).ok_or_else(|| internal(what))).collect()
 }
 
 fn internal(what: &str) -> Error {
@@ -198,6 +232,9 @@ impl Operator for MergeOperator {
             }
             None => None,
         };
+        let group_columns = columns(batch, &self.plan.groups, "a group key column")?;
+        let part_columns = columns(batch, &self.plan.parts, "a part column")?;
+        let (group_keys, part_keys) = (KeyEncoder::new(&group_columns), KeyEncoder::new(&part_columns));
         self.touched.clear();
         self.rows.clear();
         input.selection.for_each(|r| self.rows.push(r));
@@ -208,8 +245,17 @@ impl Operator for MergeOperator {
                 out.late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
+            let mut key = Vec::new();
+            group_keys.encode(r, &mut key);
+            let mut part = Vec::new();
+            part_keys.encode(r, &mut part);
             let from = input.upstreams.get(r).copied().unwrap_or(0);
-            let partials = self.windows.entry(window).or_default().entry(from).or_default();
+            let at = (window, key);
+            let group = self.groups.entry(at.clone()).or_default();
+            if group.key.is_empty() {
+                group.key = group_columns.iter().map(|c| c.scalar(r)).collect();
+            }
+            let partials = group.parts.entry((from, part)).or_default();
             partials.clear();
             for &c in &self.inputs {
                 partials.push(batch.columns.get(c).ok_or_else(|| internal("a partial column"))?.scalar(r));
@@ -217,14 +263,14 @@ impl Operator for MergeOperator {
             if input.emit_changes && input.per_record {
                 // One update per input row, as EMIT CHANGES per record
                 // promises: each partial is one upstream row's update.
-                self.emit(window, &self.windows[&window], out.rows)?;
-            } else if input.emit_changes && !self.touched.contains(&window) {
-                self.touched.push(window);
+                self.emit(window, &self.groups[&at], out.rows)?;
+            } else if input.emit_changes && !self.touched.contains(&at) {
+                self.touched.push(at);
             }
         }
-        for &window in &self.touched {
-            if let Some(partials) = self.windows.get(&window) {
-                self.emit(window, partials, out.rows)?;
+        for at in &self.touched {
+            if let Some(group) = self.groups.get(at) {
+                self.emit(at.0, group, out.rows)?;
             }
         }
         Ok(())
@@ -249,12 +295,15 @@ impl Operator for MergeOperator {
 
     fn state_size(&self) -> StateSize {
         let entries = self.state_entries();
+        let text = |v: &Scalar| if let Scalar::String(s) = v { s.capacity() } else { 0 };
         let strings: usize = self
-            .windows
-            .values()
-            .flat_map(BTreeMap::values)
-            .flatten()
-            .map(|v| if let Scalar::String(s) = v { s.capacity() } else { 0 })
+            .groups
+            .iter()
+            .map(|((_, key), g)| {
+                key.capacity()
+                    + g.key.iter().map(text).sum::<usize>()
+                    + g.parts.iter().map(|((_, p), v)| p.capacity() + v.iter().map(text).sum::<usize>()).sum::<usize>()
+            })
             .sum();
         StateSize { bytes: entries * (self.inputs.len() * size_of::<Scalar>() + 64) + strings, entries }
     }
@@ -263,18 +312,34 @@ impl Operator for MergeOperator {
         true
     }
 
-    /// One step per open window (a handful), not per entry.
+    /// One step per group of an open window, not per entry.
     fn state_entries(&self) -> usize {
-        self.windows.values().map(BTreeMap::len).sum()
+        self.groups.values().map(|g| g.parts.len()).sum()
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::Merge, &MergeStateRef { windows: &self.windows, watermark: self.watermark }, out)
+        write_state(OperatorTag::MergeGroups, &MergeStateRef { groups: &self.groups, watermark: self.watermark }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: MergeState = read_state(OperatorTag::Merge, bytes)?;
-        self.windows = state.windows;
+        let state: MergeState = match read_state(OperatorTag::MergeGroups, bytes) {
+            Ok(state) => state,
+            // A checkpoint of the global merge before groups: each window's
+            // one group, its parts the upstream partitions.
+            Err(newer) => {
+                let old: GlobalMergeState = read_state(OperatorTag::Merge, bytes).map_err(|_| newer)?;
+                let groups = old
+                    .windows
+                    .into_iter()
+                    .map(|(window, partials)| {
+                        let parts = partials.into_iter().map(|(from, p)| ((from, Vec::new()), p)).collect();
+                        ((window, Vec::new()), Group { key: Vec::new(), parts })
+                    })
+                    .collect();
+                MergeState { groups, watermark: old.watermark }
+            }
+        };
+        self.groups = state.groups;
         self.watermark = state.watermark;
         Ok(())
     }
@@ -284,14 +349,20 @@ impl Operator for MergeOperator {
 mod tests {
     use sluice_plan::{AggFunc, Batch, Column, DataType, MergeCall, MergePlan, Selection};
 
+    use std::collections::BTreeMap;
+
+    use sluice_plan::Scalar;
+
     use super::MergeOperator;
-    use crate::operator::{BatchInput, Operator, OperatorOutput};
+    use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, write_state};
 
     /// COUNT(*) from partial 0, SUM(BIGINT) from 1, MIN(VARCHAR) from 2,
     /// AVG from a sum (3) and a count (4).
     fn plan() -> MergePlan {
         let call = |func, partials: &[usize], data_type| MergeCall { func, partials: partials.to_vec(), data_type };
         MergePlan {
+            groups: Vec::new(),
+            parts: Vec::new(),
             window: None,
             calls: vec![
                 call(AggFunc::CountStar, &[0], DataType::Bigint),
@@ -354,9 +425,9 @@ mod tests {
         (0..rows.len)
             .map(|r| {
                 let scalar = |c: usize| rows.columns[c].scalar(r);
-                let int = |c| if let sluice_plan::Scalar::Bigint(x) = scalar(c) { Some(x) } else { None };
-                let text = if let sluice_plan::Scalar::String(s) = scalar(2) { Some(s) } else { None };
-                let avg = if let sluice_plan::Scalar::Double(x) = scalar(3) { Some(x) } else { None };
+                let int = |c| if let Scalar::Bigint(x) = scalar(c) { Some(x) } else { None };
+                let text = if let Scalar::String(s) = scalar(2) { Some(s) } else { None };
+                let avg = if let Scalar::Double(x) = scalar(3) { Some(x) } else { None };
                 (int(0).unwrap(), int(1), text, avg)
             })
             .collect()
@@ -388,5 +459,37 @@ mod tests {
         // A total beyond BIGINT is NULL, as a one-phase SUM's.
         let out = feed(&mut restored, &[(1, Some(1), Some("y"), 0.0, 0)], &[2]);
         assert_eq!(out, [(4, None, Some("y".into()), Some(2.0))]);
+    }
+
+    #[test]
+    fn a_checkpoint_of_the_global_merge_from_before_groups_restores() {
+        /// The state as the global merge wrote it: partials per window and upstream.
+        #[derive(serde::Serialize)]
+        struct Before {
+            windows: BTreeMap<(i64, i64), BTreeMap<u32, Vec<Scalar>>>,
+            watermark: i64,
+        }
+        let partial = |n, sum, min: &str, avg_sum, avg_n| {
+            vec![
+                Scalar::Bigint(n),
+                Scalar::Bigint(sum),
+                Scalar::String(min.into()),
+                Scalar::Double(avg_sum),
+                Scalar::Bigint(avg_n),
+            ]
+        };
+        let upstreams = BTreeMap::from([(0, partial(2, 10, "k", 1.0, 1)), (1, partial(1, -3, "m", 2.0, 1))]);
+        let before = Before { windows: BTreeMap::from([((0, 0), upstreams)]), watermark: i64::MIN };
+        let bytes = write_state(OperatorTag::Merge, &before, Vec::new()).unwrap();
+        let mut op = MergeOperator::new(&plan());
+        op.restore(&bytes).unwrap();
+        // Upstream 1 moves on; upstream 0's restored partial still counts.
+        let out = feed(&mut op, &[(4, Some(20), Some("c"), 8.0, 4)], &[1]);
+        assert_eq!(out, [(6, Some(30), Some("c".into()), Some(9.0 / 5.0))]);
+        // What it writes now restores too.
+        let mut again = MergeOperator::new(&plan());
+        again.restore(&op.snapshot(Vec::new()).unwrap()).unwrap();
+        let out = feed(&mut again, &[(1, Some(1), Some("a"), 1.0, 1)], &[2]);
+        assert_eq!(out, [(7, Some(31), Some("a".into()), Some(10.0 / 6.0))]);
     }
 }

@@ -125,6 +125,9 @@ pub enum OperatorTag {
     AggregateHead = 12,
     TopNHead = 13,
     JoinHead = 14,
+    /// The merge of a two-phase aggregate with groups and parts (`Merge`
+    /// is its checkpoint before them, still read).
+    MergeGroups = 15,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -199,21 +199,30 @@ impl JoinKind {
     }
 }
 
-/// The final phase of a global aggregate (no GROUP BY) over several
-/// partitions. Each upstream partition aggregates its own rows (the
-/// partial phase, an ordinary [`AggregatePlan`] without group
-/// expressions) and sends its running partial — per window for a windowed
-/// query — through an exchange to one partition, which keeps the latest
-/// partial of every upstream partition and combines them. A newer partial
-/// replaces the older one rather than adding to it, so a partial sent
-/// again after a crash is harmless. The intermediate columns are those
-/// the one-phase aggregate would have: `window_start`, `window_end` when
-/// windowed, then the aggregates.
+/// The final phase of a two-phase aggregate. Each upstream partition
+/// aggregates its own rows (the partial phase, an ordinary
+/// [`AggregatePlan`]) and sends its running partials — per group and
+/// window — through an exchange to the partition of the group, which keeps
+/// the latest partial of every part and combines them. A part is an
+/// upstream partition, or with `parts` an upstream partition and the
+/// values of those columns (the family of distinct values a partial
+/// counts, see `sluice_sql`'s cut). A newer partial replaces the older one
+/// of its part rather than adding to it, so a partial sent again after a
+/// crash is harmless. The intermediate columns are those the one-phase
+/// aggregate would have: the group keys, `window_start` and `window_end`
+/// when windowed, then the aggregates.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MergePlan {
     /// Source columns of each partial's window start and end (windowed).
     pub window: Option<(usize, usize)>,
     pub calls: Vec<MergeCall>,
+    /// Source columns of the group keys (none for a global aggregate).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<usize>,
+    /// Source columns that, with the upstream partition, name the part a
+    /// partial accounts for (none: the upstream partition alone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<usize>,
 }
 
 /// One aggregate of the query, combined from its partials.

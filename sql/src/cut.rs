@@ -9,8 +9,9 @@
 //! subquery that is a side of a join (`join.rs`).
 
 use sluice_plan::{
-    AggFunc, AggregateCall, AggregatePlan, DataType, Dataflow, EmitMode, MergeCall, MergePlan, OperatorPlan,
-    OutputColumn, Partitioning, PhysExpr, Plan, Schema, SourceSchema, SqlError, Stage, StageOutput, TimeWindow,
+    AggFunc, AggregateCall, AggregatePlan, Branch, CmpOp, DataType, Dataflow, EmitMode, Field, MergeCall, MergePlan,
+    OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, Scalar, Schema, SourceSchema, SqlError, Stage,
+    StageOutput, TimeWindow,
 };
 
 use crate::planner::{WINDOW_END, WINDOW_START};
@@ -24,6 +25,20 @@ pub(crate) fn cut(plan: Plan, partitions: i32) -> Result<Dataflow, SqlError> {
             None => split_at_state(plan).ok_or(misaligned),
         },
     }
+}
+
+/// [`cut`] for a whole query: an aggregate over few groups (GROUP BY
+/// event time, by day or hour, say) whose rows would all cross to the
+/// partition of a handful of groups, where one core would do all the
+/// work, is cut in phases instead ([`split_few_groups`]).
+pub(crate) fn cut_query(plan: Plan, partitions: i32) -> Result<Dataflow, SqlError> {
+    if plan.check_partitioning(partitions).is_err()
+        && split_global(&plan).is_none()
+        && let Some(flow) = split_few_groups(&plan)
+    {
+        return Ok(flow);
+    }
+    cut(plan, partitions)
 }
 
 /// A global aggregate (no GROUP BY, tumbling or hopping window or none)
@@ -45,42 +60,25 @@ fn split_global(plan: &Plan) -> Option<Dataflow> {
     if !mergeable {
         return None;
     }
-    let mut partial_calls = Vec::new();
-    let mut calls = Vec::new();
-    for call in &aggregate.aggregates {
-        let first = partial_calls.len();
-        if call.func == AggFunc::Avg {
-            // The argument is already a DOUBLE (the planner casts it).
-            partial_calls.push(AggregateCall { func: AggFunc::Sum, data_type: DataType::Double, ..call.clone() });
-            partial_calls.push(AggregateCall { func: AggFunc::Count, data_type: DataType::Bigint, ..call.clone() });
-        } else {
-            partial_calls.push(call.clone());
-        }
-        let partials = (first..partial_calls.len()).map(|p| p + if aggregate.window.is_some() { 2 } else { 0 });
-        calls.push(MergeCall { func: call.func, partials: partials.collect(), data_type: call.data_type });
-    }
-    // The layout of an aggregate's rows: the window, then the aggregates.
-    let mut schema = Schema::default();
-    let window = aggregate.window.map(|_| {
-        let start = schema.push(WINDOW_START, DataType::Timestamp);
-        (start, schema.push(WINDOW_END, DataType::Timestamp))
-    });
-    for (i, call) in partial_calls.iter().enumerate() {
-        schema.push(format!("partial{i}"), call.data_type);
-    }
+    let (partials, calls) = partial_calls(&aggregate.aggregates, if aggregate.window.is_some() { 2 } else { 0 });
+    let (schema, window) = partial_schema(plan, aggregate, &[], &partials);
     let columns = columns_of(&schema, |_| true);
     // A window's partials meet on the window's partition: windows spread
     // over the exchange's partitions.
-    let keys = window.map(|(start, _)| vec![columns[start].clone()]).unwrap_or_default();
+    let keys = group_keys(&columns, 0, window);
     let operator = OperatorPlan::Aggregate(AggregatePlan {
         group_exprs: Vec::new(),
-        aggregates: partial_calls,
+        aggregates: partials,
         window: aggregate.window,
         upsert_key: Vec::new(),
         retract: None,
     });
     let partial = first_stage(plan, operator, schema.clone(), columns, keys, plan.emit);
-    let merge = last_stage(plan, schema, OperatorPlan::Merge(MergePlan { window, calls }));
+    let merge = last_stage(
+        plan,
+        schema,
+        OperatorPlan::Merge(MergePlan { window, calls, groups: Vec::new(), parts: Vec::new() }),
+    );
     Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })
 }
 
@@ -128,6 +126,273 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
     });
     let merge = last_stage(plan, schema, operator);
     Some(Dataflow { stages: vec![partial, merge], branches: Vec::new() })
+}
+
+/// The name of the column that says which family of distinct values an
+/// expanded row is for.
+const FAMILY: &str = "__family";
+
+/// An aggregate whose groups are few — every GROUP BY expression reads
+/// the event-time column and nothing else, and is not the bare column
+/// (`DATE_FORMAT(ts, 'yyyy-MM-dd')`, `DATE_TRUNC('hour', ts)`) — or a
+/// global one with several distinct columns, in phases, as Flink's
+/// local-global aggregation and split-distinct do. `None` for any other
+/// query, or when an aggregate does not combine from partials (variances,
+/// SUM or AVG of DISTINCT values, session windows, signed or upsert
+/// input).
+///
+/// Without DISTINCT, two stages: each source partition aggregates its own
+/// rows, and its running partials cross, keyed by group (and window), to
+/// a [`MergePlan`] that keeps the latest partial of each upstream
+/// partition per group.
+///
+/// With `COUNT(DISTINCT x)`, three: a value must be counted where every
+/// row of it meets, so each row is sent once per family of distinct
+/// values (`x`, or `x` under a FILTER — one family per column: q15's
+/// bidder and auction make two), keyed by its group, the family and the
+/// family's value. Each exchange partition aggregates its share per group
+/// and family — the distinct values it holds are its own, so their counts
+/// add up — the non-distinct aggregates from the rows of the first family
+/// only; the partials cross keyed by group to the merge, whose parts are
+/// (upstream partition, family).
+fn split_few_groups(plan: &Plan) -> Option<Dataflow> {
+    let OperatorPlan::Aggregate(aggregate) = &plan.operator else { return None };
+    let event_time = plan.source.event_time.map(|e| e.column);
+    let few = aggregate.group_exprs.iter().all(|g| {
+        let mut read = Vec::new();
+        g.columns(&mut read);
+        g.as_column().is_none() && !read.is_empty() && read.iter().all(|&c| Some(c) == event_time)
+    });
+    let combines = aggregate
+        .aggregates
+        .iter()
+        .all(|a| a.func.merges() && (!a.distinct || matches!(a.func, AggFunc::Count | AggFunc::Min | AggFunc::Max)));
+    if !few
+        || !combines
+        || aggregate.aggregates.is_empty()
+        || !aggregate.upsert_key.is_empty()
+        || aggregate.retract.is_some()
+        || matches!(aggregate.window, Some(TimeWindow::Session { .. }))
+    {
+        return None;
+    }
+    // The families of distinct values: what each counted value is a value
+    // of. `CASE WHEN p THEN x END` (a FILTER) counts values of `x`, so a
+    // row keyed by `x` meets every other row of its value.
+    let mut families: Vec<PhysExpr> = Vec::new();
+    let mut family_of = Vec::new();
+    for a in &aggregate.aggregates {
+        let family = match (&a.arg, a.distinct && a.func == AggFunc::Count) {
+            (Some(arg), true) => {
+                let value = filtered_value(arg).unwrap_or(arg).clone();
+                Some(families.iter().position(|f| *f == value).unwrap_or_else(|| {
+                    families.push(value);
+                    families.len() - 1
+                }))
+            }
+            _ => None,
+        };
+        family_of.push(family);
+    }
+    if families.is_empty() {
+        if aggregate.group_exprs.is_empty() {
+            return None;
+        }
+        return Some(local_global(plan, aggregate));
+    }
+    Some(split_distinct_families(plan, aggregate, &families, &family_of))
+}
+
+/// `x` of `CASE WHEN p THEN x END`.
+fn filtered_value(arg: &PhysExpr) -> Option<&PhysExpr> {
+    match arg {
+        PhysExpr::Case { whens, otherwise, .. }
+            if whens.len() == 1 && matches!(otherwise.as_ref(), PhysExpr::Literal { value: Scalar::Null, .. }) =>
+        {
+            Some(&whens[0].1)
+        }
+        _ => None,
+    }
+}
+
+/// The partial calls of `aggregates` (AVG as a sum and a count), and for
+/// each aggregate the call that combines its partials, which sit in the
+/// partial rows from column `base` on.
+fn partial_calls(aggregates: &[AggregateCall], base: usize) -> (Vec<AggregateCall>, Vec<MergeCall>) {
+    let mut partial_calls = Vec::new();
+    let mut calls = Vec::new();
+    for call in aggregates {
+        let first = partial_calls.len();
+        if call.func == AggFunc::Avg {
+            // The argument is already a DOUBLE (the planner casts it).
+            partial_calls.push(AggregateCall { func: AggFunc::Sum, data_type: DataType::Double, ..call.clone() });
+            partial_calls.push(AggregateCall { func: AggFunc::Count, data_type: DataType::Bigint, ..call.clone() });
+        } else {
+            partial_calls.push(call.clone());
+        }
+        let partials = (first..partial_calls.len()).map(|p| p + base);
+        calls.push(MergeCall { func: call.func, partials: partials.collect(), data_type: call.data_type });
+    }
+    (partial_calls, calls)
+}
+
+/// The layout of an aggregate's rows: its groups (named as the query's
+/// intermediate names them), `extra`, the window, then the partials.
+/// Returns the schema and the window's columns.
+fn partial_schema(
+    plan: &Plan,
+    aggregate: &AggregatePlan,
+    extra: &[(&str, DataType)],
+    partials: &[AggregateCall],
+) -> (Schema, Option<(usize, usize)>) {
+    let mut schema = Schema::default();
+    for (i, g) in aggregate.group_exprs.iter().enumerate() {
+        let name = plan.intermediate.fields.get(i).map_or_else(|| format!("key{i}"), |f| f.name.clone());
+        schema.push(name, g.data_type());
+    }
+    for (name, data_type) in extra {
+        schema.push(*name, *data_type);
+    }
+    let window = aggregate.window.map(|_| {
+        let start = schema.push(WINDOW_START, DataType::Timestamp);
+        (start, schema.push(WINDOW_END, DataType::Timestamp))
+    });
+    for (i, call) in partials.iter().enumerate() {
+        schema.push(format!("partial{i}"), call.data_type);
+    }
+    (schema, window)
+}
+
+/// The exchange keys of partial rows: their groups and window start.
+fn group_keys(columns: &[OutputColumn], groups: usize, window: Option<(usize, usize)>) -> Vec<OutputColumn> {
+    columns[..groups].iter().chain(window.map(|(start, _)| &columns[start])).cloned().collect()
+}
+
+/// Two phases without DISTINCT: partials per source partition, merged
+/// per group.
+fn local_global(plan: &Plan, aggregate: &AggregatePlan) -> Dataflow {
+    let groups = aggregate.group_exprs.len();
+    let (partials, calls) =
+        partial_calls(&aggregate.aggregates, groups + if aggregate.window.is_some() { 2 } else { 0 });
+    let (schema, window) = partial_schema(plan, aggregate, &[], &partials);
+    let columns = columns_of(&schema, |_| true);
+    let keys = group_keys(&columns, groups, window);
+    let operator = OperatorPlan::Aggregate(AggregatePlan { aggregates: partials, ..aggregate.clone() });
+    let partial = first_stage(plan, operator, schema.clone(), columns, keys, plan.emit);
+    let merge = MergePlan { window, calls, groups: (0..groups).collect(), parts: Vec::new() };
+    let merge = last_stage(plan, schema, OperatorPlan::Merge(merge));
+    Dataflow { stages: vec![partial, merge], branches: Vec::new() }
+}
+
+/// Three phases with DISTINCT: rows expanded per family of distinct
+/// values and spread by value, partials per exchange partition and
+/// family, merged per group (see [`split_few_groups`]).
+fn split_distinct_families(
+    plan: &Plan,
+    aggregate: &AggregatePlan,
+    families: &[PhysExpr],
+    family_of: &[Option<usize>],
+) -> Dataflow {
+    let source_columns = plan.source.schema.fields.len();
+    let family_literal = |f: usize| PhysExpr::Literal {
+        value: Scalar::Bigint(i64::try_from(f).unwrap_or(i64::MAX)),
+        data_type: DataType::Bigint,
+    };
+    // Phase one: each source row once per family, with the family's
+    // number, keyed by its group, family and value. The first family's
+    // plan is the stage; the others read the same source beside it.
+    let mut forwarded = columns_of(&plan.source.schema, |i| plan.used_columns.get(i).copied().unwrap_or(false));
+    forwarded.push(OutputColumn { name: FAMILY.into(), expr: family_literal(0) });
+    let expand = |f: usize| {
+        let mut outputs = forwarded.clone();
+        if let Some(last) = outputs.last_mut() {
+            last.expr = family_literal(f);
+        }
+        let keys = aggregate
+            .group_exprs
+            .iter()
+            .chain([&family_literal(f), &families[f]])
+            .enumerate()
+            .map(|(i, e)| OutputColumn { name: format!("key{i}"), expr: e.clone() })
+            .collect();
+        first_stage(plan, OperatorPlan::Stateless, plan.source.schema.clone(), outputs, keys, EmitMode::PerRecord)
+    };
+    let stage_one = expand(0);
+    let branches = (1..families.len()).map(|f| Branch { plan: expand(f).plan, beside: 0, reads_exchange: false });
+
+    // Phase two: per group and family, over the rows of this partition.
+    // An aggregate reads only the rows of its family: a distinct count
+    // those of its own, the others those of the first.
+    let family_column = PhysExpr::Column { index: source_columns, data_type: DataType::Bigint };
+    let of_family = |f: usize, arg: PhysExpr, data_type: DataType| PhysExpr::Case {
+        whens: vec![(
+            PhysExpr::Compare {
+                op: CmpOp::Eq,
+                left: Box::new(family_column.clone()),
+                right: Box::new(family_literal(f)),
+            },
+            arg,
+        )],
+        otherwise: Box::new(PhysExpr::Literal { value: Scalar::Null, data_type }),
+        data_type,
+    };
+    let gated: Vec<AggregateCall> = aggregate
+        .aggregates
+        .iter()
+        .zip(family_of)
+        .map(|(a, family)| {
+            let f = family.unwrap_or(0);
+            match &a.arg {
+                Some(arg) => {
+                    let data_type = arg.data_type();
+                    AggregateCall { arg: Some(of_family(f, arg.clone(), data_type)), ..a.clone() }
+                }
+                // COUNT(*) counts the rows of the first family.
+                None => AggregateCall {
+                    func: AggFunc::Count,
+                    arg: Some(of_family(f, PhysExpr::literal(Scalar::Bigint(1)), DataType::Bigint)),
+                    ..a.clone()
+                },
+            }
+        })
+        .collect();
+    let groups = aggregate.group_exprs.len();
+    let window_columns = if aggregate.window.is_some() { 2 } else { 0 };
+    let (partials, calls) = partial_calls(&gated, groups + 1 + window_columns);
+    let (schema, window) = partial_schema(plan, aggregate, &[(FAMILY, DataType::Bigint)], &partials);
+    let columns = columns_of(&schema, |_| true);
+    let mut source = plan.source.clone();
+    source.schema.fields.push(Field { name: FAMILY.into(), data_type: DataType::Bigint });
+    source.required = vec![false; source.schema.fields.len()];
+    if !source.origins.is_empty() {
+        source.origins.push(sluice_plan::ColumnOrigin::Field(vec![FAMILY.into()]));
+    }
+    let mut used_columns = plan.used_columns.clone();
+    used_columns.resize(source_columns, false);
+    used_columns.push(true);
+    let group_exprs = aggregate.group_exprs.iter().cloned().chain([family_column]).collect();
+    let stage_two = Stage {
+        plan: Plan {
+            source,
+            used_columns,
+            filter: None,
+            operator: OperatorPlan::Aggregate(AggregatePlan { group_exprs, aggregates: partials, ..aggregate.clone() }),
+            intermediate: schema.clone(),
+            having: None,
+            keys: group_keys(&columns, groups, window),
+            outputs: columns,
+            partitioning: Partitioning::ByExchange,
+            shared: Vec::new(),
+            ..plan.clone()
+        },
+        output: StageOutput::Exchange,
+    };
+
+    // Phase three: the latest partial of each (upstream partition,
+    // family), per group, combined.
+    let merge = MergePlan { window, calls, groups: (0..groups).collect(), parts: vec![groups] };
+    let merge = last_stage(plan, schema, OperatorPlan::Merge(merge));
+    Dataflow { stages: vec![stage_one, stage_two, merge], branches: branches.collect() }
 }
 
 /// The two stages of a query whose state needs an exchange; `None` when

@@ -15,7 +15,7 @@ use sluice_plan::{
 use sqlparser::ast::{Ident, Query, SetExpr, Spanned, TableFactor};
 use sqlparser::tokenizer::Span;
 
-use crate::cut::cut;
+use crate::cut::cut_query;
 use crate::diagnostic::Located;
 use crate::planner::plan_parsed;
 use crate::rewrite::{self, ParsedQuery};
@@ -87,7 +87,7 @@ fn plan_parsed_stages(mut parsed: ParsedQuery, sources: &[SourceSpec], partition
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
     }
-    cut(plan_parsed(&mut parsed, sources)?, partitions)
+    cut_query(plan_parsed(&mut parsed, sources)?, partitions)
 }
 
 /// A subquery in FROM that aggregates, taken out of `query` (its place
@@ -400,7 +400,6 @@ mod tests {
     #[test]
     fn a_global_aggregate_that_cannot_be_merged_sends_its_rows_to_one_partition() {
         for sql in [
-            "SELECT COUNT(DISTINCT symbol) AS n, COUNT(*) AS c FROM trades",
             "SELECT STDDEV(qty) AS s FROM trades",
             "SELECT COUNT(*) AS n FROM trades GROUP BY SESSION(ts, INTERVAL '1' MINUTE)",
         ] {
@@ -408,6 +407,65 @@ mod tests {
             assert!(matches!(d.stages[0].plan.operator, OperatorPlan::Stateless), "{sql}");
             assert!(d.stages[0].plan.keys.is_empty(), "{sql}: every record goes to one partition");
         }
+    }
+
+    #[test]
+    fn an_aggregate_over_few_groups_merges_partials_per_group() {
+        // Grouped by the hour of the event time: partials per source
+        // partition, merged per hour.
+        let d = plan_dataflow(
+            "SELECT DATE_TRUNC('hour', ts) AS h, COUNT(*) AS n, AVG(qty) AS q FROM trades GROUP BY DATE_TRUNC('hour', ts)",
+            &[trades()],
+            3,
+        )
+        .unwrap();
+        let [partial, merge] = d.stages.as_slice() else { panic!("two stages: {d:?}") };
+        let OperatorPlan::Aggregate(a) = &partial.plan.operator else { panic!("{partial:?}") };
+        assert_eq!((a.group_exprs.len(), a.aggregates.len()), (1, 3), "AVG as a sum and a count");
+        assert_eq!(partial.plan.keys.len(), 1, "keyed by the hour");
+        let OperatorPlan::Merge(m) = &merge.plan.operator else { panic!("{merge:?}") };
+        assert_eq!((m.groups.as_slice(), m.parts.as_slice()), (&[0][..], &[][..]));
+        // Grouped by a column, or by the event time itself: many groups,
+        // the rows cross.
+        for sql in [
+            "SELECT symbol, COUNT(*) AS n FROM trades GROUP BY symbol",
+            "SELECT ts, COUNT(*) AS n FROM trades GROUP BY ts",
+            "SELECT DATE_TRUNC('hour', ts) AS h, STDDEV(qty) AS s FROM trades GROUP BY DATE_TRUNC('hour', ts)",
+        ] {
+            let d = plan_dataflow(sql, &[trades()], 3).unwrap();
+            assert!(matches!(d.stages[0].plan.operator, OperatorPlan::Stateless), "{sql}");
+            assert_eq!(d.stages.len(), 2, "{sql}");
+        }
+    }
+
+    #[test]
+    fn distinct_counts_of_two_columns_cross_once_per_column_keyed_by_value() {
+        let d = plan_dataflow(
+            "SELECT COUNT(DISTINCT symbol) AS n, COUNT(DISTINCT qty) FILTER (WHERE qty > 1) AS q, COUNT(*) AS c \
+             FROM trades WHERE qty > 0",
+            &[trades()],
+            3,
+        )
+        .unwrap();
+        let [expand, partial, merge] = d.stages.as_slice() else { panic!("three stages: {d:?}") };
+        let [beside] = d.branches.as_slice() else { panic!("one branch: {d:?}") };
+        for (f, plan) in [&expand.plan, &beside.plan].into_iter().enumerate() {
+            assert!(matches!(plan.operator, OperatorPlan::Stateless) && plan.filter.is_some());
+            let family = &plan.outputs.last().unwrap();
+            assert_eq!(family.name, "__family");
+            assert_eq!(
+                family.expr,
+                sluice_plan::PhysExpr::literal(sluice_plan::Scalar::Bigint(i64::try_from(f).unwrap()))
+            );
+            // Keyed by the family and its value (symbol, then qty).
+            assert_eq!(plan.keys.len(), 2);
+            assert_eq!(plan.keys[1].expr.as_column(), Some([1, 2][f]), "{:?}", plan.keys);
+        }
+        let OperatorPlan::Aggregate(a) = &partial.plan.operator else { panic!("{partial:?}") };
+        assert_eq!(a.group_exprs.len(), 1, "by family");
+        assert!(partial.plan.keys.is_empty(), "partials of a global aggregate meet on one partition");
+        let OperatorPlan::Merge(m) = &merge.plan.operator else { panic!("{merge:?}") };
+        assert_eq!((m.groups.as_slice(), m.parts.as_slice()), (&[][..], &[0][..]));
     }
 
     #[test]
