@@ -38,7 +38,7 @@ type Part = (u32, Vec<u8>);
 
 /// One group's key values and the latest partials of each of its parts,
 /// in [`MergeOperator::inputs`] order.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Group {
     key: Vec<Scalar>,
     parts: BTreeMap<Part, Vec<Scalar>>,
@@ -55,6 +55,9 @@ pub struct MergeOperator {
     watermark: i64,
     /// Groups a batch changed (scratch).
     touched: Vec<GroupKey>,
+    /// The group and part of the row at hand (scratch).
+    probe: GroupKey,
+    part_probe: Part,
     /// The batch's selected rows (scratch).
     rows: Vec<usize>,
 }
@@ -89,6 +92,8 @@ impl MergeOperator {
             groups: BTreeMap::new(),
             watermark: i64::MIN,
             touched: Vec::new(),
+            probe: ((0, 0), Vec::new()),
+            part_probe: (0, Vec::new()),
             rows: Vec::new(),
         }
     }
@@ -245,17 +250,24 @@ impl Operator for MergeOperator {
                 out.late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
-            let mut key = Vec::new();
-            group_keys.encode(r, &mut key);
-            let mut part = Vec::new();
-            part_keys.encode(r, &mut part);
-            let from = input.upstreams.get(r).copied().unwrap_or(0);
-            let at = (window, key);
-            let group = self.groups.entry(at.clone()).or_default();
-            if group.key.is_empty() {
-                group.key = group_columns.iter().map(|c| c.scalar(r)).collect();
+            // The group and part are encoded into reused probes; a key is
+            // copied only when its group or part is new.
+            let (at, part) = (&mut self.probe, &mut self.part_probe);
+            at.0 = window;
+            at.1.clear();
+            group_keys.encode(r, &mut at.1);
+            part.0 = input.upstreams.get(r).copied().unwrap_or(0);
+            part.1.clear();
+            part_keys.encode(r, &mut part.1);
+            if !self.groups.contains_key(at) {
+                let key = group_columns.iter().map(|c| c.scalar(r)).collect();
+                self.groups.insert(at.clone(), Group { key, parts: BTreeMap::new() });
             }
-            let partials = group.parts.entry((from, part)).or_default();
+            let group = self.groups.get_mut(at).ok_or_else(|| internal("the group just found"))?;
+            if !group.parts.contains_key(part) {
+                group.parts.insert(part.clone(), Vec::new());
+            }
+            let partials = group.parts.get_mut(part).ok_or_else(|| internal("the part just found"))?;
             partials.clear();
             for &c in &self.inputs {
                 partials.push(batch.columns.get(c).ok_or_else(|| internal("a partial column"))?.scalar(r));
@@ -263,9 +275,9 @@ impl Operator for MergeOperator {
             if input.emit_changes && input.per_record {
                 // One update per input row, as EMIT CHANGES per record
                 // promises: each partial is one upstream row's update.
-                self.emit(window, &self.groups[&at], out.rows)?;
-            } else if input.emit_changes && !self.touched.contains(&at) {
-                self.touched.push(at);
+                self.emit(window, &self.groups[&self.probe], out.rows)?;
+            } else if input.emit_changes && !self.touched.contains(&self.probe) {
+                self.touched.push(self.probe.clone());
             }
         }
         for at in &self.touched {
