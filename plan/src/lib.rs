@@ -29,6 +29,7 @@ mod literal_pattern;
 mod plan;
 mod scalar_fns;
 mod schema;
+mod sql_text;
 mod state;
 pub mod time;
 mod types;
@@ -46,5 +47,6 @@ pub use plan::{
     TableJoinPlan, TableVersion, TimeWindow, TopNPlan, plan_fingerprint,
 };
 pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
+pub use sql_text::{expr_sql, interval_sql, scalar_sql};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
 pub use types::{DataType, Scalar};

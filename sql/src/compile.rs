@@ -15,7 +15,7 @@ use sqlparser::ast::{
     FunctionArg, FunctionArgExpr, FunctionArguments, Ident, TrimWhereField, TypedString, UnaryOperator, Value,
 };
 
-use super::functions::{compile_scalar_function, time_part_named};
+use super::functions::{KNOWN_FUNCTIONS, compile_scalar_function, function_suggestion, time_part_named};
 use crate::typing::{
     arith, cast, coerce_literal_to, compare, expect_bool, expect_string, expect_timestamp, fold, numeric_unary,
 };
@@ -420,6 +420,11 @@ pub(crate) fn call_args<'a>(call: &'a Function, node: &Expr) -> Result<CallArgs<
 
 fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, SqlError> {
     let name = call.name.to_string().to_ascii_uppercase();
+    // An unknown name is the error, before its arguments are judged
+    // (`AVERAGE(price)` is a misspelt aggregate, not an ungrouped column).
+    if !KNOWN_FUNCTIONS.contains(&name.as_str()) && name != "DATEPART" {
+        return Err(SqlError::at_node(node, format!("unknown function {name}{}", function_suggestion(&name))));
+    }
     if call.over.is_some() {
         return Err(SqlError::at_node(node, format!("{name} cannot be used as a window function")));
     }

@@ -54,9 +54,17 @@ impl Located for SqlError {
     }
 }
 
-/// " (did you mean `x`?)" when one of `candidates` is close to `name`.
+/// " (did you mean `x`?)" when one of `candidates` is close to `name`, or
+/// is a nested field of that name (`country` for a declared
+/// `meta.country`, which SQL writes whole).
 pub fn suggestion<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     let lower = name.to_ascii_lowercase();
+    let candidates: Vec<&str> = candidates.into_iter().collect();
+    let nested =
+        candidates.iter().find(|c| c.rsplit_once('.').is_some_and(|(_, field)| field.eq_ignore_ascii_case(name)));
+    if let Some(c) = nested {
+        return format!(" (did you mean `{c}`? a nested field is named with its path)");
+    }
     candidates
         .into_iter()
         .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_ascii_lowercase()), c))
@@ -84,6 +92,10 @@ mod tests {
     fn suggests_close_names_only() {
         assert_eq!(suggestion("symbl", ["symbol", "price"]), " (did you mean `symbol`?)");
         assert_eq!(suggestion("PRICE", ["symbol", "price"]), " (did you mean `price`?)");
+        assert_eq!(
+            suggestion("country", ["symbol", "meta.country"]),
+            " (did you mean `meta.country`? a nested field is named with its path)"
+        );
         assert_eq!(suggestion("zzz", ["symbol", "price"]), "");
     }
 }

@@ -83,6 +83,28 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "SESSION_END",
 ];
 
+/// Names other SQL dialects and spreadsheets use for functions Sluice has
+/// under another name: too far apart to be caught as typos.
+const OTHER_NAMES: &[(&str, &str)] = &[
+    ("AVERAGE", "AVG"),
+    ("MEAN", "AVG"),
+    ("MINIMUM", "MIN"),
+    ("MAXIMUM", "MAX"),
+    ("TOTAL", "SUM"),
+    ("TO_CHAR", "DATE_FORMAT"),
+    ("STRFTIME", "DATE_FORMAT"),
+    ("FORMAT_TIMESTAMP", "DATE_FORMAT"),
+];
+
+/// " (did you mean `X`?)" for an unknown function `name` (upper case): the
+/// function other dialects call so, or the nearest known name.
+pub(crate) fn function_suggestion(name: &str) -> String {
+    match OTHER_NAMES.iter().find(|(other, _)| *other == name) {
+        Some((_, ours)) if KNOWN_FUNCTIONS.contains(ours) => format!(" (did you mean `{ours}`?)"),
+        _ => suggestion(name, KNOWN_FUNCTIONS.iter().copied()),
+    }
+}
+
 /// Builds the call of scalar function `name` (upper case) on compiled `args`.
 pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
     let count = args.len();
@@ -346,10 +368,7 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 format!("{name} is the bound of the window the query groups by: it needs that window in GROUP BY"),
             ))
         }
-        _ => Err(SqlError::at_node(
-            node,
-            format!("unknown function {name}{}", suggestion(name, KNOWN_FUNCTIONS.iter().copied())),
-        )),
+        _ => Err(SqlError::at_node(node, format!("unknown function {name}{}", function_suggestion(name)))),
     }
 }
 

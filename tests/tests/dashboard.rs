@@ -95,7 +95,7 @@ fn render(expr: &str, namespace: &str, job: &str) -> String {
 fn alert_problems(prometheus: &Prometheus, ns: &str, job: &str) -> Vec<String> {
     let mut problems = Vec::new();
     let rules = prometheus.rules();
-    if rules.len() < 8 {
+    if rules.len() < 9 {
         problems.push(format!("only {} alerting rules loaded:\n{}", rules.len(), prometheus.log()));
     }
     for rule in &rules {
@@ -133,6 +133,22 @@ fn alert_problems(prometheus: &Prometheus, ns: &str, job: &str) -> Vec<String> {
         }
         if !matches!(rule["state"].as_str(), Some("pending" | "firing")) {
             problems.push(format!("alert {name} is {} with its condition true", rule["state"]));
+        }
+    }
+    // The operator is scraped as the chart's ServiceMonitor names it: the
+    // selector of SluiceOperatorDown finds it, and the rule stays quiet.
+    match rules.iter().find(|r| r["name"] == "SluiceOperatorDown") {
+        None => problems.push("no alert SluiceOperatorDown".into()),
+        Some(rule) => {
+            let query = rule["query"].as_str().unwrap_or_default();
+            let inner = query.strip_prefix("absent(").and_then(|q| q.strip_suffix(')')).unwrap_or(query);
+            match prometheus.query(inner) {
+                Ok(r) if !r.is_empty() => {}
+                other => problems.push(format!("alert SluiceOperatorDown: `{inner}` finds no operator: {other:?}")),
+            }
+            if rule["state"] != "inactive" {
+                problems.push(format!("alert SluiceOperatorDown is {} with the operator up", rule["state"]));
+            }
         }
     }
     problems
@@ -273,6 +289,21 @@ spec:
     );
     operator.signal("TERM");
     let _ = operator.wait(Duration::from_secs(20));
+    // With the operator gone, SluiceOperatorDown's condition holds (it
+    // fires after its `for:`).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let down = loop {
+        let state =
+            prometheus.rules().into_iter().find(|r| r["name"] == "SluiceOperatorDown").map(|r| r["state"].clone());
+        if state.as_ref().is_some_and(|s| s == "pending" || s == "firing") || std::time::Instant::now() > deadline {
+            break state;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        down.as_ref().is_some_and(|s| s == "pending" || s == "firing"),
+        "SluiceOperatorDown is {down:?} with the operator stopped"
+    );
     worker.signal("TERM");
     assert!(worker.wait(Duration::from_secs(30)).success());
 }

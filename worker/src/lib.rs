@@ -16,6 +16,7 @@
 mod clock;
 pub mod config;
 mod error;
+pub mod explain;
 pub mod frame;
 pub mod http;
 pub mod kafka;

@@ -92,6 +92,21 @@ enum Command {
         #[arg(long, default_value = "./secrets")]
         secrets_dir: String,
     },
+    /// Show how a StreamJob runs: stages, operators, keys, predicates,
+    /// windows, joins, state and topics, in the query's own names.
+    Explain {
+        /// The StreamJob manifest (YAML); `-` reads it from standard input.
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// Partitions to plan each Kafka source topic with (explain does
+        /// not connect to Kafka; a generator source has its own count).
+        #[arg(long, default_value_t = 2)]
+        partitions: i32,
+        /// Directory holding referenced Secrets (the registry's credentials,
+        /// for columns read from a subject).
+        #[arg(long, default_value = "./secrets")]
+        secrets_dir: String,
+    },
     /// Produce records of a seed scenario or of Nexmark to a Kafka topic (tests, benchmarks).
     Datagen {
         /// orders, market-data, trades, nexmark-person, nexmark-auction or nexmark-bid.
@@ -185,6 +200,19 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { file, output, secrets_dir } => validate(&file, output, &secrets_dir),
+        Command::Explain { file, partitions, secrets_dir } => {
+            let (name, text) = match read_manifest(&file) {
+                Ok(t) => t,
+                Err(e) => return fail(&e),
+            };
+            match check(name, &text, secrets_dir.as_str(), Some(partitions)).and_then(|c| explained(&c)) {
+                Ok(plan) => {
+                    out!("{plan}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
         Command::Datagen { scenario, records, bootstrap, topic, key, rate, start, timestamps } => {
             let _telemetry = init_telemetry(false, None);
             match sluice_worker::produce::produce(
@@ -262,7 +290,8 @@ struct StageReport {
     key: Vec<String>,
 }
 
-fn validate(file: &str, output: Output, secrets_dir: &str) -> ExitCode {
+/// The manifest at `file` (`-`: standard input) and the name to report it by.
+fn read_manifest(file: &str) -> Result<(&str, String), String> {
     let name = if file == "-" { "<stdin>" } else { file };
     let text = if file == "-" {
         let mut text = String::new();
@@ -270,32 +299,27 @@ fn validate(file: &str, output: Output, secrets_dir: &str) -> ExitCode {
     } else {
         std::fs::read_to_string(file)
     };
-    let checked = match text {
-        Ok(text) => check(name, &text, secrets_dir),
-        Err(e) => Err(format!("cannot read {name}: {e}")),
-    };
+    text.map(|t| (name, t)).map_err(|e| format!("cannot read {name}: {e}"))
+}
+
+fn validate(file: &str, output: Output, secrets_dir: &str) -> ExitCode {
+    let checked = read_manifest(file).and_then(|(name, text)| check(name, &text, secrets_dir, None));
+    let name = if file == "-" { "<stdin>" } else { file };
     match (checked, output) {
-        (Ok(stages), Output::Text) => {
-            out!("{name}: ok");
-            for s in stages {
-                out!(
-                    "  stage {}: {} -> {} -> {}\n    emit: {}\n    output: {}\n    key: {}",
-                    s.stage,
-                    s.input,
-                    s.operator,
-                    s.output,
-                    s.emit,
-                    s.columns.join(", "),
-                    if s.key.is_empty() { "(none)".to_owned() } else { s.key.join(", ") },
-                );
+        (Ok(checked), Output::Text) => match explained(&checked) {
+            Ok(plan) => {
+                out!("{name}: ok\n{plan}");
+                ExitCode::SUCCESS
             }
-            ExitCode::SUCCESS
-        }
+            Err(e) => fail(&e),
+        },
         (Err(e), Output::Text) => fail(&e),
         (result, Output::Json) => {
             let ok = result.is_ok();
             let report = match result {
-                Ok(stages) => serde_json::json!({ "file": name, "ok": true, "stages": stages }),
+                Ok(checked) => {
+                    serde_json::json!({ "file": name, "ok": true, "stages": stage_reports(&checked.dataflow) })
+                }
                 Err(e) => serde_json::json!({ "file": name, "ok": false, "error": e }),
             };
             out!("{report}");
@@ -335,9 +359,18 @@ fn in_file(file: &str, text: &str, e: &sluice_plan::SqlError) -> String {
     )
 }
 
-/// A manifest's checks, and its plan: each stage, then the branches beside
-/// it (over sources of their own, or over the stage's repartition topic).
-fn check(file: &str, text: &str, secrets_dir: &str) -> Result<Vec<StageReport>, String> {
+/// A manifest that passed its checks: the job as a worker runs it (the
+/// columns of registry subjects derived) and its plan.
+struct Checked {
+    config: WorkerConfig,
+    dataflow: sluice_plan::Dataflow,
+}
+
+/// A manifest's checks, and its plan, for `partitions` per Kafka source
+/// (default: a generator source's count, or 2 — a query keyed differently
+/// from its source then shows the stage boundary it will have on a
+/// cluster).
+fn check(file: &str, text: &str, secrets_dir: &str, partitions: Option<i32>) -> Result<Checked, String> {
     let job: sluice_crds::StreamJob =
         serde_saphyr::from_str(text).map_err(|e| format!("{file}: not a valid StreamJob: {e}"))?;
     // The user's spec first (a registry subject's settings), then, with
@@ -346,23 +379,54 @@ fn check(file: &str, text: &str, secrets_dir: &str) -> Result<Vec<StageReport>, 
     let mut job = job;
     job.spec = with_registry_columns(&job.spec, secrets_dir, "  ").map_err(|e| format!("{file}: {e}"))?;
     job.spec.validate().map_err(|e| format!("{file}: {e}"))?;
-    // Planned as for a multi-partition source (a datagen source says how
-    // many it has): a query keyed differently from the source shows the
-    // stage boundary it will have on a cluster.
-    let partitions = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions)).unwrap_or(2);
-    let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, partitions)
+    let generated = job.spec.sources.iter().find_map(|s| s.datagen.as_ref().map(|d| d.partitions));
+    let planned = partitions.or(generated).unwrap_or(2);
+    let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, planned)
         .map_err(|e| format!("{file}: {}", in_file(file, text, &e)))?;
     let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
     if let Some(problem) = sink_outputs.iter().find_map(|o| job.spec.sink.format.column_name_problem(&o.name)) {
         return Err(format!("{file}: spec.sink.format avro: {problem}"));
     }
+    let partitions = job
+        .spec
+        .sources
+        .iter()
+        .map(|s| sluice_crds::SourcePartitions {
+            source: s.name.clone(),
+            partitions: match (&s.datagen, &s.file) {
+                (Some(d), _) => d.partitions,
+                (None, Some(_)) => 1,
+                (None, None) => planned,
+            },
+        })
+        .collect();
+    let config = WorkerConfig {
+        job: sluice_crds::JobIdentity {
+            name: job.metadata.name.clone().unwrap_or_else(|| "unnamed".to_owned()),
+            namespace: job.metadata.namespace.clone().unwrap_or_else(|| "default".to_owned()),
+        },
+        spec: job.spec,
+        partitions,
+        assignment_epoch: 0,
+        earlier_slots: Vec::new(),
+        worker: WorkerSettings::default(),
+    };
+    Ok(Checked { config, dataflow })
+}
+
+fn explained(checked: &Checked) -> Result<String, String> {
+    sluice_worker::explain::explain(&checked.config, &checked.dataflow).map_err(|e| e.to_string())
+}
+
+/// Each stage's plan in brief, then the branches beside it, for
+/// `validate --output json`.
+fn stage_reports(dataflow: &sluice_plan::Dataflow) -> Vec<StageReport> {
     let mut rows = Vec::new();
     for (s, st) in dataflow.stages.iter().enumerate() {
         rows.push((s, &st.plan, st.output, s == 0));
         rows.extend(dataflow.beside(s).map(|b| (s, &b.plan, st.output, !b.reads_exchange)));
     }
-    Ok(rows
-        .into_iter()
+    rows.into_iter()
         .map(|(stage, plan, output, reads_source)| StageReport {
             stage,
             input: if reads_source {
@@ -390,7 +454,7 @@ fn check(file: &str, text: &str, secrets_dir: &str) -> Result<Vec<StageReport>, 
             columns: plan.outputs.iter().map(|o| o.name.clone()).collect(),
             key: plan.keys.iter().map(|o| o.name.clone()).collect(),
         })
-        .collect())
+        .collect()
 }
 
 /// Runs a job with its HTTP endpoint and signal handling; `local` prints

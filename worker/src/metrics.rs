@@ -20,9 +20,13 @@ use prometheus::{
 
 use crate::Error;
 
-/// Upper bounds (seconds) of the end-to-end latency buckets.
-const LATENCY_BOUNDS: [f64; 18] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+/// Upper bounds (seconds) of the end-to-end latency buckets. They reach two
+/// hours, so a latency of up to an hour (a long window, a job catching up)
+/// lands in a bucket: in `+Inf` alone no quantile can be read.
+const LATENCY_BOUNDS: [f64; 24] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+];
 
 /// A cumulative histogram of record timestamp → sink acknowledgement.
 #[derive(Debug, Default)]

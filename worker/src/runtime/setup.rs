@@ -66,11 +66,6 @@ impl CoreSetup {
     /// stage 0's source, one per later stage's repartition topic, one per
     /// branch source that keeps state (a windowed side of a join).
     pub(super) fn state_topic(&self, i: usize) -> String {
-        let input = &self.inputs[i];
-        if input.source.is_none() || i == 0 {
-            return self.config.stage_state_topic(input.stage);
-        }
-        let branch = self.inputs[..i].iter().filter(|x| x.source.is_some()).count();
-        format!("{}-branch-{branch}", self.config.state_topic())
+        super::topology::state_topic(&self.inputs, i, &self.config)
     }
 }

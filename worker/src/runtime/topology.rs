@@ -10,7 +10,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use sluice_crds::{SourcePartitions, SourceSpec, StartFrom, assign};
+use sluice_crds::{SourcePartitions, SourceSpec, StartFrom, WorkerConfig, assign};
 use sluice_plan::{Dataflow, OperatorPlan, Plan, StageOutput};
 
 use crate::Error;
@@ -172,6 +172,18 @@ impl Topology {
             })
             .collect())
     }
+}
+
+/// Where input `i`'s state is checkpointed: the job's state topic for
+/// stage 0's source, one per later stage's repartition topic, one per
+/// branch source that keeps state (a windowed side of a join).
+pub fn state_topic(inputs: &[CoreInput], i: usize, config: &WorkerConfig) -> String {
+    let input = &inputs[i];
+    if input.source.is_none() || i == 0 {
+        return config.stage_state_topic(input.stage);
+    }
+    let branch = inputs[..i].iter().filter(|x| x.source.is_some()).count();
+    format!("{}-branch-{branch}", config.state_topic())
 }
 
 /// One consumer reads all of a core's partitions, so a job's Kafka sources
