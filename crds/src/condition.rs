@@ -58,7 +58,7 @@ mod tests {
     use super::*;
 
     fn at(secs: i64) -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap_or_default())
+        Time(jiff::Timestamp::from_second(secs).unwrap_or_default())
     }
 
     #[test]

@@ -90,15 +90,24 @@ pub struct TableSpec {
 }
 
 /// A Kafka topic to consume.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    // The pattern admits only well-formed times; CEL's own parser then
+    // refuses a date that does not exist (2026-02-30), which the operator's
+    // typed watch could not read: one such object would stall every job.
+    validation = Rule::new("self.startFrom in ['Earliest', 'Latest'] || timestamp(self.startFrom) >= timestamp('1970-01-01T00:00:00Z')").message("startFrom is Earliest, Latest or an RFC 3339 time from 1970 on, such as 2026-11-28T09:00:00Z")
+)]
 pub struct KafkaSource {
     /// Comma-separated `host:port` list.
     #[schemars(length(min = 1))]
     pub bootstrap_servers: String,
     #[schemars(length(min = 1, max = 249))]
     pub topic: String,
-    /// Where to start when the job's consumer group has no committed offset.
+    /// Where to start when the job's consumer group has no committed
+    /// offset: Earliest, Latest, or an RFC 3339 time with its offset
+    /// (`2026-11-28T09:00:00Z`), read from each partition's first record
+    /// whose timestamp is at or after it.
     #[serde(default)]
     pub start_from: StartFrom,
     /// Extra librdkafka client properties (never credentials: use `secretRef`).
@@ -129,11 +138,86 @@ impl KafkaSource {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// Where a job that has never committed on a topic starts reading it:
+/// `Earliest`, `Latest`, or an RFC 3339 time (`2026-11-28T09:00:00Z`,
+/// `2026-11-28T10:00:00+01:00`) — the first record whose Kafka timestamp is
+/// at or after it, found with Kafka's offsets-for-times (Flink's
+/// `scan.startup.mode: timestamp`). One string, not an object, so the
+/// field stays what it was for `Earliest` and `Latest`: a Kubernetes
+/// structural schema cannot take a string or an object in one field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum StartFrom {
     #[default]
     Earliest,
     Latest,
+    /// Epoch milliseconds.
+    Timestamp(i64),
+}
+
+/// The pattern `startFrom` must match (the CRD's schema checks it at the
+/// API server; [`StartFrom`]'s parser then checks the date exists).
+pub const START_FROM_PATTERN: &str = r"^(Earliest|Latest|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9]))$";
+
+impl std::str::FromStr for StartFrom {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "Earliest" => Ok(Self::Earliest),
+            "Latest" => Ok(Self::Latest),
+            time => time.parse::<jiff::Timestamp>().map(|t| Self::Timestamp(t.as_millisecond())).map_err(|e| {
+                format!(
+                    "startFrom {time:?} is not Earliest, Latest or an RFC 3339 time with its offset such as \
+                         2026-11-28T09:00:00Z ({e})"
+                )
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for StartFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Earliest => f.write_str("Earliest"),
+            Self::Latest => f.write_str("Latest"),
+            Self::Timestamp(ms) => match jiff::Timestamp::from_millisecond(*ms) {
+                Ok(t) => write!(f, "{t}"),
+                Err(_) => write!(f, "{ms} ms"),
+            },
+        }
+    }
+}
+
+impl Serialize for StartFrom {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for StartFrom {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl JsonSchema for StartFrom {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StartFrom".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": START_FROM_PATTERN,
+            "maxLength": 40,
+            "description": "Earliest, Latest, or an RFC 3339 time with its offset (2026-11-28T09:00:00Z): the first record at or after it."
+        })
+    }
 }
 
 /// A local JSON-lines file, one record per line.
@@ -458,6 +542,50 @@ impl SourceSpec {
             (Some(k), _) => &k.topic,
             (None, Some(f)) => &f.path,
             (None, None) => &self.name,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_from_reads_earliest_latest_or_a_time_and_writes_them_back() {
+        assert_eq!("Earliest".parse::<StartFrom>(), Ok(StartFrom::Earliest));
+        assert_eq!("Latest".parse::<StartFrom>(), Ok(StartFrom::Latest));
+        let at: StartFrom = "2026-11-28T10:00:00+01:00".parse().unwrap();
+        assert_eq!(at, StartFrom::Timestamp(1_795_856_400_000));
+        assert_eq!(at.to_string(), "2026-11-28T09:00:00Z");
+        assert_eq!(serde_json::to_value(at).unwrap(), serde_json::json!("2026-11-28T09:00:00Z"));
+        let back: StartFrom = serde_json::from_value(serde_json::json!("2026-11-28T09:00:00.250Z")).unwrap();
+        assert_eq!(back, StartFrom::Timestamp(1_795_856_400_250));
+        for bad in ["yesterday", "2026-11-28", "2026-11-28T09:00:00", "2026-02-30T00:00:00Z", "earliest"] {
+            let e = bad.parse::<StartFrom>().unwrap_err();
+            assert!(e.contains(bad) && e.contains("RFC 3339"), "{bad}: {e}");
+        }
+        // The schema's pattern (checked by the API server) lets through
+        // what the parser reads, and stops the shapes it refuses.
+        let pattern = regex::Regex::new(START_FROM_PATTERN).unwrap();
+        for good in
+            ["Earliest", "Latest", "2026-11-28T09:00:00Z", "2026-11-28T10:00:00+01:00", "2026-11-28T09:00:00.5Z"]
+        {
+            assert!(pattern.is_match(good), "{good}");
+            assert!(good.parse::<StartFrom>().is_ok(), "{good}");
+        }
+        for bad in [
+            "yesterday",
+            "2026-11-28",
+            "2026-11-28T09:00:00",
+            "2026-11-28T09:00Z",
+            "earliest",
+            "2026-11-28T09:00:00Z ",
+            "2026-11-28T24:00:00Z",
+            "2026-11-28T09:00:60Z",
+            "2026-11-28T09:00:00+01:60",
+            "2026-13-01T00:00:00Z",
+        ] {
+            assert!(!pattern.is_match(bad), "{bad}");
         }
     }
 }

@@ -361,11 +361,18 @@ mod tests {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
-            let job: StreamJob = serde_saphyr::from_str(&text).unwrap();
-            // What a job on the cluster is refused for: the spec's rules,
-            // and what runs only on one machine.
-            let mut problems: Vec<String> = job.spec.validate().err().map(|e| e.to_string()).into_iter().collect();
-            problems.extend(job.spec.local_only_problems());
+            // What a job on the cluster is refused for: a value its type
+            // cannot hold (the schema's pattern at the API server), the
+            // spec's rules, and what runs only on one machine.
+            let problems: Vec<String> = match serde_saphyr::from_str::<StreamJob>(&text) {
+                Err(e) => vec![e.to_string()],
+                Ok(job) => {
+                    let mut problems: Vec<String> =
+                        job.spec.validate().err().map(|e| e.to_string()).into_iter().collect();
+                    problems.extend(job.spec.local_only_problems());
+                    problems
+                }
+            };
             assert!(!problems.is_empty(), "{} is accepted", path.display());
             let err = problems.join("; ");
             for expected in text.lines().filter_map(|l| l.strip_prefix("# expect:")) {

@@ -82,6 +82,21 @@ fn source_offsets(
     let deadline = Instant::now() + timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let committed = consumer.committed_offsets(tpl, left()).map_err(|e| format!("committed offsets: {e}"))?;
+    // `startFrom: <time>` before the first commit: where the job will
+    // start, by Kafka's offsets-for-times (a partition with no record at or
+    // after it starts at its end).
+    let by_time = match from {
+        StartFrom::Timestamp(ms)
+            if !committed.elements().iter().any(|e| matches!(e.offset(), Offset::Offset(o) if o >= 0)) =>
+        {
+            let mut times = TopicPartitionList::new();
+            for p in 0..partitions {
+                times.add_partition_offset(topic, p, Offset::Offset(ms)).map_err(|e| e.to_string())?;
+            }
+            Some(consumer.offsets_for_times(times, left()).map_err(|e| format!("offsets for {from}: {e}"))?)
+        }
+        _ => None,
+    };
     let mut out = SourceOffsets::default();
     for p in 0..partitions {
         if left().is_zero() {
@@ -94,6 +109,14 @@ fn source_offsets(
             _ => match from {
                 StartFrom::Earliest => low,
                 StartFrom::Latest => high,
+                StartFrom::Timestamp(_) => {
+                    match by_time.as_ref().and_then(|t| t.find_partition(topic, p)).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) if o >= 0 => o.clamp(low, high),
+                        Some(_) => high,
+                        // Committed elsewhere on the topic: a new partition is read from its start.
+                        None => low,
+                    }
+                }
             },
         };
         out.end += high;

@@ -1055,6 +1055,48 @@ fn partitions_added_to_a_stateless_source_are_read_from_their_beginning() {
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
 
+/// `startFrom: <time>` (Kafka's offsets-for-times): a job that has never
+/// committed starts each partition at its first record whose Kafka
+/// timestamp is at or after the time — here records 600 onwards of the
+/// two partitions that have them — and a partition with no record that
+/// late starts at its end. The records' Kafka timestamps are set apart
+/// from their event times, so the cut is the broker's, not the query's.
+#[test]
+fn start_from_a_time_reads_each_partition_from_its_first_record_at_or_after_it() {
+    let (topic, out) = (unique_name("timed"), unique_name("out"));
+    kafka::create_topic(&topic, 3);
+    kafka::create_topic(&out, 1);
+    let t0 = 1_760_000_000_000i64;
+    let keys_values: Vec<(String, i32, i64)> = (0..900u64)
+        .map(|i| (trade_json(&trade(i)), i32::try_from(i % 2).unwrap(), t0 + i64::try_from(i).unwrap() * 1000))
+        // Partition 2 holds only records older than the cut.
+        .chain((0..100u64).map(|j| (trade_json(&trade(10_000 + j)), 2, t0 + i64::try_from(j).unwrap() * 1000)))
+        .collect();
+    let records: Vec<kafka::Timed<'_>> =
+        keys_values.iter().map(|(v, p, ts)| (&b"k"[..], Some(v.as_bytes()), *p, *ts)).collect();
+    kafka::produce_timed(&topic, &records);
+    let cut = jiff::Timestamp::from_millisecond(t0 + 600 * 1000).unwrap().to_string();
+    let m =
+        manifest(&unique_name("from-time"), "SELECT trader, CAST(ts AS BIGINT) AS ms FROM trades", &topic, &out, "")
+            .replace(&format!("topic: {topic} }}"), &format!("topic: {topic}, startFrom: \"{cut}\" }}"));
+    let path = write_temp("start-from-time.yaml", &m);
+    let explained = std::process::Command::new(sluice_e2e::worker::worker_bin())
+        .args(["explain", "-f", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&explained.stdout);
+    assert!(text.contains(&format!("from the first record at or after {cut}")), "{text}");
+    let mut w = Worker::run(&path, &["--bounded", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "{}", w.log());
+    let got: BTreeSet<i64> = kafka::consume_all(&out, Duration::from_secs(30))
+        .iter()
+        .map(|r| serde_json::from_slice::<serde_json::Value>(&r.value).unwrap()["ms"].as_i64().unwrap())
+        .collect();
+    let expected: BTreeSet<i64> = (600..900).map(|i| trade(i).ts).collect();
+    assert_eq!(got.len(), 300, "records before the cut read, or records after it skipped");
+    assert_eq!(got, expected);
+}
+
 /// Partitions added to a keyed job's source (finding 4): keys now hash to
 /// other partitions, so the job's state can no longer follow them. The next
 /// generation of workers stops before consuming anything — not ready, with

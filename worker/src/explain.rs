@@ -304,8 +304,9 @@ fn source_place(source: &SourceSpec, partitions: i32) -> String {
     let format = value_name(&source.format);
     if let Some(k) = &source.kafka {
         let start = match k.start_from {
-            StartFrom::Earliest => "earliest",
-            StartFrom::Latest => "latest",
+            StartFrom::Earliest => "earliest".to_owned(),
+            StartFrom::Latest => "latest".to_owned(),
+            at @ StartFrom::Timestamp(_) => format!("the first record at or after {at}"),
         };
         format!("Kafka topic {} ({partitions} partitions, {format}, from {start} on first start)", k.topic)
     } else if let Some(f) = &source.file {

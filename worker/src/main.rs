@@ -107,6 +107,9 @@ enum Command {
         #[arg(long, default_value = "./secrets")]
         secrets_dir: String,
     },
+    /// Print the StreamJob CustomResourceDefinition (YAML) this build
+    /// reads: `sluice-worker crd | kubectl apply -f -`.
+    Crd,
     /// Produce records of a seed scenario or of Nexmark to a Kafka topic (tests, benchmarks).
     Datagen {
         /// orders, market-data, trades, nexmark-person, nexmark-auction or nexmark-bid.
@@ -200,6 +203,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { file, output, secrets_dir } => validate(&file, output, &secrets_dir),
+        Command::Crd => match sluice_crds::crd_yaml() {
+            Ok(yaml) => {
+                out!("{}", yaml.trim_end());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("cannot render the CRD: {e}")),
+        },
         Command::Explain { file, partitions, secrets_dir } => {
             let (name, text) = match read_manifest(&file) {
                 Ok(t) => t,

@@ -947,3 +947,14 @@ fn explain_shows_each_query_shape_in_the_users_names() {
     expected_files.sort();
     assert_eq!(committed, expected_files, "every explain text has its manifest");
 }
+
+/// `sluice-worker crd` prints the CRD this build reads — the committed
+/// `crds/streamjob.yaml` — so the image carries it (`sluice-worker crd |
+/// kubectl apply -f -`).
+#[test]
+fn crd_prints_the_committed_custom_resource_definition() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice-worker")).arg("crd").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let committed = std::fs::read_to_string(repo().join("crds/streamjob.yaml")).unwrap();
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim_end(), committed.trim_end());
+}

@@ -63,11 +63,39 @@ pub struct CommittedPosition {
 /// here, not left to `auto.offset.reset`, so the first checkpoint commits it
 /// and a later restart finds the job started even on a partition that has
 /// had no traffic.
-pub fn start_offset(start_from: StartFrom, topic_started: bool, low: i64, high: i64) -> i64 {
+/// `by_time` is, for `startFrom: <time>`, the first offset whose record's
+/// timestamp is at or after it (Kafka's offsets-for-times); `None` when no
+/// record is, and then the partition starts at its end.
+pub fn start_offset(start_from: StartFrom, topic_started: bool, low: i64, high: i64, by_time: Option<i64>) -> i64 {
     match (start_from, topic_started) {
         (StartFrom::Latest, false) => high,
-        (StartFrom::Earliest, _) | (StartFrom::Latest, true) => low,
+        (StartFrom::Timestamp(_), false) => by_time.map_or(high, |o| o.clamp(low, high)),
+        (StartFrom::Earliest, _) | (StartFrom::Latest | StartFrom::Timestamp(_), true) => low,
     }
+}
+
+/// The first offset of each of `partitions` of `topic` whose record's
+/// timestamp is at or after `ms` (`None`: no such record yet).
+fn offsets_for_time<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: &[i32],
+    ms: i64,
+) -> Result<Vec<Option<i64>>, Error> {
+    let mut tpl = TopicPartitionList::new();
+    for &p in partitions {
+        tpl.add_partition_offset(topic, p, Offset::Offset(ms)).map_err(|e| Error::kafka("offsets for a time", e))?;
+    }
+    let found = consumer
+        .offsets_for_times(tpl, METADATA_TIMEOUT)
+        .map_err(|e| Error::kafka(format!("offsets of {topic} for startFrom {}", StartFrom::Timestamp(ms)), e))?;
+    Ok(partitions
+        .iter()
+        .map(|&p| match found.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) if o >= 0 => Some(o),
+            _ => None,
+        })
+        .collect())
 }
 
 /// The consumer settings a core starts from; a source's `properties`
@@ -178,7 +206,13 @@ impl KafkaSource {
                 _ => None,
             };
             let topic_started = (0..all).any(|p| committed_offset(p).is_some());
-            for &p in &input.partitions {
+            let by_time = match input.start_from {
+                StartFrom::Timestamp(ms) if !topic_started => {
+                    offsets_for_time(&consumer, topic, &input.partitions, ms)?
+                }
+                _ => vec![None; input.partitions.len()],
+            };
+            for (&p, by_time) in input.partitions.iter().zip(by_time) {
                 let offset = committed_offset(p);
                 let metadata = match (offset, committed.find_partition(topic, p)) {
                     (Some(_), Some(e)) => e.metadata().to_owned(),
@@ -196,8 +230,8 @@ impl KafkaSource {
                 let start = match (offset, watermarks) {
                     (Some(o), _) => o,
                     (None, Some((low, high))) => {
-                        let start = start_offset(input.start_from, topic_started, low, high);
-                        if topic_started && input.start_from == StartFrom::Latest {
+                        let start = start_offset(input.start_from, topic_started, low, high, by_time);
+                        if topic_started && input.start_from != StartFrom::Earliest {
                             tracing::info!(
                                 topic,
                                 partition = p,
@@ -453,11 +487,15 @@ mod tests {
     #[test]
     fn start_from_applies_only_before_the_job_first_committed_on_the_topic() {
         // A new job: as the spec says.
-        assert_eq!(start_offset(StartFrom::Latest, false, 5, 90), 90);
-        assert_eq!(start_offset(StartFrom::Earliest, false, 5, 90), 5);
+        assert_eq!(start_offset(StartFrom::Latest, false, 5, 90, None), 90);
+        assert_eq!(start_offset(StartFrom::Earliest, false, 5, 90, None), 5);
+        // A time: the first record at or after it, or the end when none is.
+        assert_eq!(start_offset(StartFrom::Timestamp(1), false, 5, 90, Some(40)), 40);
+        assert_eq!(start_offset(StartFrom::Timestamp(1), false, 5, 90, None), 90);
+        assert_eq!(start_offset(StartFrom::Timestamp(1), true, 0, 40, Some(30)), 0);
         // A partition added to a topic the job already reads: every record
         // on it came while the job ran, so none is skipped.
-        assert_eq!(start_offset(StartFrom::Latest, true, 0, 40), 0);
-        assert_eq!(start_offset(StartFrom::Earliest, true, 0, 40), 0);
+        assert_eq!(start_offset(StartFrom::Latest, true, 0, 40, None), 0);
+        assert_eq!(start_offset(StartFrom::Earliest, true, 0, 40, None), 0);
     }
 }
