@@ -1097,6 +1097,50 @@ fn start_from_a_time_reads_each_partition_from_its_first_record_at_or_after_it()
     assert_eq!(got, expected);
 }
 
+/// `sluice-worker preview` runs a query keyed differently from its topic
+/// against the real topic and prints result rows: exactly `--limit` of
+/// them, each a row of the query. It writes nothing to Kafka — its
+/// consumer group has no offsets (it does not exist), and no topic appears:
+/// no repartition or state topic, no sink, no dead-letter topic.
+#[test]
+fn preview_prints_rows_of_the_real_topic_and_writes_nothing_to_kafka() {
+    let (topic, out) = (unique_name("preview"), unique_name("preview-out"));
+    kafka::create_topic(&topic, 4);
+    produce_trades(&topic, 0..4_000, 4);
+    let sql = "SELECT symbol, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY symbol";
+    let m = manifest(&unique_name("preview"), sql, &topic, &out, "")
+        + &format!("  deadLetter:\n    kafka: {{ bootstrapServers: \"{}\", topic: {out}-dlq }}\n", harness().bootstrap);
+    let path = write_temp("preview.yaml", &m);
+    let before = kafka::topics_starting_with("");
+    // Each symbol's first change is a row: at least 5 come, so a limit of
+    // 3 ends the preview (bounded by `timeout`, should it not).
+    let worker = sluice_e2e::worker::worker_bin();
+    let result = std::process::Command::new("timeout")
+        .args(["120", worker.to_str().unwrap(), "preview", "-f", path.to_str().unwrap(), "--limit", "3"])
+        .args(["--from", "earliest"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(result.status.success(), "{stderr}");
+    let rows: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&result.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 3, "{rows:?}\n{stderr}");
+    let symbols: BTreeSet<String> = (0..5).map(|s| format!("S{s}")).collect();
+    for row in &rows {
+        assert!(symbols.contains(row["symbol"].as_str().unwrap()), "{row}");
+        assert!(row["n"].as_i64().unwrap() >= 1 && row["qty"].as_i64().unwrap() >= 1, "{row}");
+    }
+    let group = stderr
+        .split("consumer group ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no consumer group named: {stderr}"));
+    assert!(!kafka::group_exists(group), "the preview's group {group} has offsets");
+    let after = kafka::topics_starting_with("");
+    let new: Vec<&String> = after.iter().filter(|t| !before.contains(t)).collect();
+    assert!(new.iter().all(|t| !t.starts_with(group) && !t.starts_with(&out)), "the preview created topics: {new:?}");
+}
+
 /// Partitions added to a keyed job's source (finding 4): keys now hash to
 /// other partitions, so the job's state can no longer follow them. The next
 /// generation of workers stops before consuming anything — not ready, with

@@ -107,6 +107,29 @@ enum Command {
         #[arg(long, default_value = "./secrets")]
         secrets_dir: String,
     },
+    /// Run a StreamJob's query against its real source topics and print
+    /// result rows as they come: a throwaway consumer group that commits
+    /// nothing; no sink, state, dead-letter or repartition topic written
+    /// (stages exchange in process). Ctrl-C, or `--limit`, ends it.
+    Preview {
+        /// The StreamJob manifest (YAML).
+        #[arg(short = 'f', long = "file")]
+        file: String,
+        /// Stop after printing this many result rows.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Where to start each source topic: `earliest`, `latest`, or an
+        /// RFC 3339 time (`2026-11-28T09:00:00Z`); default: each source's
+        /// `startFrom`.
+        #[arg(long)]
+        from: Option<String>,
+        /// Engine threads (default: the job's workers × coresPerWorker, at most the local cores).
+        #[arg(long)]
+        cores: Option<i32>,
+        /// Directory holding referenced Secrets (one directory per Secret, one file per key).
+        #[arg(long, default_value = "./secrets")]
+        secrets_dir: String,
+    },
     /// Print the StreamJob CustomResourceDefinition (YAML) this build
     /// reads: `sluice-worker crd | kubectl apply -f -`.
     Crd,
@@ -197,10 +220,13 @@ fn main() -> ExitCode {
                     {
                         return fail(&format!("{file}: {}", in_file(&file, &text, &e)));
                     }
-                    execute(c, bounded, true)
+                    execute(c, bounded, true, None)
                 }
                 Err(e) => fail(&format!("{file}: {e}")),
             }
+        }
+        Command::Preview { file, limit, from, cores, secrets_dir } => {
+            preview(&file, limit, from.as_deref(), cores, secrets_dir)
         }
         Command::Validate { file, output, secrets_dir } => validate(&file, output, &secrets_dir),
         Command::Crd => match sluice_crds::crd_yaml() {
@@ -285,7 +311,7 @@ fn serve(path: &str, bounded: bool) -> ExitCode {
         Err(e) => return fail(&e.to_string()),
     };
     let _telemetry = init_telemetry(config.worker.log_format == "json", config.worker.otlp_endpoint.as_deref());
-    execute(config, bounded, false)
+    execute(config, bounded, false, None)
 }
 
 /// One stage of a validated plan, as `validate` reports it.
@@ -490,7 +516,53 @@ fn with_registry_columns(
     Ok(spec)
 }
 
-fn execute(mut config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
+/// `preview`: the manifest as a local run, on a consumer group of its own
+/// that it never commits to, from `from` (or each source's startFrom),
+/// printing at most `limit` rows.
+fn preview(file: &str, limit: Option<u64>, from: Option<&str>, cores: Option<i32>, secrets_dir: String) -> ExitCode {
+    let start = match from.map(|f| match f.to_ascii_lowercase().as_str() {
+        "earliest" => Ok(sluice_crds::StartFrom::Earliest),
+        "latest" => Ok(sluice_crds::StartFrom::Latest),
+        _ => f.parse::<sluice_crds::StartFrom>(),
+    }) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return fail(&format!("--from: {e}")),
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => return fail(&format!("cannot read {file}: {e}")),
+    };
+    let _telemetry = init_telemetry(false, None);
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    let settings = WorkerSettings {
+        http_address: "127.0.0.1".into(),
+        http_port: 0,
+        secrets_dir,
+        consumer_group: Some(format!("sluice-preview-{}-{stamp}", std::process::id())),
+        pin_cores: false,
+        ..WorkerSettings::default()
+    };
+    let mut config = match config::from_manifest(&text, cores, settings) {
+        Ok(c) => c,
+        Err(e) => return fail(&format!("{file}: {e}")),
+    };
+    if let Some(start) = start {
+        for k in config.spec.sources.iter_mut().filter_map(|s| s.kafka.as_mut()) {
+            k.start_from = start;
+        }
+    }
+    // Nothing in a preview reaches Kafka but its reads: no transactions.
+    config.spec.delivery = sluice_crds::Delivery::AtLeastOnce;
+    say!(
+        "sluice-worker: preview of {}: reading as consumer group {} (nothing committed, nothing written to Kafka)",
+        config.job.name,
+        config.consumer_group()
+    );
+    execute(config, false, true, Some(limit.unwrap_or(u64::MAX)))
+}
+
+fn execute(mut config: WorkerConfig, bounded: bool, local: bool, preview: Option<u64>) -> ExitCode {
     // Columns named by a registry subject: derived here for a local run;
     // a pod's config has them already (the operator derived them).
     match with_registry_columns(&config.spec, &config.worker.secrets_dir, "sluice-worker: ") {
@@ -547,8 +619,14 @@ fn execute(mut config: WorkerConfig, bounded: bool, local: bool) -> ExitCode {
     let job_health = Arc::clone(&health);
     let job_metrics = Arc::clone(&metrics);
     let (done_tx, done) = std::sync::mpsc::channel();
+    // A preview stops, as on Ctrl-C, once its last row is printed.
+    let preview = preview.map(|limit| {
+        let stop = Arc::clone(&health);
+        Arc::new(sluice_worker::sink::RowBudget::new(limit, move || stop.request_shutdown(Duration::from_secs(5))))
+    });
     let job = std::thread::Builder::new().name("sluice-job".into()).spawn(move || {
-        let _ = done_tx.send(run_job(config, RunOptions { bounded, ordinal }, &job_metrics, &job_health));
+        let options = RunOptions { bounded, ordinal, preview };
+        let _ = done_tx.send(run_job(config, &options, &job_metrics, &job_health));
     });
     if let Err(e) = job {
         return fail(&format!("cannot start the job: {e}"));

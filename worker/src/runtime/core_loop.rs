@@ -194,6 +194,27 @@ impl<'a> Core<'a> {
         let exactly_once = spec.delivery == Delivery::ExactlyOnce;
         let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
+            // A preview reads the source topics only — one consumer per
+            // topic, numbered into the core's slots as local sources are —
+            // and its stages exchange in process: it opens no repartition
+            // topic, state topic or transaction, and commits nothing.
+            Some(k) if setup.preview.is_some() => {
+                let client = client_config(k.connection(), secrets)?;
+                let mut sources = Vec::new();
+                let mut base = 0;
+                for (input, read) in setup.inputs.iter().zip(&read) {
+                    if !read || input.partitions.is_empty() {
+                        continue;
+                    }
+                    if input.source.is_some() {
+                        let inputs = topic_inputs(std::slice::from_ref(input), &[true], false);
+                        let (source, _) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
+                        sources.push((Box::new(source) as Box<dyn Source>, base));
+                    }
+                    base += input.partitions.len();
+                }
+                (Box::new(LocalSources::new(sources)) as Box<dyn Source>, Vec::new())
+            }
             Some(k) => {
                 let client = client_config(k.connection(), secrets)?;
                 if exactly_once {

@@ -23,11 +23,15 @@ use crate::Error;
 use crate::metrics::Metrics;
 use sluice_sql::plan_dataflow;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Process to the end offsets captured at start, close all windows, exit.
     pub bounded: bool,
     pub ordinal: i32,
+    /// A preview (`sluice-worker preview`): results to standard output
+    /// within this budget of rows; stages exchange in process; nothing is
+    /// written to Kafka — no offsets, state, repartition records or sink.
+    pub preview: Option<Arc<crate::sink::RowBudget>>,
 }
 
 /// The one-line account of a run.
@@ -67,7 +71,7 @@ impl fmt::Display for JobSummary {
 /// shutdown is requested; returns what was done.
 pub fn run_job(
     config: WorkerConfig,
-    options: RunOptions,
+    options: &RunOptions,
     metrics: &Metrics,
     health: &Arc<Health>,
 ) -> Result<JobSummary, Error> {
@@ -92,7 +96,7 @@ pub fn run_job(
     let per_core = topology.for_worker(config.spec.workers, config.spec.cores_per_worker, options.ordinal)?;
     // A local run (no broker) exchanges between stages in process.
     let mut local_ends: Vec<Option<LocalEnds>> = per_core.iter().map(|_| None).collect();
-    if dataflow.has_exchange() && topology.local() {
+    if dataflow.has_exchange() && (topology.local() || options.preview.is_some()) {
         let backlog = super::local_exchange::Backlog::default();
         local_ends = per_core
             .iter()
@@ -155,6 +159,7 @@ pub fn run_job(
             health: Arc::clone(health),
             local_exchange: std::sync::Mutex::new(local_ends[core].take()),
             registry: registry.clone(),
+            preview: options.preview.clone(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("sluice-core-{core}"))

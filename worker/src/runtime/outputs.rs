@@ -165,6 +165,9 @@ fn earlier_owners(setup: &CoreSetup, client: &rdkafka::ClientConfig, slots: u32)
 pub(super) fn job_sink(setup: &CoreSetup, transaction: Option<&Arc<CoreProducer>>) -> Result<Box<dyn Sink>, Error> {
     let spec = &setup.config.spec;
     let secrets = &setup.config.worker.secrets_dir;
+    if let Some(budget) = &setup.preview {
+        return Ok(Box::new(LineSink::stdout_within(Arc::clone(budget))));
+    }
     Ok(match (&spec.sink.kafka, &spec.sink.file, spec.sink.stdout) {
         (Some(k), _, _) => {
             let out = match transaction {
@@ -189,7 +192,10 @@ pub(super) fn dead_letter(
     setup: &CoreSetup,
     transaction: Option<&Arc<CoreProducer>>,
 ) -> Result<Box<dyn DeadLetterSink>, Error> {
-    let Some(d) = &setup.config.spec.dead_letter else { return Ok(Box::new(LogDeadLetter::default())) };
+    // A preview writes nothing anywhere: its dead letters are logged.
+    let Some(d) = setup.config.spec.dead_letter.as_ref().filter(|_| setup.preview.is_none()) else {
+        return Ok(Box::new(LogDeadLetter::default()));
+    };
     Ok(match (&d.kafka, &d.file) {
         (Some(k), _) => {
             let out = match transaction {

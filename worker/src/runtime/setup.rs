@@ -36,12 +36,14 @@ pub struct CoreSetup {
     /// The job's Schema Registry (`spec.schemaRegistry`), shared by the
     /// worker's cores.
     pub registry: Option<Arc<crate::registry::Registry>>,
+    /// A preview's budget of printed rows (see `RunOptions::preview`).
+    pub preview: Option<Arc<crate::sink::RowBudget>>,
 }
 
 impl CoreSetup {
     /// Whether the job commits offsets (its sources are Kafka topics).
     pub fn commits(&self) -> bool {
-        self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
+        self.preview.is_none() && self.inputs.iter().any(|i| i.source.as_ref().is_some_and(|s| s.kafka.is_some()))
     }
 
     /// This core's engine slot among the job's `workers × coresPerWorker`

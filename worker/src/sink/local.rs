@@ -2,6 +2,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{DeadLetter, DeadLetterSink, Sink};
 use crate::Error;
@@ -15,15 +17,62 @@ pub struct LineSink {
     file: Option<File>,
     what: String,
     buf: Vec<u8>,
+    /// The rows left to print, shared by the cores (a preview's
+    /// `--limit`).
+    budget: Option<Arc<RowBudget>>,
 }
 
 impl LineSink {
     pub fn stdout() -> Self {
-        Self { file: None, what: "stdout".into(), buf: Vec::new() }
+        Self { file: None, what: "stdout".into(), buf: Vec::new(), budget: None }
+    }
+
+    /// Standard output, up to the rows `budget` has left.
+    pub fn stdout_within(budget: Arc<RowBudget>) -> Self {
+        Self { budget: Some(budget), ..Self::stdout() }
     }
 
     pub fn file(path: &str) -> Result<Self, Error> {
-        Ok(Self { file: Some(open_append(path)?), what: path.to_owned(), buf: Vec::new() })
+        Ok(Self { file: Some(open_append(path)?), what: path.to_owned(), buf: Vec::new(), budget: None })
+    }
+}
+
+/// How many more rows the cores of a preview may print together; the one
+/// that prints the last calls `spent` (which asks the job to stop).
+pub struct RowBudget {
+    left: AtomicU64,
+    spent: Box<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for RowBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowBudget").field("left", &self.left.load(Ordering::Relaxed)).finish_non_exhaustive()
+    }
+}
+
+impl RowBudget {
+    pub fn new(limit: u64, spent: impl Fn() + Send + Sync + 'static) -> Self {
+        Self { left: AtomicU64::new(limit), spent: Box::new(spent) }
+    }
+
+    /// Takes up to `wanted` rows from the budget; how many were granted.
+    pub fn take(&self, wanted: u64) -> u64 {
+        let mut left = self.left.load(Ordering::Acquire);
+        loop {
+            let granted = left.min(wanted);
+            if granted == 0 {
+                return 0;
+            }
+            match self.left.compare_exchange(left, left - granted, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    if left == granted {
+                        (self.spent)();
+                    }
+                    return granted;
+                }
+                Err(now) => left = now,
+            }
+        }
     }
 }
 
@@ -37,7 +86,11 @@ fn open_append(path: &str) -> Result<File, Error> {
 impl Sink for LineSink {
     fn send(&mut self, rows: &EncodedRows, _timestamps: &[i64], _: &mut dyn DeadLetterSink) -> Result<u64, Error> {
         self.buf.clear();
-        for i in 0..rows.len() {
+        let count = match &self.budget {
+            Some(budget) => usize::try_from(budget.take(rows.len() as u64)).unwrap_or(usize::MAX),
+            None => rows.len(),
+        };
+        for i in 0..count {
             self.buf.extend_from_slice(rows.value(i));
             self.buf.push(b'\n');
         }
@@ -86,5 +139,33 @@ impl DeadLetterSink for FileDeadLetter {
 
     fn flush(&mut self) -> Result<(), Error> {
         self.file.flush().map_err(|e| Error::io(format!("flush {}", self.path), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowBudget;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Cores share a preview's budget: together they get exactly the
+    /// limit, and `spent` is called once, by the one that takes the last row.
+    #[test]
+    fn a_row_budget_grants_exactly_its_limit_across_threads_and_says_so_once() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&calls);
+        let budget = Arc::new(RowBudget::new(1_000, move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        }));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let budget = Arc::clone(&budget);
+                std::thread::spawn(move || (0..400).map(|_| budget.take(3)).sum::<u64>())
+            })
+            .collect();
+        let granted: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(granted, 1_000);
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+        assert_eq!(budget.take(5), 0);
     }
 }

@@ -14,7 +14,7 @@ mod producer;
 pub use dead_letter::{DeadLetter, DeadLetterSink, LogDeadLetter, Stage};
 pub use drain::DrainDeadline;
 pub use kafka::{ExchangeSink, KafkaDeadLetter, KafkaSink};
-pub use local::{FileDeadLetter, LineSink};
+pub use local::{FileDeadLetter, LineSink, RowBudget};
 pub use producer::{CoreProducer, PRODUCER_DEFAULTS, producer_config};
 
 use crate::Error;
