@@ -132,6 +132,10 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
 /// expanded row is for.
 const FAMILY: &str = "__family";
 
+/// The merge's count of first-family rows per group (see
+/// [`split_distinct_families`]), read only by its HAVING.
+const ROWS_SEEN: &str = "__rows";
+
 /// An aggregate whose groups are few — every GROUP BY expression reads
 /// the event-time column and nothing else, and is not the bare column
 /// (`DATE_FORMAT(ts, 'yyyy-MM-dd')`, `DATE_TRUNC('hour', ts)`) — or a
@@ -336,10 +340,16 @@ fn split_distinct_families(
         otherwise: Box::new(PhysExpr::Literal { value: Scalar::Null, data_type }),
         data_type,
     };
+    // The rows of the first family — every row, once — counted last and
+    // kept out of the results: until a group's count of them reaches the
+    // merge, its other partials (distinct counts from other partitions)
+    // would show it with COUNT(*) 0 and SUM NULL, so it is not shown.
+    let rows_seen = AggregateCall { func: AggFunc::CountStar, arg: None, distinct: false, data_type: DataType::Bigint };
     let gated: Vec<AggregateCall> = aggregate
         .aggregates
         .iter()
-        .zip(family_of)
+        .chain([&rows_seen])
+        .zip(family_of.iter().chain([&None]))
         .map(|(a, family)| {
             let f = family.unwrap_or(0);
             match &a.arg {
@@ -389,9 +399,20 @@ fn split_distinct_families(
     };
 
     // Phase three: the latest partial of each (upstream partition,
-    // family), per group, combined.
+    // family), per group, combined; a group is shown once rows of the
+    // first family have reached it.
     let merge = MergePlan { window, calls, groups: (0..groups).collect(), parts: vec![groups] };
-    let merge = last_stage(plan, schema, OperatorPlan::Merge(merge));
+    let mut merge = last_stage(plan, schema, OperatorPlan::Merge(merge));
+    let rows = merge.plan.intermediate.push(ROWS_SEEN, DataType::Bigint);
+    let seen = PhysExpr::Compare {
+        op: CmpOp::Gt,
+        left: Box::new(PhysExpr::Column { index: rows, data_type: DataType::Bigint }),
+        right: Box::new(PhysExpr::literal(Scalar::Bigint(0))),
+    };
+    merge.plan.having = Some(match merge.plan.having.take() {
+        Some(having) => PhysExpr::And(Box::new(seen), Box::new(having)),
+        None => seen,
+    });
     Dataflow { stages: vec![stage_one, stage_two, merge], branches: branches.collect() }
 }
 

@@ -77,6 +77,10 @@ struct Case {
     /// delivers first (an event-time join): the case runs both ways.
     #[serde(default)]
     order_independent: bool,
+    /// Every row emitted, interim ones included, has at least this value
+    /// in each of these columns (a group is never shown empty).
+    #[serde(default)]
+    at_least: BTreeMap<String, i64>,
 }
 
 #[derive(Debug, Default, Deserialize, PartialEq, Eq, Clone, Copy)]
@@ -136,6 +140,8 @@ struct Outcome {
     rows: Vec<Json>,
     dead_letter: usize,
     late: usize,
+    /// Rows under the case's `at_least`, as found.
+    below_least: Vec<String>,
 }
 
 struct Collect<'a> {
@@ -378,7 +384,14 @@ fn run(case: &Case, batch_size: usize, snapshot_between_batches: bool, branches_
             StageOutput::Sink => {
                 for b in results.iter().flatten() {
                     for i in 0..b.rows.len() {
-                        outcome.rows.push(serde_json::from_slice(b.rows.value(i)).expect("valid JSON output"));
+                        let row: Json = serde_json::from_slice(b.rows.value(i)).expect("valid JSON output");
+                        for (column, least) in &case.at_least {
+                            let value = row.get(column).and_then(Json::as_i64);
+                            if value.is_none_or(|v| v < *least) && row.get("__deleted").is_none() {
+                                outcome.below_least.push(format!("{column} below {least} in {row}"));
+                            }
+                        }
+                        outcome.rows.push(row);
                     }
                 }
             }
@@ -507,6 +520,9 @@ fn golden_cases() {
             );
             if let Err(e) = same_rows(&got.rows, &expected.rows) {
                 failures.push(format!("{label}: {e}"));
+            }
+            if let Some(first) = got.below_least.first() {
+                failures.push(format!("{label}: {} emitted row(s) with {first}", got.below_least.len()));
             }
             if got.dead_letter != expected.dead_letter {
                 failures.push(format!("{label}: {} dead-lettered, expected {}", got.dead_letter, expected.dead_letter));
