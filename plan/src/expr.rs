@@ -126,6 +126,45 @@ pub enum ScalarFunc {
     /// to an object, an array or a JSON null (Flink's default `NULL ON
     /// EMPTY`, `NULL ON ERROR`).
     JsonValue(Vec<JsonStep>),
+    /// POWER(x, y), as a double; NULL where the result is not a finite
+    /// number (PostgreSQL raises an error: a bad value must not stop a
+    /// stream).
+    Power,
+    /// SQRT(x); NULL for a negative `x`.
+    Sqrt,
+    /// EXP(x); NULL where it overflows.
+    Exp,
+    /// LN(x); NULL for `x <= 0`.
+    Ln,
+    /// LOG10(x); NULL for `x <= 0`.
+    Log10,
+    /// SIGN(x): -1, 0 or 1, of the argument's type.
+    Sign,
+    /// LEFT(s, n): the first `n` characters; all but the last `-n` for a
+    /// negative `n` (PostgreSQL).
+    Left,
+    /// RIGHT(s, n): the last `n` characters; all but the first `-n` for a
+    /// negative `n` (PostgreSQL).
+    Right,
+    /// REVERSE(s), by characters.
+    Reverse,
+    /// REPEAT(s, n): `s` `n` times; empty for `n <= 0`; NULL past the
+    /// LPAD bound of characters.
+    Repeat,
+    /// SPLIT_PART(s, sep, n): the `n`-th piece (1-based; from the end for
+    /// a negative `n`) of `s` split at `sep`, empty past the last; NULL for
+    /// `n = 0` (PostgreSQL).
+    SplitPart,
+    /// STARTS_WITH(s, prefix).
+    StartsWith,
+    /// STRPOS(s, sub) / POSITION(sub IN s): the 1-based character position
+    /// of the first `sub` in `s`, 0 when there is none.
+    Strpos,
+    /// JSON_QUERY(json, path): the object or array at `path`, as compact
+    /// JSON text; NULL where the text is not JSON, or the path leads
+    /// nowhere or to a scalar (Flink's default `WITHOUT ARRAY WRAPPER`,
+    /// `NULL ON EMPTY`, `NULL ON ERROR`).
+    JsonQuery(Vec<JsonStep>),
 }
 
 /// A step of a JSON_VALUE path (`$.a[0]` is `[Field("a"), Index(0)]`).

@@ -61,6 +61,46 @@ pub fn parse_json_path(path: &str) -> Result<Vec<JsonStep>, String> {
 /// unquoted, numbers and booleans as JSON writes them) and returns true;
 /// false where there is none (see [`crate::ScalarFunc::JsonValue`]), having
 /// perhaps written part of one: the caller takes that back.
+/// JSON_QUERY: the object or array at `path` in `doc`, written to `out`
+/// as compact JSON (its text as written, whitespace outside strings
+/// dropped); false (NULL) where `doc` is not JSON, the path leads nowhere
+/// or to a scalar. Each step reads only the value it enters, keeping the
+/// others as raw text.
+pub(crate) fn json_query(doc: &str, path: &[JsonStep], out: &mut String) -> bool {
+    use serde_json::value::RawValue;
+    let Ok(mut at) = serde_json::from_str::<&RawValue>(doc) else { return false };
+    for step in path {
+        let next = match step {
+            JsonStep::Field(name) => serde_json::from_str::<std::collections::HashMap<String, &RawValue>>(at.get())
+                .ok()
+                .and_then(|members| members.get(name).copied()),
+            JsonStep::Index(i) => serde_json::from_str::<Vec<&RawValue>>(at.get())
+                .ok()
+                .and_then(|items| usize::try_from(*i).ok().and_then(|i| items.get(i).copied())),
+        };
+        match next {
+            Some(v) => at = v,
+            None => return false,
+        }
+    }
+    let text = at.get().trim_start();
+    if !text.starts_with(['{', '[']) {
+        return false;
+    }
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ' ' | '\n' | '\r' | '\t' if !in_string => continue,
+            _ => {}
+        }
+        out.push(c);
+    }
+    true
+}
+
 pub(crate) fn json_value(doc: &str, path: &[JsonStep], out: &mut String) -> bool {
     let mut de = serde_json::Deserializer::from_str(doc);
     matches!(Walk { path, out }.deserialize(&mut de), Ok(true)) && de.end().is_ok()

@@ -187,6 +187,20 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         }
         ScalarFunc::ToTimestamp(format) => call("TO_TIMESTAMP", args, &[quote(format)], name, out),
         ScalarFunc::JsonValue(steps) => call("JSON_VALUE", args, &[quote(&json_path_text(steps))], name, out),
+        ScalarFunc::JsonQuery(steps) => call("JSON_QUERY", args, &[quote(&json_path_text(steps))], name, out),
+        ScalarFunc::Power => simple("POWER", out),
+        ScalarFunc::Sqrt => simple("SQRT", out),
+        ScalarFunc::Exp => simple("EXP", out),
+        ScalarFunc::Ln => simple("LN", out),
+        ScalarFunc::Log10 => simple("LOG10", out),
+        ScalarFunc::Sign => simple("SIGN", out),
+        ScalarFunc::Left => simple("LEFT", out),
+        ScalarFunc::Right => simple("RIGHT", out),
+        ScalarFunc::Reverse => simple("REVERSE", out),
+        ScalarFunc::Repeat => simple("REPEAT", out),
+        ScalarFunc::SplitPart => simple("SPLIT_PART", out),
+        ScalarFunc::StartsWith => simple("STARTS_WITH", out),
+        ScalarFunc::Strpos => simple("STRPOS", out),
     }
 }
 

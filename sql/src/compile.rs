@@ -213,6 +213,12 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
             Some(result) => result?,
             None => scalar_call(call, expr, scope)?,
         },
+        // POSITION(sub IN s) is STRPOS(s, sub).
+        Expr::Position { expr: sub, r#in } => {
+            let s = expect_string(compile(r#in, scope)?, expr, "POSITION")?;
+            let sub = expect_string(compile(sub, scope)?, expr, "POSITION")?;
+            PhysExpr::Func { func: ScalarFunc::Strpos, args: vec![s, sub], data_type: DataType::Bigint }
+        }
         other => return Err(unsupported(other)),
     };
     Ok(fold(compiled))
@@ -226,7 +232,6 @@ fn unsupported(expr: &Expr) -> SqlError {
         Expr::JsonAccess { .. } | Expr::CompoundFieldAccess { .. } => "nested field access",
         Expr::AtTimeZone { .. } => "AT TIME ZONE",
         Expr::Collate { .. } => "COLLATE",
-        Expr::Position { .. } => "POSITION",
         Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",
         Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..) => "IS [NOT] DISTINCT FROM",
         _ => "this construct",

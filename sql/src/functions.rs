@@ -40,6 +40,22 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "LPAD",
     "RPAD",
     "JSON_VALUE",
+    "JSON_QUERY",
+    "POWER",
+    "POW",
+    "SQRT",
+    "EXP",
+    "LN",
+    "LOG10",
+    "SIGN",
+    "LEFT",
+    "RIGHT",
+    "REVERSE",
+    "REPEAT",
+    "SPLIT_PART",
+    "STARTS_WITH",
+    "STARTSWITH",
+    "STRPOS",
     "SPLIT_INDEX",
     "REGEXP_EXTRACT",
     "COUNT_CHAR",
@@ -82,6 +98,15 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "SESSION_START",
     "SESSION_END",
 ];
+
+/// A number argument as a double (math over doubles, as PostgreSQL's
+/// `double precision` functions).
+fn expect_number(e: PhysExpr, node: &Expr, name: &str) -> Result<PhysExpr, SqlError> {
+    match e.data_type() {
+        DataType::Bigint | DataType::Double | DataType::Null => Ok(cast(e, DataType::Double)),
+        t => Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
+    }
+}
 
 /// Names other SQL dialects and spreadsheets use for functions Sluice has
 /// under another name: too far apart to be caught as typos.
@@ -327,6 +352,64 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             }
             let format = constant_string(next(), name, "format", node)?;
             Ok(PhysExpr::Func { func: ScalarFunc::ToTimestamp(format), args: vec![s], data_type: DataType::Timestamp })
+        }
+        "POWER" | "POW" => {
+            arity(2, 2)?;
+            let (x, y) = (expect_number(next(), node, name)?, expect_number(next(), node, name)?);
+            Ok(PhysExpr::Func { func: ScalarFunc::Power, args: vec![x, y], data_type: DataType::Double })
+        }
+        "SQRT" | "EXP" | "LN" | "LOG10" => {
+            arity(1, 1)?;
+            let func = match name {
+                "SQRT" => ScalarFunc::Sqrt,
+                "EXP" => ScalarFunc::Exp,
+                "LN" => ScalarFunc::Ln,
+                _ => ScalarFunc::Log10,
+            };
+            Ok(PhysExpr::Func { func, args: vec![expect_number(next(), node, name)?], data_type: DataType::Double })
+        }
+        "SIGN" => {
+            arity(1, 1)?;
+            numeric_unary(name, ScalarFunc::Sign, next(), node)
+        }
+        "LEFT" | "RIGHT" | "REPEAT" => {
+            arity(2, 2)?;
+            let s = expect_string(next(), node, name)?;
+            let k = expect_bigint(next(), node, &format!("{name} count"))?;
+            let func = match name {
+                "LEFT" => ScalarFunc::Left,
+                "RIGHT" => ScalarFunc::Right,
+                _ => ScalarFunc::Repeat,
+            };
+            Ok(PhysExpr::Func { func, args: vec![s, k], data_type: DataType::String })
+        }
+        "REVERSE" => {
+            arity(1, 1)?;
+            string_fn(ScalarFunc::Reverse, next(), DataType::String)
+        }
+        "SPLIT_PART" => {
+            arity(3, 3)?;
+            let (s, sep) = (expect_string(next(), node, name)?, expect_string(next(), node, name)?);
+            let index = expect_bigint(next(), node, "SPLIT_PART index")?;
+            Ok(PhysExpr::Func { func: ScalarFunc::SplitPart, args: vec![s, sep, index], data_type: DataType::String })
+        }
+        "STARTS_WITH" | "STARTSWITH" | "STRPOS" => {
+            arity(2, 2)?;
+            let (s, other) = (expect_string(next(), node, name)?, expect_string(next(), node, name)?);
+            let (func, data_type) = if name == "STRPOS" {
+                (ScalarFunc::Strpos, DataType::Bigint)
+            } else {
+                (ScalarFunc::StartsWith, DataType::Boolean)
+            };
+            Ok(PhysExpr::Func { func, args: vec![s, other], data_type })
+        }
+        "JSON_QUERY" => {
+            arity(2, 2)?;
+            let json = expect_string(next(), node, name)?;
+            let path = constant_string(next(), name, "path", node)?;
+            let steps = sluice_plan::parse_json_path(&path)
+                .map_err(|e| SqlError::at_node(node, format!("JSON_QUERY: invalid path {path:?}: {e}")))?;
+            Ok(PhysExpr::Func { func: ScalarFunc::JsonQuery(steps), args: vec![json], data_type: DataType::String })
         }
         "JSON_VALUE" => {
             arity(2, 2)?;

@@ -188,6 +188,19 @@ fn shaped() -> impl Strategy<Value = String> {
         "EXTRACT(YEAR FROM {})",
         "COALESCE({}, {})",
         "LENGTH(CAST({} AS VARCHAR))",
+        "POWER({}, {})",
+        "SQRT({})",
+        "EXP({})",
+        "LN({})",
+        "LOG10({})",
+        "SIGN({})",
+        "LEFT(s, {})",
+        "RIGHT(s, {})",
+        "REPEAT(s, {})",
+        "SPLIT_PART(s, CAST({} AS VARCHAR), {})",
+        "REVERSE(CAST({} AS VARCHAR))",
+        "STRPOS(s, CAST({} AS VARCHAR))",
+        "JSON_QUERY(CAST({} AS VARCHAR), '$.a[0]')",
     ]);
     (func, operand.clone(), operand).prop_map(|(f, a, b)| {
         let e = f.replacen("{}", a, 1).replacen("{}", b, 1);

@@ -8,18 +8,8 @@ use super::literal_pattern::LiteralPattern;
 use crate::Error;
 use crate::time::{civil_from_days, date_ms, extract, extract_epoch, format_timestamp, parse_timestamp_ms, truncate};
 use crate::{DataType, LikePattern, LikeToken, Scalar, ScalarFunc, TimePart, TrimSide};
-
-fn strings(c: &Column) -> Result<&StrData, Error> {
-    c.str_data().ok_or_else(|| Error::Internal(format!("expected strings, got {}", c.data_type)))
-}
-
-/// The values of a bigint or timestamp column (`what` names it in the error).
-fn ints<'c>(c: &'c Column, what: &str) -> Result<&'c [i64], Error> {
-    match &c.data {
-        ColumnData::Int(v) => Ok(v),
-        _ => Err(Error::Internal(format!("{what}: expected integers, got {}", c.data_type))),
-    }
-}
+pub(crate) use rows::MAX_PAD_CHARS;
+use rows::{ints, map_rows_str, strings};
 
 /// Applies `f` to each valid string row, building a string column.
 fn map_str(c: &Column, f: impl Fn(&str, &mut String)) -> Result<Column, Error> {
@@ -220,13 +210,13 @@ pub(super) fn eval_function(
             Ok(Column::new(DataType::Timestamp, ColumnData::Int(v), validity))
         }
         ScalarFunc::JsonValue(path) => map_str_opt(a, |s, buf| json_value(s, path, buf)),
+        other => {
+            let columns: Vec<&Column> = args.iter().map(AsRef::as_ref).collect();
+            text_math::eval(other, &columns, data_type, n)?
+                .ok_or_else(|| Error::Internal(format!("no kernel for {other:?}")))
+        }
     }
 }
-
-/// The most characters LPAD and RPAD return: a longer `len` is NULL, so that
-/// one record cannot make the worker allocate without bound (Flink would
-/// try, up to 2^31 characters).
-pub(crate) const MAX_PAD_CHARS: i64 = 1 << 20;
 
 /// LPAD (`left`) / RPAD of one value: `s` and `fill` repeated to `len`
 /// characters, or the first `len` characters of `s` when it is as long;
@@ -380,27 +370,6 @@ fn compiled(pattern: &str) -> Result<Matcher, Error> {
 fn map_str_opt(c: &Column, mut f: impl FnMut(&str, &mut String) -> bool) -> Result<Column, Error> {
     let s = strings(c)?;
     Ok(map_rows_str(&[c], s.len(), |i, buf| f(s.get(i), buf)))
-}
-
-/// A string column computed row by row from the columns `inputs`: NULL
-/// where any input is NULL (`f` is not called) or where `f` returns false
-/// (what it wrote is taken back). `f` writes row `i`'s value straight into
-/// the column's buffer.
-fn map_rows_str(inputs: &[&Column], n: usize, mut f: impl FnMut(usize, &mut String) -> bool) -> Column {
-    let mut out = StrData::with_capacity(n, n * 8);
-    let mut validity = vec![true; n];
-    for (i, valid) in validity.iter_mut().enumerate() {
-        let inputs_valid = inputs.iter().all(|c| c.is_valid(i));
-        out.push_with(|buf| {
-            let start = buf.len();
-            *valid = inputs_valid && f(i, buf);
-            if !*valid {
-                buf.truncate(start);
-            }
-        });
-    }
-    let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
-    Column::new(DataType::String, ColumnData::Str(out), validity)
 }
 
 /// A piece of a DATE_FORMAT pattern.
@@ -799,6 +768,9 @@ fn like_general(text: &str, tokens: &[LikeToken]) -> bool {
         }
     }
 }
+
+mod rows;
+mod text_math;
 
 #[cfg(test)]
 mod tests;

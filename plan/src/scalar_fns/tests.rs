@@ -306,3 +306,14 @@ fn round_bigint_to_tens_is_symmetric() {
     let out = numeric(&ScalarFunc::Round, &c, Some(&d), DataType::Bigint).unwrap();
     assert_eq!(out.data, ColumnData::Int(vec![20, -20, -10, 10, -10]));
 }
+
+/// REPEAT is bounded by what it would produce, not by the count: an empty
+/// string any number of times is empty at once (a count near i64::MAX
+/// once looped that many times), a long result is NULL.
+#[test]
+fn repeat_is_bounded_by_its_result_not_its_count() {
+    let s = strs(&["", "ab", "ab"]);
+    let k = ints_with_nulls(DataType::Bigint, &[Some(i64::MAX), Some(3), Some(i64::MAX)]);
+    let out = call_n(&ScalarFunc::Repeat, vec![s, k], DataType::String);
+    assert_eq!(texts(&out), vec![Some(String::new()), Some("ababab".into()), None]);
+}
