@@ -403,21 +403,14 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             };
             Ok(PhysExpr::Func { func, args: vec![s, other], data_type })
         }
-        "JSON_QUERY" => {
+        "JSON_VALUE" | "JSON_QUERY" => {
             arity(2, 2)?;
             let json = expect_string(next(), node, name)?;
             let path = constant_string(next(), name, "path", node)?;
             let steps = sluice_plan::parse_json_path(&path)
-                .map_err(|e| SqlError::at_node(node, format!("JSON_QUERY: invalid path {path:?}: {e}")))?;
-            Ok(PhysExpr::Func { func: ScalarFunc::JsonQuery(steps), args: vec![json], data_type: DataType::String })
-        }
-        "JSON_VALUE" => {
-            arity(2, 2)?;
-            let json = expect_string(next(), node, name)?;
-            let path = constant_string(next(), name, "path", node)?;
-            let steps = sluice_plan::parse_json_path(&path)
-                .map_err(|e| SqlError::at_node(node, format!("JSON_VALUE: invalid path {path:?}: {e}")))?;
-            Ok(PhysExpr::Func { func: ScalarFunc::JsonValue(steps), args: vec![json], data_type: DataType::String })
+                .map_err(|e| SqlError::at_node(node, format!("{name}: invalid path {path:?}: {e}")))?;
+            let func = if name == "JSON_VALUE" { ScalarFunc::JsonValue(steps) } else { ScalarFunc::JsonQuery(steps) };
+            Ok(PhysExpr::Func { func, args: vec![json], data_type: DataType::String })
         }
         "NULLIF" => {
             arity(2, 2)?;
