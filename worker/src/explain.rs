@@ -209,6 +209,12 @@ pub fn explain(config: &WorkerConfig, dataflow: &Dataflow) -> Result<String, Err
         "  {} worker(s) x {} core(s); each core runs one engine per partition it owns",
         spec.workers, spec.cores_per_worker
     );
+    // The counts of Kafka topics are the ones planned with, not looked up:
+    // say so, so that "4 partitions" is not read as the topic's own count.
+    if let Some(n) = spec.sources.iter().filter(|s| s.kafka.is_some()).find_map(|s| partitions_of(&s.name)) {
+        let _ =
+            writeln!(w, "  Kafka topics are not looked up: planned with {n} partitions each (explain --partitions N)");
+    }
     // The stages' own plans, last first: the chain of writers before
     // each stage.
     let stage_plans: Vec<&Plan> = dataflow.stages.iter().rev().map(|s| &s.plan).collect();
