@@ -57,10 +57,6 @@ pub fn parse_json_path(path: &str) -> Result<Vec<JsonStep>, String> {
     Ok(steps)
 }
 
-/// Writes the scalar at `path` in the JSON text `doc` to `out` (strings
-/// unquoted, numbers and booleans as JSON writes them) and returns true;
-/// false where there is none (see [`crate::ScalarFunc::JsonValue`]), having
-/// perhaps written part of one: the caller takes that back.
 /// JSON_QUERY: the object or array at `path` in `doc`, written to `out`
 /// as compact JSON (its text as written, whitespace outside strings
 /// dropped); false (NULL) where `doc` is not JSON, the path leads nowhere
@@ -101,6 +97,10 @@ pub(crate) fn json_query(doc: &str, path: &[JsonStep], out: &mut String) -> bool
     true
 }
 
+/// Writes the scalar at `path` in the JSON text `doc` to `out` (strings
+/// unquoted, numbers and booleans as JSON writes them) and returns true;
+/// false where there is none (see [`crate::ScalarFunc::JsonValue`]), having
+/// perhaps written part of one: the caller takes that back.
 pub(crate) fn json_value(doc: &str, path: &[JsonStep], out: &mut String) -> bool {
     let mut de = serde_json::Deserializer::from_str(doc);
     matches!(Walk { path, out }.deserialize(&mut de), Ok(true)) && de.end().is_ok()
