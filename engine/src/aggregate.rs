@@ -17,10 +17,11 @@ use super::accumulators::Accumulator;
 use super::agg_args::{Selected, eval_args};
 use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
 use crate::pages::{
-    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
+    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
+use crate::shown::Shown;
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
@@ -49,6 +50,9 @@ pub struct AggregateOperator {
     key: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
+    /// Which groups' last row passed HAVING (when the plan has one and
+    /// emits updates).
+    pub(crate) shown: Shown,
 }
 
 /// An incremental checkpoint's head: the table's ids and the open windows
@@ -109,6 +113,7 @@ impl AggregateOperator {
             selected: Selected::default(),
             key: Vec::with_capacity(64),
             dirty: DirtyPages::default(),
+            shown: Shown::default(),
         }
     }
 
@@ -210,7 +215,8 @@ impl AggregateOperator {
                     arg.update(acc, &self.rows[i..=i], &self.gids[i..=i], &mut self.selected)?;
                 }
                 if !only_new || self.fresh[i] {
-                    self.emit_group(self.gids[i], out)?;
+                    let g = self.gids[i];
+                    self.emit_group(g, out)?;
                 }
             }
             return Ok(());
@@ -268,6 +274,7 @@ impl AggregateOperator {
         for &g in gids {
             dead[g as usize] = true;
             self.dirty.mark(g);
+            self.shown.forget(g);
             self.table.remove(g);
             for acc in &mut self.accs {
                 acc.reset(g as usize);
@@ -279,7 +286,8 @@ impl AggregateOperator {
     }
 
     /// Appends group `g` as one intermediate row.
-    pub(crate) fn emit_group(&self, g: u32, out: &mut Batch) -> Result<(), Error> {
+    pub(crate) fn emit_group(&mut self, g: u32, out: &mut Batch) -> Result<(), Error> {
+        self.shown.emitted(g);
         let ng = self.group_types.len();
         let windowed = self.plan.window.is_some();
         decode_key_into(self.table.key(g), if windowed { 8 } else { 0 }, &self.group_types, &mut out.columns[..ng])?;
@@ -307,6 +315,7 @@ impl AggregateOperator {
             + self.bounds.capacity() * 16
             + self.open_by_end.len() * 48
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
+            + self.shown.heap_bytes()
     }
 
     pub(crate) fn to_state(&self) -> AggregateStateRef<'_> {
@@ -318,8 +327,23 @@ impl AggregateOperator {
         }
     }
 
+    /// Appends HAVING's bits after a whole checkpoint of this operator's
+    /// state (see [`Shown`]).
+    pub(crate) fn write_shown(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        self.shown.write(0..self.table.capacity(), out)
+    }
+
+    /// Reads what [`AggregateOperator::write_shown`] appended, after
+    /// [`AggregateOperator::restore_state`].
+    pub(crate) fn read_shown(&mut self, rest: &[u8]) -> Result<(), Error> {
+        let table = &self.table;
+        let live = (0..table.capacity()).filter(|&g| table.is_live(u32::try_from(g).unwrap_or(u32::MAX)));
+        self.shown.read(0, rest, live)
+    }
+
     pub(crate) fn restore_state(&mut self, state: AggregateState) {
         self.dirty.clear();
+        self.shown.clear();
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
         for acc in &mut self.accs {
@@ -371,12 +395,27 @@ impl Operator for AggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::Aggregate, &self.to_state(), out)
+        self.write_shown(write_state(OperatorTag::Aggregate, &self.to_state(), out)?)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.restore_state(read_state(OperatorTag::Aggregate, bytes)?);
-        Ok(())
+        let (state, rest) = read_state_and_rest(OperatorTag::Aggregate, bytes)?;
+        self.restore_state(state);
+        self.read_shown(rest)
+    }
+
+    fn track_having(&mut self) {
+        self.shown.track();
+    }
+
+    fn settle_having(
+        &mut self,
+        rows: usize,
+        passed: &[u32],
+        deleted: &[u32],
+        retracted: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        self.shown.settle(rows, passed, deleted, retracted)
     }
 
     fn paged(&self) -> bool {
@@ -395,9 +434,10 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return self.restore(bytes);
         }
-        let head: AggregateHead = read_state(OperatorTag::AggregateHead, bytes)?;
+        let (head, _): (AggregateHead, _) = read_state_and_rest(OperatorTag::AggregateHead, bytes)?;
         let groups = head.table.groups as usize;
         self.dirty.clear();
+        self.shown.clear();
         self.table = head.table.table();
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
         for acc in &mut self.accs {
@@ -424,11 +464,11 @@ impl Operator for AggregateOperator {
             },
             accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
         };
-        write_page(&page, out)
+        self.shown.write(groups, write_page(&page, out)?)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: AggregatePage = read_page(page, bytes)?;
+        let (p, rest): (AggregatePage, _) = read_page_and_rest(page, bytes)?;
         if p.accs.len() != self.accs.len() {
             return Err(Error::Checkpoint(format!(
                 "state page {page} holds {} aggregates, this query has {}",
@@ -443,6 +483,8 @@ impl Operator for AggregateOperator {
                 *slot = b;
             }
         }
+        let live = p.keys.iter().enumerate().filter(|(_, k)| k.is_some()).map(|(i, _)| start + i);
+        self.shown.read(start, rest, live)?;
         for (acc, from) in self.accs.iter_mut().zip(p.accs) {
             acc.set_page(start, from)?;
         }

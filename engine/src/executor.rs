@@ -5,6 +5,7 @@
 //! batch ─▶ watermark per row ─▶ WHERE ─▶ operator ─▶ HAVING ─▶ SELECT list ─▶ Output
 //! ```
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use sluice_crds::{EmitChangesMode, LateRecordPolicy};
@@ -128,6 +129,10 @@ impl Engine {
             OperatorPlan::TableJoin(j) => Box::new(TableJoinOperator::new(j, &source_types(&plan))),
             OperatorPlan::Changelog(c) => Box::new(ChangelogOperator::new(c, plan.source.schema.fields.len())),
         };
+        let mut operator = operator;
+        if plan.having.is_some() && plan.emit == EmitMode::Changes {
+            operator.track_having();
+        }
         let types: Vec<_> = plan.intermediate.fields.iter().map(|f| f.data_type).collect();
         let from_exchange = plan.partitioning == Partitioning::ByExchange;
         Self {
@@ -280,7 +285,7 @@ impl Engine {
             };
             let having = &mut self.having;
             let mut drain = |rows: &Batch| {
-                drained += emit_intermediate(&plan, rows, &[], having, out)?;
+                drained += emit_intermediate(&plan, rows, &[], having, None, out)?;
                 Ok(())
             };
             let mut produced = OperatorOutput {
@@ -302,8 +307,9 @@ impl Engine {
             batch.columns.truncate(inputs);
             self.stats.records_out += result? as u64;
         } else {
+            let operator = Some(&mut *self.operator);
             self.stats.records_out +=
-                emit_intermediate(&plan, &self.intermediate, &deleted, &mut self.having, out)? as u64;
+                emit_intermediate(&plan, &self.intermediate, &deleted, &mut self.having, operator, out)? as u64;
         }
         if !self.late.is_empty() {
             self.stats.late_records += self.late.len() as u64;
@@ -350,7 +356,9 @@ impl Engine {
         let emit = self.plan.emit != EmitMode::Changes;
         self.operator.on_watermark(watermark, emit, &mut self.intermediate)?;
         let plan = Arc::clone(&self.plan);
-        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, out)? as u64;
+        let operator = Some(&mut *self.operator);
+        self.stats.records_out +=
+            emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, operator, out)? as u64;
         self.check_state_limit()
     }
 
@@ -361,7 +369,9 @@ impl Engine {
         let emit_final = self.plan.emit == EmitMode::Final;
         self.operator.finish(emit_final, &mut self.intermediate)?;
         let plan = Arc::clone(&self.plan);
-        self.stats.records_out += emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, out)? as u64;
+        let operator = Some(&mut *self.operator);
+        self.stats.records_out +=
+            emit_intermediate(&plan, &self.intermediate, &[], &mut self.having, operator, out)? as u64;
         self.check_state_limit()
     }
 
@@ -528,30 +538,42 @@ fn emit(
 
 /// HAVING over the operator's rows, then the SELECT list. The rows in
 /// `deleted` (increasing) delete their keys: they skip HAVING (the group
-/// is gone whatever it held) and go out after the others, marked.
+/// is gone whatever it held) and go out after the others, marked. So do
+/// the rows of groups that were shown and now fail HAVING, when
+/// `operator` (absent for rows drained mid-batch, which no operator that
+/// tracks HAVING drains) keeps which groups are shown
+/// ([`Operator::settle_having`]).
 fn emit_intermediate(
     plan: &Plan,
     rows: &Batch,
     deleted: &[u32],
     having: &mut Vec<u32>,
+    operator: Option<&mut (dyn Operator + 'static)>,
     out: &mut dyn Output,
 ) -> Result<usize, Error> {
+    let filtered = match &plan.having {
+        Some(h) if !rows.is_empty() => filter_rows(h, rows, having)?,
+        _ => false,
+    };
+    let settle = operator.filter(|_| plan.having.is_some());
+    if !filtered && (settle.is_some() || !deleted.is_empty()) {
+        having.clear();
+        having.extend(0..u32::try_from(rows.len).unwrap_or(u32::MAX));
+    }
+    let mut gone = Vec::new();
+    if let Some(op) = settle {
+        op.settle_having(rows.len, having, deleted, &mut gone)?;
+    }
+    let deleted = merge_sorted(deleted, &gone);
     if rows.is_empty() {
         return Ok(0);
     }
-    let filtered = match &plan.having {
-        Some(h) => filter_rows(h, rows, having)?,
-        None => false,
-    };
     if deleted.is_empty() {
         let selection = if filtered { Selection::Rows(having) } else { Selection::All(rows.len) };
         return emit(&plan.outputs, &plan.keys, rows, selection, false, out);
     }
+    let deleted = &deleted[..];
     let is_deleted = |r: &u32| deleted.binary_search(r).is_ok();
-    if !filtered {
-        having.clear();
-        having.extend(0..u32::try_from(rows.len).unwrap_or(u32::MAX));
-    }
     having.retain(|r| !is_deleted(r));
     // The SELECT list once, for the upserts and the deletions alike.
     let columns: Vec<Value<'_>> = plan.outputs.iter().map(|o| eval(&o.expr, rows)).collect::<Result<_, _>>()?;
@@ -562,6 +584,19 @@ fn emit_intermediate(
         }
     }
     Ok(having.len() + deleted.len())
+}
+
+/// Two increasing lists of rows, as one (`gone` is empty but for an
+/// aggregate whose groups stop passing HAVING).
+fn merge_sorted<'a>(a: &'a [u32], b: &[u32]) -> Cow<'a, [u32]> {
+    if b.is_empty() {
+        return Cow::Borrowed(a);
+    }
+    let mut all = Vec::with_capacity(a.len() + b.len());
+    all.extend_from_slice(a);
+    all.extend_from_slice(b);
+    all.sort_unstable();
+    Cow::Owned(all)
 }
 
 #[cfg(test)]

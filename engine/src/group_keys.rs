@@ -55,6 +55,11 @@ impl GroupTable {
         self.ranges.len() - self.free.len()
     }
 
+    /// Whether `gid` names a group (not a free id).
+    pub fn is_live(&self, gid: u32) -> bool {
+        self.ranges.get(gid as usize).is_some_and(|r| r.1 != FREE)
+    }
+
     pub fn key(&self, gid: u32) -> &[u8] {
         let (off, len) = self.ranges[gid as usize];
         if len == FREE { &[] } else { &self.arena[off as usize..(off + len) as usize] }

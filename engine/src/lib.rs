@@ -21,6 +21,7 @@ mod output;
 mod pages;
 mod rows_window;
 mod session;
+mod shown;
 mod signed_aggregate;
 mod stateless;
 mod table_join;

@@ -14,14 +14,15 @@
 //! Input rows are few (a partial per part, group and window per batch),
 //! so state is kept as scalars, not columns.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::aggregate::int_values;
 use crate::Error;
 use crate::group_keys::KeyEncoder;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
+use crate::shown::judge;
 use sluice_plan::{AggFunc, Batch, Column, DataType, MergeCall, MergePlan, Scalar};
 
 /// A window as `(end, start)`, so that windows sort in closing order. The
@@ -60,6 +61,11 @@ pub struct MergeOperator {
     part_probe: Part,
     /// The batch's selected rows (scratch).
     rows: Vec<usize>,
+    /// With HAVING over updates (`crate::shown`): the groups whose last
+    /// row passed it, the group of each row emitted since HAVING last
+    /// judged them, and the groups closed since (judged as they were,
+    /// then let go). `None`: not kept.
+    shown: Option<(BTreeSet<GroupKey>, Vec<GroupKey>, Vec<GroupKey>)>,
 }
 
 /// Checkpoint of a [`MergeOperator`], written by reference...
@@ -95,6 +101,14 @@ impl MergeOperator {
             probe: ((0, 0), Vec::new()),
             part_probe: (0, Vec::new()),
             rows: Vec::new(),
+            shown: None,
+        }
+    }
+
+    /// Group `at` was emitted as the next row.
+    fn emitted(&mut self, at: &GroupKey) {
+        if let Some((_, emitted, _)) = &mut self.shown {
+            emitted.push(at.clone());
         }
     }
 
@@ -133,9 +147,13 @@ impl MergeOperator {
             if up_to.is_some_and(|w| entry.key().0.0 > w) {
                 break;
             }
-            let ((window, _), group) = entry.remove_entry();
+            let (at, group) = entry.remove_entry();
             if emit {
-                self.emit(window, &group, rows)?;
+                self.emit(at.0, &group, rows)?;
+                self.emitted(&at);
+            }
+            if let Some((_, _, gone)) = &mut self.shown {
+                gone.push(at);
             }
         }
         Ok(())
@@ -276,15 +294,20 @@ impl Operator for MergeOperator {
                 // One update per input row, as EMIT CHANGES per record
                 // promises: each partial is one upstream row's update.
                 self.emit(window, &self.groups[&self.probe], out.rows)?;
+                let at = self.probe.clone();
+                self.emitted(&at);
             } else if input.emit_changes && !self.touched.contains(&self.probe) {
                 self.touched.push(self.probe.clone());
             }
         }
-        for at in &self.touched {
+        let touched = std::mem::take(&mut self.touched);
+        for at in &touched {
             if let Some(group) = self.groups.get(at) {
                 self.emit(at.0, group, out.rows)?;
+                self.emitted(at);
             }
         }
+        self.touched = touched;
         Ok(())
     }
 
@@ -330,16 +353,27 @@ impl Operator for MergeOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::MergeGroups, &MergeStateRef { groups: &self.groups, watermark: self.watermark }, out)
+        let out = write_state(
+            OperatorTag::MergeGroups,
+            &MergeStateRef { groups: &self.groups, watermark: self.watermark },
+            out,
+        )?;
+        match &self.shown {
+            // After the state, as an aggregate's bits (`crate::shown`).
+            Some((shown, ..)) => postcard::to_extend(shown, out)
+                .map_err(|e| Error::Checkpoint(format!("cannot serialise HAVING's groups: {e}"))),
+            None => Ok(out),
+        }
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: MergeState = match read_state(OperatorTag::MergeGroups, bytes) {
+        let (state, rest): (MergeState, &[u8]) = match read_state_and_rest(OperatorTag::MergeGroups, bytes) {
             Ok(state) => state,
             // A checkpoint of the global merge before groups: each window's
             // one group, its parts the upstream partitions.
             Err(newer) => {
-                let old: GlobalMergeState = read_state(OperatorTag::Merge, bytes).map_err(|_| newer)?;
+                let (old, rest): (GlobalMergeState, _) =
+                    read_state_and_rest(OperatorTag::Merge, bytes).map_err(|_| newer)?;
                 let groups = old
                     .windows
                     .into_iter()
@@ -348,11 +382,51 @@ impl Operator for MergeOperator {
                         ((window, Vec::new()), Group { key: Vec::new(), parts })
                     })
                     .collect();
-                MergeState { groups, watermark: old.watermark }
+                (MergeState { groups, watermark: old.watermark }, rest)
             }
         };
         self.groups = state.groups;
         self.watermark = state.watermark;
+        if let Some((shown, emitted, gone)) = &mut self.shown {
+            emitted.clear();
+            gone.clear();
+            // A checkpoint from before HAVING's groups were kept counts
+            // every group as shown (see `crate::shown`).
+            *shown = if rest.is_empty() {
+                self.groups.keys().cloned().collect()
+            } else {
+                postcard::from_bytes(rest)
+                    .map_err(|e| Error::Checkpoint(format!("cannot read HAVING's groups: {e}")))?
+            };
+        }
+        Ok(())
+    }
+
+    fn track_having(&mut self) {
+        self.shown.get_or_insert_default();
+    }
+
+    fn settle_having(
+        &mut self,
+        rows: usize,
+        passed: &[u32],
+        deleted: &[u32],
+        retracted: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        let Some((shown, emitted, gone)) = &mut self.shown else { return Ok(()) };
+        if emitted.len() != rows {
+            let n = emitted.len();
+            emitted.clear();
+            return Err(Error::Internal(format!("HAVING judged {rows} rows of a merge that emitted {n}")));
+        }
+        judge(emitted, passed, deleted, retracted, |at, now| match now {
+            Some(true) => shown.contains(at) || !shown.insert(at.clone()),
+            _ => shown.remove(at),
+        });
+        emitted.clear();
+        for at in gone.drain(..) {
+            shown.remove(&at);
+        }
         Ok(())
     }
 }

@@ -225,6 +225,25 @@ pub trait Operator: std::fmt::Debug + Send {
 
     /// Restores state written by [`Operator::snapshot`] of the same kind.
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error>;
+
+    /// The plan has HAVING and emits updates: keep, per group, whether its
+    /// last row passed HAVING (`crate::shown`). An operator that emits no
+    /// updates of a group keeps nothing.
+    fn track_having(&mut self) {}
+
+    /// HAVING judged the `rows` rows this operator emitted since the last
+    /// call: `passed` passed it and `deleted` delete their key (both
+    /// increasing). Appends to `retracted`, increasing, the rows of groups
+    /// that were shown and now fail: they go out as deletions.
+    fn settle_having(
+        &mut self,
+        _rows: usize,
+        _passed: &[u32],
+        _deleted: &[u32],
+        _retracted: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// Writes `tag` then `state` (postcard), as an enum variant is written.
@@ -235,12 +254,18 @@ pub fn write_state<S: Serialize>(tag: OperatorTag, state: &S, out: Vec<u8>) -> R
 
 /// Reads a state written by [`write_state`], checking it is of kind `tag`.
 pub fn read_state<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result<S, Error> {
-    let (found, state): (u32, S) =
-        postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
+    read_state_and_rest(tag, bytes).map(|(state, _)| state)
+}
+
+/// [`read_state`], and the bytes written after the state (HAVING's bits,
+/// `crate::shown`).
+pub fn read_state_and_rest<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result<(S, &[u8]), Error> {
+    let ((found, state), rest): ((u32, S), _) =
+        postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
     if found != tag as u32 {
         return Err(Error::Checkpoint("checkpoint operator does not match the query".into()));
     }
-    Ok(state)
+    Ok((state, rest))
 }
 
 /// Runs one batch through `op` as the engine would, every row having seen

@@ -111,7 +111,13 @@ pub fn write_page<T: Serialize>(state: &T, out: Vec<u8>) -> Result<Vec<u8>, Erro
 
 /// Reads page `page`'s state written by [`write_page`].
 pub fn read_page<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Result<T, Error> {
-    postcard::from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))
+    read_page_and_rest(page, bytes).map(|(state, _)| state)
+}
+
+/// [`read_page`], and the bytes written after the state (HAVING's bits,
+/// `crate::shown`).
+pub fn read_page_and_rest<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Result<(T, &[u8]), Error> {
+    postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))
 }
 
 /// Fails unless every group the head listed got its key back from a page.

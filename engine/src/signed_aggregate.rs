@@ -22,7 +22,7 @@ use crate::Error;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
 use crate::group_keys::KeyEncoder;
 use crate::join::bools;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
 use sluice_plan::{AggFunc, AggregatePlan, Column, PhysExpr, Selection, eval};
 
 #[derive(Debug)]
@@ -148,6 +148,7 @@ impl Operator for SignedAggregateOperator {
             out.deleted.push(u32::try_from(out.rows.len).unwrap_or(u32::MAX));
             self.inner.emit_group(g, out.rows)?;
             self.members[g as usize] = 0;
+            self.inner.shown.forget(g);
             self.inner.table.remove(g);
             for acc in &mut self.inner.accs {
                 acc.reset(g as usize);
@@ -162,18 +163,29 @@ impl Operator for SignedAggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(
-            OperatorTag::SignedAggregate,
-            &StateRef { inner: self.inner.to_state(), members: &self.members },
-            out,
-        )
+        let state = StateRef { inner: self.inner.to_state(), members: &self.members };
+        self.inner.write_shown(write_state(OperatorTag::SignedAggregate, &state, out)?)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: State = read_state(OperatorTag::SignedAggregate, bytes)?;
+        let (state, rest): (State, _) = read_state_and_rest(OperatorTag::SignedAggregate, bytes)?;
         self.inner.restore_state(state.inner);
         self.members = state.members;
-        Ok(())
+        self.inner.read_shown(rest)
+    }
+
+    fn track_having(&mut self) {
+        self.inner.track_having();
+    }
+
+    fn settle_having(
+        &mut self,
+        rows: usize,
+        passed: &[u32],
+        deleted: &[u32],
+        retracted: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        self.inner.settle_having(rows, passed, deleted, retracted)
     }
 }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
 use crate::last_per_key::LastPerKey;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
 use sluice_plan::{AggFunc, AggregatePlan, Batch, Column, PhysExpr, Scalar, Selection, eval};
 
 #[derive(Debug)]
@@ -155,15 +155,30 @@ impl Operator for UpsertAggregateOperator {
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let last = self.last.iter().map(|(k, (g, v))| (k.as_slice(), *g, v.as_slice())).collect();
-        write_state(OperatorTag::UpsertAggregate, &UpsertStateRef { inner: self.inner.to_state(), last }, out)
+        let state = UpsertStateRef { inner: self.inner.to_state(), last };
+        self.inner.write_shown(write_state(OperatorTag::UpsertAggregate, &state, out)?)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: UpsertState = read_state(OperatorTag::UpsertAggregate, bytes)?;
+        let (state, rest): (UpsertState, _) = read_state_and_rest(OperatorTag::UpsertAggregate, bytes)?;
         self.inner.restore_state(state.inner);
         self.last = state.last.into_iter().map(|(k, g, v)| (k, (g, v))).collect();
         self.key_bytes = self.last.keys().map(Vec::len).sum();
-        Ok(())
+        self.inner.read_shown(rest)
+    }
+
+    fn track_having(&mut self) {
+        self.inner.track_having();
+    }
+
+    fn settle_having(
+        &mut self,
+        rows: usize,
+        passed: &[u32],
+        deleted: &[u32],
+        retracted: &mut Vec<u32>,
+    ) -> Result<(), Error> {
+        self.inner.settle_having(rows, passed, deleted, retracted)
     }
 }
 

@@ -780,7 +780,10 @@ fn materialize(topic: &str, debezium: bool) -> BTreeMap<String, (i64, i64)> {
 /// compacted topic as JSON — a deleted customer a tombstone — and to a
 /// second topic as Debezium events; each, read to its end as an upsert
 /// consumer reads it, equals the totals computed here from the last
-/// version of every order.
+/// version of every order. A third job adds `HAVING SUM(amount) >= bar`,
+/// the bar between one customer's total after the inserts and its total
+/// at the end: its compacted topic must lose that customer (a tombstone
+/// for a group that stopped passing HAVING) and hold the others over it.
 #[test]
 fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_results() {
     let (orders, upserts, changes) = (unique_name("cdc-orders"), unique_name("cdc-totals"), unique_name("cdc-events"));
@@ -818,6 +821,24 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
         e.1 += amount;
     }
     assert!(!expected.contains_key("dee") && expected.len() == 4, "{expected:?}");
+    // A third job keeps the customers whose total reaches a bar: one
+    // customer over it after the inserts and under it at the end, so its
+    // row must be taken back out of the compacted topic.
+    let mut inserted: BTreeMap<&str, i64> = BTreeMap::new();
+    for &(_, _, row) in &events[..300] {
+        if let Some((customer, amount)) = row {
+            *inserted.entry(customer).or_default() += amount;
+        }
+    }
+    let (fallen, bar) = expected
+        .iter()
+        .map(|(c, &(_, total))| (c.clone(), total + 1))
+        .filter(|(c, bar)| inserted[c.as_str()] >= *bar)
+        .max_by_key(|(c, bar)| inserted[c.as_str()] - bar)
+        .expect("a customer whose total fell");
+    let over_bar: BTreeMap<String, (i64, i64)> =
+        expected.iter().filter(|(_, t)| t.1 >= bar).map(|(c, t)| (c.clone(), *t)).collect();
+    assert!(!over_bar.contains_key(&fallen) && !over_bar.is_empty(), "{over_bar:?}");
     let encoded: Vec<(Vec<u8>, Vec<u8>, i32)> = events
         .iter()
         .map(|&(op, id, row)| {
@@ -825,20 +846,27 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
         })
         .collect();
     let h = harness();
-    let jobs = [(&upserts, "json", unique_name("g")), (&changes, "debezium-json", unique_name("g"))];
+    let having = unique_name("cdc-over-bar");
+    kafka::create_topic_with(&having, 1, &[("cleanup.policy", "compact")]);
+    let all = "SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer".to_owned();
+    let jobs = [
+        (&upserts, "json", unique_name("g"), all.clone()),
+        (&changes, "debezium-json", unique_name("g"), all.clone()),
+        (&having, "json", unique_name("g"), format!("{all} HAVING SUM(amount) >= {bar}")),
+    ];
     // The inserts, then (the jobs restarted from their checkpoints) the
     // updates and deletes: every customer's totals are out before any of
     // them is taken back.
     for (round, part) in [&encoded[..300], &encoded[300..]].into_iter().enumerate() {
         kafka::produce(&orders, &with_tombstones(part));
-        for (sink, format, group) in &jobs {
+        for (sink, format, group, sql) in &jobs {
             let manifest = format!(
                 r#"apiVersion: sluice.dev/v1alpha1
 kind: StreamJob
 metadata:
   name: cdc-agg
 spec:
-  sql: SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer
+  sql: {sql}
   sources:
     - name: orders
       kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
@@ -861,13 +889,16 @@ spec:
             assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
             assert!(w.log().contains("dead-lettered: 0"), "Debezium's tombstones are no dead letters:\n{}", w.log());
             if round == 0 {
-                assert!(materialize(sink, *format != "json").contains_key("dee"), "{format}");
+                let shown = materialize(sink, *format != "json");
+                assert!(shown.contains_key("dee") || *sink == &having, "{format}");
+                assert!(shown.contains_key(&fallen), "{sql}: {fallen} passed the bar after the inserts");
             }
         }
     }
-    for (sink, format, _) in &jobs {
+    for (sink, format, _, _) in &jobs[..2] {
         assert_eq!(materialize(sink, *format != "json"), expected, "{format}");
     }
+    assert_eq!(materialize(&having, false), over_bar, "HAVING SUM(amount) >= {bar}: {fallen} fell under it");
     let tombstones = kafka::consume_all(&upserts, Duration::from_secs(60)).iter().filter(|r| r.tombstone).count();
     assert!(tombstones >= 1, "dee's deletion is a tombstone");
 }

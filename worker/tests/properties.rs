@@ -63,7 +63,9 @@ impl Output for Collect<'_> {
 fn run(sql: &str, emit: EmitChangesMode, records: &[String], cuts: &[usize], snapshot: bool) -> (Vec<String>, usize) {
     let plan = Arc::new(plan_query(sql, &[source()]).unwrap());
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
-    let encoder = JsonEncoder::new(&names, &[]);
+    // Deletions (HAVING's) name their key.
+    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &keys);
     let options = EngineOptions { emit_changes: emit, ..EngineOptions::default() };
     let mut engine = Engine::new(Arc::clone(&plan), options.clone());
     let mut decoder = JsonDecoder::new(&plan);
@@ -170,7 +172,7 @@ proptest! {
         cuts in prop::collection::vec(0usize..400, 0..20),
         restores in prop::collection::vec(0u8..3, 20),
     ) {
-        for sql in [PAGED_GROUPS, PAGED_TUMBLING, PAGED_HOPPING_CHANGES, PAGED_TOP_N] {
+        for sql in [PAGED_GROUPS, PAGED_TUMBLING, PAGED_HOPPING_CHANGES, PAGED_TOP_N, PAGED_HAVING] {
             let (whole, late_whole) = run(sql, EmitChangesMode::Coalesced, &records, &cuts, false);
             let (paged, late_paged) = run_paged(sql, &records, &cuts, &restores);
             prop_assert_eq!(sorted(whole), sorted(paged), "{}", sql);
@@ -185,6 +187,11 @@ const PAGED_TUMBLING: &str = "SELECT trader, window_start, COUNT(*) AS n, AVG(pr
      FROM trades GROUP BY trader WINDOW TUMBLING (ts, INTERVAL '5' SECOND)";
 const PAGED_HOPPING_CHANGES: &str = "SELECT trader, window_start, COUNT(*) AS n, SUM(price) AS s FROM trades \
      GROUP BY trader WINDOW HOPPING (ts, INTERVAL '6' SECOND, INTERVAL '2' SECOND) EMIT CHANGES";
+
+/// Groups that pass HAVING and fail it by turns: which were shown (and
+/// so are deleted when they fail) rides in the pages.
+const PAGED_HAVING: &str = "SELECT trader, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY trader \
+     HAVING SUM(qty) % 3 = 0";
 
 const PAGED_TOP_N: &str = "SELECT trader, price, qty, rn FROM (SELECT trader, price, qty, \
      ROW_NUMBER() OVER (PARTITION BY trader ORDER BY price DESC) AS rn FROM trades) AS best WHERE rn <= 2";
@@ -213,7 +220,9 @@ fn many_traders() -> impl Strategy<Value = Vec<String>> {
 fn run_paged(sql: &str, records: &[String], cuts: &[usize], restores: &[u8]) -> (Vec<String>, usize) {
     let plan = Arc::new(plan_query(sql, &[source()]).unwrap());
     let names: Vec<String> = plan.outputs.iter().map(|o| o.name.clone()).collect();
-    let encoder = JsonEncoder::new(&names, &[]);
+    // Deletions (HAVING's) name their key.
+    let keys: Vec<String> = plan.keys.iter().map(|o| o.name.clone()).collect();
+    let encoder = JsonEncoder::new(&names, &keys);
     let options = EngineOptions::default();
     let mut engine = Engine::new(Arc::clone(&plan), options.clone());
     assert!(engine.paged(), "{sql} is checkpointed in pages");

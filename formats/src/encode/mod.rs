@@ -52,9 +52,10 @@ impl RowEncoder {
                 e.encode(rows, out);
                 write_keys(&e.keys, rows, out);
             }
-            // No plan deletes rows on their way to an exchange: the
-            // planner refuses an aggregate over an aggregate of a table,
-            // the one shape where they would cross one.
+            // A deletion does not cross an exchange: the planner refuses an
+            // aggregate over an aggregate of a table, and the deletions of
+            // a group that stops passing HAVING are for the sink; a later
+            // stage sees, as before, only the rows that pass.
             Self::Binary(_) if rows.delete => {}
             Self::Binary(e) => e.encode(rows, out),
         }

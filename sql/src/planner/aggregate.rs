@@ -123,9 +123,13 @@ impl Planner<'_> {
             .iter()
             .zip(&group_exprs)
             .enumerate()
-            .map(|(index, (name, e))| OutputColumn {
-                name: name.clone(),
-                expr: PhysExpr::Column { index, data_type: e.data_type() },
+            .map(|(index, (name, e))| {
+                let expr = PhysExpr::Column { index, data_type: e.data_type() };
+                // Named as the result names it, where it shows the group
+                // as it is (`DATE_TRUNC('hour', ts) AS hour`), so a
+                // deletion's key reads as the rows it deletes.
+                let shown = outputs.iter().find(|o| o.expr == expr).map(|o| o.name.clone());
+                OutputColumn { name: shown.unwrap_or_else(|| name.clone()), expr }
             })
             .collect();
         if let Some((start, _)) = window_columns {
