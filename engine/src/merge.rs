@@ -414,16 +414,10 @@ impl Operator for MergeOperator {
         retracted: &mut Vec<u32>,
     ) -> Result<(), Error> {
         let Some((shown, emitted, gone)) = &mut self.shown else { return Ok(()) };
-        if emitted.len() != rows {
-            let n = emitted.len();
-            emitted.clear();
-            return Err(Error::Internal(format!("HAVING judged {rows} rows of a merge that emitted {n}")));
-        }
-        judge(emitted, passed, deleted, retracted, |at, now| match now {
+        judge(emitted, rows, passed, deleted, retracted, |at, now| match now {
             Some(true) => shown.contains(at) || !shown.insert(at.clone()),
             _ => shown.remove(at),
-        });
-        emitted.clear();
+        })?;
         for at in gone.drain(..) {
             shown.remove(&at);
         }

@@ -64,20 +64,14 @@ impl Shown {
         if !self.on {
             return Ok(());
         }
-        if self.emitted.len() != rows {
-            let emitted = self.emitted.len();
-            self.emitted.clear();
-            return Err(Error::Internal(format!("HAVING judged {rows} rows of an aggregate that emitted {emitted}")));
-        }
         let bits = &mut self.bits;
-        judge(&self.emitted, passed, deleted, retracted, |&g, now| {
+        judge(&mut self.emitted, rows, passed, deleted, retracted, |&g, now| {
             let g = g as usize;
             if bits.len() <= g {
                 bits.resize(g + 1, false);
             }
             std::mem::replace(&mut bits[g], now.unwrap_or(false))
-        });
-        self.emitted.clear();
+        })?;
         for g in self.gone.drain(..) {
             if let Some(bit) = self.bits.get_mut(g as usize) {
                 *bit = false;
@@ -144,19 +138,26 @@ impl Shown {
     }
 }
 
-/// HAVING's verdict on `emitted` (one group per row, in row order):
-/// `passed` and `deleted` are rows, increasing. `flip(group, now)` sets the
-/// group's bit — `None` for a deletion, which leaves it unshown — and
-/// returns the bit before. The rows whose group was shown and now fails go
-/// to `retracted`, increasing. What [`Shown`] does with its bits by group
-/// id, and the merge of a two-phase aggregate with its set of group keys.
+/// HAVING's verdict on the `rows` rows of `emitted` (one group per row, in
+/// row order), which it then empties: `passed` and `deleted` are rows,
+/// increasing. `flip(group, now)` sets the group's bit — `None` for a
+/// deletion, which leaves it unshown — and returns the bit before. The
+/// rows whose group was shown and now fails go to `retracted`,
+/// increasing. What [`Shown`] does with its bits by group id, and the
+/// merge of a two-phase aggregate with its set of group keys.
 pub fn judge<K>(
-    emitted: &[K],
+    emitted: &mut Vec<K>,
+    rows: usize,
     passed: &[u32],
     deleted: &[u32],
     retracted: &mut Vec<u32>,
     mut flip: impl FnMut(&K, Option<bool>) -> bool,
-) {
+) -> Result<(), Error> {
+    if emitted.len() != rows {
+        let n = emitted.len();
+        emitted.clear();
+        return Err(Error::Internal(format!("HAVING judged {rows} rows of an operator that emitted {n}")));
+    }
     let (mut p, mut d) = (passed.iter().peekable(), deleted.iter().peekable());
     for (row, g) in emitted.iter().enumerate() {
         let row = u32::try_from(row).unwrap_or(u32::MAX);
@@ -169,6 +170,8 @@ pub fn judge<K>(
             retracted.push(row);
         }
     }
+    emitted.clear();
+    Ok(())
 }
 
 #[cfg(test)]
