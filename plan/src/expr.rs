@@ -165,6 +165,31 @@ pub enum ScalarFunc {
     /// nowhere or to a scalar (Flink's default `WITHOUT ARRAY WRAPPER`,
     /// `NULL ON EMPTY`, `NULL ON ERROR`).
     JsonQuery(Vec<JsonStep>),
+    /// REGEXP_REPLACE(s, pattern, replacement): every match of `pattern`
+    /// replaced by `replacement`, in which `$1` or `${1}` is capture 1
+    /// (Flink replaces every match, as here; PostgreSQL and DuckDB only the
+    /// first unless given the `g` flag).
+    RegexpReplace {
+        pattern: String,
+        replacement: String,
+    },
+    /// MD5(s), SHA1(s), SHA256(s): the digest of the UTF-8 bytes of `s`,
+    /// as lower-case hex (Flink, PostgreSQL's `md5`, DuckDB).
+    Digest(DigestKind),
+    /// TIMESTAMPADD(unit, n, ts): `ts` moved by `n` units. Months,
+    /// quarters and years keep the day of the month, or take the month's
+    /// last where it has fewer days (Jan 31 + 1 month = Feb 28 or 29), as
+    /// Flink, PostgreSQL and DuckDB do; NULL past the range of a
+    /// timestamp.
+    TimestampAdd(TimePart),
+}
+
+/// The digests [`ScalarFunc::Digest`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DigestKind {
+    Md5,
+    Sha1,
+    Sha256,
 }
 
 /// A step of a JSON_VALUE path (`$.a[0]` is `[Field("a"), Index(0)]`).

@@ -39,7 +39,9 @@ pub use column::{Column, ColumnData, StrData, broadcast};
 pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
-pub use expr::{ArithOp, CmpOp, JsonStep, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide};
+pub use expr::{
+    ArithOp, CmpOp, DigestKind, JsonStep, LikePattern, LikeToken, PhysExpr, ScalarFunc, TimePart, TrimSide,
+};
 pub use json_path::parse_json_path;
 pub use plan::{
     AggFunc, AggregateCall, AggregatePlan, ChangelogPlan, EmitMode, JoinKind, JoinPlan, MergeCall, MergePlan,

@@ -8,7 +8,9 @@
 
 use std::fmt::Write as _;
 
-use super::{ArithOp, CmpOp, JsonStep, LikePattern, LikeToken, PhysExpr, Scalar, ScalarFunc, TimePart, TrimSide};
+use super::{
+    ArithOp, CmpOp, DigestKind, JsonStep, LikePattern, LikeToken, PhysExpr, Scalar, ScalarFunc, TimePart, TrimSide,
+};
 
 /// `expr` as SQL, its columns named by `name`.
 pub fn expr_sql(expr: &PhysExpr, name: &dyn Fn(usize) -> String) -> String {
@@ -201,6 +203,22 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         ScalarFunc::SplitPart => simple("SPLIT_PART", out),
         ScalarFunc::StartsWith => simple("STARTS_WITH", out),
         ScalarFunc::Strpos => simple("STRPOS", out),
+        ScalarFunc::RegexpReplace { pattern, replacement } => {
+            call("REGEXP_REPLACE", args, &[quote(pattern), quote(replacement)], name, out);
+        }
+        ScalarFunc::Digest(DigestKind::Md5) => simple("MD5", out),
+        ScalarFunc::Digest(DigestKind::Sha1) => simple("SHA1", out),
+        ScalarFunc::Digest(DigestKind::Sha256) => simple("SHA256", out),
+        ScalarFunc::TimestampAdd(unit) => {
+            let _ = write!(out, "TIMESTAMPADD({}, ", part_name(*unit));
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_expr(a, name, out);
+            }
+            out.push(')');
+        }
     }
 }
 

@@ -225,6 +225,43 @@ pub fn truncate(unit: TimePart, ms: i64) -> i64 {
     }
 }
 
+/// TIMESTAMPADD(unit, n, ts): `ms` moved by `n` units (the units from
+/// `Millisecond` to `Year`). Months, quarters and years keep the time of
+/// day and the day of the month, or take the month's last day where it
+/// has fewer. `None` where the result leaves what a record's timestamp may
+/// hold ([`MAX_TIMESTAMP_MS`]), and for parts that are not units.
+pub fn add_units(unit: TimePart, n: i64, ms: i64) -> Option<i64> {
+    // Past ±MAX_TIMESTAMP_MS anyway; keeps the calendar arithmetic small.
+    const MAX_YEAR: i64 = 300_000;
+    let fixed = |len: i64| n.checked_mul(len).and_then(|d| ms.checked_add(d));
+    let moved = match unit {
+        TimePart::Millisecond => fixed(1)?,
+        TimePart::Second => fixed(1000)?,
+        TimePart::Minute => fixed(60_000)?,
+        TimePart::Hour => fixed(3_600_000)?,
+        TimePart::Day => fixed(MS_PER_DAY)?,
+        TimePart::Week => fixed(7 * MS_PER_DAY)?,
+        TimePart::Month | TimePart::Quarter | TimePart::Year => {
+            let per = match unit {
+                TimePart::Month => 1,
+                TimePart::Quarter => 3,
+                _ => 12,
+            };
+            let (days, in_day) = (ms.div_euclid(MS_PER_DAY), ms.rem_euclid(MS_PER_DAY));
+            let (y, m, d) = civil_from_days(days);
+            let month = y.checked_mul(12)?.checked_add(i64::from(m) - 1)?.checked_add(n.checked_mul(per)?)?;
+            let year = month.div_euclid(12);
+            if year.abs() > MAX_YEAR {
+                return None;
+            }
+            let m = u32::try_from(month.rem_euclid(12)).ok()? + 1;
+            days_from_civil(year, m, d.min(days_in_month(year, m))).checked_mul(MS_PER_DAY)?.checked_add(in_day)?
+        }
+        TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch => return None,
+    };
+    (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&moved).then_some(moved)
+}
+
 /// Seconds since the epoch, with the fraction.
 pub fn extract_epoch(ms: i64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
@@ -248,6 +285,31 @@ mod tests {
         let mut v = Vec::new();
         format_timestamp(ms, &mut v);
         String::from_utf8(v).unwrap()
+    }
+
+    /// Calendar units keep the day or take the month's last; fixed ones
+    /// add their length; anything past a record's range, or a count that
+    /// overflows, is `None` (NULL), never a wrap or a panic.
+    #[test]
+    fn timestampadd_keeps_the_day_or_takes_the_months_last_and_never_overflows() {
+        let at = |s: &str| parse_timestamp_ms(s).unwrap();
+        let add = |unit, n, s: &str| add_units(unit, n, at(s)).map(fmt);
+        assert_eq!(add(TimePart::Month, 1, "2024-01-31T10:00:00Z").unwrap(), "2024-02-29T10:00:00.000Z");
+        assert_eq!(add(TimePart::Month, 1, "2023-01-31T10:00:00Z").unwrap(), "2023-02-28T10:00:00.000Z");
+        assert_eq!(add(TimePart::Month, -2, "2024-03-31T00:00:00Z").unwrap(), "2024-01-31T00:00:00.000Z");
+        assert_eq!(add(TimePart::Quarter, -1, "2024-01-15T00:00:00Z").unwrap(), "2023-10-15T00:00:00.000Z");
+        assert_eq!(add(TimePart::Year, 1, "2024-02-29T23:59:59.999Z").unwrap(), "2025-02-28T23:59:59.999Z");
+        assert_eq!(add(TimePart::Week, -1, "1970-01-03T00:00:00Z").unwrap(), "1969-12-27T00:00:00.000Z");
+        assert_eq!(add(TimePart::Millisecond, 1, "1999-12-31T23:59:59.999Z").unwrap(), "2000-01-01T00:00:00.000Z");
+        for unit in [TimePart::Millisecond, TimePart::Day, TimePart::Month, TimePart::Year] {
+            for n in [i64::MAX, i64::MIN, 1 << 60] {
+                assert_eq!(add_units(unit, n, 0), None, "{unit:?} {n}");
+            }
+            assert_eq!(add_units(unit, 1, i64::MIN), None, "{unit:?} from the least i64");
+            assert_eq!(add_units(unit, -1, i64::MAX), None, "{unit:?} from the greatest i64");
+        }
+        assert_eq!(add_units(TimePart::Day, 1, MAX_TIMESTAMP_MS), None, "past a record's range");
+        assert_eq!(add_units(TimePart::Epoch, 1, 0), None, "not a unit");
     }
 
     #[test]

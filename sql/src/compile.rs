@@ -449,6 +449,33 @@ fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<Ph
         .ok_or_else(|| SqlError::at_node(*part, "expected a part name such as 'hour'"))?;
         return extract(part, compile(arg, scope)?, arg);
     }
+    // TIMESTAMPADD(DAY, n, ts): the unit is a keyword (Flink, MySQL) or a
+    // string ('day').
+    if name == "TIMESTAMPADD" {
+        let [unit, count, ts] = a.args[..] else {
+            return Err(SqlError::at_node(node, "TIMESTAMPADD takes a unit, a count and a timestamp"));
+        };
+        let named = match unit {
+            Expr::Identifier(ident) => time_part_named(&ident.value),
+            other => match compile(other, scope)? {
+                PhysExpr::Literal { value: Scalar::String(s), .. } => time_part_named(&s),
+                _ => None,
+            },
+        };
+        let unit = named.filter(|p| !matches!(p, TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch)).ok_or_else(|| {
+            SqlError::at_node(
+                unit,
+                "TIMESTAMPADD: expected a unit: MILLISECOND, SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, QUARTER or YEAR",
+            )
+        })?;
+        let count = crate::typing::expect_bigint(compile(count, scope)?, count, "TIMESTAMPADD count")?;
+        let ts = expect_timestamp(compile(ts, scope)?, ts, "TIMESTAMPADD")?;
+        return Ok(PhysExpr::Func {
+            func: ScalarFunc::TimestampAdd(unit),
+            args: vec![count, ts],
+            data_type: DataType::Timestamp,
+        });
+    }
     // HOUR(ts), YEAR(ts), ...: Flink's and MySQL's shorthands for EXTRACT.
     if let Some(part) = time_part_function(&name) {
         let [arg] = a.args.as_slice() else {

@@ -7,7 +7,7 @@ use super::diagnostic::suggestion;
 use crate::typing::{
     arith, cast, coerce_literal_to, common_type, compare, expect_bigint, expect_string, expect_timestamp, numeric_unary,
 };
-use sluice_plan::{ArithOp, CmpOp, PhysExpr, ScalarFunc, TimePart, TrimSide};
+use sluice_plan::{ArithOp, CmpOp, DigestKind, PhysExpr, ScalarFunc, TimePart, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 
 /// Every function name the engine knows, for "did you mean" suggestions.
@@ -58,10 +58,15 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "STRPOS",
     "SPLIT_INDEX",
     "REGEXP_EXTRACT",
+    "REGEXP_REPLACE",
+    "MD5",
+    "SHA1",
+    "SHA256",
     "COUNT_CHAR",
     "DATE_FORMAT",
     "DATE_TRUNC",
     "TO_TIMESTAMP",
+    "TIMESTAMPADD",
     "HOUR",
     "MINUTE",
     "SECOND",
@@ -243,6 +248,28 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 args: vec![s],
                 data_type: DataType::String,
             })
+        }
+        "REGEXP_REPLACE" => {
+            arity(3, 3)?;
+            let s = expect_string(next(), node, name)?;
+            let pattern = constant_string(next(), name, "pattern", node)?;
+            let replacement = constant_string(next(), name, "replacement", node)?;
+            regex::Regex::new(&pattern)
+                .map_err(|e| SqlError::at_node(node, format!("REGEXP_REPLACE: invalid pattern {pattern:?}: {e}")))?;
+            Ok(PhysExpr::Func {
+                func: ScalarFunc::RegexpReplace { pattern, replacement },
+                args: vec![s],
+                data_type: DataType::String,
+            })
+        }
+        "MD5" | "SHA1" | "SHA256" => {
+            arity(1, 1)?;
+            let kind = match name {
+                "MD5" => DigestKind::Md5,
+                "SHA1" => DigestKind::Sha1,
+                _ => DigestKind::Sha256,
+            };
+            string_fn(ScalarFunc::Digest(kind), next(), DataType::String)
         }
         "COUNT_CHAR" => {
             arity(2, 2)?;

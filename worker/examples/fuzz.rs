@@ -226,10 +226,20 @@ const SQL_SEEDS: &[&str] = &[
     "SELECT UPPER(s) AS u, CASE WHEN n BETWEEN 1 AND 9 THEN 'a' ELSE CONCAT(s, 'b') END AS k, CAST(d AS BIGINT) AS c FROM t WHERE s LIKE '%a_' AND b IS NOT NULL",
     "SELECT s, COUNT(DISTINCT n) AS v FROM t GROUP BY s HAVING COUNT(*) > 1",
     "SELECT ROUND(d, 2) AS r, ABS(n) % 7 AS m, EXTRACT(HOUR FROM ts) AS h, COALESCE(s, 'none') AS c FROM t",
+    "SELECT REGEXP_REPLACE(s, '(a+)(.)', '${2}$1') AS r, MD5(s) AS m, SHA1(s) AS h1, SHA256(s) AS h2, \
+     TIMESTAMPADD(MONTH, n, ts) AS t1, TIMESTAMPADD('day', -n, ts) AS t2, SPLIT_PART(s, ',', n) AS p, \
+     REPEAT(s, n) AS rep, JSON_QUERY(s, '$.a[0]') AS j FROM t",
 ];
 
 const SQL_DICTIONARY: &[&str] = &[
     "SELECT ",
+    "REGEXP_REPLACE(",
+    "MD5(",
+    "SHA256(",
+    "TIMESTAMPADD(",
+    "MONTH, ",
+    "YEAR, ",
+    "QUARTER, ",
     " FROM ",
     " t",
     " WHERE ",

@@ -201,6 +201,13 @@ fn shaped() -> impl Strategy<Value = String> {
         "REVERSE(CAST({} AS VARCHAR))",
         "STRPOS(s, CAST({} AS VARCHAR))",
         "JSON_QUERY(CAST({} AS VARCHAR), '$.a[0]')",
+        "REGEXP_REPLACE(CAST({} AS VARCHAR), '(.)(.*)', '$2$1${9}')",
+        "MD5(CAST({} AS VARCHAR))",
+        "SHA256(CAST({} AS VARCHAR))",
+        "TIMESTAMPADD(MONTH, {}, {})",
+        "TIMESTAMPADD(YEAR, {}, ts)",
+        "TIMESTAMPADD(MILLISECOND, {}, {})",
+        "TIMESTAMPADD(WEEK, {}, {})",
     ]);
     (func, operand.clone(), operand).prop_map(|(f, a, b)| {
         let e = f.replacen("{}", a, 1).replacen("{}", b, 1);

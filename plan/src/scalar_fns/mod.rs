@@ -115,7 +115,7 @@ pub(super) fn eval_function(
                 piece.map(|p| buf.push_str(p)).is_some()
             })
         }
-        ScalarFunc::RegexpExtract { pattern, group } => match compiled(pattern)? {
+        ScalarFunc::RegexpExtract { pattern, group } => match compiled(pattern, true)? {
             Matcher::Literal(p) => map_str_opt(a, |s, buf| p.extract(s, *group).map(|m| buf.push_str(m)).is_some()),
             Matcher::Regex(re) => {
                 let mut locs = re.capture_locations();
@@ -210,6 +210,12 @@ pub(super) fn eval_function(
             Ok(Column::new(DataType::Timestamp, ColumnData::Int(v), validity))
         }
         ScalarFunc::JsonValue(path) => map_str_opt(a, |s, buf| json_value(s, path, buf)),
+        ScalarFunc::RegexpReplace { pattern, replacement } => {
+            let Matcher::Regex(re) = compiled(pattern, false)? else {
+                return Err(Error::Internal("REGEXP_REPLACE's pattern compiled as a literal".into()));
+            };
+            map_str(a, |s, buf| buf.push_str(&re.replace_all(s, replacement.as_str())))
+        }
         other => {
             let columns: Vec<&Column> = args.iter().map(AsRef::as_ref).collect();
             text_math::eval(other, &columns, data_type, n)?
@@ -332,35 +338,36 @@ enum Matcher {
     Regex(regex::Regex),
 }
 
-/// The compiled form of a REGEXP_EXTRACT pattern, compiled once per thread.
+/// The compiled form of a REGEXP_EXTRACT pattern (`literal`: a literal
+/// matcher where one serves) or of a REGEXP_REPLACE one (always the regex
+/// crate's, whose replacement expands `$1`), compiled once per thread.
 ///
 /// The pattern is a constant of the query, but compiling it is tens of
 /// microseconds (its prefilter, DFAs and one-pass matcher): once per batch,
 /// that was a tenth of q21's time. Each core is one thread, so the cache
 /// needs no lock. A plan names a handful of patterns, so the cache is only
 /// bounded against a process that plans many queries (tests, `validate`).
-fn compiled(pattern: &str) -> Result<Matcher, Error> {
+fn compiled(pattern: &str, literal: bool) -> Result<Matcher, Error> {
     use std::cell::RefCell;
     use std::collections::HashMap;
     const MAX_PATTERNS: usize = 64;
     thread_local! {
-        static COMPILED: RefCell<HashMap<String, Matcher>> = RefCell::new(HashMap::new());
+        static COMPILED: RefCell<HashMap<(bool, String), Matcher>> = RefCell::new(HashMap::new());
     }
     COMPILED.with(|cache| {
-        if let Some(m) = cache.borrow().get(pattern) {
+        let key = (literal, pattern.to_owned());
+        if let Some(m) = cache.borrow().get(&key) {
             return Ok(m.clone());
         }
-        let m = match LiteralPattern::new(pattern) {
+        let m = match LiteralPattern::new(pattern).filter(|_| literal) {
             Some(p) => Matcher::Literal(std::rc::Rc::new(p)),
-            None => Matcher::Regex(
-                regex::Regex::new(pattern).map_err(|e| Error::Internal(format!("REGEXP_EXTRACT pattern: {e}")))?,
-            ),
+            None => Matcher::Regex(regex::Regex::new(pattern).map_err(|e| Error::Internal(format!("pattern: {e}")))?),
         };
         let mut cache = cache.borrow_mut();
         if cache.len() >= MAX_PATTERNS {
             cache.clear();
         }
-        cache.insert(pattern.to_owned(), m.clone());
+        cache.insert(key, m.clone());
         Ok(m)
     })
 }

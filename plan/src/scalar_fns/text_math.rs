@@ -1,11 +1,12 @@
 //! Kernels of the common PostgreSQL and Flink built-ins beyond the first
 //! set: math over doubles (NULL where PostgreSQL would raise an error),
-//! string slicing by characters, and JSON_QUERY.
+//! string slicing by characters, JSON_QUERY, digests and TIMESTAMPADD.
 
 use super::rows::{MAX_PAD_CHARS, ints, map_rows_str, strings};
 use crate::column::{Column, ColumnData, and_validity};
 use crate::json_path::json_query;
-use crate::{DataType, Error, ScalarFunc};
+use crate::time::add_units;
+use crate::{DataType, DigestKind, Error, ScalarFunc};
 
 fn floats<'c>(c: &'c Column, what: &str) -> Result<&'c [f64], Error> {
     match &c.data {
@@ -36,6 +37,23 @@ fn map_rows_f64(inputs: &[&Column], n: usize, f: impl Fn(usize) -> f64) -> Colum
 /// characters without collecting them.
 fn char_at(s: &str, k: usize) -> usize {
     s.char_indices().nth(k).map_or(s.len(), |(at, _)| at)
+}
+
+/// The digest of `bytes` as lower-case hex, appended to `buf`.
+fn digest_hex(kind: DigestKind, bytes: &[u8], buf: &mut String) {
+    use sha2::Digest;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = |digest: &[u8]| {
+        for b in digest {
+            buf.push(char::from(HEX[usize::from(b >> 4)]));
+            buf.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    };
+    match kind {
+        DigestKind::Md5 => hex(&md5::Md5::digest(bytes)),
+        DigestKind::Sha1 => hex(&sha1::Sha1::digest(bytes)),
+        DigestKind::Sha256 => hex(&sha2::Sha256::digest(bytes)),
+    }
 }
 
 /// The kernels of this file's functions; `None` for any other.
@@ -155,6 +173,26 @@ pub(super) fn eval(
         ScalarFunc::JsonQuery(path) => {
             let s = strings(a)?;
             map_rows_str(&[a], n, |i, buf| json_query(s.get(i), path, buf))
+        }
+        ScalarFunc::Digest(kind) => {
+            let s = strings(a)?;
+            map_rows_str(&[a], n, |i, buf| {
+                digest_hex(*kind, s.get(i).as_bytes(), buf);
+                true
+            })
+        }
+        ScalarFunc::TimestampAdd(unit) => {
+            let (counts, times) = (ints(a, "TIMESTAMPADD count")?, ints(arg(1)?, "TIMESTAMPADD timestamp")?);
+            let mut validity = and_validity(a.validity.as_deref(), arg(1)?.validity.as_deref(), n);
+            let v = (0..n)
+                .map(|i| {
+                    add_units(*unit, counts[i], times[i]).unwrap_or_else(|| {
+                        validity.get_or_insert_with(|| vec![true; n])[i] = false;
+                        0
+                    })
+                })
+                .collect();
+            Column::new(DataType::Timestamp, ColumnData::Int(v), validity)
         }
         _ => return Ok(None),
     }))
