@@ -173,8 +173,11 @@ impl ProtobufDecoder {
     /// The program for `payload`'s schema and message, and where the
     /// message's bytes start.
     fn program(&mut self, payload: &[u8]) -> Result<(usize, usize), String> {
+        // Byte by byte: the header is a few bytes, and `starts_with` calls
+        // memcmp, which took a seventh of a record's decoding.
         if let Some((header, program)) = &self.last
-            && payload.starts_with(header)
+            && payload.len() >= header.len()
+            && header.iter().zip(payload).all(|(h, p)| h == p)
         {
             return Ok((*program, header.len()));
         }
@@ -419,7 +422,7 @@ impl Reading<'_> {
 }
 
 /// The value of a field read as `read`, at `payload[*at..end]`.
-#[inline]
+#[inline(always)]
 fn value(payload: &[u8], read: Read, at: &mut usize, end: usize) -> Result<Slot, String> {
     let bytes = &payload[..end];
     let fixed = |at: &mut usize, n: u64| take(at, n, end).map(|(s, e)| &bytes[s..e]);
@@ -550,7 +553,7 @@ fn push_default(columns: &JsonDecoder, batch: &mut Batch, col: usize, value: &De
 }
 
 /// The value the record set, into column `col`.
-#[inline]
+#[inline(always)]
 fn push(
     columns: &JsonDecoder,
     batch: &mut Batch,
