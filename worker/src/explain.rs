@@ -489,6 +489,16 @@ fn emits(plan: &Plan, config: &WorkerConfig) -> String {
             "final rows: one per group and window, when the watermark passes the window's end".to_owned()
         }
     };
+    // The operators that keep which groups HAVING showed (the engine's
+    // `track_having`): a session window's do not.
+    let keeps_shown = match &plan.operator {
+        OperatorPlan::Aggregate(a) => !matches!(a.window, Some(TimeWindow::Session { .. })),
+        OperatorPlan::Merge(_) => true,
+        _ => false,
+    };
+    if plan.having.is_some() && plan.emit == EmitMode::Changes && keeps_shown {
+        text.push_str("; a group shown before that fails HAVING is deleted (a tombstone)");
+    }
     if plan.judges_lateness() {
         let _ = write!(text, "; rows behind the watermark are late: {late}");
     }
