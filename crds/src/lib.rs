@@ -50,7 +50,7 @@ pub use registry::{
     RegistryAccess, RegistryAuthentication, RegistryTls, SchemaRegistrySpec, SubjectNameStrategy, error_with_causes,
 };
 pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
-pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec};
+pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec, camel_case};
 pub use source::{
     ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat,
     RecordMetadata, RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,

@@ -29,7 +29,8 @@ pub struct SinkSpec {
     /// derived from the key columns and registered under `<topic>-key` (or
     /// as `spec.schemaRegistry.subjectNameStrategy` names it), for Kafka
     /// Connect's AvroConverter as key converter and consumers that
-    /// deserialize keys through the registry. `protobuf` is not written.
+    /// deserialize keys through the registry; `protobuf`, a message of
+    /// them, likewise, for Connect's ProtobufConverter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_format: Option<crate::KeyFormat>,
 }
@@ -94,6 +95,12 @@ pub enum SinkFormat {
     /// `spec.schemaRegistry` under `<topic>-value` when the job starts; the
     /// key stays a JSON object of the key columns. Kafka sinks only.
     Avro,
+    /// Protobuf in the Confluent wire format: the writer schema (a proto3
+    /// message of the result columns, each `optional`, so that a NULL is
+    /// an absent field and a 0 a present one; timestamps as
+    /// `google.protobuf.Timestamp`) is registered in `spec.schemaRegistry`
+    /// under `<topic>-value` when the job starts. Kafka sinks only.
+    Protobuf,
     /// Debezium change events in JSON, for consumers that want a
     /// changelog: `{"before": …, "after": …, "op": …}`. A row of a query
     /// without a key is an insert (`c`, `after` the row); an update of a
@@ -107,20 +114,84 @@ pub enum SinkFormat {
 
 impl SinkFormat {
     /// Why a result column cannot be written under `name` in this format:
-    /// an Avro field name is `[A-Za-z_][A-Za-z0-9_]*` (JSON takes any).
-    /// Checked by the operator and `validate` before anything runs, and by
-    /// the encoder that derives the schema.
-    pub fn column_name_problem(self, name: &str) -> Option<String> {
+    /// an Avro or Protobuf field name is `[A-Za-z_][A-Za-z0-9_]*` (JSON
+    /// takes any).
+    fn column_name_problem(self, name: &str) -> Option<String> {
         let mut bytes = name.bytes();
-        let avro = bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        let identifier = bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        (self == Self::Avro && !avro).then(|| {
+        let format = match self {
+            Self::Avro => "an Avro",
+            Self::Protobuf => "a Protobuf",
+            Self::Json | Self::DebeziumJson => return None,
+        };
+        (!identifier).then(|| {
             format!(
-                "output column `{name}` is not an Avro field name (letters, digits and `_`, not starting with a \
+                "output column `{name}` is not {format} field name (letters, digits and `_`, not starting with a \
                  digit): give it one with AS"
             )
         })
     }
+
+    /// Why the result columns `names` cannot be written in this format: a
+    /// name that is not a field
+    /// name ([`SinkFormat::column_name_problem`]), or two that Protobuf's
+    /// JSON mapping makes one (`a_b` and `aB`), which proto3 refuses.
+    /// Checked by `validate`, the operator and the encoders.
+    pub fn outputs_problem<'a>(self, names: impl IntoIterator<Item = &'a str>) -> Option<String> {
+        let mut json_names: Vec<(String, &str)> = Vec::new();
+        for name in names {
+            if let Some(problem) = self.column_name_problem(name) {
+                return Some(problem);
+            }
+            if self != Self::Protobuf {
+                continue;
+            }
+            let json = camel_case(name);
+            if let Some((_, other)) = json_names.iter().find(|(j, _)| *j == json) {
+                return Some(format!(
+                    "output columns `{other}` and `{name}` have one Protobuf JSON name \
+                     (`{json}`), which proto3 refuses: rename one with AS"
+                ));
+            }
+            json_names.push((json, name));
+        }
+        None
+    }
+
+    /// Whether the sink registers a writer schema (`avro`, `protobuf`).
+    pub fn needs_registry(self) -> bool {
+        matches!(self, Self::Avro | Self::Protobuf)
+    }
+
+    /// The format as a manifest names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Json => "json",
+            Self::Avro => "avro",
+            Self::Protobuf => "protobuf",
+            Self::DebeziumJson => "debezium-json",
+        }
+    }
+}
+
+/// `s` with each `_` dropped and the letter after it upper-cased: protoc's
+/// default JSON name of a field, and a field's name from an environment
+/// variable's (`http_port` → `httpPort`).
+pub fn camel_case(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut upper = false;
+    for c in s.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl KafkaTarget {

@@ -23,25 +23,20 @@ impl StreamJobSpec {
         if self.sources.is_empty() {
             problems.push("spec.sources: at least one source is required".to_owned());
         }
-        if self.sink.format == crate::SinkFormat::Avro && (self.sink.kafka.is_none() || self.schema_registry.is_none())
-        {
+        let registered = self.sink.kafka.is_some() && self.schema_registry.is_some();
+        if self.sink.format.needs_registry() && !registered {
             problems.push(
-                "spec.sink.format: a sink with format avro writes a Kafka topic and needs spec.schemaRegistry (its \
-                 writer schema is registered there)"
+                "spec.sink.format: a sink with format avro or protobuf writes a Kafka topic and needs \
+                 spec.schemaRegistry (its writer schema is registered there)"
                     .to_owned(),
             );
         }
-        match self.sink.key_format {
-            Some(crate::KeyFormat::Protobuf) => {
-                problems.push("spec.sink.keyFormat: protobuf keys are not written (json or avro)".to_owned())
-            }
-            Some(crate::KeyFormat::Avro) if self.sink.kafka.is_none() || self.schema_registry.is_none() => problems
-                .push(
-                    "spec.sink.keyFormat: Avro keys are written to a Kafka topic and need spec.schemaRegistry (their \
-                     schema is registered there)"
-                        .to_owned(),
-                ),
-            _ => {}
+        if self.sink.key_format.is_some_and(crate::KeyFormat::needs_registry) && !registered {
+            problems.push(
+                "spec.sink.keyFormat: sink.keyFormat avro or protobuf writes a Kafka topic and needs \
+                 spec.schemaRegistry (the key schema is registered there)"
+                    .to_owned(),
+            );
         }
         if let Some(problem) = self.schema_registry.as_ref().and_then(crate::SchemaRegistrySpec::access_problem) {
             problems.push(problem);

@@ -39,9 +39,10 @@ pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     let dataflow = plan_dataflow(&spec.sql, &spec.sources, 1)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
     if let Some(stage) = dataflow.stages.last()
-        && let Some(problem) = stage.plan.outputs.iter().find_map(|o| spec.sink.format.column_name_problem(&o.name))
+        && let Some(problem) = spec.sink.format.outputs_problem(stage.plan.outputs.iter().map(|o| o.name.as_str()))
     {
-        return Err(Invalid { reason: reasons::INVALID_SQL, message: format!("spec.sink.format avro: {problem}") });
+        let message = format!("spec.sink.format {}: {problem}", spec.sink.format.name());
+        return Err(Invalid { reason: reasons::INVALID_SQL, message });
     }
     if spec.delivery != sluice_crds::Delivery::ExactlyOnce
         && dataflow.has_stateful_exchange_writer()

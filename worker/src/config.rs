@@ -67,7 +67,8 @@ pub fn parse_layered(
         serde_saphyr::from_str(text).map_err(|e| Error::Config(format!("{path}: not valid YAML/JSON: {e}")))?;
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("SLUICE_") else { continue };
-        let path: Vec<String> = rest.split("__").map(camel_case).collect();
+        // `HTTP_PORT` → `httpPort`.
+        let path: Vec<String> = rest.split("__").map(|p| sluice_crds::camel_case(&p.to_ascii_lowercase())).collect();
         // Only variables naming a section of the document are overrides;
         // others (SLUICE_LOG, ...) belong to someone else.
         if !path.first().is_some_and(|p| SECTIONS.contains(&p.as_str())) {
@@ -86,23 +87,6 @@ pub fn parse_layered(
         )));
     }
     Ok(config)
-}
-
-/// `HTTP_PORT` → `httpPort`.
-fn camel_case(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut upper = false;
-    for c in s.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.push(c.to_ascii_uppercase());
-            upper = false;
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
 }
 
 fn parse_value(v: &str) -> Value {

@@ -420,8 +420,8 @@ fn check(file: &str, text: &str, secrets_dir: &str, partitions: Option<i32>) -> 
     let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, planned)
         .map_err(|e| format!("{file}: {}", in_file(file, text, &e)))?;
     let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
-    if let Some(problem) = sink_outputs.iter().find_map(|o| job.spec.sink.format.column_name_problem(&o.name)) {
-        return Err(format!("{file}: spec.sink.format avro: {problem}"));
+    if let Some(problem) = job.spec.sink.format.outputs_problem(sink_outputs.iter().map(|o| o.name.as_str())) {
+        return Err(format!("{file}: spec.sink.format {}: {problem}", job.spec.sink.format.name()));
     }
     let partitions = job
         .spec

@@ -46,6 +46,24 @@ pub struct Schema {
     pub text: String,
 }
 
+/// The type of a schema the worker registers (the results' writer
+/// schemas).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaKind {
+    Avro,
+    Protobuf,
+}
+
+impl SchemaKind {
+    /// The format as a manifest names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Avro => "avro",
+            Self::Protobuf => "protobuf",
+        }
+    }
+}
+
 /// What the registry said of an id.
 pub type Lookup = Result<Arc<Schema>, String>;
 
@@ -138,25 +156,30 @@ impl Registry {
         Err(Error::Registry { url: self.url.clone(), message: format!("{what}: {last}") })
     }
 
-    /// Registers Avro schema `schema` under `subject` (or finds it there)
+    /// Registers `schema` (of `kind`) under `subject` (or finds it there)
     /// and returns its id. A registry that refuses it — incompatible with
     /// the subject's earlier versions, or invalid — is the job's fault
     /// ([`Error::Config`], naming the subject and the registry's reason);
     /// one that does not answer, transient.
-    pub fn register(&self, subject: &str, schema: &str) -> Result<u32, Error> {
+    pub fn register(&self, subject: &str, schema: &str, kind: SchemaKind) -> Result<u32, Error> {
         // One registration per worker: its cores wait for the first.
         let mut registered = self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = (subject.to_owned(), schema.to_owned());
         if let Some(id) = registered.get(&key) {
             return Ok(*id);
         }
-        let id = self.register_once(subject, schema)?;
+        let id = self.register_once(subject, schema, kind)?;
         registered.insert(key, id);
         Ok(id)
     }
 
-    fn register_once(&self, subject: &str, schema: &str) -> Result<u32, Error> {
-        let body = serde_json::json!({ "schema": schema }).to_string();
+    fn register_once(&self, subject: &str, schema: &str, kind: SchemaKind) -> Result<u32, Error> {
+        // `schemaType` left out is AVRO, as the Confluent API defines it.
+        let body = match kind {
+            SchemaKind::Avro => serde_json::json!({ "schema": schema }),
+            SchemaKind::Protobuf => serde_json::json!({ "schemaType": "PROTOBUF", "schema": schema }),
+        }
+        .to_string();
         self.retrying(&format!("registering under {subject}"), || {
             let (status, text) = self.post(&format!("subjects/{}/versions", path_segment(subject)), &body)?;
             if status.is_success() {
@@ -174,10 +197,11 @@ impl Registry {
             }
             if status.is_client_error() {
                 return Ok(Err(Error::Config(format!(
-                    "the schema registry at {} refused the results' Avro schema for subject {subject} (HTTP \
+                    "the schema registry at {} refused the results' {} schema for subject {subject} (HTTP \
                      {status}: {text:.300}); its compatibility rules decide which changes a subject takes: change \
                      the query's output, or the subject's compatibility",
-                    self.url
+                    self.url,
+                    kind.name()
                 ))));
             }
             Err(format!("HTTP {status}: {text:.200}"))
@@ -430,12 +454,12 @@ mod tests {
     #[test]
     fn registering_returns_the_id_and_a_refusal_is_a_configuration_error() {
         let (url, seen) = serve("200 OK", r#"{"id":17}"#, 1);
-        assert_eq!(Registry::new(&url).register("orders.v1-value", "\"long\"").unwrap(), 17);
+        assert_eq!(Registry::new(&url).register("orders.v1-value", "\"long\"", SchemaKind::Avro).unwrap(), 17);
         let request = &seen.join().unwrap()[0];
         assert!(request.starts_with("POST /subjects/orders.v1-value/versions "), "{request}");
         assert!(request.ends_with(r#"{"schema":"\"long\""}"#), "{request}");
         let (url, _) = serve("409 Conflict", r#"{"error_code":409,"message":"incompatible: field n"}"#, 1);
-        let e = Registry::new(&url).register("out-value", "\"long\"").unwrap_err();
+        let e = Registry::new(&url).register("out-value", "\"long\"", SchemaKind::Avro).unwrap_err();
         assert!(
             matches!(&e, Error::Config(m) if m.contains("out-value") && m.contains("incompatible: field n")),
             "{e}"
@@ -453,7 +477,7 @@ mod tests {
         ]);
         let registry = Registry::new(&url);
         for _ in 0..3 {
-            assert_eq!(registry.register("out-value", "\"long\"").unwrap(), 23);
+            assert_eq!(registry.register("out-value", "\"long\"", SchemaKind::Avro).unwrap(), 23);
         }
         let requests = seen.join().unwrap();
         assert!(requests[1].starts_with("POST /subjects/out-value "), "{}", requests[1]);

@@ -21,6 +21,8 @@ pub use json::JsonDecoder;
 pub use key::KeyDecoder;
 pub use metadata::{RecordHeaders, RecordMeta};
 pub use protobuf::ProtobufDecoder;
+#[cfg(test)]
+pub(crate) use protobuf::parse_schema;
 pub use raw::RawDecoder;
 
 /// The plan of `sql` over a source `t` of one column of each type, for the

@@ -48,11 +48,11 @@ pub fn key_record_full_name(name: &str) -> String {
 }
 
 fn record_schema(record: &str, outputs: &[(String, DataType)]) -> Result<String, String> {
+    if let Some(problem) = SinkFormat::Avro.outputs_problem(outputs.iter().map(|c| c.0.as_str())) {
+        return Err(problem);
+    }
     let mut fields = Vec::with_capacity(outputs.len());
     for (column, t) in outputs {
-        if let Some(problem) = SinkFormat::Avro.column_name_problem(column) {
-            return Err(problem);
-        }
         let ty = match t {
             DataType::Null => serde_json::json!("null"),
             t => serde_json::json!(["null", avro_type(*t)]),
@@ -64,7 +64,7 @@ fn record_schema(record: &str, outputs: &[(String, DataType)]) -> Result<String,
 
 /// The record name of job `name`'s results: an Avro name made of it
 /// (other characters become `_`).
-fn record_name(name: &str) -> String {
+pub(super) fn record_name(name: &str) -> String {
     let mut record: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     if !record.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         record.insert(0, '_');
@@ -73,12 +73,13 @@ fn record_name(name: &str) -> String {
 }
 
 /// The full name of the record [`writer_schema`] derives for job `name`
-/// (what RecordNameStrategy names its subject after).
+/// (what RecordNameStrategy names its subject after), and of the message
+/// `proto_schema` derives.
 pub fn record_full_name(name: &str) -> String {
     format!("{NAMESPACE}.{}", record_name(name))
 }
 
-const NAMESPACE: &str = "dev.sluice";
+pub(super) const NAMESPACE: &str = "dev.sluice";
 
 /// Writes [`EmittedRows`] as Avro values of the schema registered as `id`.
 #[derive(Debug, Clone)]

@@ -1,7 +1,8 @@
 //! Result rows' record keys, whatever the values' format: a JSON object of
 //! the key columns (the default, as Kafka Connect's JSON converter reads
-//! it), or an Avro record of them in the Confluent wire format
-//! (`sink.keyFormat: avro`, for Connect's AvroConverter as key converter).
+//! it), or an Avro record or Protobuf message of them in the Confluent
+//! wire format (`sink.keyFormat: avro` or `protobuf`, for Connect's
+//! AvroConverter or ProtobufConverter as key converter).
 //! Each sink encoder holds one; [`super::RowEncoder::encode`] writes the
 //! keys after the encoder wrote the values.
 
@@ -17,6 +18,8 @@ pub(super) enum Kind {
     /// The wire format's header (a zero byte, the key schema's id), and
     /// which fields are of type `null` (no union, no bytes).
     Avro { header: [u8; 5], bare_null: Vec<bool> },
+    /// A Protobuf message of the key columns (`sink.keyFormat: protobuf`).
+    Protobuf(super::protobuf::Message),
 }
 
 impl KeyWriter {
@@ -30,6 +33,11 @@ impl KeyWriter {
         let mut header = [0; 5];
         header[1..].copy_from_slice(&schema_id.to_be_bytes());
         Self(Kind::Avro { header, bare_null: types.iter().map(|t| *t == DataType::Null).collect() })
+    }
+
+    /// Protobuf messages of key schema `schema_id`.
+    pub fn protobuf(schema_id: u32) -> Self {
+        Self(Kind::Protobuf(super::protobuf::Message::new(schema_id)))
     }
 }
 

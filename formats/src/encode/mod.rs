@@ -5,6 +5,7 @@ mod binary;
 mod debezium;
 mod json;
 mod key;
+mod protobuf;
 mod view;
 
 pub use avro::{AvroEncoder, key_record_full_name, key_schema, record_full_name, writer_schema};
@@ -12,13 +13,15 @@ pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR};
 pub use debezium::DebeziumJsonEncoder;
 pub use json::{EncodedRows, JsonEncoder, write_float, write_str};
 pub use key::KeyWriter;
+pub use protobuf::{ProtobufEncoder, proto_key_schema, proto_schema};
 
-/// How a stage writes its rows: JSON, Avro or Debezium events for the
+/// How a stage writes its rows: JSON, Avro, Protobuf or Debezium events for the
 /// job's sink, binary rows for an exchange between stages.
 #[derive(Debug, Clone)]
 pub enum RowEncoder {
     Json(JsonEncoder),
     Avro(AvroEncoder),
+    Protobuf(ProtobufEncoder),
     DebeziumJson(DebeziumJsonEncoder),
     Binary(BinaryEncoder),
 }
@@ -29,6 +32,7 @@ impl RowEncoder {
         match &mut self {
             Self::Json(e) => e.keys = keys,
             Self::Avro(e) => e.keys = keys,
+            Self::Protobuf(e) => e.keys = keys,
             Self::DebeziumJson(e) => e.keys = keys,
             Self::Binary(_) => {}
         }
@@ -45,6 +49,10 @@ impl RowEncoder {
                 write_keys(&e.keys, rows, out);
             }
             Self::Avro(e) => {
+                e.encode(rows, out);
+                write_keys(&e.keys, rows, out);
+            }
+            Self::Protobuf(e) => {
                 e.encode(rows, out);
                 write_keys(&e.keys, rows, out);
             }
@@ -82,6 +90,13 @@ fn write_keys(keys: &KeyWriter, rows: &sluice_engine::EmittedRows<'_>, out: &mut
             let views: Vec<View<'_>> = rows.keys.iter().map(View::of::<avro::Avro>).collect();
             rows.selection.for_each(|row| {
                 avro::write_record(header, bare_null, &views, row, &mut out.keys);
+                out.key_ends.push(out.keys.len());
+            });
+        }
+        key::Kind::Protobuf(message) => {
+            let fields = protobuf::fields(rows.keys);
+            rows.selection.for_each(|row| {
+                message.write(&fields, row, &mut out.keys);
                 out.key_ends.push(out.keys.len());
             });
         }

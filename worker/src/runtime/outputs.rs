@@ -7,22 +7,25 @@ use std::sync::Arc;
 
 use sluice_crds::{KeyFormat, SinkFormat};
 use sluice_formats::encode::{
-    AvroEncoder, DebeziumJsonEncoder, JsonEncoder, KeyWriter, RowEncoder, key_record_full_name, key_schema,
-    record_full_name, writer_schema,
+    AvroEncoder, DebeziumJsonEncoder, JsonEncoder, KeyWriter, ProtobufEncoder, RowEncoder, key_record_full_name,
+    key_schema, proto_key_schema, proto_schema, record_full_name, writer_schema,
 };
+use sluice_plan::DataType;
 
 use super::setup::CoreSetup;
 use crate::Error;
 use crate::kafka::client_config;
+use crate::registry::SchemaKind;
 use crate::sink::{
     CoreProducer, DeadLetterSink, FileDeadLetter, KafkaDeadLetter, KafkaSink, LineSink, LogDeadLetter, Sink,
     producer_config,
 };
 
-/// How the job's results are written: JSON, Debezium events, or Avro under the writer
-/// schema registered for the sink topic (`<topic>-value`, Confluent's
-/// TopicNameStrategy) when the core starts; their keys as JSON objects,
-/// or Avro records under `<topic>-key` (`sink.keyFormat: avro`).
+/// How the job's results are written: JSON, Debezium events, or Avro or
+/// Protobuf under the writer schema registered for the sink topic
+/// (`<topic>-value`, Confluent's TopicNameStrategy, or the record's name)
+/// when the core starts; their keys as JSON objects, or Avro records or
+/// Protobuf messages under `<topic>-key` (`sink.keyFormat`).
 pub(super) fn sink_encoder(
     setup: &CoreSetup,
     plan: &sluice_plan::Plan,
@@ -30,52 +33,73 @@ pub(super) fn sink_encoder(
     keys: &[String],
 ) -> Result<RowEncoder, Error> {
     let spec = &setup.config.spec;
-    let encoder = sink_value_encoder(setup, plan, names, keys)?;
-    if spec.sink.key_format != Some(KeyFormat::Avro) || keys.is_empty() {
-        return Ok(encoder);
-    }
-    let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
-        return Err(Error::Config("a sink with keyFormat avro needs a Kafka topic and spec.schemaRegistry".into()));
+    let columns = |of: &[sluice_plan::OutputColumn]| -> Vec<(String, DataType)> {
+        of.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect()
     };
-    let columns: Vec<(String, sluice_plan::DataType)> =
-        plan.keys.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
-    let schema = key_schema(&setup.config.job.name, &columns)
-        .map_err(|e| Error::Config(format!("spec.sink.keyFormat avro: {e}")))?;
-    let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
-    let subject = strategy.key_subject(&kafka.topic, &key_record_full_name(&setup.config.job.name));
-    let id = registry.register(&subject, &schema)?;
-    let types: Vec<sluice_plan::DataType> = columns.iter().map(|c| c.1).collect();
-    Ok(encoder.with_keys(KeyWriter::avro(id, &types)))
+    let encoder = match spec.sink.format {
+        SinkFormat::Json => RowEncoder::Json(JsonEncoder::new(names, keys)),
+        SinkFormat::DebeziumJson => RowEncoder::DebeziumJson(DebeziumJsonEncoder::new(names, keys)),
+        SinkFormat::Avro => {
+            let outputs = columns(&plan.outputs);
+            let id = register(setup, Half::Value, SchemaKind::Avro, &outputs)?;
+            let types: Vec<DataType> = outputs.iter().map(|o| o.1).collect();
+            RowEncoder::Avro(AvroEncoder::new(id, &types, keys))
+        }
+        SinkFormat::Protobuf => {
+            let id = register(setup, Half::Value, SchemaKind::Protobuf, &columns(&plan.outputs))?;
+            RowEncoder::Protobuf(ProtobufEncoder::new(id, keys))
+        }
+    };
+    let kind = match spec.sink.key_format {
+        _ if keys.is_empty() => return Ok(encoder),
+        None | Some(KeyFormat::Json) => return Ok(encoder),
+        Some(KeyFormat::Avro) => SchemaKind::Avro,
+        Some(KeyFormat::Protobuf) => SchemaKind::Protobuf,
+    };
+    let key_columns = columns(&plan.keys);
+    let id = register(setup, Half::Key, kind, &key_columns)?;
+    Ok(encoder.with_keys(match kind {
+        SchemaKind::Avro => KeyWriter::avro(id, &key_columns.iter().map(|c| c.1).collect::<Vec<_>>()),
+        SchemaKind::Protobuf => KeyWriter::protobuf(id),
+    }))
 }
 
-/// The value half of [`sink_encoder`].
-fn sink_value_encoder(
-    setup: &CoreSetup,
-    plan: &sluice_plan::Plan,
-    names: &[String],
-    keys: &[String],
-) -> Result<RowEncoder, Error> {
+/// Which half of a result record a schema is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Half {
+    Key,
+    Value,
+}
+
+/// Derives the schema of `columns` for the sink's `half` in `kind`,
+/// registers it under the subject the job's naming strategy gives, and
+/// returns its id.
+fn register(setup: &CoreSetup, half: Half, kind: SchemaKind, columns: &[(String, DataType)]) -> Result<u32, Error> {
     let spec = &setup.config.spec;
-    match spec.sink.format {
-        SinkFormat::Json => Ok(RowEncoder::Json(JsonEncoder::new(names, keys))),
-        SinkFormat::DebeziumJson => Ok(RowEncoder::DebeziumJson(DebeziumJsonEncoder::new(names, keys))),
-        SinkFormat::Avro => {
-            let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
-                return Err(Error::Config(
-                    "a sink with format avro needs a Kafka topic and spec.schemaRegistry".into(),
-                ));
-            };
-            let outputs: Vec<(String, sluice_plan::DataType)> =
-                plan.outputs.iter().map(|o| (o.name.clone(), o.expr.data_type())).collect();
-            let schema = writer_schema(&setup.config.job.name, &outputs)
-                .map_err(|e| Error::Config(format!("spec.sink.format avro: {e}")))?;
-            let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
-            let subject = strategy.value_subject(&kafka.topic, &record_full_name(&setup.config.job.name));
-            let id = registry.register(&subject, &schema)?;
-            let types: Vec<sluice_plan::DataType> = outputs.iter().map(|o| o.1).collect();
-            Ok(RowEncoder::Avro(AvroEncoder::new(id, &types, keys)))
-        }
+    let field = match half {
+        Half::Key => "spec.sink.keyFormat",
+        Half::Value => "spec.sink.format",
+    };
+    let (Some(registry), Some(kafka)) = (&setup.registry, &spec.sink.kafka) else {
+        return Err(Error::Config(format!(
+            "{field} {} needs a Kafka sink topic and spec.schemaRegistry (its schema is registered there)",
+            kind.name()
+        )));
+    };
+    let job = &setup.config.job.name;
+    let schema = match (half, kind) {
+        (Half::Value, SchemaKind::Avro) => writer_schema(job, columns),
+        (Half::Key, SchemaKind::Avro) => key_schema(job, columns),
+        (Half::Value, SchemaKind::Protobuf) => proto_schema(job, columns),
+        (Half::Key, SchemaKind::Protobuf) => proto_key_schema(job, columns),
     }
+    .map_err(|e| Error::Config(format!("{field} {}: {e}", kind.name())))?;
+    let strategy = spec.schema_registry.as_ref().map(|r| r.subject_name_strategy).unwrap_or_default();
+    let subject = match half {
+        Half::Value => strategy.value_subject(&kafka.topic, &record_full_name(job)),
+        Half::Key => strategy.key_subject(&kafka.topic, &key_record_full_name(job)),
+    };
+    registry.register(&subject, &schema, kind)
 }
 
 /// What a core's transactional producer writes.

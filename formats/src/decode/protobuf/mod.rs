@@ -298,7 +298,7 @@ impl FileResolver for Registered {
 }
 
 /// The registry's text of a Protobuf schema, compiled.
-fn parse_schema(text: &str) -> Result<DescriptorPool, String> {
+pub(crate) fn parse_schema(text: &str) -> Result<DescriptorPool, String> {
     let trimmed = text.trim();
     let file = match base64::engine::general_purpose::STANDARD.decode(trimmed) {
         // A serialized FileDescriptorProto (what Python's serializer
