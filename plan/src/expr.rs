@@ -182,6 +182,23 @@ pub enum ScalarFunc {
     /// Flink, PostgreSQL and DuckDB do; NULL past the range of a
     /// timestamp.
     TimestampAdd(TimePart),
+    /// TIMESTAMPDIFF(unit, a, b): whole units from `a` to `b`, toward
+    /// zero. Months, quarters and years count as TIMESTAMPADD moves: the
+    /// largest `n` with `TIMESTAMPADD(unit, n, a) <= b` (Jan 31 to Feb 29
+    /// is one month), as Flink (Calcite) and DuckDB count them.
+    TimestampDiff(TimePart),
+    /// A wall clock moved between zones (`None`: UTC, whose wall clock is
+    /// the instant): `ts AT TIME ZONE z` and `FROM_UTC_TIMESTAMP(ts, z)`
+    /// are `{from: None, to: z}`, `TO_UTC_TIMESTAMP(ts, z)` the reverse,
+    /// `CONVERT_TZ(ts, a, b)` any pair. NULL past the years ±9999. See
+    /// [`crate::time_zone`].
+    ConvertTz {
+        from: Option<String>,
+        to: Option<String>,
+    },
+    /// INITCAP(s): each word's first letter upper case, the rest lower
+    /// (a word: a run of letters and digits), as PostgreSQL.
+    Initcap,
 }
 
 /// The digests [`ScalarFunc::Digest`] computes.

@@ -32,6 +32,7 @@ mod schema;
 mod sql_text;
 mod state;
 pub mod time;
+pub mod time_zone;
 mod types;
 
 pub use batch::{Batch, Selection};

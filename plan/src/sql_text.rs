@@ -209,8 +209,20 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         ScalarFunc::Digest(DigestKind::Md5) => simple("MD5", out),
         ScalarFunc::Digest(DigestKind::Sha1) => simple("SHA1", out),
         ScalarFunc::Digest(DigestKind::Sha256) => simple("SHA256", out),
-        ScalarFunc::TimestampAdd(unit) => {
-            let _ = write!(out, "TIMESTAMPADD({}, ", part_name(*unit));
+        ScalarFunc::Initcap => simple("INITCAP", out),
+        ScalarFunc::ConvertTz { from: None, to: Some(zone) } => {
+            if let Some(a) = args.first() {
+                write_expr(a, name, out);
+            }
+            let _ = write!(out, " AT TIME ZONE {}", quote(zone));
+        }
+        ScalarFunc::ConvertTz { from, to } => {
+            let zone = |z: &Option<String>| quote(z.as_deref().unwrap_or("UTC"));
+            call("CONVERT_TZ", args, &[zone(from), zone(to)], name, out);
+        }
+        ScalarFunc::TimestampAdd(unit) | ScalarFunc::TimestampDiff(unit) => {
+            let function = if matches!(func, ScalarFunc::TimestampAdd(_)) { "TIMESTAMPADD" } else { "TIMESTAMPDIFF" };
+            let _ = write!(out, "{function}({}, ", part_name(*unit));
             for (i, a) in args.iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");

@@ -262,6 +262,47 @@ pub fn add_units(unit: TimePart, n: i64, ms: i64) -> Option<i64> {
     (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&moved).then_some(moved)
 }
 
+/// Whole `unit`s from `from` to `to`, toward zero (TIMESTAMPDIFF). A
+/// month, quarter or year counts as [`add_units`] moves: the largest `n`
+/// with `add_units(unit, n, from) <= to`, so Jan 31 to Feb 29 is one
+/// month and 10:00 on Jan 31 to 09:00 on Feb 29 none (Calcite and DuckDB
+/// count so). `None` for a unit without a length, or a timestamp past
+/// ±[`MAX_TIMESTAMP_MS`].
+pub fn diff_units(unit: TimePart, from: i64, to: i64) -> Option<i64> {
+    let range = -MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS;
+    if !range.contains(&from) || !range.contains(&to) {
+        return None;
+    }
+    let fixed = |len: i64| Some((to - from) / len);
+    match unit {
+        TimePart::Millisecond => fixed(1),
+        TimePart::Second => fixed(1000),
+        TimePart::Minute => fixed(60_000),
+        TimePart::Hour => fixed(3_600_000),
+        TimePart::Day => fixed(MS_PER_DAY),
+        TimePart::Week => fixed(7 * MS_PER_DAY),
+        TimePart::Month | TimePart::Quarter | TimePart::Year if to < from => diff_units(unit, to, from).map(|n| -n),
+        TimePart::Month | TimePart::Quarter | TimePart::Year => {
+            let per = match unit {
+                TimePart::Month => 1,
+                TimePart::Quarter => 3,
+                _ => 12,
+            };
+            let month = |ms: i64| {
+                let (y, m, _) = civil_from_days(ms.div_euclid(MS_PER_DAY));
+                y * 12 + i64::from(m)
+            };
+            // At most one too many: back off while the move overshoots.
+            let mut n = (month(to) - month(from)) / per;
+            while n > 0 && add_units(unit, n, from).is_none_or(|moved| moved > to) {
+                n -= 1;
+            }
+            Some(n)
+        }
+        TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch => None,
+    }
+}
+
 /// Seconds since the epoch, with the fraction.
 pub fn extract_epoch(ms: i64) -> f64 {
     #[allow(clippy::cast_precision_loss)]
@@ -310,6 +351,29 @@ mod tests {
         }
         assert_eq!(add_units(TimePart::Day, 1, MAX_TIMESTAMP_MS), None, "past a record's range");
         assert_eq!(add_units(TimePart::Epoch, 1, 0), None, "not a unit");
+    }
+
+    /// Whole units toward zero; months as TIMESTAMPADD moves; the
+    /// extremes are `None` or a count, at once, never a long loop.
+    #[test]
+    fn timestampdiff_counts_whole_units_as_timestampadd_moves() {
+        let at = |s: &str| parse_timestamp_ms(s).unwrap();
+        let diff = |unit, a: &str, b: &str| diff_units(unit, at(a), at(b));
+        assert_eq!(diff(TimePart::Month, "2024-01-31T00:00:00Z", "2024-02-29T00:00:00Z"), Some(1));
+        assert_eq!(diff(TimePart::Month, "2024-01-31T10:00:00Z", "2024-02-29T09:59:59.999Z"), Some(0));
+        assert_eq!(diff(TimePart::Month, "2024-02-29T00:00:00Z", "2024-01-31T00:00:00Z"), Some(-1));
+        assert_eq!(diff(TimePart::Year, "2024-02-29T00:00:00Z", "2025-02-28T00:00:00Z"), Some(1));
+        assert_eq!(diff(TimePart::Quarter, "2024-03-15T00:00:00Z", "2024-01-16T00:00:00Z"), Some(0));
+        assert_eq!(diff(TimePart::Hour, "2024-01-01T10:30:00Z", "2024-01-01T08:00:00Z"), Some(-2));
+        assert_eq!(diff(TimePart::Week, "2024-01-01T00:00:00Z", "2024-01-15T00:00:00Z"), Some(2));
+        let (lo, hi) = (-MAX_TIMESTAMP_MS, MAX_TIMESTAMP_MS);
+        assert_eq!(diff_units(TimePart::Millisecond, lo, hi), Some(2 * MAX_TIMESTAMP_MS));
+        let years = diff_units(TimePart::Year, lo, hi).unwrap();
+        assert!(years > 540_000 && years < 550_000, "{years}");
+        assert_eq!(diff_units(TimePart::Month, hi, lo), diff_units(TimePart::Month, lo, hi).map(|m| -m));
+        assert_eq!(diff_units(TimePart::Day, i64::MIN, 0), None);
+        assert_eq!(diff_units(TimePart::Month, 0, i64::MAX), None);
+        assert_eq!(diff_units(TimePart::DayOfWeek, 0, 1), None);
     }
 
     #[test]

@@ -153,6 +153,12 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
                 return Err(SqlError::at_node(expr, "unsupported cast syntax"));
             }
         }
+        // PostgreSQL's `timestamptz AT TIME ZONE z`: the wall clock in z.
+        Expr::AtTimeZone { timestamp, time_zone } => {
+            let ts = expect_timestamp(compile(timestamp, scope)?, timestamp, "AT TIME ZONE")?;
+            let zone = crate::functions::zone_named(compile(time_zone, scope)?, "AT TIME ZONE", time_zone)?;
+            crate::functions::convert_tz(ts, None, zone)
+        }
         Expr::Extract { field, expr: inner, .. } => {
             let part = time_part(field).ok_or_else(|| SqlError::at_node(expr, format!("cannot EXTRACT {field}")))?;
             extract(part, compile(inner, scope)?, inner)?
@@ -230,7 +236,6 @@ fn unsupported(expr: &Expr) -> SqlError {
         Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => "* here",
         Expr::Array(_) | Expr::Map(_) | Expr::Struct { .. } | Expr::Tuple(_) => "arrays, maps, structs and tuples",
         Expr::JsonAccess { .. } | Expr::CompoundFieldAccess { .. } => "nested field access",
-        Expr::AtTimeZone { .. } => "AT TIME ZONE",
         Expr::Collate { .. } => "COLLATE",
         Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",
         Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..) => "IS [NOT] DISTINCT FROM",
@@ -449,11 +454,12 @@ fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<Ph
         .ok_or_else(|| SqlError::at_node(*part, "expected a part name such as 'hour'"))?;
         return extract(part, compile(arg, scope)?, arg);
     }
-    // TIMESTAMPADD(DAY, n, ts): the unit is a keyword (Flink, MySQL) or a
-    // string ('day').
-    if name == "TIMESTAMPADD" {
+    // TIMESTAMPADD(DAY, n, ts) and TIMESTAMPDIFF(DAY, a, b): the unit is a
+    // keyword (Flink, MySQL) or a string ('day').
+    if name == "TIMESTAMPADD" || name == "TIMESTAMPDIFF" {
         let [unit, count, ts] = a.args[..] else {
-            return Err(SqlError::at_node(node, "TIMESTAMPADD takes a unit, a count and a timestamp"));
+            let what = if name == "TIMESTAMPADD" { "a count and a timestamp" } else { "two timestamps" };
+            return Err(SqlError::at_node(node, format!("{name} takes a unit and {what}")));
         };
         let named = match unit {
             Expr::Identifier(ident) => time_part_named(&ident.value),
@@ -462,12 +468,25 @@ fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<Ph
                 _ => None,
             },
         };
-        let unit = named.filter(|p| !matches!(p, TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch)).ok_or_else(|| {
-            SqlError::at_node(
-                unit,
-                "TIMESTAMPADD: expected a unit: MILLISECOND, SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, QUARTER or YEAR",
-            )
-        })?;
+        let unit = named
+            .filter(|p| !matches!(p, TimePart::DayOfWeek | TimePart::DayOfYear | TimePart::Epoch))
+            .ok_or_else(|| {
+                SqlError::at_node(
+                    unit,
+                    format!(
+                        "{name}: expected a unit: MILLISECOND, SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, QUARTER or YEAR"
+                    ),
+                )
+            })?;
+        if name == "TIMESTAMPDIFF" {
+            let from = expect_timestamp(compile(count, scope)?, count, "TIMESTAMPDIFF")?;
+            let to = expect_timestamp(compile(ts, scope)?, ts, "TIMESTAMPDIFF")?;
+            return Ok(PhysExpr::Func {
+                func: ScalarFunc::TimestampDiff(unit),
+                args: vec![from, to],
+                data_type: DataType::Bigint,
+            });
+        }
         let count = crate::typing::expect_bigint(compile(count, scope)?, count, "TIMESTAMPADD count")?;
         let ts = expect_timestamp(compile(ts, scope)?, ts, "TIMESTAMPADD")?;
         return Ok(PhysExpr::Func {

@@ -67,6 +67,11 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "DATE_TRUNC",
     "TO_TIMESTAMP",
     "TIMESTAMPADD",
+    "TIMESTAMPDIFF",
+    "CONVERT_TZ",
+    "FROM_UTC_TIMESTAMP",
+    "TO_UTC_TIMESTAMP",
+    "INITCAP",
     "HOUR",
     "MINUTE",
     "SECOND",
@@ -270,6 +275,24 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 _ => DigestKind::Sha256,
             };
             string_fn(ScalarFunc::Digest(kind), next(), DataType::String)
+        }
+        "INITCAP" => {
+            arity(1, 1)?;
+            string_fn(ScalarFunc::Initcap, next(), DataType::String)
+        }
+        // MySQL's CONVERT_TZ(ts, from, to) (Flink's takes and gives text);
+        // Spark's and Hive's FROM_UTC_TIMESTAMP and TO_UTC_TIMESTAMP.
+        "CONVERT_TZ" | "FROM_UTC_TIMESTAMP" | "TO_UTC_TIMESTAMP" => {
+            let zones = if name == "CONVERT_TZ" { 2 } else { 1 };
+            arity(1 + zones, 1 + zones)?;
+            let ts = expect_timestamp(next(), node, name)?;
+            let mut zone = || zone_named(next(), name, node);
+            let (from, to) = match name {
+                "CONVERT_TZ" => (zone()?, zone()?),
+                "FROM_UTC_TIMESTAMP" => (None, zone()?),
+                _ => (zone()?, None),
+            };
+            Ok(convert_tz(ts, from, to))
         }
         "COUNT_CHAR" => {
             arity(2, 2)?;
@@ -482,6 +505,37 @@ fn constant_string(e: PhysExpr, name: &str, what: &str, node: &Expr) -> Result<S
         PhysExpr::Literal { value: Scalar::String(s), .. } => Ok(s),
         _ => Err(SqlError::at_node(node, format!("{name}: the {what} must be a constant string"))),
     }
+}
+
+/// A time zone argument: a constant text naming a zone the bundled
+/// database has, or an offset; `None` for UTC. An unknown name is an
+/// error with the nearest known one.
+pub(crate) fn zone_named(e: PhysExpr, name: &str, node: &Expr) -> Result<Option<String>, SqlError> {
+    let zone = constant_string(e, name, "time zone", node)?;
+    match sluice_plan::time_zone::time_zone(&zone) {
+        Some(_) if sluice_plan::time_zone::is_utc(&zone) => Ok(None),
+        Some(_) => Ok(Some(zone)),
+        None => {
+            let names = sluice_plan::time_zone::zone_names();
+            let hint = suggestion(&zone, names.iter().map(String::as_str));
+            Err(SqlError::at_node(
+                node,
+                format!(
+                    "{name}: unknown time zone {zone:?}{hint}; a zone is an IANA name such as 'Europe/Paris', or an \
+                     offset such as '+05:30'"
+                ),
+            ))
+        }
+    }
+}
+
+/// `ts` moved from zone `from`'s wall clock to `to`'s (`None`: UTC); the
+/// same zone twice is `ts`.
+pub(crate) fn convert_tz(ts: PhysExpr, from: Option<String>, to: Option<String>) -> PhysExpr {
+    if from == to {
+        return ts;
+    }
+    PhysExpr::Func { func: ScalarFunc::ConvertTz { from, to }, args: vec![ts], data_type: DataType::Timestamp }
 }
 
 /// A function argument that must be a constant integer (an index, a group).

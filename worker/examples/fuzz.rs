@@ -229,6 +229,9 @@ const SQL_SEEDS: &[&str] = &[
     "SELECT REGEXP_REPLACE(s, '(a+)(.)', '${2}$1') AS r, MD5(s) AS m, SHA1(s) AS h1, SHA256(s) AS h2, \
      TIMESTAMPADD(MONTH, n, ts) AS t1, TIMESTAMPADD('day', -n, ts) AS t2, SPLIT_PART(s, ',', n) AS p, \
      REPEAT(s, n) AS rep, JSON_QUERY(s, '$.a[0]') AS j FROM t",
+    "SELECT ts AT TIME ZONE 'Europe/Paris' AS p, TO_UTC_TIMESTAMP(ts, '-08:00') AS u, \
+     CONVERT_TZ(ts, 'America/New_York', 'Australia/Lord_Howe') AS c, TIMESTAMPDIFF(MONTH, ts, TIMESTAMPADD(DAY, n, ts)) AS m, \
+     TIMESTAMPDIFF('hour', ts, ts) AS h, INITCAP(s) AS i FROM t",
 ];
 
 const SQL_DICTIONARY: &[&str] = &[
@@ -237,6 +240,12 @@ const SQL_DICTIONARY: &[&str] = &[
     "MD5(",
     "SHA256(",
     "TIMESTAMPADD(",
+    "TIMESTAMPDIFF(",
+    " AT TIME ZONE ",
+    "'Europe/Paris'",
+    "CONVERT_TZ(",
+    "TO_UTC_TIMESTAMP(",
+    "INITCAP(",
     "MONTH, ",
     "YEAR, ",
     "QUARTER, ",

@@ -208,6 +208,13 @@ fn shaped() -> impl Strategy<Value = String> {
         "TIMESTAMPADD(YEAR, {}, ts)",
         "TIMESTAMPADD(MILLISECOND, {}, {})",
         "TIMESTAMPADD(WEEK, {}, {})",
+        "TIMESTAMPDIFF(MONTH, {}, {})",
+        "TIMESTAMPDIFF(YEAR, {}, ts)",
+        "TIMESTAMPDIFF(MILLISECOND, {}, {})",
+        "CAST({} AS TIMESTAMP) AT TIME ZONE 'Europe/Paris'",
+        "TO_UTC_TIMESTAMP(CAST({} AS TIMESTAMP), 'America/New_York')",
+        "CONVERT_TZ(CAST({} AS TIMESTAMP), '+05:30', 'Asia/Tokyo')",
+        "INITCAP(CAST({} AS VARCHAR))",
     ]);
     (func, operand.clone(), operand).prop_map(|(f, a, b)| {
         let e = f.replacen("{}", a, 1).replacen("{}", b, 1);

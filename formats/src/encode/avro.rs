@@ -12,7 +12,7 @@ use sluice_engine::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
 use super::json::{EncodedRows, prefixes};
-use super::key::KeyWriter;
+use super::key::{KeyWriter, wire_header};
 use super::view::{Cells, Data, View};
 
 /// A result column's Avro type (the union's second branch).
@@ -155,10 +155,8 @@ impl Cells for Avro {
 impl AvroEncoder {
     /// `types`: the output columns' types, as [`writer_schema`] was given them.
     pub fn new(schema_id: u32, types: &[DataType], key_names: &[String]) -> Self {
-        let mut header = [0; 5];
-        header[1..].copy_from_slice(&schema_id.to_be_bytes());
         Self {
-            header,
+            header: wire_header(schema_id),
             bare_null: types.iter().map(|t| *t == DataType::Null).collect(),
             keys: KeyWriter::json_prefixes(prefixes(key_names)),
         }

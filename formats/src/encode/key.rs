@@ -18,8 +18,18 @@ pub(super) enum Kind {
     /// The wire format's header (a zero byte, the key schema's id), and
     /// which fields are of type `null` (no union, no bytes).
     Avro { header: [u8; 5], bare_null: Vec<bool> },
-    /// A Protobuf message of the key columns (`sink.keyFormat: protobuf`).
-    Protobuf(super::protobuf::Message),
+    /// A Protobuf message of the key columns (`sink.keyFormat: protobuf`):
+    /// the wire format's header, message index `[0]` last.
+    Protobuf([u8; 6]),
+}
+
+/// The Confluent wire format's header for schema `schema_id`: a zero
+/// byte, the id (4 bytes, big-endian), then `N - 5` zero bytes (Protobuf's
+/// message index `[0]` is one). Values and keys start with it.
+pub(super) fn wire_header<const N: usize>(schema_id: u32) -> [u8; N] {
+    let mut header = [0; N];
+    header[1..5].copy_from_slice(&schema_id.to_be_bytes());
+    header
 }
 
 impl KeyWriter {
@@ -30,14 +40,13 @@ impl KeyWriter {
 
     /// Avro records of key schema `schema_id`, of fields of `types`.
     pub fn avro(schema_id: u32, types: &[DataType]) -> Self {
-        let mut header = [0; 5];
-        header[1..].copy_from_slice(&schema_id.to_be_bytes());
+        let header = wire_header(schema_id);
         Self(Kind::Avro { header, bare_null: types.iter().map(|t| *t == DataType::Null).collect() })
     }
 
     /// Protobuf messages of key schema `schema_id`.
     pub fn protobuf(schema_id: u32) -> Self {
-        Self(Kind::Protobuf(super::protobuf::Message::new(schema_id)))
+        Self(Kind::Protobuf(wire_header(schema_id)))
     }
 }
 

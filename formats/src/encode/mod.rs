@@ -93,10 +93,10 @@ fn write_keys(keys: &KeyWriter, rows: &sluice_engine::EmittedRows<'_>, out: &mut
                 out.key_ends.push(out.keys.len());
             });
         }
-        key::Kind::Protobuf(message) => {
+        key::Kind::Protobuf(header) => {
             let fields = protobuf::fields(rows.keys);
             rows.selection.for_each(|row| {
-                message.write(&fields, row, &mut out.keys);
+                protobuf::write_message(header, &fields, row, &mut out.keys);
                 out.key_ends.push(out.keys.len());
             });
         }

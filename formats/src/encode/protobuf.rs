@@ -20,7 +20,7 @@ use sluice_plan::{DataType, Scalar, Value};
 
 use super::avro::{NAMESPACE, record_name};
 use super::json::{EncodedRows, prefixes};
-use super::key::KeyWriter;
+use super::key::{KeyWriter, wire_header};
 use super::view::{ColumnView, Data};
 
 /// Wire types.
@@ -74,30 +74,16 @@ fn message_schema(message: &str, columns: &[(String, DataType)]) -> Result<Strin
     ))
 }
 
-/// How one message is written: the wire format's header, for schema id
-/// `id` and message indexes `[0]`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Message {
-    header: [u8; 6],
-}
-
-impl Message {
-    pub(super) fn new(schema_id: u32) -> Self {
-        let mut header = [0; 6];
-        header[1..5].copy_from_slice(&schema_id.to_be_bytes());
-        Self { header }
-    }
-
-    /// Appends row `row` of `fields` as one message.
-    #[inline]
-    pub(super) fn write(&self, fields: &[Field<'_>], row: usize, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.header);
-        for f in fields {
-            match f {
-                Field::Const(bytes) => out.extend_from_slice(bytes),
-                Field::Column(_, c) if c.is_null(row) => {}
-                Field::Column(number, c) => cell(*number, &c.data, row, out),
-            }
+/// Appends row `row` of `fields` as one message, after `header` (the
+/// wire format's, for the schema's id and message index `[0]`).
+#[inline]
+pub(super) fn write_message(header: &[u8; 6], fields: &[Field<'_>], row: usize, out: &mut Vec<u8>) {
+    out.extend_from_slice(header);
+    for f in fields {
+        match f {
+            Field::Const(bytes) => out.extend_from_slice(bytes),
+            Field::Column(_, c) if c.is_null(row) => {}
+            Field::Column(number, c) => cell(*number, &c.data, row, out),
         }
     }
 }
@@ -211,13 +197,13 @@ fn scalar(key: u32, s: &Scalar, t: DataType, out: &mut Vec<u8>) {
 /// `id`.
 #[derive(Debug, Clone)]
 pub struct ProtobufEncoder {
-    message: Message,
+    header: [u8; 6],
     pub(super) keys: KeyWriter,
 }
 
 impl ProtobufEncoder {
     pub fn new(schema_id: u32, key_names: &[String]) -> Self {
-        Self { message: Message::new(schema_id), keys: KeyWriter::json_prefixes(prefixes(key_names)) }
+        Self { header: wire_header(schema_id), keys: KeyWriter::json_prefixes(prefixes(key_names)) }
     }
 
     /// Appends the emitted rows to `out`.
@@ -227,7 +213,7 @@ impl ProtobufEncoder {
         rows.selection.for_each(|row| {
             // A deletion is a tombstone: no value at all.
             if !rows.delete {
-                self.message.write(&fields, row, &mut out.values);
+                write_message(&self.header, &fields, row, &mut out.values);
             }
             out.value_ends.push(out.values.len());
         });

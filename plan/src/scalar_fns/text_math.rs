@@ -1,11 +1,13 @@
 //! Kernels of the common PostgreSQL and Flink built-ins beyond the first
 //! set: math over doubles (NULL where PostgreSQL would raise an error),
-//! string slicing by characters, JSON_QUERY, digests and TIMESTAMPADD.
+//! string slicing by characters, JSON_QUERY, digests, INITCAP,
+//! TIMESTAMPADD and TIMESTAMPDIFF, and time zones.
 
 use super::rows::{MAX_PAD_CHARS, ints, map_rows_str, strings};
 use crate::column::{Column, ColumnData, and_validity};
 use crate::json_path::json_query;
-use crate::time::add_units;
+use crate::time::{add_units, diff_units};
+use crate::time_zone::{convert, time_zone};
 use crate::{DataType, DigestKind, Error, ScalarFunc};
 
 fn floats<'c>(c: &'c Column, what: &str) -> Result<&'c [f64], Error> {
@@ -31,6 +33,40 @@ fn map_rows_f64(inputs: &[&Column], n: usize, f: impl Fn(usize) -> f64) -> Colum
         }
     }
     Column::new(DataType::Double, ColumnData::Float(out), validity)
+}
+
+/// A bigint or timestamp column computed row by row from the columns
+/// `inputs`: NULL where any input is NULL or where `f` gives `None`.
+fn map_rows_i64(inputs: &[&Column], n: usize, data_type: DataType, f: impl Fn(usize) -> Option<i64>) -> Column {
+    let mut validity =
+        inputs.iter().fold(None, |v: Option<Vec<bool>>, c| and_validity(v.as_deref(), c.validity.as_deref(), n));
+    let v = (0..n)
+        .map(|i| {
+            f(i).unwrap_or_else(|| {
+                validity.get_or_insert_with(|| vec![true; n])[i] = false;
+                0
+            })
+        })
+        .collect();
+    Column::new(data_type, ColumnData::Int(v), validity)
+}
+
+/// PostgreSQL's INITCAP of `s`, appended to `buf`.
+fn initcap(s: &str, buf: &mut String) {
+    let mut in_word = false;
+    for c in s.chars() {
+        if c.is_alphanumeric() {
+            if in_word {
+                buf.extend(c.to_lowercase());
+            } else {
+                buf.extend(c.to_uppercase());
+            }
+            in_word = true;
+        } else {
+            buf.push(c);
+            in_word = false;
+        }
+    }
 }
 
 /// The characters of `s` as byte offsets, with `s.len()` last: slicing by
@@ -183,16 +219,30 @@ pub(super) fn eval(
         }
         ScalarFunc::TimestampAdd(unit) => {
             let (counts, times) = (ints(a, "TIMESTAMPADD count")?, ints(arg(1)?, "TIMESTAMPADD timestamp")?);
-            let mut validity = and_validity(a.validity.as_deref(), arg(1)?.validity.as_deref(), n);
-            let v = (0..n)
-                .map(|i| {
-                    add_units(*unit, counts[i], times[i]).unwrap_or_else(|| {
-                        validity.get_or_insert_with(|| vec![true; n])[i] = false;
-                        0
-                    })
-                })
-                .collect();
-            Column::new(DataType::Timestamp, ColumnData::Int(v), validity)
+            map_rows_i64(&[a, arg(1)?], n, DataType::Timestamp, |i| add_units(*unit, counts[i], times[i]))
+        }
+        ScalarFunc::TimestampDiff(unit) => {
+            let (from, to) = (ints(a, "TIMESTAMPDIFF from")?, ints(arg(1)?, "TIMESTAMPDIFF to")?);
+            map_rows_i64(&[a, arg(1)?], n, DataType::Bigint, |i| diff_units(*unit, from[i], to[i]))
+        }
+        ScalarFunc::ConvertTz { from, to } => {
+            // Names were checked when the query was planned.
+            let zone = |name: &Option<String>| match name {
+                Some(name) => time_zone(name)
+                    .map(Some)
+                    .ok_or_else(|| Error::Internal(format!("unknown time zone {name:?} after planning"))),
+                None => Ok(None),
+            };
+            let (from, to) = (zone(from)?, zone(to)?);
+            let times = ints(a, "time zone conversion")?;
+            map_rows_i64(&[a], n, DataType::Timestamp, |i| convert(times[i], from.as_ref(), to.as_ref()))
+        }
+        ScalarFunc::Initcap => {
+            let s = strings(a)?;
+            map_rows_str(&[a], n, |i, buf| {
+                initcap(s.get(i), buf);
+                true
+            })
         }
         _ => return Ok(None),
     }))

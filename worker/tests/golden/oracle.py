@@ -25,7 +25,9 @@ BOOLEAN, timestamp -> BIGINT epoch milliseconds), plus
   event time of the preceding valid records of the partition minus
   ``watermarkDelayMillis`` (the smallest BIGINT when there is none);
 
-and a macro ``ts_text(ms)`` that renders epoch milliseconds the way Sluice
+a macro ``initcap(s)`` (PostgreSQL's, which DuckDB lacks: each letter or
+digit after one that is neither upper case, the others lower case), and
+``ts_text(ms)`` that renders epoch milliseconds the way Sluice
 writes timestamps (``2024-01-15T09:30:00.000Z``), and ``wrap_bigint(h)``
 that wraps a HUGEINT into bigint range as Sluice's bigint arithmetic does on
 overflow. An optional
@@ -75,6 +77,11 @@ SQL_TYPES = {
 MACROS = [
     """CREATE MACRO ts_text(ms) AS
          strftime(make_timestamp(CAST(ms AS BIGINT) * 1000), '%Y-%m-%dT%H:%M:%S.%g') || 'Z'""",
+    r"""CREATE MACRO initcap(s) AS CASE WHEN s IS NOT NULL THEN array_to_string(list_transform(
+         range(1, length(s) + 1),
+         lambda i: CASE WHEN regexp_matches(substr(s, i, 1), '[\pL\pN]')
+                    AND (i = 1 OR NOT regexp_matches(substr(s, i - 1, 1), '[\pL\pN]'))
+                   THEN upper(substr(s, i, 1)) ELSE lower(substr(s, i, 1)) END), '') END""",
     """CREATE MACRO wrap_bigint(h) AS CAST(
          ((CAST(h AS HUGEINT) + 9223372036854775808) % 18446744073709551616 + 18446744073709551616)
          % 18446744073709551616 - 9223372036854775808 AS BIGINT)""",

@@ -1,0 +1,146 @@
+//! Time zones for `AT TIME ZONE`, `CONVERT_TZ`, `FROM_UTC_TIMESTAMP` and
+//! `TO_UTC_TIMESTAMP`.
+//!
+//! A TIMESTAMP is an instant, epoch milliseconds, shown in UTC. Its wall
+//! clock in a zone is the same kind of value: the local date and time
+//! read as if it were UTC — what PostgreSQL's `timestamptz AT TIME ZONE`
+//! returns (a `timestamp` without zone). Every other time function then
+//! works in the zone by composition: `EXTRACT(HOUR FROM ts AT TIME ZONE
+//! 'Asia/Tokyo')`, `DATE_TRUNC('day', ts AT TIME ZONE 'Europe/Paris')`,
+//! `DATE_FORMAT(…)`. The zone rules are the IANA database bundled into the
+//! build, so a job computes the same on every machine, whatever zoneinfo
+//! its image has.
+
+use std::sync::OnceLock;
+
+use jiff::Timestamp;
+use jiff::tz::{Offset, TimeZone, TimeZoneDatabase};
+
+fn database() -> &'static TimeZoneDatabase {
+    static DB: OnceLock<TimeZoneDatabase> = OnceLock::new();
+    DB.get_or_init(TimeZoneDatabase::bundled)
+}
+
+/// The zone `name` names: an IANA name (`Europe/Paris`, any case), `UTC`,
+/// `Z` or `GMT`, or a fixed offset (`+05:30`, `-08`, `+0530`); `None` for
+/// anything else.
+pub fn time_zone(name: &str) -> Option<TimeZone> {
+    let name = name.trim();
+    if is_utc(name) {
+        return Some(TimeZone::UTC);
+    }
+    if let Some(offset) = fixed_offset(name) {
+        return Some(TimeZone::fixed(offset));
+    }
+    database().get(name).ok()
+}
+
+/// Whether `name` is UTC by one of its names (`UTC`, `Z`, `GMT`).
+pub fn is_utc(name: &str) -> bool {
+    ["UTC", "Z", "GMT"].iter().any(|u| name.trim().eq_ignore_ascii_case(u))
+}
+
+/// `+HH`, `+HH:MM` or `+HHMM` (or `-`), up to ±18 hours.
+fn fixed_offset(s: &str) -> Option<Offset> {
+    let sign = match s.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let digits: String = s[1..].chars().filter(|c| *c != ':').collect();
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || ![2, 4].contains(&digits.len()) {
+        return None;
+    }
+    if s[1..].contains(':') && s.len() != 6 {
+        return None;
+    }
+    let hours: i32 = digits[..2].parse().ok()?;
+    let minutes: i32 = if digits.len() == 4 { digits[2..].parse().ok()? } else { 0 };
+    if hours > 18 || minutes > 59 {
+        return None;
+    }
+    Offset::from_seconds(sign * (hours * 3600 + minutes * 60)).ok()
+}
+
+/// Every IANA name the bundled database holds (for "did you mean").
+pub fn zone_names() -> Vec<String> {
+    database().available().map(|n| n.as_str().to_owned()).collect()
+}
+
+/// The wall clock in `zone` at instant `ms`; `None` past the years
+/// -9999 to 9999.
+pub fn wall_clock(ms: i64, zone: &TimeZone) -> Option<i64> {
+    let offset = zone.to_offset(Timestamp::from_millisecond(ms).ok()?);
+    ms.checked_add(i64::from(offset.seconds()) * 1000)
+}
+
+/// The instant at which `zone`'s wall clock reads `ms` (a wall-clock
+/// value, as [`wall_clock`] gives). A time a clock change skips (02:30 on
+/// a spring-forward night) is read with the offset before the change, so
+/// it lands after it (as PostgreSQL, DuckDB and `java.time`); a time a
+/// clock change repeats is its first occurrence, as `java.time` (so
+/// Flink) reads it — PostgreSQL and DuckDB take the second.
+pub fn instant(ms: i64, zone: &TimeZone) -> Option<i64> {
+    let civil = TimeZone::UTC.to_datetime(Timestamp::from_millisecond(ms).ok()?);
+    Some(zone.to_ambiguous_timestamp(civil).compatible().ok()?.as_millisecond())
+}
+
+/// Wall clock `ms` in zone `from` as a wall clock in zone `to` (`None`:
+/// UTC, whose wall clock is the instant).
+pub fn convert(ms: i64, from: Option<&TimeZone>, to: Option<&TimeZone>) -> Option<i64> {
+    let at = match from {
+        Some(zone) => instant(ms, zone)?,
+        None => ms,
+    };
+    match to {
+        Some(zone) => wall_clock(at, zone),
+        None => Some(at),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS_PER_HOUR: i64 = 3_600_000;
+
+    /// 2024-03-31 00:30 UTC is 01:30 in Paris (winter time); 01:30 UTC is
+    /// 03:30 (summer time): the clock skipped 02:00–03:00.
+    #[test]
+    fn paris_keeps_its_clock_changes() {
+        let paris = time_zone("europe/paris").unwrap();
+        let utc_0030 = 1_711_845_000_000;
+        assert_eq!(wall_clock(utc_0030, &paris), Some(utc_0030 + MS_PER_HOUR));
+        assert_eq!(wall_clock(utc_0030 + MS_PER_HOUR, &paris), Some(utc_0030 + 3 * MS_PER_HOUR));
+        // Wall clock 02:30 does not exist that night: it is read as 01:30 UTC.
+        let wall_0230 = utc_0030 + 2 * MS_PER_HOUR;
+        assert_eq!(instant(wall_0230, &paris), Some(utc_0030 + MS_PER_HOUR));
+        // 2024-10-27 02:30 happens twice: the first is 00:30 UTC.
+        assert_eq!(instant(1_729_996_200_000, &paris), Some(1_729_996_200_000 - 2 * MS_PER_HOUR));
+    }
+
+    #[test]
+    fn offsets_and_names_are_read_and_nonsense_is_not() {
+        let kolkata = time_zone("+05:30").unwrap();
+        assert_eq!(wall_clock(0, &kolkata), Some(5 * MS_PER_HOUR + 30 * 60_000));
+        assert_eq!(wall_clock(0, &time_zone("-08").unwrap()), Some(-8 * MS_PER_HOUR));
+        assert_eq!(wall_clock(0, &time_zone("+0100").unwrap()), Some(MS_PER_HOUR));
+        for bad in ["Mars/Olympus", "+5:30", "+19:00", "+05:60", "", "05:30", "+05:30:00"] {
+            assert!(time_zone(bad).is_none(), "{bad}");
+        }
+        assert!(zone_names().iter().any(|n| n == "America/New_York"));
+    }
+
+    /// Out of jiff's range (years ±9999), and the extremes: `None`, no
+    /// panic.
+    #[test]
+    fn extreme_instants_are_none() {
+        let tokyo = time_zone("Asia/Tokyo").unwrap();
+        for ms in [i64::MIN, i64::MAX, -400_000_000_000_000, 400_000_000_000_000] {
+            assert_eq!(wall_clock(ms, &tokyo), None);
+            assert_eq!(instant(ms, &tokyo), None);
+            assert_eq!(convert(ms, Some(&tokyo), None), None);
+        }
+        assert_eq!(convert(5, None, None), Some(5));
+    }
+}
