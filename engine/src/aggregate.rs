@@ -24,6 +24,7 @@ use crate::pages::{
 use crate::shown::Shown;
 use sluice_plan::Batch;
 use sluice_plan::eval;
+use sluice_plan::time_zone::{TimeZone, time_zone, zoned_tumble};
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
 use sluice_plan::{Column, ColumnData};
 
@@ -35,6 +36,9 @@ pub struct AggregateOperator {
     pub(crate) accs: Vec<Accumulator>,
     /// (start, end) of each group's window.
     pub(crate) bounds: Vec<(i64, i64)>,
+    /// The zone whose wall clock tumbling windows follow
+    /// (`plan.window_zone`); `None` for UTC.
+    zone: Option<TimeZone>,
     /// Open windows by end: the groups the watermark will close.
     pub(crate) open_by_end: BTreeMap<i64, Vec<u32>>,
     touched: Vec<u32>,
@@ -104,6 +108,7 @@ impl AggregateOperator {
             plan: plan.clone(),
             table: GroupTable::default(),
             bounds: Vec::new(),
+            zone: plan.window_zone.as_deref().and_then(time_zone),
             open_by_end: BTreeMap::new(),
             touched: Vec::new(),
             touched_flag: Vec::new(),
@@ -134,6 +139,10 @@ impl AggregateOperator {
             .map(|e| eval(e, batch).map(|v| v.into_column(n)))
             .collect::<Result<Vec<_>, _>>()?;
         let args = eval_args(&self.plan.aggregates, batch)?;
+        if let (Some(name), None) = (&self.plan.window_zone, &self.zone) {
+            return Err(Error::Internal(format!("time zone {name:?} of a planned window is unknown")));
+        }
+        let zone = self.zone.as_ref();
         let refs: Vec<&Column> = group_cols.iter().map(AsRef::as_ref).collect();
         let encoder = KeyEncoder::new(&refs);
 
@@ -168,6 +177,14 @@ impl AggregateOperator {
             // let through is within ±273,000 years, but a window whose start
             // cannot be represented must make its row late, never overflow
             // (a debug panic, or a release-mode loop that never ends).
+            // A zone's clock: windows from its local midnight (a day
+            // window 23 or 25 hours long across a clock change).
+            Some(TimeWindow::Tumbling { size_ms }) if let Some(zone) = zone => {
+                input.selection.for_each(|r| match zoned_tumble(input.event_times[r], size_ms, zone) {
+                    Some((start, end)) if end > input.watermark_before[r] => assign(r, Some(start), end),
+                    _ => late.push(u32::try_from(r).unwrap_or(u32::MAX)),
+                })
+            }
             Some(TimeWindow::Tumbling { size_ms }) => input.selection.for_each(|r| {
                 let ts = input.event_times[r];
                 match ts.checked_sub(ts.rem_euclid(size_ms)) {

@@ -254,6 +254,7 @@ mod tests {
                 call(AggFunc::Max, Some(col(1))),
             ],
             window: Some(TimeWindow::Hopping { size_ms: 10, advance_ms: 2 }),
+            window_zone: None,
             upsert_key: vec![],
             retract: None,
         }

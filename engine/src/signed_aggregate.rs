@@ -209,6 +209,7 @@ mod tests {
                 call(AggFunc::CountStar, None, DataType::Bigint),
             ],
             window: None,
+            window_zone: None,
             upsert_key: Vec::new(),
             retract: Some(col(2, DataType::Boolean)),
         };

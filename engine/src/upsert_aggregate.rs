@@ -202,6 +202,7 @@ mod tests {
                 call(AggFunc::CountStar, None, DataType::Bigint),
             ],
             window: None,
+            window_zone: None,
             upsert_key: vec![col(0, DataType::Bigint), col(1, DataType::Bigint)],
             retract: None,
         }

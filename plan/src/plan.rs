@@ -260,6 +260,12 @@ pub struct AggregatePlan {
     pub group_exprs: Vec<PhysExpr>,
     pub aggregates: Vec<AggregateCall>,
     pub window: Option<TimeWindow>,
+    /// A tumbling window of this zone's wall clock (`TUMBLE(ts AT TIME
+    /// ZONE 'Europe/Paris', INTERVAL '1' DAY)`): its bounds are the
+    /// instants the zone's clock reads them, so a day is 23 or 25 hours
+    /// on a clock change. `None`: UTC, every window `size_ms` long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_zone: Option<String>,
     /// When not empty, the input is a changelog keyed by these (the rows
     /// of an updating aggregate, keyed by its group): a row replaces the
     /// last one of its key, whose contribution is taken back first. Only

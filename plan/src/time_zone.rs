@@ -14,7 +14,8 @@
 use std::sync::OnceLock;
 
 use jiff::Timestamp;
-use jiff::tz::{Offset, TimeZone, TimeZoneDatabase};
+pub use jiff::tz::TimeZone;
+use jiff::tz::{Offset, TimeZoneDatabase};
 
 fn database() -> &'static TimeZoneDatabase {
     static DB: OnceLock<TimeZoneDatabase> = OnceLock::new();
@@ -98,6 +99,17 @@ pub fn convert(ms: i64, from: Option<&TimeZone>, to: Option<&TimeZone>) -> Optio
     }
 }
 
+/// The `[start, end)` instants of the tumbling window of `size_ms` of
+/// `zone`'s wall clock that holds instant `ms`: windows start where the
+/// zone's clock reads a multiple of `size_ms` (local midnight for a day),
+/// so they are longer or shorter than `size_ms` across a clock change.
+/// `None` past the years ±9999.
+pub fn zoned_tumble(ms: i64, size_ms: i64, zone: &TimeZone) -> Option<(i64, i64)> {
+    let wall = wall_clock(ms, zone)?;
+    let start = wall.checked_sub(wall.rem_euclid(size_ms))?;
+    Some((instant(start, zone)?, instant(start.checked_add(size_ms)?, zone)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,6 +141,23 @@ mod tests {
             assert!(time_zone(bad).is_none(), "{bad}");
         }
         assert!(zone_names().iter().any(|n| n == "America/New_York"));
+    }
+
+    /// Paris's days: 23 hours on 2024-03-31, 25 on 2024-10-27, each from
+    /// local midnight; an hour window in the repeated hour spans both.
+    #[test]
+    fn zoned_windows_follow_the_local_clock() {
+        const DAY: i64 = 24 * MS_PER_HOUR;
+        let paris = time_zone("Europe/Paris").unwrap();
+        let utc = |s: &str| crate::time::parse_timestamp_ms(s).unwrap();
+        let (start, end) = zoned_tumble(utc("2024-03-31T12:00:00Z"), DAY, &paris).unwrap();
+        assert_eq!((start, end), (utc("2024-03-30T23:00:00Z"), utc("2024-03-31T22:00:00Z")));
+        let (start, end) = zoned_tumble(utc("2024-10-27T12:00:00Z"), DAY, &paris).unwrap();
+        assert_eq!((start, end), (utc("2024-10-26T22:00:00Z"), utc("2024-10-27T23:00:00Z")));
+        // 02:30 the second time (01:30 UTC) is in the hour from 02:00 the first time.
+        let (start, end) = zoned_tumble(utc("2024-10-27T01:30:00Z"), MS_PER_HOUR, &paris).unwrap();
+        assert_eq!((start, end), (utc("2024-10-27T00:00:00Z"), utc("2024-10-27T02:00:00Z")));
+        assert_eq!(zoned_tumble(i64::MAX, DAY, &paris), None);
     }
 
     /// Out of jiff's range (years ±9999), and the extremes: `None`, no

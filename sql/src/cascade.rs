@@ -146,6 +146,15 @@ fn plan(
     let mut parsed = ParsedQuery::of(inner);
     let inner_plan = plan_parsed(&mut parsed, sources)?;
     let window = match &inner_plan.operator {
+        // A zone's windows are not all `size_ms` long: the slide below
+        // would not end one window.
+        OperatorPlan::Aggregate(agg) if agg.window_zone.is_some() => {
+            return Err(SqlError::at_node(
+                d,
+                "an aggregate over a subquery's rows, joined with them, needs the subquery's windows in UTC: drop \
+                 AT TIME ZONE from its TUMBLE",
+            ));
+        }
         OperatorPlan::Aggregate(agg) if inner_plan.emit == EmitMode::Final => agg.window,
         _ => None,
     };
@@ -377,6 +386,10 @@ mod tests {
         assert!(err.message.contains("multiple of its slide"), "{err}");
         // Tumbling windows need no more than that.
         plan_dataflow(&q5("TUMBLE(ts, INTERVAL '10' SECOND)", "C.s, C.e"), &bids(), 4).unwrap();
+        // A zone's windows are not all one size: no slide ends each one.
+        let zoned = "TUMBLE(ts AT TIME ZONE 'Europe/Paris', INTERVAL '1' DAY)";
+        let err = plan_dataflow(&q5(zoned, "C.s, C.e"), &bids(), 4).unwrap_err();
+        assert!(err.message.contains("windows in UTC"), "{err}");
     }
 
     /// The outer query reads the inner window's start only as a group (its

@@ -70,6 +70,7 @@ fn split_global(plan: &Plan) -> Option<Dataflow> {
         group_exprs: Vec::new(),
         aggregates: partials,
         window: aggregate.window,
+        window_zone: aggregate.window_zone.clone(),
         upsert_key: Vec::new(),
         retract: None,
     });
@@ -110,6 +111,7 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
         group_exprs: vec![arg],
         aggregates: Vec::new(),
         window: None,
+        window_zone: None,
         upsert_key: Vec::new(),
         retract: None,
     });
@@ -121,6 +123,7 @@ fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
         group_exprs: Vec::new(),
         aggregates,
         window: None,
+        window_zone: None,
         upsert_key: Vec::new(),
         retract: None,
     });

@@ -361,7 +361,16 @@ fn operator(w: &mut String, names: &Names<'_>) {
             let _ = writeln!(w, "             group by   {groups}");
             if let Some(window) = a.window {
                 let text = match window {
-                    TimeWindow::Tumbling { size_ms } => format!("TUMBLE({}, {})", time(), interval_sql(size_ms)),
+                    TimeWindow::Tumbling { size_ms } => match &a.window_zone {
+                        Some(zone) => format!(
+                            "TUMBLE({} AT TIME ZONE '{}', {}), aligned to {zone}'s wall clock (a day on a clock \
+                             change is 23 or 25 hours)",
+                            time(),
+                            zone.replace('\'', "''"),
+                            interval_sql(size_ms)
+                        ),
+                        None => format!("TUMBLE({}, {})", time(), interval_sql(size_ms)),
+                    },
                     TimeWindow::Hopping { size_ms, advance_ms } => {
                         format!("HOP({}, {}, {})", time(), interval_sql(advance_ms), interval_sql(size_ms))
                     }

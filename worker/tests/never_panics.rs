@@ -256,6 +256,7 @@ fn clauses() -> impl Strategy<Value = String> {
         "SELECT s, {agg}({a}) OVER (ROWS WINDOW BUFFER {b} ROWS PARTITION BY s ORDER BY ts) AS v FROM t",
         "SELECT s, {agg}({a}) AS v FROM t GROUP BY s HAVING {agg}({b}) > 0",
         "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s WINDOW TUMBLING (ts, {i})",
+        "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s, TUMBLE(ts AT TIME ZONE 'Australia/Lord_Howe', {i})",
         "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s WINDOW HOPPING (ts, {i}, {j})",
         "SELECT s, window_end, {agg}({a}) AS v FROM t GROUP BY s WINDOW SESSION (ts, {i}) EMIT CHANGES",
         "SELECT {a}, COUNT(DISTINCT {b}) AS v FROM t GROUP BY {a}",

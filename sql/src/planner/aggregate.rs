@@ -29,9 +29,12 @@ impl Planner<'_> {
         SqlError,
     > {
         // Time window: from a WINDOW clause or a TUMBLE/HOP/SESSION group item.
-        let mut window: Option<TimeWindow> = match &self.parsed.window {
-            Some(w) => Some(self.window_from_clause(w)?),
-            None => None,
+        let (mut window, mut window_zone): (Option<TimeWindow>, Option<String>) = match &self.parsed.window {
+            Some(w) => {
+                let (w, zone) = self.window_from_clause(w)?;
+                (Some(w), zone)
+            }
+            None => (None, None),
         };
         let mut group_exprs = Vec::new();
         let mut group_names = Vec::new();
@@ -43,7 +46,8 @@ impl Planner<'_> {
                 if window.is_some() {
                     return Err(SqlError::at_node(g, "only one time window per query"));
                 }
-                window = Some(self.window_from_group_function(kind, f, g)?);
+                let (w, zone) = self.window_from_group_function(kind, f, g)?;
+                (window, window_zone) = (Some(w), zone);
                 continue;
             }
             if let Expr::Value(_) = g {
@@ -144,6 +148,7 @@ impl Planner<'_> {
                 group_exprs,
                 aggregates,
                 window,
+                window_zone,
                 upsert_key: Vec::new(),
                 retract: None,
             }),
@@ -156,11 +161,14 @@ impl Planner<'_> {
         ))
     }
 
+    /// Checks that a window's time is the source's event time, and returns
+    /// the zone whose wall clock it follows (`ts AT TIME ZONE 'zone'`;
+    /// `None`: UTC).
     pub(super) fn event_time_for_window(
         &self,
         column: Option<&Expr>,
         at: &dyn sqlparser::ast::Spanned,
-    ) -> Result<(), SqlError> {
+    ) -> Result<Option<String>, SqlError> {
         let Some(et) = self.source.event_time else {
             return Err(SqlError::at_span(
                 at.span(),
@@ -170,7 +178,8 @@ impl Planner<'_> {
                 ),
             ));
         };
-        if let Some(c) = column {
+        let mut zone = None;
+        if let Some(mut c) = column {
             let mut probe_used = vec![false; self.source.schema.fields.len()];
             let mut probe = InputScope {
                 source: &self.source,
@@ -178,6 +187,11 @@ impl Planner<'_> {
                 used: &mut probe_used,
                 context: "WINDOW",
             };
+            if let Expr::AtTimeZone { timestamp, time_zone } = c {
+                let name = compile(time_zone, &mut probe)?;
+                zone = crate::functions::zone_named(name, "AT TIME ZONE", time_zone)?;
+                c = timestamp;
+            }
             let e = compile(c, &mut probe)?;
             if e.as_column() != Some(et.column) {
                 return Err(SqlError::at_node(
@@ -189,16 +203,17 @@ impl Planner<'_> {
                 ));
             }
         }
-        Ok(())
+        Ok(zone)
     }
 
-    pub(super) fn window_from_clause(&self, w: &WindowClause) -> Result<TimeWindow, SqlError> {
-        self.event_time_for_window(w.time_column.as_ref(), &WindowSpanned(w.span))?;
-        Ok(match w.kind {
+    pub(super) fn window_from_clause(&self, w: &WindowClause) -> Result<(TimeWindow, Option<String>), SqlError> {
+        let zone = self.event_time_for_window(w.time_column.as_ref(), &WindowSpanned(w.span))?;
+        let window = match w.kind {
             WindowClauseKind::Tumbling { size_ms } => TimeWindow::Tumbling { size_ms },
             WindowClauseKind::Hopping { size_ms, advance_ms } => TimeWindow::Hopping { size_ms, advance_ms },
             WindowClauseKind::Session { gap_ms } => TimeWindow::Session { gap_ms },
-        })
+        };
+        Ok((window, tumbling_zone(window, zone, &WindowSpanned(w.span))?))
     }
 
     pub(super) fn window_from_group_function(
@@ -206,15 +221,15 @@ impl Planner<'_> {
         kind: &str,
         f: &Function,
         node: &Expr,
-    ) -> Result<TimeWindow, SqlError> {
+    ) -> Result<(TimeWindow, Option<String>), SqlError> {
         let a = call_args(f, node)?;
         let (time, intervals) = match a.args.split_first() {
             Some((t, rest)) => (t, rest),
             None => return Err(SqlError::at_node(node, format!("{kind} needs a time column and an interval"))),
         };
-        self.event_time_for_window(Some(time), node)?;
+        let zone = self.event_time_for_window(Some(time), node)?;
         let ms: Vec<i64> = intervals.iter().map(|e| interval_millis(e)).collect::<Result<_, _>>()?;
-        Ok(match (kind, ms.as_slice()) {
+        let window = match (kind, ms.as_slice()) {
             ("TUMBLE", [size_ms]) => TimeWindow::Tumbling { size_ms: *size_ms },
             // Calcite order: HOP(time, slide, size).
             ("HOP", [advance_ms, size_ms]) => {
@@ -233,7 +248,28 @@ impl Planner<'_> {
                     "expected TUMBLE(time, size), HOP(time, slide, size) or SESSION(time, gap) with INTERVAL arguments",
                 ));
             }
-        })
+        };
+        Ok((window, tumbling_zone(window, zone, node)?))
+    }
+}
+
+/// A window's zone, where the window takes one: tumbling windows follow a
+/// zone's clock; hopping and session windows stay in UTC (refused with a
+/// zone, rather than ignoring it).
+fn tumbling_zone(
+    window: TimeWindow,
+    zone: Option<String>,
+    at: &dyn sqlparser::ast::Spanned,
+) -> Result<Option<String>, SqlError> {
+    match (window, zone) {
+        (TimeWindow::Tumbling { .. }, zone) | (_, zone @ None) => Ok(zone),
+        (_, Some(z)) => Err(SqlError::at_span(
+            at.span(),
+            format!(
+                "only tumbling windows follow a time zone's clock (`TUMBLE(ts AT TIME ZONE '{z}', …)`); hopping and \
+                 session windows are in UTC: drop AT TIME ZONE"
+            ),
+        )),
     }
 }
 

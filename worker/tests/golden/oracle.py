@@ -27,7 +27,9 @@ BOOLEAN, timestamp -> BIGINT epoch milliseconds), plus
 
 a macro ``initcap(s)`` (PostgreSQL's, which DuckDB lacks: each letter or
 digit after one that is neither upper case, the others lower case), and
-``ts_text(ms)`` that renders epoch milliseconds the way Sluice
+``first_instant(local, zone)`` (the instant a zone's clock reads a
+timestamp without zone, the first of two where the clock repeats it, as
+Sluice reads it), ``ts_text(ms)`` that renders epoch milliseconds the way Sluice
 writes timestamps (``2024-01-15T09:30:00.000Z``), and ``wrap_bigint(h)``
 that wraps a HUGEINT into bigint range as Sluice's bigint arithmetic does on
 overflow. An optional
@@ -82,6 +84,13 @@ MACROS = [
          lambda i: CASE WHEN regexp_matches(substr(s, i, 1), '[\pL\pN]')
                     AND (i = 1 OR NOT regexp_matches(substr(s, i - 1, 1), '[\pL\pN]'))
                    THEN upper(substr(s, i, 1)) ELSE lower(substr(s, i, 1)) END), '') END""",
+    # The instant a zone's wall clock reads `local`, the first of two
+    # where the clock repeats it (java.time's and Sluice's rule; DuckDB's
+    # AT TIME ZONE gives the second). Clock changes of an hour.
+    """CREATE MACRO first_instant(local, zone) AS CASE
+         WHEN ((local AT TIME ZONE zone) - INTERVAL 1 HOUR) AT TIME ZONE zone = local
+         THEN (local AT TIME ZONE zone) - INTERVAL 1 HOUR
+         ELSE local AT TIME ZONE zone END""",
     """CREATE MACRO wrap_bigint(h) AS CAST(
          ((CAST(h AS HUGEINT) + 9223372036854775808) % 18446744073709551616 + 18446744073709551616)
          % 18446744073709551616 - 9223372036854775808 AS BIGINT)""",
