@@ -111,7 +111,7 @@ type SnapshotHeader = (u32, u64, i64);
 
 impl Engine {
     pub fn new(plan: Arc<Plan>, options: EngineOptions) -> Self {
-        let operator: Box<dyn Operator> = match &plan.operator {
+        let mut operator: Box<dyn Operator> = match &plan.operator {
             OperatorPlan::Stateless => Box::new(Stateless),
             OperatorPlan::Aggregate(a) => match a.window {
                 Some(TimeWindow::Session { gap_ms }) => Box::new(SessionOperator::new(a, gap_ms)),
@@ -129,7 +129,6 @@ impl Engine {
             OperatorPlan::TableJoin(j) => Box::new(TableJoinOperator::new(j, &source_types(&plan))),
             OperatorPlan::Changelog(c) => Box::new(ChangelogOperator::new(c, plan.source.schema.fields.len())),
         };
-        let mut operator = operator;
         if plan.having.is_some() && plan.emit == EmitMode::Changes {
             operator.track_having();
         }

@@ -61,11 +61,19 @@ pub struct MergeOperator {
     part_probe: Part,
     /// The batch's selected rows (scratch).
     rows: Vec<usize>,
-    /// With HAVING over updates (`crate::shown`): the groups whose last
-    /// row passed it, the group of each row emitted since HAVING last
-    /// judged them, and the groups closed since (judged as they were,
-    /// then let go). `None`: not kept.
-    shown: Option<(BTreeSet<GroupKey>, Vec<GroupKey>, Vec<GroupKey>)>,
+    /// With HAVING over updates (`crate::shown`). `None`: not kept.
+    shown: Option<ShownGroups>,
+}
+
+/// What HAVING over a merge's updates keeps (`crate::shown`).
+#[derive(Debug, Default)]
+struct ShownGroups {
+    /// The groups whose last row passed HAVING.
+    shown: BTreeSet<GroupKey>,
+    /// The group of each row emitted since HAVING last judged them.
+    emitted: Vec<GroupKey>,
+    /// The groups closed since: judged as they were, then let go.
+    gone: Vec<GroupKey>,
 }
 
 /// Checkpoint of a [`MergeOperator`], written by reference...
@@ -107,8 +115,8 @@ impl MergeOperator {
 
     /// Group `at` was emitted as the next row.
     fn emitted(&mut self, at: &GroupKey) {
-        if let Some((_, emitted, _)) = &mut self.shown {
-            emitted.push(at.clone());
+        if let Some(having) = &mut self.shown {
+            having.emitted.push(at.clone());
         }
     }
 
@@ -152,8 +160,8 @@ impl MergeOperator {
                 self.emit(at.0, &group, rows)?;
                 self.emitted(&at);
             }
-            if let Some((_, _, gone)) = &mut self.shown {
-                gone.push(at);
+            if let Some(having) = &mut self.shown {
+                having.gone.push(at);
             }
         }
         Ok(())
@@ -360,7 +368,7 @@ impl Operator for MergeOperator {
         )?;
         match &self.shown {
             // After the state, as an aggregate's bits (`crate::shown`).
-            Some((shown, ..)) => postcard::to_extend(shown, out)
+            Some(having) => postcard::to_extend(&having.shown, out)
                 .map_err(|e| Error::Checkpoint(format!("cannot serialise HAVING's groups: {e}"))),
             None => Ok(out),
         }
@@ -387,12 +395,12 @@ impl Operator for MergeOperator {
         };
         self.groups = state.groups;
         self.watermark = state.watermark;
-        if let Some((shown, emitted, gone)) = &mut self.shown {
-            emitted.clear();
-            gone.clear();
+        if let Some(having) = &mut self.shown {
+            having.emitted.clear();
+            having.gone.clear();
             // A checkpoint from before HAVING's groups were kept counts
             // every group as shown (see `crate::shown`).
-            *shown = if rest.is_empty() {
+            having.shown = if rest.is_empty() {
                 self.groups.keys().cloned().collect()
             } else {
                 postcard::from_bytes(rest)
@@ -413,7 +421,7 @@ impl Operator for MergeOperator {
         deleted: &[u32],
         retracted: &mut Vec<u32>,
     ) -> Result<(), Error> {
-        let Some((shown, emitted, gone)) = &mut self.shown else { return Ok(()) };
+        let Some(ShownGroups { shown, emitted, gone }) = &mut self.shown else { return Ok(()) };
         judge(emitted, rows, passed, deleted, retracted, |at, now| match now {
             Some(true) => shown.contains(at) || !shown.insert(at.clone()),
             _ => shown.remove(at),
