@@ -112,6 +112,30 @@ pub enum SinkFormat {
     DebeziumJson,
 }
 
+impl SinkSpec {
+    /// Why the query's results cannot be written as this sink encodes them:
+    /// an output column (`outputs`), or a key column (`keys`) when keys are
+    /// Avro or Protobuf, that the format cannot name. The message starts
+    /// with the field that chose the format. Checked by `validate` and the
+    /// operator before anything runs.
+    pub fn results_problem<'a>(
+        &self,
+        outputs: impl IntoIterator<Item = &'a str>,
+        keys: impl IntoIterator<Item = &'a str>,
+    ) -> Option<String> {
+        if let Some(problem) = self.format.outputs_problem(outputs) {
+            return Some(format!("spec.sink.format {}: {problem}", self.format.name()));
+        }
+        let key_format = match self.key_format? {
+            crate::KeyFormat::Json => return None,
+            crate::KeyFormat::Avro => SinkFormat::Avro,
+            crate::KeyFormat::Protobuf => SinkFormat::Protobuf,
+        };
+        let problem = key_format.outputs_problem(keys)?;
+        Some(format!("spec.sink.keyFormat {}: key {problem}", key_format.name()))
+    }
+}
+
 impl SinkFormat {
     /// Why a result column cannot be written under `name` in this format:
     /// an Avro or Protobuf field name is `[A-Za-z_][A-Za-z0-9_]*` (JSON

@@ -39,9 +39,11 @@ pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     let dataflow = plan_dataflow(&spec.sql, &spec.sources, 1)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
     if let Some(stage) = dataflow.stages.last()
-        && let Some(problem) = spec.sink.format.outputs_problem(stage.plan.outputs.iter().map(|o| o.name.as_str()))
+        && let Some(message) = spec.sink.results_problem(
+            stage.plan.outputs.iter().map(|o| o.name.as_str()),
+            stage.plan.keys.iter().map(|k| k.name.as_str()),
+        )
     {
-        let message = format!("spec.sink.format {}: {problem}", spec.sink.format.name());
         return Err(Invalid { reason: reasons::INVALID_SQL, message });
     }
     if spec.delivery != sluice_crds::Delivery::ExactlyOnce
@@ -159,6 +161,25 @@ mod tests {
         validate(&j.spec).unwrap();
         j.spec.schema_registry = None;
         assert!(validate(&j.spec).unwrap_err().message.contains("needs spec.schemaRegistry"));
+    }
+
+    /// Protobuf keys are messages of the key columns: a key named by an
+    /// expression is refused before anything runs, naming it; shown in the
+    /// SELECT list under an alias, it takes the alias.
+    #[test]
+    fn protobuf_keys_need_key_names_protobuf_can_hold() {
+        let mut j = job("SELECT COUNT(*) AS n FROM market_data GROUP BY UPPER(symbol)");
+        j.spec.sink.format = sluice_crds::SinkFormat::Protobuf;
+        j.spec.sink.key_format = Some(sluice_crds::KeyFormat::Protobuf);
+        j.spec.schema_registry = Some(serde_saphyr::from_str("url: http://registry:8081").unwrap());
+        let e = validate(&j.spec).unwrap_err();
+        assert!(
+            e.message.starts_with("spec.sink.keyFormat protobuf: key output column `UPPER(symbol)`"),
+            "{}",
+            e.message
+        );
+        j.spec.sql = "SELECT UPPER(symbol) AS sym, COUNT(*) AS n FROM market_data GROUP BY UPPER(symbol)".into();
+        validate(&j.spec).unwrap();
     }
 
     /// What crash-looped the operator for every job: 2 KB of `x+x+…`,

@@ -419,9 +419,13 @@ fn check(file: &str, text: &str, secrets_dir: &str, partitions: Option<i32>) -> 
     let planned = partitions.or(generated).unwrap_or(2);
     let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, planned)
         .map_err(|e| format!("{file}: {}", in_file(file, text, &e)))?;
-    let sink_outputs = dataflow.stages.last().map(|s| s.plan.outputs.as_slice()).unwrap_or_default();
-    if let Some(problem) = job.spec.sink.format.outputs_problem(sink_outputs.iter().map(|o| o.name.as_str())) {
-        return Err(format!("{file}: spec.sink.format {}: {problem}", job.spec.sink.format.name()));
+    if let Some(last) = dataflow.stages.last()
+        && let Some(problem) = job.spec.sink.results_problem(
+            last.plan.outputs.iter().map(|o| o.name.as_str()),
+            last.plan.keys.iter().map(|k| k.name.as_str()),
+        )
+    {
+        return Err(format!("{file}: {problem}"));
     }
     let partitions = job
         .spec
