@@ -185,7 +185,7 @@ pub enum ScalarFunc {
     /// TIMESTAMPDIFF(unit, a, b): whole units from `a` to `b`, toward
     /// zero. Months, quarters and years count as TIMESTAMPADD moves: the
     /// largest `n` with `TIMESTAMPADD(unit, n, a) <= b` (Jan 31 to Feb 29
-    /// is one month), as Flink (Calcite) and DuckDB count them.
+    /// is one month), as DuckDB's `date_sub` counts them.
     TimestampDiff(TimePart),
     /// A wall clock moved between zones (`None`: UTC, whose wall clock is
     /// the instant): `ts AT TIME ZONE z` and `FROM_UTC_TIMESTAMP(ts, z)`

@@ -265,8 +265,8 @@ pub fn add_units(unit: TimePart, n: i64, ms: i64) -> Option<i64> {
 /// Whole `unit`s from `from` to `to`, toward zero (TIMESTAMPDIFF). A
 /// month, quarter or year counts as [`add_units`] moves: the largest `n`
 /// with `add_units(unit, n, from) <= to`, so Jan 31 to Feb 29 is one
-/// month and 10:00 on Jan 31 to 09:00 on Feb 29 none (Calcite and DuckDB
-/// count so). `None` for a unit without a length, or a timestamp past
+/// month and 10:00 on Jan 31 to 09:00 on Feb 29 none (DuckDB's `date_sub`
+/// counts so). `None` for a unit without a length, or a timestamp past
 /// ±[`MAX_TIMESTAMP_MS`].
 pub fn diff_units(unit: TimePart, from: i64, to: i64) -> Option<i64> {
     let range = -MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS;

@@ -79,8 +79,8 @@ pub fn wall_clock(ms: i64, zone: &TimeZone) -> Option<i64> {
 /// value, as [`wall_clock`] gives). A time a clock change skips (02:30 on
 /// a spring-forward night) is read with the offset before the change, so
 /// it lands after it (as PostgreSQL, DuckDB and `java.time`); a time a
-/// clock change repeats is its first occurrence, as `java.time` (so
-/// Flink) reads it — PostgreSQL and DuckDB take the second.
+/// clock change repeats is its first occurrence, as `java.time` reads it
+/// — PostgreSQL and DuckDB take the second.
 pub fn instant(ms: i64, zone: &TimeZone) -> Option<i64> {
     let civil = TimeZone::UTC.to_datetime(Timestamp::from_millisecond(ms).ok()?);
     Some(zone.to_ambiguous_timestamp(civil).compatible().ok()?.as_millisecond())

@@ -6,8 +6,8 @@
 //! `optional` field numbered by its position. `optional` gives every field
 //! presence, so a NULL is a field left out and a 0, `false` or `""` is a
 //! field written — without it a reader could not tell the two apart.
-//! Timestamps are `google.protobuf.Timestamp`, which Kafka Connect's
-//! ProtobufConverter and every Protobuf runtime read as a time. Keys are
+//! Timestamps are `google.protobuf.Timestamp`, Protobuf's well-known type
+//! for a time. Keys are
 //! JSON objects, Avro records, or messages of the key columns
 //! ([`proto_key_schema`], `sink.keyFormat: protobuf`).
 //!
