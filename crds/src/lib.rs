@@ -52,8 +52,9 @@ pub use registry::{
 pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec, camel_case};
 pub use source::{
-    ColumnSpec, ColumnType, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat,
-    RecordMetadata, RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
+    ColumnSpec, ColumnType, DECIMAL_MAX_PRECISION, DatagenScenario, DatagenSource, EventTimeSpec, FileSource,
+    KafkaSource, KeyFormat, RecordMetadata, RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom,
+    TableSpec,
 };
 pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};

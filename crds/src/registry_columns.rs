@@ -5,8 +5,9 @@
 //!
 //! Nested records become the dotted columns Sluice reads (`bid.price`), a
 //! `["null", T]` union a nullable column, logical types their column type
-//! (`timestamp-millis`/`-micros` and `date` a timestamp, `decimal` a
-//! double, `uuid` a string), an enum a string. What no column type holds —
+//! (`timestamp-millis`/`-micros` and `date` a timestamp, `decimal` the
+//! exact `decimal(p,s)` up to 18 digits and a double beyond, `uuid` a
+//! string), an enum a string. What no column type holds —
 //! an array, a map, a union of several types, a recursive record — is
 //! refused with the field's path.
 
@@ -14,6 +15,20 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::Value;
 
 use crate::{ColumnSpec, ColumnType, StreamJobSpec};
+
+/// The column an Avro `decimal` becomes: `decimal(precision, scale)` when
+/// the precision fits a Sluice decimal, else a double (the schema's
+/// digits beyond 18 cannot be held exactly; declare the column `string`
+/// to keep them as text).
+fn decimal_column(o: &serde_json::Map<String, Value>) -> ColumnType {
+    let int = |k: &str| o.get(k).and_then(Value::as_u64).and_then(|v| u8::try_from(v).ok());
+    match (int("precision"), int("scale").unwrap_or(0)) {
+        (Some(precision), scale) if (1..=crate::DECIMAL_MAX_PRECISION).contains(&precision) && scale <= precision => {
+            ColumnType::Decimal { precision, scale }
+        }
+        _ => ColumnType::Double,
+    }
+}
 
 /// The version of a subject a source reads: a number, or `latest`.
 pub fn requested_version(v: Option<&IntOrString>) -> Result<Option<u32>, String> {
@@ -201,7 +216,7 @@ impl Walk {
                         }
                         self.columns.push(column(ColumnType::String));
                     }
-                    ("fixed", "decimal") | ("bytes", "decimal") => self.columns.push(column(ColumnType::Double)),
+                    ("fixed", "decimal") | ("bytes", "decimal") => self.columns.push(column(decimal_column(o))),
                     ("fixed", _) => {
                         if let Some(n) = full_name(ty, ns) {
                             self.named.push((n, ty.clone()));
@@ -271,7 +286,7 @@ mod tests {
             ("seller.name", ColumnType::String),
             ("ts", ColumnType::Timestamp),
             ("day", ColumnType::Timestamp),
-            ("amount", ColumnType::Double),
+            ("amount", ColumnType::Decimal { precision: 9, scale: 2 }),
             ("id", ColumnType::String),
             ("side", ColumnType::String),
             ("other_side", ColumnType::String),

@@ -124,14 +124,19 @@ impl Accumulator {
         match call.func {
             AggFunc::Count if call.distinct => Self::CountDistinct(Box::default()),
             AggFunc::CountStar | AggFunc::Count => Self::Count { counts: Vec::new() },
-            AggFunc::Sum if arg_type == DataType::Bigint => Self::SumInt { sums: Vec::new(), seen: Vec::new() },
+            // A decimal's sum is the sum of its unscaled values.
+            AggFunc::Sum if matches!(arg_type, DataType::Bigint | DataType::Decimal(..)) => {
+                Self::SumInt { sums: Vec::new(), seen: Vec::new() }
+            }
             AggFunc::Sum => Self::SumFloat { sums: Vec::new(), seen: Vec::new() },
             AggFunc::Avg => Self::Avg { sums: Vec::new(), counts: Vec::new() },
             AggFunc::StddevSamp | AggFunc::StddevPop | AggFunc::VarSamp | AggFunc::VarPop => {
                 Self::Moments { n: Vec::new(), mean: Vec::new(), m2: Vec::new(), func: call.func }
             }
             AggFunc::Min | AggFunc::Max => match arg_type {
-                DataType::Bigint | DataType::Timestamp => Self::MinMaxInt { values: Vec::new(), seen: Vec::new(), max },
+                DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => {
+                    Self::MinMaxInt { values: Vec::new(), seen: Vec::new(), max }
+                }
                 DataType::Boolean => Self::MinMaxBool { values: Vec::new(), seen: Vec::new(), max },
                 DataType::String => Self::MinMaxStr { values: Vec::new(), max },
                 _ => Self::MinMaxFloat { values: Vec::new(), seen: Vec::new(), max },
@@ -415,7 +420,7 @@ impl Accumulator {
             (Self::Count { counts }, _) if star => counts[g] -= 1,
             (_, Scalar::Null) => {}
             (Self::Count { counts }, _) => counts[g] -= 1,
-            (Self::SumInt { sums, seen }, Scalar::Bigint(v)) => {
+            (Self::SumInt { sums, seen }, Scalar::Bigint(v) | Scalar::Decimal(v, _)) => {
                 sums[g] -= i128::from(*v);
                 seen[g] -= 1;
             }
@@ -558,8 +563,16 @@ impl Accumulator {
         match self {
             Self::Count { counts } => out.push_i64(counts[g]),
             Self::CountDistinct(d) => out.push_i64(d.counts[g]),
+            // NULL when the total does not fit (a decimal: its precision).
             Self::SumInt { sums, seen } => match (seen[g], i64::try_from(sums[g])) {
                 (0, _) | (_, Err(_)) => {
+                    out.push_null();
+                    Ok(())
+                }
+                (_, Ok(_))
+                    if matches!(out.data_type, DataType::Decimal(p, _)
+                        if sluice_plan::decimal::fit(sums[g], p).is_none()) =>
+                {
                     out.push_null();
                     Ok(())
                 }

@@ -316,7 +316,9 @@ pub fn decode_key_into(key: &[u8], skip: usize, types: &[DataType], out: &mut [C
             continue;
         }
         match t {
-            DataType::Bigint | DataType::Timestamp => col.push_i64(i64::from_le_bytes(take8(&mut pos)?))?,
+            DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => {
+                col.push_i64(i64::from_le_bytes(take8(&mut pos)?))?
+            }
             DataType::Double => col.push_f64(f64::from_bits(u64::from_le_bytes(take8(&mut pos)?)))?,
             DataType::Boolean => {
                 col.push_bool(*key.get(pos).ok_or_else(bad)? != 0)?;

@@ -199,6 +199,21 @@ fn combine<'a>(call: &MergeCall, partials: impl Iterator<Item = &'a [Scalar]>) -
                 _ => Scalar::Null,
             }
         }
+        AggFunc::Sum if matches!(call.data_type, DataType::Decimal(..)) => {
+            let DataType::Decimal(precision, scale) = call.data_type else { return Scalar::Null };
+            let mut seen = false;
+            let mut total: i128 = 0;
+            for p in partials {
+                if let Some(Scalar::Decimal(x, _)) = p.first() {
+                    seen = true;
+                    total += i128::from(*x);
+                }
+            }
+            match sluice_plan::decimal::fit(total, precision) {
+                Some(v) if seen => Scalar::Decimal(v, scale),
+                _ => Scalar::Null,
+            }
+        }
         AggFunc::Sum => {
             let mut total = None;
             for p in partials {
@@ -244,6 +259,7 @@ fn compare(a: &Scalar, b: &Scalar) -> Option<std::cmp::Ordering> {
     match (a, b) {
         (Scalar::Bigint(x) | Scalar::Timestamp(x), Scalar::Bigint(y) | Scalar::Timestamp(y)) => Some(x.cmp(y)),
         (Scalar::Double(x), Scalar::Double(y)) => x.partial_cmp(y),
+        (Scalar::Decimal(x, sx), Scalar::Decimal(y, sy)) => Some(sluice_plan::decimal::cmp(*x, *sx, *y, *sy)),
         (Scalar::Boolean(x), Scalar::Boolean(y)) => Some(x.cmp(y)),
         (Scalar::String(x), Scalar::String(y)) => Some(x.cmp(y)),
         _ => None,

@@ -109,7 +109,7 @@ impl Column {
 
     pub fn with_capacity(data_type: DataType, rows: usize) -> Self {
         let data = match data_type {
-            DataType::Bigint | DataType::Timestamp => ColumnData::Int(Vec::with_capacity(rows)),
+            DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => ColumnData::Int(Vec::with_capacity(rows)),
             DataType::Double => ColumnData::Float(Vec::with_capacity(rows)),
             DataType::Boolean => ColumnData::Bool(Vec::with_capacity(rows)),
             DataType::String => ColumnData::Str(StrData::with_capacity(rows, rows * 8)),
@@ -235,6 +235,16 @@ impl Column {
                 Ok(())
             }
             Scalar::Bigint(x) | Scalar::Timestamp(x) => self.push_i64(*x),
+            Scalar::Decimal(x, scale) => match self.data_type {
+                DataType::Decimal(p, s) => match crate::decimal::rescale(*x, *scale, s, p) {
+                    Some(v) => self.push_i64(v),
+                    None => {
+                        self.push_null();
+                        Ok(())
+                    }
+                },
+                _ => Err(self.wrong("a decimal")),
+            },
             Scalar::Double(x) => self.push_f64(*x),
             Scalar::Boolean(x) => self.push_bool(*x),
             Scalar::String(x) => self.push_str(x),
@@ -266,6 +276,7 @@ impl Column {
         }
         match (&self.data, self.data_type) {
             (ColumnData::Int(v), DataType::Timestamp) => Scalar::Timestamp(v[i]),
+            (ColumnData::Int(v), DataType::Decimal(_, s)) => Scalar::Decimal(v[i], s),
             (ColumnData::Int(v), _) => Scalar::Bigint(v[i]),
             (ColumnData::Float(v), _) => Scalar::Double(v[i]),
             (ColumnData::Bool(v), _) => Scalar::Boolean(v[i]),
@@ -334,7 +345,11 @@ impl Column {
 pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
     let valid = !value.is_null();
     let data = match (value, data_type) {
-        (Scalar::Bigint(x) | Scalar::Timestamp(x), _) => ColumnData::Int(vec![*x; len]),
+        (Scalar::Decimal(x, scale), DataType::Decimal(p, s)) => match crate::decimal::rescale(*x, *scale, s, p) {
+            Some(v) => ColumnData::Int(vec![v; len]),
+            None => return broadcast(&Scalar::Null, data_type, len),
+        },
+        (Scalar::Bigint(x) | Scalar::Timestamp(x) | Scalar::Decimal(x, _), _) => ColumnData::Int(vec![*x; len]),
         (Scalar::Double(x), _) => ColumnData::Float(vec![*x; len]),
         (Scalar::Boolean(x), _) => ColumnData::Bool(vec![*x; len]),
         (Scalar::String(x), _) => {
@@ -344,7 +359,7 @@ pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
             }
             ColumnData::Str(s)
         }
-        (Scalar::Null, DataType::Bigint | DataType::Timestamp) => ColumnData::Int(vec![0; len]),
+        (Scalar::Null, DataType::Bigint | DataType::Timestamp | DataType::Decimal(..)) => ColumnData::Int(vec![0; len]),
         (Scalar::Null, DataType::Double) => ColumnData::Float(vec![0.0; len]),
         (Scalar::Null, DataType::Boolean) => ColumnData::Bool(vec![false; len]),
         (Scalar::Null, DataType::String) => {

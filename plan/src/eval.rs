@@ -206,10 +206,37 @@ fn int_side<'a>(v: &'a Value<'_>) -> Result<Side<'a, i64>, Error> {
             ColumnData::Null(_) => Side::Const(None),
             _ => return Err(Error::Internal(format!("expected an integer column, got {}", c.data_type))),
         },
-        Value::Scalar(Scalar::Bigint(x) | Scalar::Timestamp(x), _) => Side::Const(Some(*x)),
+        Value::Scalar(Scalar::Bigint(x) | Scalar::Timestamp(x) | Scalar::Decimal(x, _), _) => Side::Const(Some(*x)),
         Value::Scalar(Scalar::Null, _) => Side::Const(None),
         Value::Scalar(s, _) => return Err(Error::Internal(format!("expected an integer, got {s:?}"))),
     })
+}
+
+/// A decimal (or bigint) side and its scale.
+fn dec_side<'a>(v: &'a Value<'_>) -> Result<(Side<'a, i64>, u8), Error> {
+    let scale = |t: DataType| if let DataType::Decimal(_, s) = t { s } else { 0 };
+    Ok(match v {
+        Value::Column(c) => (int_side(v)?, scale(c.data_type)),
+        Value::Scalar(Scalar::Decimal(x, s), _) => (Side::Const(Some(*x)), *s),
+        Value::Scalar(_, t) => (int_side(v)?, scale(*t)),
+    })
+}
+
+/// Splits per-row results into values and validity (`None` = NULL).
+fn nulls_to_validity(rows: Vec<Option<i64>>, validity: Option<Vec<bool>>, n: usize) -> (Vec<i64>, Option<Vec<bool>>) {
+    if rows.iter().all(Option::is_some) {
+        return (rows.into_iter().map(Option::unwrap_or_default).collect(), validity);
+    }
+    let mut valid = validity.unwrap_or_else(|| vec![true; n]);
+    let values = rows
+        .into_iter()
+        .zip(valid.iter_mut())
+        .map(|(v, ok)| {
+            *ok &= v.is_some();
+            v.unwrap_or_default()
+        })
+        .collect();
+    (values, Some(valid))
 }
 
 fn float_side<'a>(v: &'a Value<'_>) -> Result<Side<'a, f64>, Error> {
@@ -312,6 +339,12 @@ fn arith(op: ArithOp, data_type: DataType, l: &Value<'_>, r: &Value<'_>, n: usiz
             };
             Ok(Column::new(DataType::Double, ColumnData::Float(values), validity))
         }
+        DataType::Decimal(p, s) => {
+            let ((a, sa), (b, sb)) = (dec_side(l)?, dec_side(r)?);
+            let (rows, validity) = apply(a, b, n, |x, y| crate::decimal::arith(op, x, sa, y, sb, p, s));
+            let (values, validity) = nulls_to_validity(rows, validity, n);
+            Ok(Column::new(data_type, ColumnData::Int(values), validity))
+        }
         DataType::Null => Ok(broadcast(&Scalar::Null, DataType::Double, n)),
         t => Err(Error::Internal(format!("arithmetic on {t}"))),
     }
@@ -334,7 +367,18 @@ fn compare(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<Column, 
         (_, Value::Column(c)) => c.data_type,
         (Value::Scalar(_, t), _) => *t,
     };
+    let is_decimal = |v: &Value<'_>| match v {
+        Value::Column(c) => matches!(c.data_type, DataType::Decimal(..)),
+        Value::Scalar(s, t) => matches!(s, Scalar::Decimal(..)) || matches!(t, DataType::Decimal(..)),
+    };
+    let data_type = if is_decimal(l) || is_decimal(r) { DataType::Decimal(0, 0) } else { data_type };
     let (values, validity) = match data_type {
+        DataType::Decimal(..) => {
+            // Scales may differ: compared exactly, never rescaled into i64.
+            let ((a, sa), (b, sb)) = (dec_side(l)?, dec_side(r)?);
+            let f = cmp_fn(op);
+            apply(a, b, n, |x, y| f(crate::decimal::cmp(x, sa, y, sb), std::cmp::Ordering::Equal))
+        }
         DataType::Bigint | DataType::Timestamp => apply(int_side(l)?, int_side(r)?, n, cmp_fn(op)),
         DataType::Double => apply(float_side(l)?, float_side(r)?, n, cmp_fn(op)),
         DataType::Boolean => apply(bool_side(l)?, bool_side(r)?, n, cmp_fn(op)),
@@ -439,6 +483,8 @@ fn in_list(c: &Column, list: &[Scalar], negated: bool) -> Column {
                 .iter()
                 .filter_map(|s| match s {
                     Scalar::Bigint(x) | Scalar::Timestamp(x) => Some(*x),
+                    // Cast to the column's type when planned: the same scale.
+                    Scalar::Decimal(x, _) => Some(*x),
                     _ => None,
                 })
                 .collect();

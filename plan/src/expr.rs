@@ -15,6 +15,21 @@ pub enum ArithOp {
 }
 
 impl ArithOp {
+    /// The result type of decimal `a op b`, as SQL Server and Flink derive
+    /// it (the scale PostgreSQL's exact `numeric` gives for `+ - * %`; for
+    /// `/`, whose scale PostgreSQL picks per value, at least six places and
+    /// both operands' scales).
+    pub fn decimal_result(self, a: DataType, b: DataType) -> DataType {
+        let ((pa, sa), (pb, sb)) = (a.decimal_parts(), b.decimal_parts());
+        let bounded = DataType::bounded_decimal;
+        match self {
+            Self::Add | Self::Sub => bounded((pa - sa).max(pb - sb) + 1, sa.max(sb)),
+            Self::Mul => bounded((pa - sa) + (pb - sb), sa + sb),
+            Self::Div => bounded((pa - sa) + sb, sa.max(sb).max(crate::types::MIN_DIV_SCALE)),
+            Self::Mod => bounded((pa - sa).min(pb - sb), sa.max(sb)),
+        }
+    }
+
     pub fn symbol(self) -> &'static str {
         match self {
             Self::Add => "+",
@@ -391,5 +406,34 @@ impl PhysExpr {
             }
             Self::Coalesce { args, .. } | Self::Concat(args) | Self::Func { args, .. } => args.iter_mut().collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod decimal_type_tests {
+    use crate::{ArithOp, DataType};
+
+    #[test]
+    fn decimal_results_keep_their_places_within_eighteen_digits() {
+        let (d92, d52) = (DataType::Decimal(9, 2), DataType::Decimal(5, 2));
+        let arith = |op: ArithOp, a, b| op.decimal_result(a, b);
+        assert_eq!(arith(ArithOp::Add, d92, DataType::Decimal(4, 3)), DataType::Decimal(11, 3));
+        assert_eq!(arith(ArithOp::Mul, d92, d52), DataType::Decimal(14, 4));
+        assert_eq!(arith(ArithOp::Div, d92, d52), DataType::Decimal(15, 6));
+        assert_eq!(arith(ArithOp::Mod, d92, d52), DataType::Decimal(5, 2));
+        let big = DataType::BIGINT_AS_DECIMAL;
+        assert_eq!(arith(ArithOp::Mul, big, big), DataType::Decimal(18, 0));
+        assert_eq!(arith(ArithOp::Div, big, DataType::Decimal(18, 18)), DataType::Decimal(18, 6));
+        let d1810 = DataType::Decimal(18, 10);
+        assert_eq!(arith(ArithOp::Mul, d1810, d1810), DataType::Decimal(18, 6), "16 integer digits, 6 places kept");
+        assert_eq!(arith(ArithOp::Mul, DataType::Decimal(6, 5), DataType::Decimal(6, 5)), DataType::Decimal(12, 10));
+        assert_eq!(arith(ArithOp::Add, d1810, DataType::Decimal(3, 3)), DataType::Decimal(18, 9));
+        assert_eq!(d92.common(DataType::Decimal(4, 3)), Some(DataType::Decimal(10, 3)));
+        assert_eq!(d92.common(DataType::Bigint), Some(DataType::Decimal(18, 2)));
+        assert_eq!(DataType::Decimal(18, 10).common(DataType::Bigint), Some(DataType::Decimal(18, 6)));
+        assert_eq!(d92.common(DataType::Double), Some(DataType::Double));
+        assert_eq!(d92.decimal_round(1), DataType::Decimal(9, 1));
+        assert_eq!(d92.decimal_round(-2), DataType::Decimal(8, 0));
+        assert_eq!(d92.to_string(), "decimal(9,2)");
     }
 }

@@ -21,6 +21,7 @@ mod batch;
 mod column;
 mod cse;
 mod dataflow;
+pub mod decimal;
 mod error;
 pub mod eval;
 mod expr;

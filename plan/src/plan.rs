@@ -330,6 +330,10 @@ impl AggFunc {
         match self {
             Self::CountStar | Self::Count => DataType::Bigint,
             Self::Sum if arg == DataType::Bigint => DataType::Bigint,
+            // Every digit the sum can take, at the argument's scale.
+            Self::Sum if matches!(arg, DataType::Decimal(..)) => {
+                DataType::Decimal(crate::decimal::MAX_PRECISION, if let DataType::Decimal(_, s) = arg { s } else { 0 })
+            }
             Self::Min | Self::Max => arg,
             _ => DataType::Double,
         }

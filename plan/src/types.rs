@@ -5,6 +5,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sluice_crds::ColumnType;
 
+use crate::decimal::MAX_PRECISION;
+
 /// The types the engine computes with. `Timestamp` is epoch milliseconds
 /// (UTC) stored like `Bigint`; `Null` is the type of a bare NULL literal
 /// before it is coerced to a real type.
@@ -16,11 +18,19 @@ pub enum DataType {
     Boolean,
     Timestamp,
     Null,
+    /// `DECIMAL(precision, scale)`, exact: the unscaled value in bigint
+    /// storage ([`crate::decimal`]), precision 1 to 18, scale 0 to precision.
+    Decimal(u8, u8),
 }
 
 impl DataType {
     pub fn is_numeric(self) -> bool {
-        matches!(self, Self::Bigint | Self::Double)
+        matches!(self, Self::Bigint | Self::Double | Self::Decimal(..))
+    }
+
+    /// Whether values are stored as `i64` (bigint, timestamp, decimal).
+    pub fn is_int_stored(self) -> bool {
+        matches!(self, Self::Bigint | Self::Timestamp | Self::Decimal(..))
     }
 
     /// The type both operands of an arithmetic or comparison are cast to, if any.
@@ -31,8 +41,59 @@ impl DataType {
             (Null, t) | (t, Null) => Some(t),
             (Bigint, Double) | (Double, Bigint) => Some(Double),
             (Timestamp, Bigint) | (Bigint, Timestamp) => Some(Timestamp),
+            (Decimal(..), Double) | (Double, Decimal(..)) => Some(Double),
+            (Decimal(..), Decimal(..) | Bigint) | (Bigint, Decimal(..)) => Some(self.decimal_common(other)),
             _ => None,
         }
+    }
+}
+
+/// The scale a quotient gets at least (Flink's and SQL Server's minimum).
+pub(crate) const MIN_DIV_SCALE: u8 = 6;
+
+/// The typing rules of `DECIMAL(p, s)`, whose values `crate::decimal`
+/// computes with.
+impl DataType {
+    /// The type a bigint takes beside a decimal: every `i64` but the few
+    /// beyond 18 digits fits it.
+    pub const BIGINT_AS_DECIMAL: DataType = DataType::Decimal(MAX_PRECISION, 0);
+
+    /// `(precision, scale)` of a decimal type (a bigint's beside one).
+    pub(crate) fn decimal_parts(self) -> (u8, u8) {
+        match self {
+            DataType::Decimal(p, s) => (p, s),
+            _ => (MAX_PRECISION, 0),
+        }
+    }
+
+    /// A decimal type with `int` digits before the point and `scale` after,
+    /// cut to 18 digits as SQL Server cuts to 38: places give way to
+    /// integer digits, down to six (or the scale, if smaller), then the
+    /// integer digits are cut (values beyond them are NULL).
+    pub(crate) fn bounded_decimal(int: u8, scale: u8) -> DataType {
+        let scale = if int.saturating_add(scale) > MAX_PRECISION {
+            MAX_PRECISION.saturating_sub(int).max(scale.min(MIN_DIV_SCALE))
+        } else {
+            scale
+        };
+        DataType::Decimal(int.saturating_add(scale).clamp(1, MAX_PRECISION), scale)
+    }
+
+    /// The type two decimals (or a decimal and a bigint) share: the larger
+    /// scale and the most integer digits.
+    fn decimal_common(self, other: DataType) -> DataType {
+        let ((pa, sa), (pb, sb)) = (self.decimal_parts(), other.decimal_parts());
+        Self::bounded_decimal((pa - sa).max(pb - sb), sa.max(sb))
+    }
+
+    /// The type of `ROUND(x, digits)` (`FLOOR`/`CEIL`/`ROUND(x)`: digits 0)
+    /// for `x` of this decimal type: PostgreSQL's scale (`digits` places,
+    /// none when negative), and a digit more before the point, which
+    /// rounding up can take.
+    pub fn decimal_round(self, digits: i64) -> DataType {
+        let (p, s) = self.decimal_parts();
+        let scale = u8::try_from(digits.clamp(0, i64::from(MAX_PRECISION))).unwrap_or(0);
+        Self::bounded_decimal(p - s + 1, scale)
     }
 }
 
@@ -44,13 +105,18 @@ impl From<ColumnType> for DataType {
             ColumnType::String => Self::String,
             ColumnType::Boolean => Self::Boolean,
             ColumnType::Timestamp => Self::Timestamp,
+            ColumnType::Decimal { precision, scale } => Self::Decimal(precision, scale),
         }
     }
 }
 
 impl fmt::Display for DataType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Self::Decimal(p, s) = self {
+            return write!(f, "decimal({p},{s})");
+        }
         f.write_str(match self {
+            Self::Decimal(..) => "decimal",
             Self::Bigint => "bigint",
             Self::Double => "double",
             Self::String => "string",
@@ -70,6 +136,8 @@ pub enum Scalar {
     String(String),
     Boolean(bool),
     Timestamp(i64),
+    /// An unscaled value and its scale (`Decimal(1234, 2)` is 12.34).
+    Decimal(i64, u8),
 }
 
 impl Scalar {
@@ -81,6 +149,7 @@ impl Scalar {
             Self::String(_) => DataType::String,
             Self::Boolean(_) => DataType::Boolean,
             Self::Timestamp(_) => DataType::Timestamp,
+            Self::Decimal(_, s) => DataType::Decimal(MAX_PRECISION, *s),
         }
     }
 

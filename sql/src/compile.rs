@@ -139,14 +139,8 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
             if format.is_some() {
                 return Err(SqlError::at_node(expr, "CAST ... FORMAT is not supported"));
             }
-            let to = sql_type(data_type).ok_or_else(|| {
-                SqlError::at_node(
-                    expr,
-                    format!(
-                        "cannot cast to {data_type}: supported types are bigint, double, string, boolean, timestamp"
-                    ),
-                )
-            })?;
+            let to =
+                sql_type(data_type).map_err(|e| SqlError::at_node(expr, format!("cannot cast to {data_type}: {e}")))?;
             if matches!(kind, CastKind::DoubleColon | CastKind::Cast | CastKind::TryCast | CastKind::SafeCast) {
                 cast(compile(inner, scope)?, to)
             } else {
@@ -273,31 +267,54 @@ fn typed_string(ts: &TypedString, node: &Expr) -> Result<PhysExpr, SqlError> {
         _ => return Err(SqlError::at_node(node, "expected a quoted string")),
     };
     match sql_type(&ts.data_type) {
-        Some(DataType::Timestamp) => {
+        Ok(DataType::Timestamp) => {
             parse_timestamp_ms(text).map(|ms| PhysExpr::literal(Scalar::Timestamp(ms))).ok_or_else(|| {
                 SqlError::at_node(node, format!("{text:?} is not a timestamp (use RFC 3339 or YYYY-MM-DD)"))
             })
         }
-        Some(t) => Ok(cast(PhysExpr::literal(Scalar::String(text.to_owned())), t)),
-        None => Err(SqlError::at_node(node, format!("unsupported type {}", ts.data_type))),
+        Ok(t @ DataType::Decimal(p, s)) => sluice_plan::decimal::parse(text, p, s)
+            .map(|v| PhysExpr::Literal { value: Scalar::Decimal(v, s), data_type: t })
+            .ok_or_else(|| SqlError::at_node(node, format!("{text:?} is not a {t}"))),
+        Ok(t) => Ok(cast(PhysExpr::literal(Scalar::String(text.to_owned())), t)),
+        Err(e) => Err(SqlError::at_node(node, format!("unsupported type {}: {e}", ts.data_type))),
     }
 }
 
-/// Maps a SQL type name to an engine type.
-pub(crate) fn sql_type(t: &AstType) -> Option<DataType> {
+/// Maps a SQL type name to an engine type, or says why it cannot.
+pub(crate) fn sql_type(t: &AstType) -> Result<DataType, String> {
     let name = t.to_string().to_ascii_uppercase();
     let base = name.split(['(', ' ']).next().unwrap_or_default();
-    Some(match base {
+    Ok(match base {
         "BIGINT" | "INT" | "INTEGER" | "SMALLINT" | "TINYINT" | "INT2" | "INT4" | "INT8" | "INT64" | "LONG" => {
             DataType::Bigint
         }
-        "DOUBLE" | "FLOAT" | "FLOAT4" | "FLOAT8" | "FLOAT64" | "REAL" | "DECIMAL" | "NUMERIC" | "DEC" => {
-            DataType::Double
+        "DOUBLE" | "FLOAT" | "FLOAT4" | "FLOAT8" | "FLOAT64" | "REAL" => DataType::Double,
+        "DECIMAL" | "NUMERIC" | "DEC" => {
+            let args = name[base.len()..].trim().trim_start_matches('(').trim_end_matches(')');
+            if args.is_empty() {
+                return Err(format!(
+                    "give {base} a precision and scale, as in {base}(12, 2): Sluice's decimals are exact with a \
+                     fixed scale (or use DOUBLE)"
+                ));
+            }
+            let (p, s) = args.split_once(',').unwrap_or((args, "0"));
+            match (p.trim().parse::<u8>(), s.trim().parse::<u8>()) {
+                (Ok(p), Ok(s)) if (1..=sluice_plan::decimal::MAX_PRECISION).contains(&p) && s <= p => {
+                    DataType::Decimal(p, s)
+                }
+                _ => {
+                    return Err(format!(
+                        "a {base}'s precision is 1 to {} digits and its scale 0 to the precision (for wider \
+                         numbers use DOUBLE)",
+                        sluice_plan::decimal::MAX_PRECISION
+                    ));
+                }
+            }
         }
         "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "CHARACTER" | "NVARCHAR" => DataType::String,
         "BOOLEAN" | "BOOL" => DataType::Boolean,
         "TIMESTAMP" | "DATETIME" | "DATE" | "TIMESTAMPTZ" => DataType::Timestamp,
-        _ => return None,
+        _ => return Err("supported types are bigint, double, decimal(p, s), string, boolean, timestamp".into()),
     })
 }
 

@@ -216,9 +216,21 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
             else {
                 return Err(SqlError::at_node(node, "ROUND"));
             };
+            let mut places = 0;
             if let Some(d) = args.next() {
-                list.push(expect_bigint(d, node, "ROUND digits")?);
+                let d = expect_bigint(d, node, "ROUND digits")?;
+                if matches!(data_type, DataType::Decimal(..)) {
+                    // The result's scale is the digits kept: a constant.
+                    places = constant_int(&d, name, "digits of a decimal", node)?;
+                }
+                list.push(d);
             }
+            let data_type = match data_type {
+                // ROUND of a decimal gets the scale of the places kept
+                // (PostgreSQL's), not its argument's.
+                t @ DataType::Decimal(..) => t.decimal_round(places),
+                t => t,
+            };
             Ok(PhysExpr::Func { func: ScalarFunc::Round, args: list, data_type })
         }
         "SPLIT_INDEX" => {

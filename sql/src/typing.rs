@@ -89,12 +89,57 @@ pub(crate) fn numeric_unary(name: &str, func: ScalarFunc, e: PhysExpr, node: &Ex
         t if t.is_numeric() => t,
         t => return Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
     };
-    Ok(PhysExpr::Func { func, args: vec![cast(e, data_type)], data_type })
+    // FLOOR and CEIL of a decimal keep no places (PostgreSQL's scale).
+    let result = match (&func, data_type) {
+        (ScalarFunc::Floor | ScalarFunc::Ceil, t @ DataType::Decimal(..)) => t.decimal_round(0),
+        _ => data_type,
+    };
+    Ok(PhysExpr::Func { func, args: vec![cast(e, data_type)], data_type: result })
+}
+
+/// A double constant beside a decimal becomes the exact decimal it reads
+/// as, so `amount * 1.1` stays exact (PostgreSQL's `numeric` literal).
+fn exact_beside_decimal(l: PhysExpr, r: PhysExpr) -> (PhysExpr, PhysExpr) {
+    let exact = |e: PhysExpr| match e {
+        PhysExpr::Literal { value: Scalar::Double(x), data_type: DataType::Double } => {
+            match sluice_plan::decimal::literal(x) {
+                Some((v, p, s)) => {
+                    PhysExpr::Literal { value: Scalar::Decimal(v, s), data_type: DataType::Decimal(p, s) }
+                }
+                None => e,
+            }
+        }
+        e => e,
+    };
+    match (l.data_type(), r.data_type()) {
+        (DataType::Decimal(..), DataType::Double) => (l, exact(r)),
+        (DataType::Double, DataType::Decimal(..)) => (exact(l), r),
+        _ => (l, r),
+    }
+}
+
+/// Both sides decimal, or a decimal and a bigint (or NULL): exact, each
+/// side at its own scale (the kernels align them), a bigint as
+/// `DECIMAL(18, 0)`.
+fn decimal_pair(lt: DataType, rt: DataType) -> Option<(DataType, DataType)> {
+    use DataType::*;
+    let as_dec = |t: DataType| match t {
+        Decimal(..) => Some(t),
+        Bigint | Null => Some(DataType::BIGINT_AS_DECIMAL),
+        _ => None,
+    };
+    (matches!(lt, Decimal(..)) || matches!(rt, Decimal(..))).then_some(())?;
+    Some((as_dec(lt)?, as_dec(rt)?))
 }
 
 pub(crate) fn arith(l: PhysExpr, op: ArithOp, r: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
     use DataType::*;
+    let (l, r) = exact_beside_decimal(l, r);
     let (lt, rt) = (l.data_type(), r.data_type());
+    if let Some((a, b)) = decimal_pair(lt, rt) {
+        let data_type = op.decimal_result(a, b);
+        return Ok(PhysExpr::Arith { op, left: Box::new(l), right: Box::new(r), data_type });
+    }
     let mismatch = || {
         let hint = if lt == String || rt == String { "; use || or CONCAT to join strings" } else { "" };
         SqlError::at_node(node, format!("cannot apply {} to {lt} and {rt}{hint}", op.symbol()))
@@ -134,7 +179,13 @@ pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Resul
         (String, Timestamp) if l.is_literal() => (coerce_literal_to(l, Timestamp, node)?, r),
         _ => (l, r),
     };
+    let (l, r) = exact_beside_decimal(l, r);
     let (lt, rt) = (l.data_type(), r.data_type());
+    if decimal_pair(lt, rt).is_some() {
+        // Compared exactly at their own scales: a common type could not
+        // hold both a large value of one and the fraction of the other.
+        return Ok(PhysExpr::Compare { op, left: Box::new(l), right: Box::new(r) });
+    }
     let common = lt.common(rt).ok_or_else(|| SqlError::at_node(node, format!("cannot compare {lt} with {rt}")))?;
     let common = if common == Null { Boolean } else { common };
     Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })

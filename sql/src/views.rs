@@ -325,6 +325,7 @@ pub(crate) fn column_type(t: sluice_plan::DataType) -> sluice_crds::ColumnType {
         DataType::Boolean => ColumnType::Boolean,
         DataType::Timestamp => ColumnType::Timestamp,
         DataType::String | DataType::Null => ColumnType::String,
+        DataType::Decimal(precision, scale) => ColumnType::Decimal { precision, scale },
     }
 }
 

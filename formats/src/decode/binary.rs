@@ -118,7 +118,9 @@ impl BinaryDecoder {
                     let x = i64::from_le_bytes(eight()) as f64;
                     c.push_f64(x)
                 }
-                (INT, DataType::Bigint | DataType::Timestamp) => c.push_i64(i64::from_le_bytes(eight())),
+                (INT, DataType::Bigint | DataType::Timestamp | DataType::Decimal(..)) => {
+                    c.push_i64(i64::from_le_bytes(eight()))
+                }
                 (FLOAT, DataType::Double) => c.push_f64(f64::from_le_bytes(eight())),
                 (BOOL, DataType::Boolean) => c.push_bool(bytes[0] != 0),
                 (STR, DataType::String) => match std::str::from_utf8(&bytes[4..]) {

@@ -23,6 +23,9 @@ fn avro_type(t: DataType) -> serde_json::Value {
         DataType::String => "string".into(),
         DataType::Boolean => "boolean".into(),
         DataType::Timestamp => serde_json::json!({ "type": "long", "logicalType": "timestamp-millis" }),
+        DataType::Decimal(precision, scale) => {
+            serde_json::json!({ "type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale })
+        }
         // A column of NULLs only: the union's `null` branch always.
         DataType::Null => "null".into(),
     }
@@ -102,6 +105,19 @@ fn zigzag(v: i64, out: &mut Vec<u8>) {
     out.push(z as u8);
 }
 
+/// A decimal's unscaled value as Avro `bytes`: its length, then the
+/// shortest big-endian two's complement (the decimal logical type's form).
+fn decimal_bytes(v: i64, out: &mut Vec<u8>) {
+    let be = v.to_be_bytes();
+    // Drop leading bytes that only repeat the sign.
+    let mut start = 0;
+    while start < 7 && ((be[start] == 0 && be[start + 1] < 0x80) || (be[start] == 0xff && be[start + 1] >= 0x80)) {
+        start += 1;
+    }
+    zigzag(8 - start as i64, out);
+    out.extend_from_slice(&be[start..]);
+}
+
 fn text(s: &str, out: &mut Vec<u8>) {
     zigzag(i64::try_from(s.len()).unwrap_or(i64::MAX), out);
     out.extend_from_slice(s.as_bytes());
@@ -123,6 +139,10 @@ impl Cells for Avro {
                 out.push(2);
                 out.extend_from_slice(&x[row].to_le_bytes());
             }
+            Data::Dec(x, _) => {
+                out.push(2);
+                decimal_bytes(x[row], out);
+            }
             Data::Bool(x) => out.extend_from_slice(&[2, u8::from(x[row])]),
             Data::Str(s) => {
                 out.push(2);
@@ -132,9 +152,16 @@ impl Cells for Avro {
         }
     }
 
-    fn scalar(s: &Scalar, _: DataType, out: &mut Vec<u8>) {
+    fn scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>) {
         match s {
             Scalar::Null => out.push(0),
+            Scalar::Decimal(x, scale) => match super::view::decimal_constant(*x, *scale, t) {
+                Some((x, _)) => {
+                    out.push(2);
+                    decimal_bytes(x, out);
+                }
+                None => out.push(0),
+            },
             Scalar::Bigint(x) | Scalar::Timestamp(x) => {
                 out.push(2);
                 zigzag(*x, out);

@@ -8,7 +8,7 @@
 //! | tag | value |
 //! |-----|-------|
 //! | [`NULL`] | — |
-//! | [`INT`] | `i64`, little-endian (BIGINT and TIMESTAMP, epoch ms) |
+//! | [`INT`] | `i64`, little-endian (BIGINT; TIMESTAMP, epoch ms; DECIMAL, unscaled at its column's scale) |
 //! | [`FLOAT`] | `f64` bits, little-endian |
 //! | [`BOOL`] | one byte, 0 or 1 |
 //! | [`STR`] | `u32` byte length, little-endian, then UTF-8 |
@@ -44,7 +44,7 @@ impl Cells for Binary {
     #[inline]
     fn cell(data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
         match data {
-            Data::Int(x) | Data::Ts(x) => {
+            Data::Int(x) | Data::Ts(x) | Data::Dec(x, _) => {
                 out.push(INT);
                 out.extend_from_slice(&x[row].to_le_bytes());
             }
@@ -58,9 +58,16 @@ impl Cells for Binary {
         }
     }
 
-    fn scalar(s: &Scalar, _: DataType, out: &mut Vec<u8>) {
+    fn scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>) {
         match s {
             Scalar::Null => out.push(NULL),
+            Scalar::Decimal(x, scale) => match super::view::decimal_constant(*x, *scale, t) {
+                Some((x, _)) => {
+                    out.push(INT);
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+                None => out.push(NULL),
+            },
             Scalar::Bigint(x) | Scalar::Timestamp(x) => {
                 out.push(INT);
                 out.extend_from_slice(&x.to_le_bytes());

@@ -98,6 +98,9 @@ impl Cells for Json {
             Data::Int(x) => out.extend_from_slice(itoa::Buffer::new().format(x[row]).as_bytes()),
             Data::Ts(x) => write_timestamp(x[row], out),
             Data::Float(x) => write_float(x[row], out),
+            // A JSON number with every digit: readers that parse numbers as
+            // decimals (Jackson's BigDecimal, Python's `Decimal`) get it exactly.
+            Data::Dec(x, s) => sluice_plan::decimal::write(x[row], *s, out),
             Data::Bool(x) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.extend_from_slice(b"null"),
@@ -111,6 +114,10 @@ impl Cells for Json {
             Scalar::Bigint(x) => out.extend_from_slice(itoa::Buffer::new().format(*x).as_bytes()),
             Scalar::Timestamp(x) => write_timestamp(*x, out),
             Scalar::Double(x) => write_float(*x, out),
+            Scalar::Decimal(x, s) => match super::view::decimal_constant(*x, *s, t) {
+                Some((x, s)) => sluice_plan::decimal::write(x, s, out),
+                None => out.extend_from_slice(b"null"),
+            },
             Scalar::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
             Scalar::String(x) => write_str(x, out),
         }

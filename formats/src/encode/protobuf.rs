@@ -52,6 +52,8 @@ fn proto_type(t: DataType) -> &'static str {
         DataType::String | DataType::Null => "string",
         DataType::Boolean => "bool",
         DataType::Timestamp => "google.protobuf.Timestamp",
+        // Every digit, as text: proto3 has no decimal scalar.
+        DataType::Decimal(..) => "string",
     }
 }
 
@@ -127,6 +129,14 @@ fn text(key: u32, s: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// A decimal as a `string` field of its text (`-12.50`).
+#[inline]
+fn decimal(key: u32, v: i64, scale: u8, out: &mut Vec<u8>) {
+    varint(u64::from(key | LENGTH), out);
+    varint(sluice_plan::decimal::text_len(v, scale) as u64, out);
+    sluice_plan::decimal::write(v, scale, out);
+}
+
 /// A `google.protobuf.Timestamp` of `ms` epoch milliseconds: `seconds`
 /// (floored) and `nanos` (0 to 999,999,999), each left out when 0 as
 /// proto3 writes them.
@@ -167,6 +177,7 @@ fn cell(key: u32, data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
             out.push(u8::from(x[row]));
         }
         Data::Str(s) => text(key, s.get(row), out),
+        Data::Dec(x, s) => decimal(key, x[row], *s, out),
         Data::Null => {}
     }
 }
@@ -190,6 +201,11 @@ fn scalar(key: u32, s: &Scalar, t: DataType, out: &mut Vec<u8>) {
             out.push(u8::from(*x));
         }
         Scalar::String(x) => text(key, x, out),
+        Scalar::Decimal(x, s) => {
+            if let Some((x, s)) = super::view::decimal_constant(*x, *s, t) {
+                decimal(key, x, s, out);
+            }
+        }
     }
 }
 

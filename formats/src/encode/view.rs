@@ -9,6 +9,8 @@ pub(super) enum Data<'a> {
     /// Epoch milliseconds of a TIMESTAMP column.
     Ts(&'a [i64]),
     Float(&'a [f64]),
+    /// Unscaled values of a DECIMAL column, and their scale.
+    Dec(&'a [i64], u8),
     Bool(&'a [bool]),
     Str(&'a StrData),
     /// A column of NULLs only.
@@ -24,6 +26,7 @@ impl<'a> ColumnView<'a> {
     pub fn of(c: &'a Column) -> Self {
         let data = match (&c.data, c.data_type) {
             (ColumnData::Int(v), DataType::Timestamp) => Data::Ts(v),
+            (ColumnData::Int(v), DataType::Decimal(_, s)) => Data::Dec(v, s),
             (ColumnData::Int(v), _) => Data::Int(v),
             (ColumnData::Float(v), _) => Data::Float(v),
             (ColumnData::Bool(v), _) => Data::Bool(v),
@@ -74,5 +77,14 @@ impl<'a> View<'a> {
             View::Column(c) if c.is_null(row) => C::null(out),
             View::Column(c) => C::cell(&c.data, row, out),
         }
+    }
+}
+
+/// A decimal constant as the unscaled value of its column's type (the
+/// scale the schema declares), or `None` if it does not fit it.
+pub(super) fn decimal_constant(v: i64, scale: u8, t: DataType) -> Option<(i64, u8)> {
+    match t {
+        DataType::Decimal(p, s) => sluice_plan::decimal::rescale(v, scale, s, p).map(|v| (v, s)),
+        _ => Some((v, scale)),
     }
 }

@@ -498,6 +498,29 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
     // Rows whose result is not a bigint: NULL, as an overflowing SUM is.
     let mut overflowed = Vec::new();
     let data = match &a.data {
+        ColumnData::Int(v) if matches!(a.data_type, DataType::Decimal(..)) => {
+            let (DataType::Decimal(_, from), DataType::Decimal(p, to)) = (a.data_type, data_type) else {
+                return Err(Error::Internal(format!("{func:?} of {} as {data_type}", a.data_type)));
+            };
+            let ds = digits.map(|d| ints(d, "ROUND digits")).transpose()?;
+            ColumnData::Int(
+                v.iter()
+                    .enumerate()
+                    .map(|(i, x)| {
+                        let r = match func {
+                            ScalarFunc::Abs => Some(x.abs()),
+                            ScalarFunc::Floor => Some(crate::decimal::floor_or_ceil(*x, from, false)),
+                            ScalarFunc::Ceil => Some(crate::decimal::floor_or_ceil(*x, from, true)),
+                            _ => crate::decimal::round(*x, from, ds.map_or(0, |d| d[i]), to, p),
+                        };
+                        r.unwrap_or_else(|| {
+                            overflowed.push(i);
+                            0
+                        })
+                    })
+                    .collect(),
+            )
+        }
         ColumnData::Int(v) => match (func, digits) {
             (ScalarFunc::Abs, _) => ColumnData::Int(
                 v.iter()
@@ -575,6 +598,9 @@ pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
     let n = c.len();
     if c.data_type == to {
         return Ok(c.clone());
+    }
+    if matches!(c.data_type, DataType::Decimal(..)) || matches!(to, DataType::Decimal(..)) {
+        return cast_decimal(c, to);
     }
     let mut validity = c.validity.clone();
     let invalid = |i: usize, validity: &mut Option<Vec<bool>>| {
@@ -688,6 +714,71 @@ pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
         (_, to) => return Err(Error::Internal(format!("no cast from {} to {to}", c.data_type))),
     };
     Ok(Column::new(to, data, validity))
+}
+
+/// CAST to or from a decimal. Digits dropped are rounded half away from
+/// zero; a value that does not fit (or text that is no number) is NULL.
+fn cast_decimal(c: &Column, to: DataType) -> Result<Column, Error> {
+    use crate::decimal;
+    let n = c.len();
+    let mut rows: Vec<Option<i64>> = Vec::new();
+    let data = match (&c.data, c.data_type, to) {
+        (ColumnData::Null(_), _, _) => return Ok(broadcast(&Scalar::Null, to, n)),
+        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Decimal(p, s)) => {
+            rows.extend(v.iter().map(|x| decimal::rescale(*x, from, s, p)));
+            None
+        }
+        (ColumnData::Int(v), DataType::Bigint, DataType::Decimal(p, s)) => {
+            rows.extend(v.iter().map(|x| decimal::rescale(*x, 0, s, p)));
+            None
+        }
+        (ColumnData::Float(v), _, DataType::Decimal(p, s)) => {
+            rows.extend(v.iter().map(|x| decimal::from_f64(*x, p, s)));
+            None
+        }
+        (ColumnData::Str(t), _, DataType::Decimal(p, s)) => {
+            rows.extend(t.iter().map(|x| decimal::parse(x, p, s)));
+            None
+        }
+        (ColumnData::Bool(v), _, DataType::Decimal(p, s)) => {
+            rows.extend(v.iter().map(|x| decimal::rescale(i64::from(*x), 0, s, p)));
+            None
+        }
+        // PostgreSQL's numeric → integer rounds half away from zero.
+        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Bigint) => {
+            rows.extend(v.iter().map(|x| decimal::rescale(*x, from, 0, 19)));
+            None
+        }
+        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Double) => {
+            Some(ColumnData::Float(v.iter().map(|x| decimal::to_f64(*x, from)).collect()))
+        }
+        (ColumnData::Int(v), DataType::Decimal(..), DataType::Boolean) => {
+            Some(ColumnData::Bool(v.iter().map(|x| *x != 0).collect()))
+        }
+        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::String) => {
+            let mut out = StrData::with_capacity(n, n * 12);
+            let mut scratch = Vec::with_capacity(24);
+            for x in v {
+                scratch.clear();
+                decimal::write(*x, from, &mut scratch);
+                out.push(std::str::from_utf8(&scratch).unwrap_or_default());
+            }
+            Some(ColumnData::Str(out))
+        }
+        (_, from, to) => return Err(Error::Internal(format!("no cast from {from} to {to}"))),
+    };
+    if let Some(data) = data {
+        return Ok(Column::new(to, data, c.validity.clone()));
+    }
+    let mut validity = c.validity.clone();
+    let mut values = Vec::with_capacity(n);
+    for (i, r) in rows.into_iter().enumerate() {
+        values.push(r.unwrap_or_else(|| {
+            validity.get_or_insert_with(|| vec![true; n])[i] = false;
+            0
+        }));
+    }
+    Ok(Column::new(to, ColumnData::Int(values), validity))
 }
 
 /// LIKE / ILIKE over a string column (ILIKE patterns are lower-cased at plan time).

@@ -458,12 +458,13 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn sql_type(t: ColumnType) -> &'static str {
-    match t {
+fn sql_type(t: ColumnType) -> Cow<'static, str> {
+    Cow::Borrowed(match t {
         ColumnType::Bigint => "BIGINT",
         ColumnType::Double => "DOUBLE",
         ColumnType::String => "VARCHAR",
         ColumnType::Boolean => "BOOLEAN",
         ColumnType::Timestamp => "TIMESTAMP",
-    }
+        ColumnType::Decimal { precision, scale } => return format!("DECIMAL({precision}, {scale})").into(),
+    })
 }

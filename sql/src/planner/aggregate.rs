@@ -381,7 +381,29 @@ impl AggScope<'_> {
             | AggFunc::VarSamp
             | AggFunc::VarPop => match arg_type {
                 DataType::Bigint if func == AggFunc::Sum => arg,
-                DataType::Bigint | DataType::Double | DataType::Null => arg.map(|a| cast(a, DataType::Double)),
+                DataType::Decimal(..) if func == AggFunc::Sum => arg,
+                DataType::Decimal(..) if func == AggFunc::Avg => {
+                    // Exact: SUM / COUNT, a decimal quotient (at least six
+                    // places, rounded half away from zero), as the
+                    // two-phase plan already splits an AVG.
+                    let count = AggregateCall {
+                        func: AggFunc::Count,
+                        data_type: DataType::Bigint,
+                        arg: arg.clone(),
+                        distinct: false,
+                    };
+                    let sum = AggregateCall {
+                        func: AggFunc::Sum,
+                        data_type: AggFunc::Sum.result_type(arg_type),
+                        arg,
+                        distinct: false,
+                    };
+                    let (sum, count) = (self.call_column(sum), self.call_column(count));
+                    return crate::typing::arith(sum, sluice_plan::ArithOp::Div, count, node);
+                }
+                DataType::Bigint | DataType::Double | DataType::Decimal(..) | DataType::Null => {
+                    arg.map(|a| cast(a, DataType::Double))
+                }
                 t => return Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
             },
             AggFunc::Min | AggFunc::Max if arg_type == DataType::Null => arg.map(|a| cast(a, DataType::Double)),
@@ -389,6 +411,12 @@ impl AggScope<'_> {
         };
         let input_type = arg.as_ref().map_or(DataType::Bigint, PhysExpr::data_type);
         let call = AggregateCall { func, data_type: func.result_type(input_type), arg, distinct: args.distinct };
+        Ok(self.call_column(call))
+    }
+
+    /// The column of aggregate `call`, computed once however often the
+    /// query names it.
+    fn call_column(&mut self, call: AggregateCall) -> PhysExpr {
         let index = match self.aggregates.iter().position(|a| *a == call) {
             Some(i) => i,
             None => {
@@ -396,6 +424,6 @@ impl AggScope<'_> {
                 self.aggregates.len() - 1
             }
         };
-        Ok(PhysExpr::Column { index: self.agg_base + index, data_type: self.aggregates[index].data_type })
+        PhysExpr::Column { index: self.agg_base + index, data_type: self.aggregates[index].data_type }
     }
 }

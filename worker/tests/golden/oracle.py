@@ -52,7 +52,7 @@ import json
 import math
 import re
 import sys
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 
 import duckdb
@@ -73,6 +73,48 @@ SQL_TYPES = {
     "timestamp": "BIGINT",
 }
 
+# decimal(p,s) columns: exact, as DuckDB's DECIMAL(p,s).
+_DECIMAL_TYPE = re.compile(r"^decimal\( *(\d+) *(?:, *(\d+) *)?\)$")
+# The text Sluice reads as a decimal (docs/sql.md, "Types and JSON").
+_DECIMAL_TEXT = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+
+
+def decimal_type(col_type: str):
+    """(precision, scale) of a decimal column type, or None."""
+    m = _DECIMAL_TYPE.match(col_type)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else None
+
+
+def sql_type(col_type: str) -> str:
+    d = decimal_type(col_type)
+    if d:
+        return f"DECIMAL({d[0]},{d[1]})"
+    if col_type not in SQL_TYPES:
+        raise SystemExit(f"unknown column type {col_type!r}")
+    return SQL_TYPES[col_type]
+
+
+def to_decimal(value, precision: int, scale: int) -> Decimal:
+    """A JSON number or string -> a decimal rounded half away from zero to
+    `scale` places; Invalid when it is no number or needs more digits."""
+    if isinstance(value, bool):
+        raise Invalid("boolean where a decimal is expected")
+    if isinstance(value, str):
+        if not _DECIMAL_TEXT.match(value):
+            raise Invalid(f"{value!r} is not a decimal")
+        value = Decimal(value.strip())
+    elif isinstance(value, (int, Decimal)):
+        value = Decimal(value)
+    else:
+        raise Invalid(f"{value!r} is not a number")
+    try:
+        q = value.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP)
+    except InvalidOperation:
+        raise Invalid(f"{value!r} does not fit") from None
+    if abs(q) >= Decimal(10) ** (precision - scale):
+        raise Invalid(f"{value!r} does not fit decimal({precision},{scale})")
+    return q
+
 # ts_text: Sluice's timestamp text (UTC, millisecond precision, literal T and Z).
 # wrap_bigint: a HUGEINT wrapped into bigint range (two's complement), as
 # Sluice's bigint arithmetic wraps on overflow where DuckDB raises an error.
@@ -91,6 +133,15 @@ MACROS = [
          WHEN ((local AT TIME ZONE zone) - INTERVAL 1 HOUR) AT TIME ZONE zone = local
          THEN (local AT TIME ZONE zone) - INTERVAL 1 HOUR
          ELSE local AT TIME ZONE zone END""",
+    # A decimal's unscaled digits (DuckDB prints every place of its scale).
+    """CREATE MACRO unscaled(x) AS CAST(replace(CAST(x AS VARCHAR), '.', '') AS HUGEINT)""",
+    # a / b for a of scale sa and b of scale sb, at scale 6, rounded half
+    # away from zero: Sluice's decimal quotient (DuckDB's is a DOUBLE).
+    """CREATE MACRO dec_div6(a, sa, b, sb) AS CASE WHEN unscaled(b) = 0 THEN NULL ELSE
+         CAST(sign(unscaled(a)) * sign(unscaled(b))
+              * ((abs(unscaled(a)) * CAST(pow(10, 6 - sa + sb) AS HUGEINT) * 2 + abs(unscaled(b)))
+                 // (2 * abs(unscaled(b)))) AS DECIMAL(18,0))
+         * CAST('0.000001' AS DECIMAL(7,6)) END""",
     """CREATE MACRO wrap_bigint(h) AS CAST(
          ((CAST(h AS HUGEINT) + 9223372036854775808) % 18446744073709551616 + 18446744073709551616)
          % 18446744073709551616 - 9223372036854775808 AS BIGINT)""",
@@ -126,8 +177,10 @@ def _integral(v) -> int:
         raise Invalid("boolean where a number is expected")
     if isinstance(v, int):
         n = v
-    elif isinstance(v, float):
-        if not math.isfinite(v) or v != math.floor(v):
+    elif isinstance(v, (float, Decimal)):
+        if not v.is_finite() if isinstance(v, Decimal) else not math.isfinite(v):
+            raise Invalid(f"{v!r} is not an integer")
+        if v != math.floor(v):
             raise Invalid(f"{v!r} is not an integer")
         n = int(v)
     else:
@@ -174,8 +227,11 @@ def convert(value, col_type: str):
         return None
     if col_type == "bigint":
         return _integral(value)
+    d = decimal_type(col_type)
+    if d:
+        return to_decimal(value, *d)
     if col_type == "double":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
             raise Invalid(f"{value!r} is not a number")
         f = float(value)
         if not math.isfinite(f):
@@ -212,7 +268,11 @@ def field(obj: dict, name: str):
 def decode(payload: str, columns, required) -> list:
     """One record -> a row of column values, or Invalid."""
     try:
-        obj = json.loads(payload, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+        # Numbers with a point or exponent as Decimal: a decimal column
+        # keeps every digit (a double column converts it, correctly rounded).
+        obj = json.loads(
+            payload, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant, parse_float=Decimal
+        )
     except ValueError as e:
         raise Invalid(f"malformed JSON: {e}") from None
     if not isinstance(obj, dict):
@@ -256,8 +316,7 @@ def load(con, table: str, source: dict, text: str) -> int:
     """Decodes a source's input lines into `table`; returns the dead letters."""
     columns = source["columns"]
     for c in columns:
-        if c["type"] not in SQL_TYPES:
-            raise SystemExit(f"unknown column type {c['type']!r}")
+        sql_type(c["type"])
     event_time = source.get("eventTime")
     as_table = source.get("table")
     required = [bool(c.get("required", False)) for c in columns]
@@ -296,7 +355,7 @@ def load(con, table: str, source: dict, text: str) -> int:
             max_event[partition] = ts if before is None else max(before, ts)
         rows.append(values + extra)
 
-    defs = [f'"{c["name"]}" {SQL_TYPES[c["type"]]}' for c in columns]
+    defs = [f'"{c["name"]}" {sql_type(c["type"])}' for c in columns]
     defs += ["_partition INTEGER", "_seq BIGINT"]
     if as_table:
         defs.append("_deleted BOOLEAN")

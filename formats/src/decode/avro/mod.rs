@@ -590,6 +590,46 @@ fn read_value(
                 column.push_str(&decimal_text(unscaled, scale))
             }
         }
+        Conv::DecimalToDecimal { scale, fixed, precision, to } => {
+            let bytes = match fixed {
+                Some(n) => cur.take(n)?,
+                None => cur.bytes()?,
+            };
+            let v = unscaled(bytes).and_then(|v| {
+                use sluice_plan::decimal::{div_round, fit, pow10};
+                let from = u8::try_from(scale).ok()?;
+                let v = if to >= from { v.checked_mul(pow10(to - from))? } else { div_round(v, pow10(from - to)) };
+                fit(v, precision)
+            });
+            let v = v.ok_or_else(|| {
+                format!("column `{}`: a decimal that does not fit decimal({precision},{to})", name(columns, col))
+            })?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(v)
+        }
+        Conv::IntegerToDecimal { wide, precision, to } => {
+            let x = if wide { cur.long()? } else { i64::from(cur.int()?) };
+            let v = sluice_plan::decimal::rescale(x, 0, to, precision).ok_or_else(|| {
+                format!("column `{}`: {x} does not fit decimal({precision},{to})", name(columns, col))
+            })?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(v)
+        }
+        Conv::StringToDecimal { precision, to } => {
+            let text = cur.text()?;
+            let v = sluice_plan::decimal::parse(text, precision, to).ok_or_else(|| {
+                let shown: String = text.chars().take(40).collect();
+                format!("column `{}`: {shown:?} is no decimal({precision},{to}) value", name(columns, col))
+            })?;
+            if !used {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(v)
+        }
     };
     pushed.map_err(|e| e.to_string())
 }

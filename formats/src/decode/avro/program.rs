@@ -67,6 +67,25 @@ pub(super) enum Conv {
         scale: u32,
         fixed: Option<usize>,
     },
+    /// A decimal into a `decimal(precision, to)` column, rescaled exactly
+    /// (rounded half away from zero when the column keeps fewer places).
+    DecimalToDecimal {
+        scale: u32,
+        fixed: Option<usize>,
+        precision: u8,
+        to: u8,
+    },
+    /// An `int` (`long` when `wide`) into a decimal column.
+    IntegerToDecimal {
+        wide: bool,
+        precision: u8,
+        to: u8,
+    },
+    /// Decimal text into a decimal column.
+    StringToDecimal {
+        precision: u8,
+        to: u8,
+    },
 }
 
 /// A writer schema resolved against the columns.
@@ -239,6 +258,19 @@ impl Compiler<'_, '_> {
             (Type::Bytes(Logical::Decimal { scale }), D::String) => {
                 Conv::DecimalToString { scale: *scale, fixed: None }
             }
+            (Type::Bytes(Logical::Decimal { scale }), D::Decimal(precision, to)) => {
+                Conv::DecimalToDecimal { scale: *scale, fixed: None, precision, to }
+            }
+            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::Decimal(precision, to)) => {
+                Conv::DecimalToDecimal { scale: *scale, fixed: Some(*size), precision, to }
+            }
+            (Type::Int(Logical::None), D::Decimal(precision, to)) => {
+                Conv::IntegerToDecimal { wide: false, precision, to }
+            }
+            (Type::Long(Logical::None), D::Decimal(precision, to)) => {
+                Conv::IntegerToDecimal { wide: true, precision, to }
+            }
+            (Type::String(_), D::Decimal(precision, to)) => Conv::StringToDecimal { precision, to },
             (Type::Bytes(_), D::String) => Conv::BytesToString,
             (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::Double) => {
                 Conv::DecimalToDouble { scale: *scale, fixed: Some(*size) }

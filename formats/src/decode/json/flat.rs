@@ -119,6 +119,10 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                     let ms = parse_timestamp_ms(std::str::from_utf8(bytes).ok()?)?;
                     push_i64(column, dec.time_bounded[col], ms)?;
                 }
+                (DataType::Decimal(precision, scale), column) => {
+                    let v = sluice_plan::decimal::parse(std::str::from_utf8(bytes).ok()?, precision, scale)?;
+                    push_i64(column, false, v)?;
+                }
                 _ => return None,
             }
             Some(after)
@@ -147,6 +151,11 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                     if let Some(c) = column {
                         c.push_f64(x).ok()?;
                     }
+                }
+                // Every digit of the text, not a double's 15 or 17.
+                DataType::Decimal(precision, scale) => {
+                    let v = sluice_plan::decimal::parse(std::str::from_utf8(&p[i..end]).ok()?, precision, scale)?;
+                    push_i64(column, false, v)?;
                 }
                 _ => return None,
             }

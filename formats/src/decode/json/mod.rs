@@ -404,7 +404,7 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        let shown: String = v.chars().take(40).collect();
+        let shown = shorten(v);
         Err(self.not_an_object(format_args!("string {shown:?}")))
     }
 
@@ -483,6 +483,15 @@ impl ValueSeed<'_> {
         Ok(())
     }
 
+    /// A decimal read from `text` (a number's digits or a string), rounded
+    /// to the column's scale; a value too large for it is an error.
+    fn push_decimal<E: de::Error>(self, shown: &dyn fmt::Display, read: Option<i64>) -> Result<(), E> {
+        match read {
+            Some(v) => self.push_i64(v),
+            None => Err(self.mismatch(format_args!("{shown}, which does not fit {}", self.data_type))),
+        }
+    }
+
     fn push_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         if let Some(c) = self.column {
             c.push_f64(v).map_err(E::custom)?;
@@ -513,6 +522,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             DataType::Bigint | DataType::Timestamp => self.push_i64(v),
             #[allow(clippy::cast_precision_loss)]
             DataType::Double => self.push_f64(v as f64),
+            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::rescale(v, 0, s, p)),
             _ => Err(self.mismatch(format_args!("number {v}"))),
         }
     }
@@ -522,6 +532,9 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             (DataType::Bigint | DataType::Timestamp, Ok(x)) => self.push_i64(x),
             #[allow(clippy::cast_precision_loss)]
             (DataType::Double, _) => self.push_f64(v as f64),
+            (DataType::Decimal(p, s), _) => {
+                self.push_decimal(&v, i64::try_from(v).ok().and_then(|v| sluice_plan::decimal::rescale(v, 0, s, p)))
+            }
             _ => Err(self.mismatch(format_args!("number {v}"))),
         }
     }
@@ -532,6 +545,9 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             // 150.0 is a fine bigint; 150.5 is not.
             #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
             DataType::Bigint | DataType::Timestamp if v.fract() == 0.0 && v.abs() < 9.0e18 => self.push_i64(v as i64),
+            // The double's shortest text: exact for the 15 significant
+            // digits a double holds (flat records read the text itself).
+            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::from_f64(v, p, s)),
             _ => Err(self.mismatch(format_args!("number {v}"))),
         }
     }
@@ -558,8 +574,13 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
                 Some(ms) => self.push_i64(ms),
                 None => Err(self.mismatch(format_args!("string {v:?}, which is not an RFC 3339 timestamp"))),
             },
+            // Debezium's `decimal.handling.mode: string`, and any producer
+            // that keeps every digit by quoting them.
+            DataType::Decimal(p, s) => {
+                self.push_decimal(&format_args!("string {:?}", shorten(v)), sluice_plan::decimal::parse(v, p, s))
+            }
             _ => {
-                let shown: String = v.chars().take(40).collect();
+                let shown = shorten(v);
                 Err(self.mismatch(format_args!("string {shown:?}")))
             }
         }
@@ -586,6 +607,11 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
     fn visit_seq<A: de::SeqAccess<'de>>(self, _seq: A) -> Result<(), A::Error> {
         Err(self.mismatch(format_args!("an array")))
     }
+}
+
+/// At most 40 characters of a value, for an error message.
+fn shorten(text: &str) -> String {
+    text.chars().take(40).collect()
 }
 
 #[cfg(test)]

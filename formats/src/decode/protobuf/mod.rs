@@ -586,6 +586,20 @@ fn push(
             }
             batch.columns[col].push_i64(x)
         }
+        (slot @ (Slot::Int(_) | Slot::Float(_) | Slot::Text(..)), sluice_plan::DataType::Decimal(p, s)) => {
+            use sluice_plan::decimal;
+            let v = match slot {
+                Slot::Int(x) => decimal::rescale(x, 0, s, p),
+                Slot::Float(x) => decimal::from_f64(x, p, s),
+                Slot::Text(a, b) => decimal::parse(text(a, b)?, p, s),
+                _ => None,
+            };
+            let v = v.ok_or_else(|| format!("column `{}`: a value that is no {into} value", name(columns, col)))?;
+            if !columns.used[col] {
+                return Ok(());
+            }
+            batch.columns[col].push_i64(v)
+        }
         _ if !columns.used[col] => return Ok(()),
         (Slot::Int(x), sluice_plan::DataType::Double) =>
         {

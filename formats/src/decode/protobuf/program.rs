@@ -300,7 +300,7 @@ impl Program {
     ) -> Result<(Read, Option<Default>), String> {
         let refuse = |what: &str| Err(format!("column `{column}` is {t}, but field `{}` is {what}", field.full_name()));
         let number = |read: Read| match t {
-            DataType::Bigint | DataType::Timestamp => Ok((read, Some(Default::Int(0)))),
+            DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => Ok((read, Some(Default::Int(0)))),
             DataType::Double => Ok((read, Some(Default::Float(0.0)))),
             _ => refuse("a number"),
         };
@@ -316,6 +316,9 @@ impl Program {
                 let read = if field.kind() == Kind::Float { Read::Float } else { Read::Double };
                 match t {
                     DataType::Double => Ok((read, Some(Default::Float(0.0)))),
+                    // Read through the double's shortest text; the default
+                    // 0 is the decimal 0.
+                    DataType::Decimal(..) => Ok((read, Some(Default::Int(0)))),
                     _ => refuse("a floating-point number (declare the column double)"),
                 }
             }
@@ -328,6 +331,9 @@ impl Program {
                 // An ISO-8601 text, as JSON timestamps are read; its
                 // default (the empty text) is no time: NULL.
                 DataType::Timestamp => Ok((Read::Text, None)),
+                // Decimal text (`"12.50"`), as the Protobuf sink writes
+                // decimals; the empty default is no number: NULL.
+                DataType::Decimal(..) => Ok((Read::Text, None)),
                 _ => refuse("a string"),
             },
             Kind::Enum(e) => match t {
