@@ -220,11 +220,12 @@ pub fn arith(op: crate::ArithOp, a: i64, sa: u8, b: i64, sb: u8, p: u8, s: u8) -
 /// (tens, hundreds… when negative), as a value at scale `to` with at most
 /// `precision` digits: `ROUND`.
 pub fn round(v: i64, from: u8, digits: i64, to: u8, precision: u8) -> Option<i64> {
-    let drop = i64::from(from) - digits;
+    let drop = i64::from(from).saturating_sub(digits);
     if drop <= 0 {
         return rescale(v, from, to, precision);
     }
-    let k = u8::try_from(drop).ok().filter(|k| *k <= 38)?;
+    // Rounding to more digits than any i64 has leaves nothing.
+    let Some(k) = u8::try_from(drop).ok().filter(|k| *k <= 38) else { return Some(0) };
     // The rounded value in units of 10^k at scale `from`.
     let units = div_round(i128::from(v), pow10(k));
     let at_from = units.checked_mul(pow10(k))?;
@@ -318,6 +319,8 @@ mod tests {
         assert_eq!(cmp(150, 2, 15, 1), std::cmp::Ordering::Equal);
         assert_eq!(cmp(i64::MAX, 0, i64::MAX, 18), std::cmp::Ordering::Greater);
         assert_eq!(round(1255, 2, 1, 1, 18), Some(126));
+        assert_eq!(round(1255, 2, i64::MIN, 0, 18), Some(0), "rounded to nothing");
+        assert_eq!(round(1255, 2, i64::MAX, 18, 18), None, "18 places leave no integer digit");
         assert_eq!(round(-1255, 2, 1, 1, 18), Some(-126));
         assert_eq!(round(1255, 2, 3, 3, 18), Some(12_550));
         assert_eq!(round(1255, 2, -1, 0, 18), Some(10));

@@ -481,7 +481,8 @@ metadata:
 spec:
   sql: |
     SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty, MAX(trade_time) AS last_trade,
-           MIN(trader_id) AS first_trader, AVG(price) > 0 AS priced
+           MIN(trader_id) AS first_trader, AVG(price) > 0 AS priced,
+           SUM(CAST(quantity AS DECIMAL(12, 2))) AS qty_decimal
     FROM trades GROUP BY symbol
   schemaRegistry: {{ url: "{registry}", subjectNameStrategy: RecordName }}
   sources:
@@ -524,6 +525,9 @@ spec:
     assert_eq!(got, expected(0..2_000));
     for v in last.values() {
         assert_eq!(v["priced"], serde_json::Value::Bool(true), "{v}");
+        // A DECIMAL is Avro's decimal logical type: fastavro reads it as a
+        // Python Decimal of two places (printed as text), the exact sum.
+        assert_eq!(v["qty_decimal"], serde_json::json!(format!("{}.00", v["qty"])), "{v}");
         // timestamp-millis comes back as a datetime, printed as text.
         assert!(v["last_trade"].as_str().is_some_and(|t| t.starts_with("2023-11-")), "{v}");
         assert!(v["first_trader"].as_str().is_some_and(|t| t.starts_with('T')), "{v}");

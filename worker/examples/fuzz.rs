@@ -232,6 +232,8 @@ const SQL_SEEDS: &[&str] = &[
     "SELECT ts AT TIME ZONE 'Europe/Paris' AS p, TO_UTC_TIMESTAMP(ts, '-08:00') AS u, \
      CONVERT_TZ(ts, 'America/New_York', 'Australia/Lord_Howe') AS c, TIMESTAMPDIFF(MONTH, ts, TIMESTAMPADD(DAY, n, ts)) AS m, \
      TIMESTAMPDIFF('hour', ts, ts) AS h, INITCAP(s) AS i FROM t",
+    "SELECT s, SUM(m) AS t, AVG(m) AS a, MAX(m * 1.1) AS x, ROUND(m / CAST(n AS DECIMAL(18, 2)), 3) AS r, \
+     CAST(CAST(s AS DECIMAL(5, 2)) AS STRING) AS c FROM t GROUP BY s HAVING MIN(m) > 0.01",
 ];
 
 const SQL_DICTIONARY: &[&str] = &[
@@ -246,6 +248,9 @@ const SQL_DICTIONARY: &[&str] = &[
     "CONVERT_TZ(",
     "TO_UTC_TIMESTAMP(",
     "INITCAP(",
+    " AS DECIMAL(18, 4))",
+    " AS DECIMAL(3, 3))",
+    "m",
     "MONTH, ",
     "YEAR, ",
     "QUARTER, ",

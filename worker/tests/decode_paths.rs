@@ -85,6 +85,7 @@ fn key() -> impl Strategy<Value = String> {
         "flag",
         "unread",
         "note",
+        "amount",
         "memo",
         "memo",
         "other",
@@ -127,10 +128,35 @@ fn record() -> impl Strategy<Value = String> {
     let undeclared = prop::sample::select(vec!["", r#","other":1"#, r#","x¤":2"#, r#","other":"ab¤cdefghijk""#]);
     // `memo` before `note`: the end of an invalid memo falls anywhere in a
     // word, before the quote that stops the word scan.
-    let good = (any::<i64>(), price, "[a-z]{0,8}", 0i64..2_000_000_000_000, any::<bool>(), memo, undeclared)
-        .prop_map(|(id, price, name, ts, flag, memo, undeclared)| {
+    // A decimal(12,2) column: every digit read on both paths (16-digit
+    // numbers a double cannot hold), rounded, or too large.
+    let amount = prop_oneof![
+        (-1e10f64..1e10).prop_map(|v| format!("{v}")),
+        (any::<i64>(), 0u32..6).prop_map(|(v, places)| {
+            let text = v.unsigned_abs().to_string();
+            let cut = text.len().saturating_sub(places as usize);
+            let sign = if v < 0 { "-" } else { "" };
+            format!("{sign}{}.{}", &text[..cut].trim_start_matches('0').to_owned().max("0".into()), &text[cut..])
+        }),
+        // 21 digits: a double reads 1234567890.125 and would round up.
+        prop::sample::select(vec![
+            "9999999999.994",
+            "9999999999.995",
+            "-0.005",
+            "1234567890.12499999999",
+            "\"12.5\"",
+            "1e400",
+            "null",
+        ])
+        .prop_map(str::to_owned),
+    ];
+    let good = (
+        (any::<i64>(), price, "[a-z]{0,8}", 0i64..2_000_000_000_000, any::<bool>()),
+        (memo, undeclared, amount),
+    )
+        .prop_map(|((id, price, name, ts, flag), (memo, undeclared, amount))| {
             format!(
-                r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"memo":"{memo}","note":null{undeclared}}}"#
+                r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"memo":"{memo}","note":null,"amount":{amount}{undeclared}}}"#
             )
         });
     prop_oneof![
@@ -204,6 +230,8 @@ fn plain_records_decode_identically() {
         r#"{"id":-0,"price":-0,"name":"x","ts":"2024-01-15T00:00:00Z","flag":true,"unread":5,"other":"y"}"#,
         r#" { "id" : 7 , "price" : 2.5e-3 , "name" : "été" , "ts" : 1700000000000 , "flag" : false } "#,
         r#"{"id":1,"price":123456789012345678901234567890,"note":"n"}"#,
+        r#"{"id":2,"amount":1234567890.12499999999}"#,
+        r#"{"id":3,"amount":"-1234567890.125","price":1}"#,
     ] {
         fast.decode(r.as_bytes(), &mut a).unwrap();
         reference.decode_with_serde(r.as_bytes(), &mut b).unwrap();

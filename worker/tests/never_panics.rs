@@ -160,8 +160,10 @@ fn shaped() -> impl Strategy<Value = String> {
         "s",
         "ts",
         "b",
+        "m",
         "0",
         "-1",
+        "0.001",
         "9223372036854775807",
         "-9223372036854775808",
         "1e308",
@@ -215,6 +217,10 @@ fn shaped() -> impl Strategy<Value = String> {
         "TO_UTC_TIMESTAMP(CAST({} AS TIMESTAMP), 'America/New_York')",
         "CONVERT_TZ(CAST({} AS TIMESTAMP), '+05:30', 'Asia/Tokyo')",
         "INITCAP(CAST({} AS VARCHAR))",
+        "CAST({} AS DECIMAL(18, 4)) * CAST({} AS DECIMAL(3, 3))",
+        "CAST({} AS DECIMAL(18, 0)) / CAST({} AS DECIMAL(18, 18))",
+        "ROUND(CAST({} AS DECIMAL(9, 2)), {})",
+        "GREATEST(m, {}, {})",
     ]);
     (func, operand.clone(), operand).prop_map(|(f, a, b)| {
         let e = f.replacen("{}", a, 1).replacen("{}", b, 1);
@@ -240,6 +246,8 @@ fn clauses() -> impl Strategy<Value = String> {
         "'x'",
         "NULL",
         "n + 1",
+        "m",
+        "m * m",
     ]);
     let agg = prop::sample::select(vec!["SUM", "AVG", "MIN", "MAX", "COUNT", "STDDEV"]);
     let interval = prop::sample::select(vec![

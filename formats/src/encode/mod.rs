@@ -102,3 +102,6 @@ fn write_keys(keys: &KeyWriter, rows: &sluice_engine::EmittedRows<'_>, out: &mut
         }
     }
 }
+
+#[cfg(test)]
+mod decimal_tests;

@@ -224,17 +224,22 @@ impl RowsScope<'_> {
             (RowsFunctionKind::Aggregate(f), false, [x]) => {
                 let e = compile(x, &mut self.input("window function arguments"))?;
                 let numeric = !matches!(f, AggFunc::Count | AggFunc::Min | AggFunc::Max);
-                if numeric && !matches!(e.data_type(), DataType::Bigint | DataType::Double | DataType::Null) {
+                if numeric && !e.data_type().is_numeric() && e.data_type() != DataType::Null {
                     return Err(SqlError::at_node(*x, format!("{name} needs a number, got {}", e.data_type())));
                 }
                 if matches!(f, AggFunc::Min | AggFunc::Max)
-                    && !matches!(e.data_type(), DataType::Bigint | DataType::Double | DataType::Timestamp)
+                    && !matches!(
+                        e.data_type(),
+                        DataType::Bigint | DataType::Double | DataType::Timestamp | DataType::Decimal(..)
+                    )
                 {
                     return Err(SqlError::at_node(
                         *x,
                         format!("{name} OVER needs a number or timestamp, got {}", e.data_type()),
                     ));
                 }
+                // SUM, MIN and MAX of a decimal stay exact; AVG and the
+                // moments of one are doubles here.
                 let keep_int = f == AggFunc::Sum || !numeric;
                 Some(if keep_int || e.data_type() == DataType::Double { e } else { cast(e, DataType::Double) })
             }

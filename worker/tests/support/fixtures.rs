@@ -23,6 +23,7 @@ pub fn all_types_source(ts: ColumnType) -> SourceSpec {
                 ("n", ColumnType::Bigint, false),
                 ("b", ColumnType::Boolean, false),
                 ("ts", ts, false),
+                ("m", ColumnType::Decimal { precision: 18, scale: 4 }, false),
             ],
         )
     }
@@ -43,20 +44,22 @@ pub fn decoder_source() -> SourceSpec {
             ("note", ColumnType::String, false),
             // A text column the query does not read: checked, not kept.
             ("memo", ColumnType::String, false),
+            ("amount", ColumnType::Decimal { precision: 12, scale: 2 }, false),
         ],
     )
 }
 
 /// The query the decoders run over [`decoder_source`].
-pub const DECODER_SQL: &str = "SELECT id, price, name, ts, flag, note FROM t";
+pub const DECODER_SQL: &str = "SELECT id, price, name, ts, flag, note, amount FROM t";
 
 /// Records at the edges of every type over [`all_types_source`], and some
 /// the decoder must reject.
 pub const EXTREME_RECORDS: &[&str] = &[
-    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0}"#,
-    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000}"#,
-    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000}"#,
-    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808}"#,
+    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0,"m":0.0001}"#,
+    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000,"m":-99999999999999.9999}"#,
+    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000,"m":"99999999999999.9999"}"#,
+    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808,"m":1e-400}"#,
+    r#"{"s":"x","d":0.0,"n":-1,"ts":0,"m":100000000000000}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854775807}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":-9223372036854770000}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854770000}"#,

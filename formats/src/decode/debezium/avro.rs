@@ -219,4 +219,32 @@ mod tests {
             assert!(batch.columns.iter().all(sluice_plan::Column::is_empty), "rolled back");
         }
     }
+
+    /// A `NUMERIC(10,2)` column as Debezium's Avro converter registers it
+    /// (`decimal.handling.mode: precise`, the default): Connect's Decimal,
+    /// `bytes` with the `decimal` logical type.
+    #[test]
+    fn decimals_read_exactly_from_connects_decimal() {
+        const ACCOUNTS: &str = r#"{"type":"record","name":"Envelope","namespace":"shop.public.accounts","fields":[
+            {"name":"before","type":["null",{"type":"record","name":"Value","fields":[
+                {"name":"id","type":"long"},
+                {"name":"balance","type":["null",{"type":"bytes","scale":2,"precision":10,"connect.version":1,
+                    "connect.parameters":{"scale":"2","connect.decimal.precision":"10"},
+                    "connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}],"default":null}
+            ]}],"default":null},
+            {"name":"after","type":["null","Value"],"default":null},
+            {"name":"op","type":"string"},
+            {"name":"ts_ms","type":["null","long"],"default":null}
+        ]}"#;
+        let mut d = DebeziumAvroDecoder::new(&crate::decode::debezium::tests::accounts_plan());
+        d.add_schema(9, ACCOUNTS);
+        let mut batch = d.new_batch(2);
+        // -1234.50 is -123450: 0xfe 0x1d 0xc6 in two's complement.
+        for unscaled in [&[0x01, 0xe2, 0x3a][..], &[0xfe, 0x1d, 0xc6][..]] {
+            let e = Datum::framed(9).long(0).long(1).long(7).long(1).bytes(unscaled).string("c").long(1).long(1).0;
+            d.decode_record(&e, &RecordMeta::default(), &mut batch).unwrap_or_else(|err| panic!("{err}"));
+        }
+        assert_eq!(row(&batch, 0), [Scalar::Bigint(7), Scalar::Decimal(123_450, 2)]);
+        assert_eq!(row(&batch, 1), [Scalar::Bigint(7), Scalar::Decimal(-123_450, 2)]);
+    }
 }

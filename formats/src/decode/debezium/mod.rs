@@ -238,4 +238,26 @@ pub(in crate::decode) mod tests {
             assert_eq!(batch.len, 0);
         }
     }
+
+    /// A `balance decimal(10,2)` table, as both Debezium decoders' decimal
+    /// tests read it.
+    pub(in crate::decode) fn accounts_plan() -> sluice_plan::Plan {
+        let decimal = ColumnType::Decimal { precision: 10, scale: 2 };
+        let source = SourceSpec::table("accounts", &[("id", ColumnType::Bigint, true), ("balance", decimal, false)]);
+        sluice_sql::plan_query("SELECT id, balance FROM accounts", &[source]).unwrap()
+    }
+
+    /// `decimal.handling.mode: string` (exact) and `double` both read into
+    /// a decimal column, rounded to its scale.
+    #[test]
+    fn decimals_read_from_string_and_double_modes() {
+        let mut d = DebeziumDecoder::new(&accounts_plan());
+        let mut batch = d.new_batch(2);
+        for balance in [r#""1234.50""#, "1234.505"] {
+            let e = format!(r#"{{"before":null,"after":{{"id":1,"balance":{balance}}},"op":"c","ts_ms":1}}"#);
+            d.decode_record(e.as_bytes(), &RecordMeta::default(), &mut batch).unwrap();
+        }
+        assert_eq!(row(&batch, 0), [Scalar::Bigint(1), Scalar::Decimal(123_450, 2)]);
+        assert_eq!(row(&batch, 1), [Scalar::Bigint(1), Scalar::Decimal(123_451, 2)]);
+    }
 }

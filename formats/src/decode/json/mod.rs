@@ -492,6 +492,23 @@ impl ValueSeed<'_> {
         }
     }
 
+    /// A decimal column's raw JSON value: a number, a string of one, or
+    /// null.
+    fn decimal_text<E: de::Error>(self, raw: &str, p: u8, s: u8) -> Result<(), E> {
+        match raw.as_bytes().first() {
+            Some(b'n') => self.visit_unit(),
+            Some(b'"') => {
+                let text: std::borrow::Cow<'_, str> = serde_json::from_str(raw).map_err(E::custom)?;
+                self.push_decimal(
+                    &format_args!("string {:?}", shorten(&text)),
+                    sluice_plan::decimal::parse(&text, p, s),
+                )
+            }
+            Some(b'-' | b'0'..=b'9') => self.push_decimal(&raw, sluice_plan::decimal::parse(raw, p, s)),
+            _ => Err(self.mismatch(format_args!("{}", shorten(raw)))),
+        }
+    }
+
     fn push_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
         if let Some(c) = self.column {
             c.push_f64(v).map_err(E::custom)?;
@@ -503,6 +520,13 @@ impl ValueSeed<'_> {
 impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        // A decimal is read from its text, every digit of it: the visitor
+        // would see a number only as a double (15 to 17 digits), and the
+        // flat path reads the text too, so both paths agree.
+        if let DataType::Decimal(p, s) = self.data_type {
+            let raw = <&'de serde_json::value::RawValue as de::Deserialize<'de>>::deserialize(d)?;
+            return self.decimal_text(raw.get(), p, s);
+        }
         // Columns the query does not read are still type-checked (the
         // visitor stores nothing when `column` is None): a declared column
         // holding the wrong type makes the record a dead letter either way.
