@@ -222,6 +222,9 @@ pub enum DigestKind {
     Md5,
     Sha1,
     Sha256,
+    Sha224,
+    Sha384,
+    Sha512,
 }
 
 /// A step of a JSON_VALUE path (`$.a[0]` is `[Field("a"), Index(0)]`).

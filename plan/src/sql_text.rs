@@ -214,6 +214,9 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         ScalarFunc::Digest(DigestKind::Md5) => simple("MD5", out),
         ScalarFunc::Digest(DigestKind::Sha1) => simple("SHA1", out),
         ScalarFunc::Digest(DigestKind::Sha256) => simple("SHA256", out),
+        ScalarFunc::Digest(DigestKind::Sha224) => call("SHA2", args, &["224".into()], name, out),
+        ScalarFunc::Digest(DigestKind::Sha384) => call("SHA2", args, &["384".into()], name, out),
+        ScalarFunc::Digest(DigestKind::Sha512) => call("SHA2", args, &["512".into()], name, out),
         ScalarFunc::Initcap => simple("INITCAP", out),
         ScalarFunc::ConvertTz { from: None, to: Some(zone) } => {
             if let Some(a) = args.first() {

@@ -62,6 +62,7 @@ pub const KNOWN_FUNCTIONS: &[&str] = &[
     "MD5",
     "SHA1",
     "SHA256",
+    "SHA2",
     "COUNT_CHAR",
     "DATE_FORMAT",
     "DATE_TRUNC",
@@ -287,6 +288,26 @@ pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Ex
                 _ => DigestKind::Sha256,
             };
             string_fn(ScalarFunc::Digest(kind), next(), DataType::String)
+        }
+        // Flink's, MySQL's and Spark's SHA2(s, bits); 0 is 256, as MySQL
+        // and Spark read it. The length chooses the function: a constant.
+        "SHA2" => {
+            arity(2, 2)?;
+            let s = next();
+            let bits = constant_int(&next(), name, "bit length", node)?;
+            let kind = match bits {
+                224 => DigestKind::Sha224,
+                0 | 256 => DigestKind::Sha256,
+                384 => DigestKind::Sha384,
+                512 => DigestKind::Sha512,
+                _ => {
+                    return Err(SqlError::at_node(
+                        node,
+                        format!("SHA2: a bit length of {bits}; use 224, 256, 384 or 512 (0 is 256)"),
+                    ));
+                }
+            };
+            string_fn(ScalarFunc::Digest(kind), s, DataType::String)
         }
         "INITCAP" => {
             arity(1, 1)?;

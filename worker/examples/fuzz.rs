@@ -241,6 +241,7 @@ const SQL_DICTIONARY: &[&str] = &[
     "REGEXP_REPLACE(",
     "MD5(",
     "SHA256(",
+    "SHA2(",
     "TIMESTAMPADD(",
     "TIMESTAMPDIFF(",
     " AT TIME ZONE ",

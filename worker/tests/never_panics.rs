@@ -206,6 +206,8 @@ fn shaped() -> impl Strategy<Value = String> {
         "REGEXP_REPLACE(CAST({} AS VARCHAR), '(.)(.*)', '$2$1${9}')",
         "MD5(CAST({} AS VARCHAR))",
         "SHA256(CAST({} AS VARCHAR))",
+        "SHA2(CAST({} AS VARCHAR), 512)",
+        "SHA2(CAST({} AS VARCHAR), {})",
         "TIMESTAMPADD(MONTH, {}, {})",
         "TIMESTAMPADD(YEAR, {}, ts)",
         "TIMESTAMPADD(MILLISECOND, {}, {})",

@@ -1,6 +1,7 @@
 //! The scalar kernels, value by value: NULLs, edge cases, multi-byte text.
 
 use super::*;
+use crate::DigestKind;
 use crate::LikeToken::{AnyOne, AnyRun, Literal};
 
 #[test]
@@ -316,4 +317,22 @@ fn repeat_is_bounded_by_its_result_not_its_count() {
     let k = ints_with_nulls(DataType::Bigint, &[Some(i64::MAX), Some(3), Some(i64::MAX)]);
     let out = call_n(&ScalarFunc::Repeat, vec![s, k], DataType::String);
     assert_eq!(texts(&out), vec![Some(String::new()), Some("ababab".into()), None]);
+}
+
+/// SHA2's lengths against the "abc" examples of FIPS 180-2 (Appendices
+/// B, C, D) and its SHA-224 addendum: the oracle, DuckDB, has only SHA-256.
+#[test]
+fn sha2_lengths_match_the_fips_examples() {
+    let digest = |kind| texts(&call(&ScalarFunc::Digest(kind), strs(&["abc"])))[0].clone().unwrap();
+    assert_eq!(digest(DigestKind::Sha224), "23097d223405d8228642a477bda255b32aadbce4bda0b3f7e36c9da7");
+    assert_eq!(digest(DigestKind::Sha256), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_eq!(
+        digest(DigestKind::Sha384),
+        "cb00753f45a35e8bb5a03d699ac65007272c32ab0eded1631a8b605a43ff5bed8086072ba1e7cc2358baeca134c825a7"
+    );
+    assert_eq!(
+        digest(DigestKind::Sha512),
+        "ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a2192992a274fc1a836ba3c23a3feebbd\
+         454d4423643ce80e2a9ac94fa54ca49f"
+    );
 }

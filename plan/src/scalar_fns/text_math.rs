@@ -89,6 +89,9 @@ fn digest_hex(kind: DigestKind, bytes: &[u8], buf: &mut String) {
         DigestKind::Md5 => hex(&md5::Md5::digest(bytes)),
         DigestKind::Sha1 => hex(&sha1::Sha1::digest(bytes)),
         DigestKind::Sha256 => hex(&sha2::Sha256::digest(bytes)),
+        DigestKind::Sha224 => hex(&sha2::Sha224::digest(bytes)),
+        DigestKind::Sha384 => hex(&sha2::Sha384::digest(bytes)),
+        DigestKind::Sha512 => hex(&sha2::Sha512::digest(bytes)),
     }
 }
 
