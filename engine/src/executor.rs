@@ -17,6 +17,7 @@ use super::join::JoinOperator;
 use super::merge::MergeOperator;
 use super::operator::{BatchInput, Operator, OperatorOutput, OperatorTag};
 use super::output::{EmittedRows, Output};
+use super::rows_changelog::RowsChangelogOperator;
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
 use super::signed_aggregate::SignedAggregateOperator;
@@ -122,6 +123,9 @@ impl Engine {
                     None => Box::new(AggregateOperator::new(a)),
                 },
             },
+            OperatorPlan::Rows(r) if !r.upsert_key.is_empty() => {
+                Box::new(RowsChangelogOperator::new(r, plan.source.schema.fields.len()))
+            }
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),
             OperatorPlan::Merge(m) => Box::new(MergeOperator::new(m)),

@@ -19,6 +19,7 @@ mod merge;
 mod operator;
 mod output;
 mod pages;
+mod rows_changelog;
 mod rows_window;
 mod session;
 mod shown;

@@ -128,6 +128,8 @@ pub enum OperatorTag {
     /// The merge of a two-phase aggregate with groups and parts (`Merge`
     /// is its checkpoint before them, still read).
     MergeGroups = 15,
+    /// An OVER window over a changelog (`crate::rows_changelog`).
+    RowsChangelog = 16,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

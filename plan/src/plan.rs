@@ -386,11 +386,24 @@ pub struct SortKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RowsPlan {
     pub specs: Vec<RowsSpec>,
+    /// When not empty, the input is a changelog keyed by these (the rows
+    /// of a top-1, keyed by its PARTITION BY: Nexmark q6): a row replaces
+    /// the last one of its key, every frame it was in is computed again,
+    /// and the results are upserts keyed by the same key. One spec then,
+    /// with an ORDER BY, `n PRECEDING`, and a PARTITION BY within the key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upsert_key: Vec<PhysExpr>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RowsSpec {
     pub partition_by: Vec<PhysExpr>,
+    /// The window's ORDER BY column. Over a stream, rows are taken in
+    /// arrival order (the column is the event time), so it is kept only
+    /// for a changelog input ([`RowsPlan::upsert_key`]), whose replaced
+    /// rows move to their new place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_by: Option<PhysExpr>,
     /// Rows before the current one in the frame; None = UNBOUNDED PRECEDING.
     pub preceding: Option<u64>,
     pub functions: Vec<RowsFunction>,

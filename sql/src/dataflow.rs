@@ -10,9 +10,10 @@
 
 use sluice_crds::{ColumnSpec, SchemaSpec, SourceSpec};
 use sluice_plan::{
-    Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage, StageOutput,
+    DataType, Dataflow, EmitMode, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, SqlError, Stage,
+    StageOutput,
 };
-use sqlparser::ast::{Ident, Query, SetExpr, Spanned, TableFactor};
+use sqlparser::ast::{Expr, Ident, Query, SelectItem, SetExpr, Spanned, TableFactor, WindowSpec, WindowType};
 use sqlparser::tokenizer::Span;
 
 use crate::cut::cut_query;
@@ -84,6 +85,9 @@ fn plan_parsed_stages(mut parsed: ParsedQuery, sources: &[SourceSpec], partition
     if let Some(flow) = crate::changelog::plan_over_table(&mut parsed, sources)? {
         return Ok(flow);
     }
+    if let Some(inner) = take_top_n_subquery(&mut parsed.query) {
+        return rows_over_top_one(parsed, inner, sources, partitions);
+    }
     if let Some(inner) = take_aggregating_subquery(&mut parsed.query) {
         return aggregate_over_aggregate(parsed, inner, sources, partitions);
     }
@@ -99,14 +103,32 @@ struct InnerQuery {
 }
 
 fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
+    take_subquery(query, |inner| matches!(inner.body.as_ref(), SetExpr::Select(s) if aggregates_rows(s)))
+}
+
+/// A top-N subquery in FROM read by a query with OVER windows (Nexmark
+/// q6), taken out of `query` as [`take_aggregating_subquery`] takes one.
+fn take_top_n_subquery(query: &mut Query) -> Option<InnerQuery> {
+    let SetExpr::Select(select) = query.body.as_ref() else { return None };
+    if !select.projection.iter().any(|item| over_window(item).is_some()) {
+        return None;
+    }
+    take_subquery(query, |inner| {
+        let mut probe = ParsedQuery::of(inner.clone());
+        crate::top_n::take_top_n(&mut probe).is_ok() && probe.top_n.is_some()
+    })
+}
+
+/// The one subquery `query` reads FROM, when `wanted` holds for it: taken
+/// out, its place now naming it by its alias, as a source.
+fn take_subquery(query: &mut Query, wanted: impl Fn(&Query) -> bool) -> Option<InnerQuery> {
     let SetExpr::Select(select) = query.body.as_mut() else { return None };
     let [from] = select.from.as_mut_slice() else { return None };
     if !from.joins.is_empty() {
         return None;
     }
     let TableFactor::Derived { lateral: false, subquery, alias, .. } = &from.relation else { return None };
-    let SetExpr::Select(inner) = subquery.body.as_ref() else { return None };
-    if !aggregates_rows(inner) {
+    if !wanted(subquery) {
         return None;
     }
     let name = alias.as_ref().map_or_else(|| Ident::new("subquery"), |a| a.name.clone());
@@ -114,6 +136,130 @@ fn take_aggregating_subquery(query: &mut Query) -> Option<InnerQuery> {
     let inner = subquery.as_ref().clone();
     from.relation = table_named(name.clone());
     Some(InnerQuery { query: inner, name: name.value, span })
+}
+
+/// The OVER clause of a select item's window function, if it is one.
+fn over_window(item: &SelectItem) -> Option<&WindowSpec> {
+    let (SelectItem::UnnamedExpr(Expr::Function(f)) | SelectItem::ExprWithAlias { expr: Expr::Function(f), .. }) = item
+    else {
+        return None;
+    };
+    match &f.over {
+        Some(WindowType::WindowSpec(spec)) => Some(spec),
+        _ => None,
+    }
+}
+
+/// `SELECT k, AVG(x) OVER (PARTITION BY k ORDER BY t ROWS n PRECEDING)
+/// FROM (<top-1 per key>)`: an OVER window over rows that keep being
+/// replaced (Nexmark q6, the average of each seller's last winning bids).
+/// The top-1 is planned as any top-N (it may join); its rows cross an
+/// exchange keyed by the window's PARTITION BY, where each replaces its
+/// key's last row and every frame it was or is in is computed again
+/// ([`RowsPlan::upsert_key`](sluice_plan::RowsPlan)). Flink refuses this
+/// shape (its OVER windows take no retractions).
+fn rows_over_top_one(
+    mut outer: ParsedQuery,
+    inner: InnerQuery,
+    sources: &[SourceSpec],
+    partitions: i32,
+) -> Result<Dataflow, SqlError> {
+    let refused = |why: &str| {
+        SqlError::at_span(
+            inner.span,
+            format!("an OVER window over this subquery's top-N, whose rows are replaced as better ones come: {why}"),
+        )
+    };
+    let order = outer_order_by(&outer.query);
+    let mut flow = plan_parsed_stages(ParsedQuery::of(inner.query), sources, partitions)?;
+    let Some(last) = flow.stages.last_mut() else {
+        return Err(SqlError::unpositioned("internal: a dataflow without stages"));
+    };
+    let OperatorPlan::TopN(top) = &last.plan.operator else {
+        return Err(refused("the subquery must be the top-N itself"));
+    };
+    if top.limit != 1 {
+        return Err(refused("it needs the top 1 (`rownum <= 1`), one row per key; with more, rows change rank"));
+    }
+    // The top-1's key: output columns of the subquery (hidden ones where
+    // it does not select them).
+    let mut key = Vec::with_capacity(top.partition_by.len());
+    for (g, k) in top.partition_by.clone().iter().enumerate() {
+        let at = match last.plan.outputs.iter().position(|o| &o.expr == k) {
+            Some(at) => at,
+            None => {
+                last.plan.outputs.push(OutputColumn { name: format!("__key{g}"), expr: k.clone() });
+                last.plan.outputs.len() - 1
+            }
+        };
+        key.push(at);
+    }
+    let mut columns = Vec::with_capacity(last.plan.outputs.len());
+    for o in &last.plan.outputs {
+        columns.push(ColumnSpec::field(o.name.clone(), column_type(o.expr.data_type()), false));
+    }
+    let source = SourceSpec { schema: SchemaSpec { columns, registry: None }, ..SourceSpec::table(&inner.name, &[]) };
+    let mut plan = plan_parsed(&mut outer, &[source])?;
+    let OperatorPlan::Rows(rows) = &mut plan.operator else {
+        return Err(refused("the outer query must be OVER windows alone (no GROUP BY)"));
+    };
+    let [spec] = rows.specs.as_mut_slice() else {
+        return Err(refused("its OVER windows must share one PARTITION BY and frame"));
+    };
+    if spec.preceding.is_none() {
+        return Err(refused(
+            "the frame must be `ROWS BETWEEN n PRECEDING AND CURRENT ROW`, which bounds the rows a change touches",
+        ));
+    }
+    if spec.partition_by.is_empty() || spec.partition_by.iter().any(|p| p.as_column().is_none_or(|c| !key.contains(&c)))
+    {
+        return Err(refused(
+            "its PARTITION BY must name columns of the top-N's PARTITION BY, so that every version of a row meets in one partition",
+        ));
+    }
+    let Some(at) = order.and_then(|o| last.plan.outputs.iter().position(|c| c.name.eq_ignore_ascii_case(&o))) else {
+        return Err(refused("the window needs ORDER BY one of the subquery's columns"));
+    };
+    let data_type = last.plan.outputs[at].expr.data_type();
+    if !matches!(data_type, DataType::Timestamp | DataType::Bigint) {
+        return Err(refused(&format!("the window's ORDER BY column must be a timestamp or bigint, not {data_type}")));
+    }
+    spec.order_by = Some(PhysExpr::Column { index: at, data_type });
+    rows.upsert_key =
+        key.iter().map(|&c| PhysExpr::Column { index: c, data_type: last.plan.outputs[c].expr.data_type() }).collect();
+    for c in key.iter().copied().chain([at]) {
+        if let Some(u) = plan.used_columns.get_mut(c) {
+            *u = true;
+        }
+    }
+    // Results are upserts keyed by the top-1's key.
+    plan.keys = key
+        .iter()
+        .map(|&c| OutputColumn {
+            name: last.plan.outputs[c].name.clone(),
+            expr: PhysExpr::Column { index: c, data_type: last.plan.outputs[c].expr.data_type() },
+        })
+        .collect();
+    let by = match &plan.partitioning {
+        Partitioning::KeyedBy(by) => by.clone(),
+        _ => Vec::new(),
+    };
+    last.plan.keys =
+        by.iter().filter_map(|c| last.plan.outputs.iter().find(|o| o.name.eq_ignore_ascii_case(c))).cloned().collect();
+    last.output = StageOutput::Exchange;
+    plan.partitioning = Partitioning::ByExchange;
+    flow.stages.push(Stage { plan, output: StageOutput::Sink });
+    Ok(flow)
+}
+
+/// The column name a query's (first) OVER window orders by.
+fn outer_order_by(query: &Query) -> Option<String> {
+    let SetExpr::Select(select) = query.body.as_ref() else { return None };
+    select.projection.iter().filter_map(over_window).find_map(|spec| match spec.order_by.first().map(|o| &o.expr) {
+        Some(Expr::Identifier(i)) => Some(i.value.clone()),
+        Some(Expr::CompoundIdentifier(parts)) => parts.last().map(|i| i.value.clone()),
+        _ => None,
+    })
 }
 
 /// `SELECT … FROM (SELECT … GROUP BY …) GROUP BY …`: an aggregate over
@@ -525,6 +671,43 @@ mod tests {
             let err = plan_dataflow(&sql, &[trades()], 4).unwrap_err();
             assert_eq!((err.line, err.column), (1, sql.find("(SELECT").unwrap() as u64 + 2), "{err}");
             assert!(err.message.contains(message), "{sql}: {err}");
+        }
+    }
+
+    /// Nexmark q6's shape over trades: the last trade per (symbol, trader)
+    /// by time, then each symbol's average of its last 3 such rows.
+    fn over_top_one(n: u32, over: &str) -> String {
+        format!(
+            "SELECT Q.trader, Q.symbol, AVG(Q.qty) OVER ({over}) AS a FROM (SELECT * FROM (SELECT trader, symbol, qty, \
+             ts, ROW_NUMBER() OVER (PARTITION BY symbol, trader ORDER BY ts DESC) AS rn FROM trades) WHERE rn <= {n}) \
+             AS Q"
+        )
+    }
+
+    #[test]
+    fn an_over_window_over_a_top_one_takes_its_rows_as_a_changelog() {
+        let sql = over_top_one(1, "PARTITION BY Q.symbol ORDER BY Q.ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW");
+        let d = plan_dataflow(&sql, &[trades()], 4).unwrap();
+        let last = &d.stages.last().unwrap().plan;
+        let OperatorPlan::Rows(rows) = &last.operator else { panic!("{:?}", last.operator) };
+        assert_eq!(rows.upsert_key.len(), 2, "keyed by the top-1's (symbol, trader)");
+        assert!(rows.specs[0].order_by.is_some());
+        let keys: Vec<&str> = last.keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(keys, ["symbol", "trader"], "upserts per top-1 key");
+        assert_eq!(last.partitioning, Partitioning::ByExchange);
+        for (over, n, why) in [
+            ("PARTITION BY Q.symbol ORDER BY Q.ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", 2, "top 1"),
+            ("PARTITION BY Q.symbol ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", 1, "ORDER BY"),
+            ("PARTITION BY Q.symbol ORDER BY Q.ts ROWS UNBOUNDED PRECEDING", 1, "n PRECEDING"),
+            ("PARTITION BY Q.qty ORDER BY Q.ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", 1, "PARTITION BY must name"),
+            ("PARTITION BY Q.symbol ORDER BY Q.qty ROWS BETWEEN 2 PRECEDING AND CURRENT ROW", 1, ""),
+        ] {
+            let planned = plan_dataflow(&over_top_one(n, over), &[trades()], 4);
+            match planned {
+                Ok(_) if why.is_empty() => {}
+                Ok(_) => panic!("{over} (top {n}) plans"),
+                Err(e) => assert!(!why.is_empty() && e.message.contains(why), "{over}: {e}"),
+            }
         }
     }
 }

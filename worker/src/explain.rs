@@ -132,7 +132,8 @@ impl Names<'_> {
             |n| format!("ROWS BETWEEN {n} PRECEDING AND CURRENT ROW"),
         );
         let by = list(spec.partition_by.iter().map(|p| self.source_expr(p)));
-        format!("{call} OVER (PARTITION BY {by} {frame})")
+        let order = spec.order_by.as_ref().map(|o| format!(" ORDER BY {}", self.source_expr(o))).unwrap_or_default();
+        format!("{call} OVER (PARTITION BY {by}{order} {frame})")
     }
 
     fn output(&self, i: usize) -> String {
@@ -389,6 +390,14 @@ fn operator(w: &mut String, names: &Names<'_>) {
             for f in r.specs.iter().flat_map(|s| s.functions.iter().map(move |f| (s, f))) {
                 let _ = writeln!(w, "             {}", names.over(f.0, f.1));
             }
+            if !r.upsert_key.is_empty() {
+                let keys = list(r.upsert_key.iter().map(|k| names.source_expr(k)));
+                let _ = writeln!(
+                    w,
+                    "             input      rows keyed by {keys}: each replaces its key's last row, and every frame \
+                     that held it or holds it now is computed again"
+                );
+            }
         }
         OperatorPlan::TopN(t) => {
             let by = list(t.partition_by.iter().map(|p| names.source_expr(p)));
@@ -482,6 +491,9 @@ fn emits(plan: &Plan, config: &WorkerConfig) -> String {
         _ => "dropped and counted",
     };
     let mut text = match plan.emit {
+        _ if matches!(&plan.operator, OperatorPlan::Rows(r) if !r.upsert_key.is_empty()) => {
+            "upserts per input key, once per batch: each changed row's frame, its own and those after it".to_owned()
+        }
         _ if matches!(plan.operator, OperatorPlan::Changelog(_)) => {
             "signed rows: for each new version, the key's previous row taken back (retract TRUE), then the new row"
                 .to_owned()
@@ -525,6 +537,9 @@ fn state(plan: &Plan, topology: &Topology, i: usize, config: &WorkerConfig) -> S
         }
         OperatorPlan::Aggregate(a) if a.window.is_some() => "per group and open window: accumulators",
         OperatorPlan::Aggregate(_) => "per group: accumulators",
+        OperatorPlan::Rows(r) if !r.upsert_key.is_empty() => {
+            "per input key: its last row; per partition key: its rows in ORDER BY order"
+        }
         OperatorPlan::Rows(_) => "per partition key: the rows of the frame",
         OperatorPlan::TopN(_) => "per key: the rows kept",
         OperatorPlan::Merge(_) => "per group: the latest partial of each part",

@@ -66,7 +66,7 @@ impl Planner<'_> {
             })
             .unwrap_or_default();
         Ok((
-            OperatorPlan::Rows(RowsPlan { specs }),
+            OperatorPlan::Rows(RowsPlan { specs, upsert_key: Vec::new() }),
             intermediate,
             outputs,
             keys,
@@ -259,7 +259,7 @@ impl RowsScope<'_> {
         let function = RowsFunction { kind, arg, data_type, output };
         match self.specs.iter_mut().find(|s| s.partition_by == partition_by && s.preceding == preceding) {
             Some(s) => s.functions.push(function),
-            None => self.specs.push(RowsSpec { partition_by, preceding, functions: vec![function] }),
+            None => self.specs.push(RowsSpec { partition_by, order_by: None, preceding, functions: vec![function] }),
         }
         Ok(PhysExpr::Column { index: output, data_type })
     }

@@ -592,9 +592,11 @@ impl<'a> Core<'a> {
             if let Some(next) = p.next_offset {
                 pm.position.set(next);
             }
-            if let Some(w) = p.engine.watermark().filter(|w| *w != END) {
+            // A stage behind an exchange holds a watermark near i64::MIN
+            // until every upstream partition has sent one: no lag to show.
+            if let Some(lag) = p.engine.watermark().filter(|w| *w != END).and_then(|w| now.checked_sub(w)) {
                 #[allow(clippy::cast_precision_loss)]
-                pm.watermark_lag.set((now - w) as f64 / 1000.0);
+                pm.watermark_lag.set(lag as f64 / 1000.0);
             }
         }
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
