@@ -24,7 +24,7 @@ use crate::pages::{
 use crate::shown::Shown;
 use sluice_plan::Batch;
 use sluice_plan::eval;
-use sluice_plan::time_zone::{TimeZone, time_zone, zoned_tumble};
+use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
 use sluice_plan::{AggregatePlan, DataType, TimeWindow};
 use sluice_plan::{Column, ColumnData};
 
@@ -36,7 +36,7 @@ pub struct AggregateOperator {
     pub(crate) accs: Vec<Accumulator>,
     /// (start, end) of each group's window.
     pub(crate) bounds: Vec<(i64, i64)>,
-    /// The zone whose wall clock tumbling windows follow
+    /// The zone whose wall clock tumbling and hopping windows follow
     /// (`plan.window_zone`); `None` for UTC.
     zone: Option<TimeZone>,
     /// Open windows by end: the groups the watermark will close.
@@ -194,6 +194,20 @@ impl AggregateOperator {
                     _ => late.push(u32::try_from(r).unwrap_or(u32::MAX)),
                 }
             }),
+            Some(TimeWindow::Hopping { size_ms, advance_ms }) if let Some(zone) = zone => {
+                input.selection.for_each(|r| {
+                    let mut on_time = false;
+                    for (start, end) in zoned_hops(input.event_times[r], size_ms, advance_ms, zone) {
+                        if end > input.watermark_before[r] {
+                            on_time = true;
+                            assign(r, Some(start), end);
+                        }
+                    }
+                    if !on_time {
+                        late.push(u32::try_from(r).unwrap_or(u32::MAX));
+                    }
+                });
+            }
             Some(TimeWindow::Hopping { size_ms, advance_ms }) => input.selection.for_each(|r| {
                 let ts = input.event_times[r];
                 let lowest = ts.saturating_sub(size_ms);

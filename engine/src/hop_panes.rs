@@ -67,8 +67,11 @@ impl HopPaneOperator {
     pub fn applies(plan: &AggregatePlan, emit: EmitMode) -> Option<(i64, i64)> {
         let Some(TimeWindow::Hopping { size_ms, advance_ms }) = plan.window else { return None };
         let mergeable = plan.aggregates.iter().all(|a| Accumulator::new(a).merges_from());
+        // A zone's windows are not panes of equal length (a clock change
+        // makes one longer or shorter): folded per window instead.
         (emit == EmitMode::Final
             && plan.upsert_key.is_empty()
+            && plan.window_zone.is_none()
             && mergeable
             && advance_ms > 0
             && size_ms % advance_ms == 0

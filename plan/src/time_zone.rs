@@ -110,6 +110,24 @@ pub fn zoned_tumble(ms: i64, size_ms: i64, zone: &TimeZone) -> Option<(i64, i64)
     Some((instant(start, zone)?, instant(start.checked_add(size_ms)?, zone)?))
 }
 
+/// The hopping windows of `zone`'s clock that hold the instant `ms`: each
+/// starts where the clock reads a multiple of `advance_ms` and ends
+/// `size_ms` of clock later, as instants, latest start first. A start the
+/// clock skips (02:00 on a spring-forward night) is no window: the clock
+/// never reads it, and its instant would be the next start's. Empty when
+/// the clock or a bound cannot be represented (the row is then late).
+pub fn zoned_hops(ms: i64, size_ms: i64, advance_ms: i64, zone: &TimeZone) -> impl Iterator<Item = (i64, i64)> + '_ {
+    let wall = wall_clock(ms, zone);
+    let lowest = wall.map(|w| w.saturating_sub(size_ms));
+    let first = wall.and_then(|w| w.checked_sub(w.rem_euclid(advance_ms)));
+    std::iter::successors(first, move |s| s.checked_sub(advance_ms))
+        .take_while(move |s| lowest.is_some_and(|low| *s > low))
+        .filter_map(move |s| {
+            let start = instant(s, zone).filter(|i| wall_clock(*i, zone) == Some(s))?;
+            Some((start, instant(s.checked_add(size_ms)?, zone)?))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +136,31 @@ mod tests {
 
     /// 2024-03-31 00:30 UTC is 01:30 in Paris (winter time); 01:30 UTC is
     /// 03:30 (summer time): the clock skipped 02:00–03:00.
+    /// Two-hour windows every hour of Paris's clock around the spring
+    /// change (2024-03-31, 02:00 → 03:00): the window from 01:00 ends at
+    /// 03:00 local, one real hour later; the next starts at 03:00.
+    #[test]
+    fn hops_follow_the_zones_clock() {
+        let paris = time_zone("Europe/Paris").unwrap();
+        let utc_0030 = 1_711_845_000_000; // 01:30 in Paris
+        let hops: Vec<_> = zoned_hops(utc_0030, 2 * MS_PER_HOUR, MS_PER_HOUR, &paris).collect();
+        let midnight_paris = utc_0030 - 90 * 60_000; // 23:00 UTC
+        assert_eq!(
+            hops,
+            [
+                (midnight_paris + MS_PER_HOUR, midnight_paris + 2 * MS_PER_HOUR),
+                (midnight_paris, midnight_paris + 2 * MS_PER_HOUR),
+            ],
+            "[01:00, 03:00) is one real hour; [00:00, 02:00) ends where 02:00 would be, at 03:00"
+        );
+        // 03:30: the window from 03:00 only; 02:00 was skipped.
+        let utc_0130 = utc_0030 + MS_PER_HOUR;
+        let hops: Vec<_> = zoned_hops(utc_0130, 2 * MS_PER_HOUR, MS_PER_HOUR, &paris).collect();
+        let resumed = utc_0130 - 30 * 60_000;
+        assert_eq!(hops, [(resumed, resumed + 2 * MS_PER_HOUR)]);
+        assert_eq!(zoned_hops(i64::MAX, 2 * MS_PER_HOUR, MS_PER_HOUR, &paris).count(), 0);
+    }
+
     #[test]
     fn paris_keeps_its_clock_changes() {
         let paris = time_zone("europe/paris").unwrap();

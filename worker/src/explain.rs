@@ -372,9 +372,17 @@ fn operator(w: &mut String, names: &Names<'_>) {
                         ),
                         None => format!("TUMBLE({}, {})", time(), interval_sql(size_ms)),
                     },
-                    TimeWindow::Hopping { size_ms, advance_ms } => {
-                        format!("HOP({}, {}, {})", time(), interval_sql(advance_ms), interval_sql(size_ms))
-                    }
+                    TimeWindow::Hopping { size_ms, advance_ms } => match &a.window_zone {
+                        Some(zone) => format!(
+                            "HOP({} AT TIME ZONE '{}', {}, {}), aligned to {zone}'s wall clock (a window across a \
+                             clock change is an hour longer or shorter)",
+                            time(),
+                            zone.replace('\'', "''"),
+                            interval_sql(advance_ms),
+                            interval_sql(size_ms)
+                        ),
+                        None => format!("HOP({}, {}, {})", time(), interval_sql(advance_ms), interval_sql(size_ms)),
+                    },
                     TimeWindow::Session { gap_ms } => format!("SESSION({}, {})", time(), interval_sql(gap_ms)),
                 };
                 let _ = writeln!(w, "             window     {text}");

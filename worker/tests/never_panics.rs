@@ -268,6 +268,7 @@ fn clauses() -> impl Strategy<Value = String> {
         "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s WINDOW TUMBLING (ts, {i})",
         "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s, TUMBLE(ts AT TIME ZONE 'Australia/Lord_Howe', {i})",
         "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s WINDOW HOPPING (ts, {i}, {j})",
+        "SELECT s, window_start, {agg}({a}) AS v FROM t GROUP BY s, HOP(ts AT TIME ZONE 'Australia/Lord_Howe', {i}, {j})",
         "SELECT s, window_end, {agg}({a}) AS v FROM t GROUP BY s WINDOW SESSION (ts, {i}) EMIT CHANGES",
         "SELECT {a}, COUNT(DISTINCT {b}) AS v FROM t GROUP BY {a}",
     ]);

@@ -213,7 +213,7 @@ impl Planner<'_> {
             WindowClauseKind::Hopping { size_ms, advance_ms } => TimeWindow::Hopping { size_ms, advance_ms },
             WindowClauseKind::Session { gap_ms } => TimeWindow::Session { gap_ms },
         };
-        Ok((window, tumbling_zone(window, zone, &WindowSpanned(w.span))?))
+        Ok((window, window_zone_of(window, zone, &WindowSpanned(w.span))?))
     }
 
     pub(super) fn window_from_group_function(
@@ -249,25 +249,25 @@ impl Planner<'_> {
                 ));
             }
         };
-        Ok((window, tumbling_zone(window, zone, node)?))
+        Ok((window, window_zone_of(window, zone, node)?))
     }
 }
 
-/// A window's zone, where the window takes one: tumbling windows follow a
-/// zone's clock; hopping and session windows stay in UTC (refused with a
-/// zone, rather than ignoring it).
-fn tumbling_zone(
+/// A window's zone, where the window takes one: tumbling and hopping
+/// windows follow a zone's clock; session windows, which have no
+/// alignment, stay in UTC (refused with a zone, rather than ignoring it).
+fn window_zone_of(
     window: TimeWindow,
     zone: Option<String>,
     at: &dyn sqlparser::ast::Spanned,
 ) -> Result<Option<String>, SqlError> {
     match (window, zone) {
-        (TimeWindow::Tumbling { .. }, zone) | (_, zone @ None) => Ok(zone),
+        (TimeWindow::Tumbling { .. } | TimeWindow::Hopping { .. }, zone) | (_, zone @ None) => Ok(zone),
         (_, Some(z)) => Err(SqlError::at_span(
             at.span(),
             format!(
-                "only tumbling windows follow a time zone's clock (`TUMBLE(ts AT TIME ZONE '{z}', …)`); hopping and \
-                 session windows are in UTC: drop AT TIME ZONE"
+                "a session window has no clock to follow (`AT TIME ZONE '{z}'` aligns tumbling and hopping \
+                 windows): drop AT TIME ZONE"
             ),
         )),
     }
