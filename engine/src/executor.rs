@@ -124,7 +124,7 @@ impl Engine {
                 },
             },
             OperatorPlan::Rows(r) if !r.upsert_key.is_empty() => {
-                Box::new(RowsChangelogOperator::new(r, plan.source.schema.fields.len()))
+                Box::new(RowsChangelogOperator::new(r, &plan.used_columns))
             }
             OperatorPlan::Rows(r) => Box::new(RowsOperator::new(r)),
             OperatorPlan::TopN(t) => Box::new(TopNOperator::new(t, &plan.used_columns)),

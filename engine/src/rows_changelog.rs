@@ -35,7 +35,8 @@ struct Current {
     order: i64,
     /// Orders rows that tie on `order`.
     tie: i64,
-    /// The source columns (the intermediate schema's first columns).
+    /// The source columns (the intermediate schema's first columns; NULL
+    /// where the query does not read one).
     values: Vec<Scalar>,
     /// Each function's argument (NULL for COUNT(*)).
     args: Vec<Scalar>,
@@ -51,7 +52,8 @@ pub struct RowsChangelogOperator {
     functions: Vec<RowsFunction>,
     /// Rows before the current one in a frame.
     preceding: usize,
-    width: usize,
+    /// Which source columns the query reads: only those are kept.
+    used: Vec<bool>,
     keys: GroupTable,
     partitions: GroupTable,
     /// Per key id: its current row.
@@ -97,11 +99,12 @@ fn compare(a: &Scalar, b: &Scalar) -> Ordering {
 }
 
 impl RowsChangelogOperator {
-    /// `width`: the source columns the intermediate schema starts with.
+    /// `used`: which of the source columns (the intermediate schema's
+    /// first) the query reads.
     /// The planner gives a changelog window one spec, with an ORDER BY
     /// and `n PRECEDING` (`sql::dataflow`); a plan without them fails its
     /// first batch, saying so.
-    pub fn new(plan: &RowsPlan, width: usize) -> Self {
+    pub fn new(plan: &RowsPlan, used: &[bool]) -> Self {
         let spec = plan.specs.first();
         let invalid = match spec {
             Some(s) if plan.specs.len() == 1 && s.order_by.is_some() && s.preceding.is_some() => {
@@ -116,7 +119,7 @@ impl RowsChangelogOperator {
             upsert_key: plan.upsert_key.clone(),
             functions: spec.map(|s| s.functions.clone()).unwrap_or_default(),
             preceding: spec.and_then(|s| s.preceding).map_or(0, |p| usize::try_from(p).unwrap_or(usize::MAX)),
-            width,
+            used: used.to_vec(),
             keys: GroupTable::default(),
             partitions: GroupTable::default(),
             current: Vec::new(),
@@ -146,17 +149,20 @@ impl RowsChangelogOperator {
     /// Appends key `k`'s row and its frame's results to `out`.
     fn emit(&self, k: u32, out: &mut Batch) -> Result<(), Error> {
         let Some(row) = &self.current[k as usize] else { return Ok(()) };
-        for (c, v) in row.values.iter().enumerate().take(self.width) {
+        for (c, v) in row.values.iter().enumerate() {
             out.columns[c].push_scalar(v)?;
         }
-        let frame: Vec<&Current> = self.ordered[row.partition as usize]
-            .range(..=(row.order, row.tie, k))
-            .rev()
-            .take(self.preceding + 1)
-            .filter_map(|&(_, _, f)| self.current[f as usize].as_ref())
-            .collect();
+        // The frame is walked once per function (n + 1 steps of the
+        // partition's order), rather than collected.
+        let frame = || {
+            self.ordered[row.partition as usize]
+                .range(..=(row.order, row.tie, k))
+                .rev()
+                .take(self.preceding + 1)
+                .filter_map(|&(_, _, f)| self.current[f as usize].as_ref())
+        };
         for (i, f) in self.functions.iter().enumerate() {
-            let value = frame_value(f, frame.iter().map(|r| &r.args[i]));
+            let value = frame_value(f, frame().map(|r| &r.args[i]));
             out.columns[f.output].push_scalar(&value)?;
         }
         out.len += 1;
@@ -265,7 +271,12 @@ impl Operator for RowsChangelogOperator {
                 partition: p,
                 order: place.0,
                 tie,
-                values: (0..self.width).map(|c| batch.columns[c].scalar(r)).collect(),
+                values: self
+                    .used
+                    .iter()
+                    .enumerate()
+                    .map(|(c, u)| if *u { batch.columns[c].scalar(r) } else { Scalar::Null })
+                    .collect(),
                 args: args.iter().map(|a| a.as_ref().map_or(Scalar::Null, |c| c.scalar(r))).collect(),
             };
             self.heap += row.heap_bytes();
@@ -324,7 +335,7 @@ mod tests {
     /// partition ORDER BY time ROWS 1 PRECEDING), upserts keyed by key.
     fn op() -> RowsChangelogOperator {
         let key = vec![PhysExpr::Column { index: 0, data_type: INT }];
-        RowsChangelogOperator::new(&RowsPlan { specs: vec![op_spec()], upsert_key: key }, 4)
+        RowsChangelogOperator::new(&RowsPlan { specs: vec![op_spec()], upsert_key: key }, &[true; 4])
     }
 
     /// (key, sum) of each row emitted, by key (one row per key a batch).
@@ -372,7 +383,7 @@ mod tests {
     #[test]
     fn a_plan_the_planner_does_not_make_fails_its_first_batch() {
         let spec = RowsSpec { order_by: None, ..op_spec() };
-        let mut op = RowsChangelogOperator::new(&RowsPlan { specs: vec![spec], upsert_key: vec![] }, 4);
+        let mut op = RowsChangelogOperator::new(&RowsPlan { specs: vec![spec], upsert_key: vec![] }, &[true; 4]);
         let batch = Batch::new((0..4).map(|_| Column::ints(INT, vec![1])).collect(), 1);
         let input = crate::operator::BatchInput {
             batch: &batch,
