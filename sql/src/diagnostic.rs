@@ -65,10 +65,16 @@ pub fn suggestion<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>)
     if let Some(c) = nested {
         return format!(" (did you mean `{c}`? a nested field is named with its path)");
     }
+    let within = |c: &str| (c.len().max(3) / 3).max(2);
+    let chars = lower.chars().count();
     candidates
         .into_iter()
+        // The distance is at least the difference in length: a name far
+        // longer than every candidate (a 20,000-character literal) costs
+        // nothing, where the distance itself is quadratic.
+        .filter(|c| chars.abs_diff(c.chars().count()) <= within(c))
         .map(|c| (strsim::damerau_levenshtein(&lower, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len().max(3) / 3).max(2))
+        .filter(|(d, c)| *d <= within(c))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| format!(" (did you mean `{c}`?)"))
         .unwrap_or_default()
@@ -92,6 +98,13 @@ mod tests {
     fn suggests_close_names_only() {
         assert_eq!(suggestion("symbl", ["symbol", "price"]), " (did you mean `symbol`?)");
         assert_eq!(suggestion("PRICE", ["symbol", "price"]), " (did you mean `price`?)");
+        // A 60,000-character name against 600 zone names: the distance
+        // to each would take seconds (it took the fuzzer's 10 s watchdog).
+        let long = format!("Europe/Paris{}", "(n+".repeat(20_000));
+        let zones: Vec<String> = (0..600).map(|i| format!("Region/City_{i}")).collect();
+        let started = std::time::Instant::now();
+        assert_eq!(suggestion(&long, zones.iter().map(String::as_str)), "");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
         assert_eq!(
             suggestion("country", ["symbol", "meta.country"]),
             " (did you mean `meta.country`? a nested field is named with its path)"

@@ -367,7 +367,7 @@ fn zigzag(v: u64) -> i64 {
 fn take(at: &mut usize, n: u64, end: usize) -> Result<(usize, usize), String> {
     let start = *at;
     let stop = usize::try_from(n).ok().and_then(|n| start.checked_add(n)).filter(|&s| s <= end);
-    let stop = stop.ok_or_else(|| format!("a field of {n} bytes where {} are left", end - start))?;
+    let stop = stop.ok_or_else(|| format!("a field of {n} bytes where {} are left", end.saturating_sub(start)))?;
     *at = stop;
     Ok((start, stop))
 }
