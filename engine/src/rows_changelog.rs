@@ -87,17 +87,6 @@ impl Current {
     }
 }
 
-/// Orders two values of one numeric or time type; NULLs never reach here.
-fn compare(a: &Scalar, b: &Scalar) -> Ordering {
-    match (a, b) {
-        (Scalar::Bigint(x) | Scalar::Timestamp(x), Scalar::Bigint(y) | Scalar::Timestamp(y)) => x.cmp(y),
-        (Scalar::Double(x), Scalar::Double(y)) => x.total_cmp(y),
-        (Scalar::Decimal(x, sx), Scalar::Decimal(y, sy)) => sluice_plan::decimal::cmp(*x, *sx, *y, *sy),
-        (Scalar::String(x), Scalar::String(y)) => x.cmp(y),
-        _ => Ordering::Equal,
-    }
-}
-
 impl RowsChangelogOperator {
     /// `used`: which of the source columns (the intermediate schema's
     /// first) the query reads.
@@ -184,7 +173,7 @@ fn frame_value<'a>(f: &RowsFunction, args: impl Iterator<Item = &'a Scalar>) -> 
             Scalar::Double(x) => float += x,
             _ => {}
         }
-        let better = best.is_none_or(|b| match compare(v, b) {
+        let better = best.is_none_or(|b| match crate::top_n::compare(v, b) {
             Ordering::Greater => func == AggFunc::Max,
             Ordering::Less => func == AggFunc::Min,
             Ordering::Equal => false,

@@ -92,7 +92,8 @@ fn compare_cell(column: &Column, r: usize, b: &Scalar) -> Ordering {
     }
     match (&column.data, b) {
         (_, Scalar::Null) => Ordering::Less,
-        (ColumnData::Int(v), Scalar::Bigint(y) | Scalar::Timestamp(y)) => v[r].cmp(y),
+        // A decimal kept from this column has the column's scale.
+        (ColumnData::Int(v), Scalar::Bigint(y) | Scalar::Timestamp(y) | Scalar::Decimal(y, _)) => v[r].cmp(y),
         (ColumnData::Float(v), Scalar::Double(y)) => v[r].total_cmp(y),
         (ColumnData::Str(v), Scalar::String(y)) => v.get(r).as_bytes().cmp(y.as_bytes()),
         (ColumnData::Bool(v), Scalar::Boolean(y)) => v[r].cmp(y),
@@ -101,13 +102,14 @@ fn compare_cell(column: &Column, r: usize, b: &Scalar) -> Ordering {
 }
 
 /// Orders values as PostgreSQL does for one type, NULL greatest.
-fn compare(a: &Scalar, b: &Scalar) -> Ordering {
+pub(crate) fn compare(a: &Scalar, b: &Scalar) -> Ordering {
     match (a, b) {
         (Scalar::Null, Scalar::Null) => Ordering::Equal,
         (Scalar::Null, _) => Ordering::Greater,
         (_, Scalar::Null) => Ordering::Less,
         (Scalar::Bigint(x) | Scalar::Timestamp(x), Scalar::Bigint(y) | Scalar::Timestamp(y)) => x.cmp(y),
         (Scalar::Double(x), Scalar::Double(y)) => x.total_cmp(y),
+        (Scalar::Decimal(x, sx), Scalar::Decimal(y, sy)) => sluice_plan::decimal::cmp(*x, *sx, *y, *sy),
         (Scalar::String(x), Scalar::String(y)) => x.as_bytes().cmp(y.as_bytes()),
         (Scalar::Boolean(x), Scalar::Boolean(y)) => x.cmp(y),
         // One ORDER BY expression has one type.
@@ -311,6 +313,12 @@ mod tests {
         for b in [Scalar::Timestamp(6), Scalar::Timestamp(7), Scalar::Bigint(8), Scalar::Null] {
             assert_eq!(compare_cell(&ints, 0, &b), compare(&ints.scalar(0), &b), "{b:?}");
         }
+        // A decimal ORDER BY: 1.25 against kept values of its column.
+        let decimals = Column::ints(DataType::Decimal(9, 2), vec![125]);
+        for b in [Scalar::Decimal(124, 2), Scalar::Decimal(125, 2), Scalar::Decimal(-3, 2), Scalar::Null] {
+            assert_eq!(compare_cell(&decimals, 0, &b), compare(&decimals.scalar(0), &b), "{b:?}");
+        }
+        assert_eq!(compare(&Scalar::Decimal(125, 2), &Scalar::Decimal(124, 2)), Ordering::Greater);
     }
 
     #[test]
