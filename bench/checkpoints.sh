@@ -14,9 +14,12 @@
 # (sluice_state_written_bytes_total over sluice_checkpoints_total), against
 # the state held and what building it wrote. At a fixed update rate, an
 # incremental checkpoint's bytes stay flat as the state grows; a checkpoint
-# of the whole state would grow with it. Then the worker is killed
-# (SIGKILL) and restarted: the time to restore from the state topic
-# (sluice_state_restore_seconds) and its rate.
+# of the whole state would grow with it. The worker keeps a copy of its
+# checkpoints in a local directory (--state-dir, as a pod's volume). Then
+# it is killed (SIGKILL) and restarted twice: once on its directory (the
+# restore reads the copy), once with the directory wiped (the restore reads
+# the state topic) — the time of each (sluice_state_restore_seconds) and
+# its rate, side by side.
 # The table is printed and written to bench/out/checkpoints.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -60,8 +63,8 @@ metric_float() { # port name
   curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $2 } END { printf "%.3f\n", s }'
 }
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
-start_worker() { # manifest group port log
-  "$WORKER" run -f "$1" --cores 1 --http-port "$3" --group "$2" 2>"$4" &
+start_worker() { # manifest group port log state-dir
+  "$WORKER" run -f "$1" --cores 1 --http-port "$3" --group "$2" --state-dir "$5" 2>"$4" &
   WORKER_PID=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$3/readyz" >/dev/null && return; sleep 0.1; done
   echo "worker not ready; log: $4" >&2
@@ -102,8 +105,10 @@ spec:
   engine:
     stateMemoryLimit: 16Gi
 EOF
+  state_dir="$OUT/checkpoints-$size-state"
+  rm -rf "$state_dir"
   port=$(free_port)
-  start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size.log"
+  start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size.log" "$state_dir"
   # Build: keys until the state gauge reads the size asked for.
   target=$(( size * 1024 * 1024 ))
   keys=0
@@ -128,27 +133,35 @@ EOF
   c1=$(metric "$port" sluice_checkpoints_total)
   per=$(( (w1 - w0) / (c1 - c0) ))
   log "S=$size MiB: $sent updates wrote $(( w1 - w0 )) bytes in $(( c1 - c0 )) checkpoints: $per bytes per checkpoint"
-  # Restore from the state topic.
-  kill -9 "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null || true
-  port=$(free_port)
-  start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size-restore.log"
-  while [ "$(metric "$port" sluice_state_restore_seconds_count)" -lt 1 ]; do sleep 0.2; done
-  restore=$(metric_float "$port" sluice_state_restore_seconds_sum)
-  read_bytes=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/checkpoints-$size-restore.log" | grep 'restored state' \
-    | grep -o 'bytes=[0-9]*' | head -1 | cut -d= -f2)
+  # Restore from the worker's directory, then (wiped) from the state topic.
+  restored=()
+  for from in volume topic; do
+    kill -9 "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null || true
+    [ "$from" = topic ] && rm -rf "$state_dir"
+    port=$(free_port)
+    start_worker "$manifest" "$group" "$port" "$OUT/checkpoints-$size-restore-$from.log" "$state_dir"
+    while [ "$(metric "$port" sluice_state_restore_seconds_count)" -lt 1 ]; do sleep 0.2; done
+    came=$(curl -sf "http://127.0.0.1:$port/metrics" | awk -v f="from=\"$from\"" 'index($1, "sluice_state_restores_total{") == 1 && index($1, f) { s += $2 } END { print s + 0 }')
+    [ "$came" -ge 1 ] || { echo "the restore did not come from the $from" >&2; exit 1; }
+    restore=$(metric_float "$port" sluice_state_restore_seconds_sum)
+    read_bytes=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/checkpoints-$size-restore-$from.log" | grep 'restored state' \
+      | grep -o 'bytes=[0-9]*' | head -1 | cut -d= -f2)
+    restored+=("$restore|${read_bytes:-0}")
+  done
   kill -TERM "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null || true
   WORKER_PID=""
-  ROWS+=("$size|$keys|$held|$built|$per|$(( (w1 - w0) / SECONDS_UPDATING ))|$restore|${read_bytes:-0}")
+  rm -rf "$state_dir"
+  ROWS+=("$size|$keys|$held|$built|$per|$(( (w1 - w0) / SECONDS_UPDATING ))|${restored[0]}|${restored[1]}")
 done
 
 {
   echo "Checkpoint bytes against state size: one partition, one core, checkpoints every 1 s, $RATE updates/s for ${SECONDS_UPDATING}s $( [ "$HOT" -gt 0 ] && echo "of the first $HOT keys" || echo "uniform over all keys"), profile $PROFILE, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "| state asked (MiB) | keys | state held (MiB) | building wrote (MiB) | per checkpoint while updating (KiB) | per second (KiB) | per checkpoint ÷ state | restore (s) | restore read (MiB) | restore rate (MiB/s) |"
-  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| state asked (MiB) | keys | state held (MiB) | building wrote (MiB) | per checkpoint while updating (KiB) | per second (KiB) | per checkpoint ÷ state | restore from volume (s) | volume read (MiB) | restore from topic (s) | topic read (MiB) | topic rate (MiB/s) |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   for row in "${ROWS[@]}"; do
-    IFS='|' read -r size keys held built per persec restore read <<<"$row"
-    awk -v s="$size" -v k="$keys" -v h="$held" -v b="$built" -v p="$per" -v ps="$persec" -v r="$restore" -v rd="$read" 'BEGIN {
-      printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.4f | %.2f | %.1f | %.0f |\n", s, k, h / 1048576, b / 1048576, p / 1024, ps / 1024, p / h, r, rd / 1048576, (r > 0 ? rd / 1048576 / r : 0) }'
+    IFS='|' read -r size keys held built per persec rv readv rt readt <<<"$row"
+    awk -v s="$size" -v k="$keys" -v h="$held" -v b="$built" -v p="$per" -v ps="$persec" -v rv="$rv" -v dv="$readv" -v rt="$rt" -v dt="$readt" 'BEGIN {
+      printf "| %d | %d | %.1f | %.1f | %.1f | %.1f | %.4f | %.2f | %.1f | %.2f | %.1f | %.0f |\n", s, k, h / 1048576, b / 1048576, p / 1024, ps / 1024, p / h, rv, dv / 1048576, rt, dt / 1048576, (rt > 0 ? dt / 1048576 / rt : 0) }'
   done
 } | tee "$OUT/checkpoints.md"

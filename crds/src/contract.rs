@@ -12,6 +12,8 @@ pub const CONFIG_FILE: &str = "worker.yaml";
 pub const CONFIG_PATH: &str = "/etc/sluice/config/worker.yaml";
 /// Where referenced Secrets are mounted, one directory each.
 pub const SECRETS_DIR: &str = "/etc/sluice/secrets";
+/// Where a worker's local state volume is mounted (`spec.engine.localState`).
+pub const STATE_DIR: &str = "/var/lib/sluice/state";
 /// Annotation on the pod template: hash of the worker config.
 pub const CONFIG_HASH_ANNOTATION: &str = "sluice.dev/config-hash";
 /// Annotation on the StatefulSet: hash of what decides partition ownership.

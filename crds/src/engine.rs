@@ -48,6 +48,45 @@ pub struct EngineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000))]
     pub repartition_partitions: Option<i32>,
+    /// A copy of each worker's checkpoints on a volume of its own, so a
+    /// restarted worker restores its state from disk instead of reading it
+    /// back from the state topic.
+    #[serde(default)]
+    pub local_state: LocalStateSpec,
+}
+
+/// The volume a worker keeps its copy of its checkpoints on. The state
+/// topic stays the source of truth: the copy is used only when it holds
+/// the checkpoint the committed offsets point to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalStateSpec {
+    #[serde(default)]
+    pub volume: LocalStateVolume,
+    /// The volume's size (the claim's request, or the `emptyDir` size
+    /// limit). Default: four times the state the worker's cores may hold
+    /// (`stateMemoryLimit` × `coresPerWorker` × 4), at least 1Gi. The copy
+    /// stops (restores read the topic) before it takes half of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// The StorageClass of a `Persistent` volume (default: the cluster's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+}
+
+/// Where the copy lives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LocalStateVolume {
+    /// An `emptyDir`: kept across restarts of the worker's container (a
+    /// crash, an OOM kill), not when the pod is replaced.
+    #[default]
+    EmptyDir,
+    /// A PersistentVolumeClaim per worker (the StatefulSet's
+    /// `volumeClaimTemplates`), kept when a pod is rescheduled; deleted
+    /// with the job or when the workers are rescaled.
+    Persistent,
+    /// No copy: every restore reads the state topic.
+    None,
 }
 
 /// Granularity of `EMIT CHANGES` output.
@@ -97,6 +136,7 @@ impl Default for EngineSpec {
             late_records: LateRecordPolicy::default(),
             idle_timeout_millis: default_idle_timeout_millis(),
             repartition_partitions: None,
+            local_state: LocalStateSpec::default(),
         }
     }
 }
@@ -123,5 +163,43 @@ impl EngineSpec {
     pub fn worker_memory_bytes(&self, cores: i32) -> Result<u64, CrdsError> {
         let per_core = self.state_memory_limit_bytes()?.saturating_mul(MEMORY_PER_STATE_BYTE);
         Ok(WORKER_BASE_MEMORY.saturating_add(per_core.saturating_mul(u64::try_from(cores.max(1)).unwrap_or(1))))
+    }
+
+    /// The size of a worker's local state volume (`localState.size`, or its
+    /// default); `None` without one.
+    pub fn local_state_bytes(&self, cores: i32) -> Result<Option<u64>, CrdsError> {
+        if self.local_state.volume == LocalStateVolume::None {
+            return Ok(None);
+        }
+        if let Some(size) = &self.local_state.size {
+            return parse_quantity_bytes("spec.engine.localState.size", size).map(Some);
+        }
+        let state = self.state_memory_limit_bytes()?.saturating_mul(u64::try_from(cores.max(1)).unwrap_or(1));
+        Ok(Some(state.saturating_mul(4).max(1 << 30)))
+    }
+
+    /// What is wrong with `localState`, if anything.
+    pub(crate) fn local_state_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let local = &self.local_state;
+        if let Some(size) = &local.size {
+            match parse_quantity_bytes("spec.engine.localState.size", size) {
+                Ok(bytes) if bytes < 64 << 20 => problems.push(format!(
+                    "spec.engine.localState.size: {size} is too small for a copy of the state (at least 64Mi)"
+                )),
+                Ok(_) => {}
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if local.storage_class_name.is_some() && local.volume != LocalStateVolume::Persistent {
+            problems.push(format!(
+                "spec.engine.localState.storageClassName applies to volume: Persistent (this one is {:?})",
+                local.volume
+            ));
+        }
+        if local.volume == LocalStateVolume::None && local.size.is_some() {
+            problems.push("spec.engine.localState.size: volume None keeps no copy, so it has no size".into());
+        }
+        problems
     }
 }

@@ -37,7 +37,7 @@ pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use client_properties::{OPERATOR_CLIENT_PROPERTIES, PropertyOrigin, operator_applies, rejected_property};
 pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};
-pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy};
+pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy, LocalStateSpec, LocalStateVolume};
 pub use error::CrdsError;
 pub use kafka_security::{
     AuthenticationType, CertSecretSource, CertificateAndKey, KafkaAuthentication, KafkaConnection, KafkaTls,

@@ -215,6 +215,7 @@ impl StreamJobSpec {
         } else if let Some(problem) = self.memory_problem() {
             problems.push(problem);
         }
+        problems.extend(self.engine.local_state_problems());
         if let Some(t) = &self.pod_template {
             problems.extend(t.problems());
         }
@@ -405,6 +406,26 @@ mod tests {
         job.spec.validate().unwrap();
         with_memory(&mut job, "lots");
         assert!(job.spec.validate().unwrap_err().to_string().contains("spec.resources.limits.memory"));
+    }
+
+    #[test]
+    fn a_local_state_volume_is_checked_where_it_is_written() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/examples/s2-group-by.yaml");
+        let mut job: StreamJob = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut problem = |yaml: &str| {
+            job.spec.engine.local_state = serde_saphyr::from_str(yaml).unwrap();
+            job.spec.validate().err().map(|e| e.to_string())
+        };
+        assert_eq!(problem("{ volume: Persistent, size: 10Gi, storageClassName: fast }"), None);
+        assert_eq!(problem("{ size: 2Gi }"), None, "an emptyDir of a chosen size");
+        let err = problem("{ size: ten gigs }").unwrap();
+        assert!(err.contains("spec.engine.localState.size"), "{err}");
+        let err = problem("{ size: 1Mi }").unwrap();
+        assert!(err.contains("too small") && err.contains("64Mi"), "{err}");
+        let err = problem("{ storageClassName: fast }").unwrap();
+        assert!(err.contains("storageClassName applies to volume: Persistent"), "{err}");
+        let err = problem("{ volume: None, size: 1Gi }").unwrap();
+        assert!(err.contains("keeps no copy"), "{err}");
     }
 
     #[test]

@@ -67,6 +67,17 @@ pub struct WorkerSettings {
     /// Compacted topic holding engine state checkpoints; default `<consumerGroup>.state`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_topic: Option<String>,
+    /// Directory for the copy of each core's checkpoints kept beside the
+    /// state topic (the volume the operator mounts), so a restart restores
+    /// from disk what the topic would otherwise have to send; none when
+    /// unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// The size of the volume at `stateDir`: the copy stops before it takes
+    /// half of it (its store needs room to compact), so the kubelet never
+    /// evicts the pod for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir_bytes: Option<u64>,
     /// Pin each engine thread to one CPU core.
     #[serde(default = "yes")]
     pub pin_cores: bool,
@@ -122,6 +133,8 @@ impl Default for WorkerSettings {
             secrets_dir: default_secrets_dir(),
             consumer_group: None,
             state_topic: None,
+            state_dir: None,
+            state_dir_bytes: None,
             pin_cores: true,
             otlp_endpoint: None,
             log_format: default_log_format(),

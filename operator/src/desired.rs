@@ -110,6 +110,13 @@ pub fn desired(
                 settings.worker_log_format.clone()
             },
             shutdown_grace_millis: 25_000,
+            state_dir: spec
+                .engine
+                .local_state_bytes(spec.cores_per_worker)
+                .ok()
+                .flatten()
+                .map(|_| sluice_crds::contract::STATE_DIR.into()),
+            state_dir_bytes: spec.engine.local_state_bytes(spec.cores_per_worker).ok().flatten(),
             ..WorkerSettings::default()
         },
     };

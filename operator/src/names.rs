@@ -6,8 +6,12 @@ use sluice_crds::JOB_LABEL;
 
 pub use sluice_crds::contract::{
     ASSIGNMENT_HASH_ANNOTATION as ASSIGNMENT_HASH, CONFIG_DIR, CONFIG_FILE, CONFIG_HASH_ANNOTATION as CONFIG_HASH,
-    FINALIZER, SECRETS_DIR,
+    FINALIZER, SECRETS_DIR, STATE_DIR,
 };
+
+/// Annotation on the StatefulSet: the volume claims its pods get (a claim
+/// template cannot change on a StatefulSet; a new one replaces it).
+pub const VOLUME_CLAIMS: &str = "sluice.dev/volume-claims";
 
 /// Port of every worker's /metrics, /healthz, /readyz (a container port is an i32).
 pub const WORKER_HTTP_PORT: i32 = sluice_crds::contract::WORKER_HTTP_PORT as i32;

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Error as FinalizerError, Event as FinalizerEvent, finalizer};
@@ -361,8 +361,25 @@ async fn run(
         if running_hash.as_deref() == Some(desired_hash.as_str()) { previous_epoch.max(1) } else { previous_epoch + 1 };
     let desired = desired(job, parts, epoch, &ctx.settings, query, group)?;
     let running_replicas = observed.statefulset.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
-    Ok(match next_step(running_hash.as_deref(), running_replicas, observed.live_pods, &desired.assignment_hash) {
+    let running_claims = observed.statefulset.as_ref().map(|s| {
+        s.metadata.annotations.as_ref().and_then(|a| a.get(names::VOLUME_CLAIMS).cloned()).unwrap_or_default()
+    });
+    let claims_change = running_claims.is_some_and(|c| c != render::volume_claims(job));
+    let step = next_step(
+        running_hash.as_deref(),
+        running_replicas,
+        observed.live_pods,
+        &desired.assignment_hash,
+        claims_change,
+    );
+    Ok(match step {
         Step::Apply => {
+            if claims_change {
+                // No pod is left (`next_step`): the StatefulSet whose claim
+                // templates cannot change is replaced.
+                let sts: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), &namespace);
+                sts.delete(&names::statefulset(&name), &DeleteParams::background()).await?;
+            }
             apply_children(ctx, job, &namespace, &desired).await?;
             *observed = observe(ctx, job, &namespace).await?;
             Outcome::Applied(Box::new(desired))
@@ -381,11 +398,17 @@ async fn run(
                 job,
                 EventType::Normal,
                 reasons::RESCALING,
-                format!(
-                    "partition ownership changes ({} → {} worker(s), {} core(s) each): stopping the current workers \
-                     first",
-                    running_replicas, job.spec.workers, job.spec.cores_per_worker
-                ),
+                if claims_change {
+                    "the workers' local state volumes change (spec.engine.localState): stopping the current \
+                     workers first"
+                        .to_owned()
+                } else {
+                    format!(
+                        "partition ownership changes ({} → {} worker(s), {} core(s) each): stopping the current \
+                         workers first",
+                        running_replicas, job.spec.workers, job.spec.cores_per_worker
+                    )
+                },
             )
             .await;
             Outcome::Draining { live_pods: observed.live_pods }

@@ -223,6 +223,11 @@ async fn start(client: &Client, namespace: &str, pod: &Pod) -> Option<(Worker, S
     if let Some((_, secrets)) = mounts.iter().find(|(m, _)| m.starts_with("/etc/sluice/secrets/")) {
         cmd.env("SLUICE_WORKER__SECRETS_DIR", secrets.parent().unwrap_or(secrets));
     }
+    // The local state volume (an emptyDir or a claim): a directory of the
+    // pod's, kept across its container's restarts.
+    if let Some((_, dir)) = mounts.iter().find(|(m, _)| m == sluice_crds::contract::STATE_DIR) {
+        cmd.env("SLUICE_WORKER__STATE_DIR", dir);
+    }
     // The pod's own address and the port its container declares, as on a
     // cluster: the operator reaches a worker at podIP:port.
     let port = container.ports.as_ref().and_then(|p| p.first()).map_or(9400, |p| p.container_port);

@@ -9,13 +9,13 @@
 #![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 use sluice_e2e::helm::{helm, helm_ok};
 use sluice_e2e::kube::{kubectl, kubectl_ok, new_namespace, yaml_files};
 use sluice_e2e::worker::write_temp;
-use sluice_e2e::{harness, unique_name};
+use sluice_e2e::{copy_dir, harness, unique_name};
 
 const CHART: &str = "helm/sluice";
 const CRD: &str = "streamjobs.sluice.dev";
@@ -346,19 +346,6 @@ impl Drop for RestoreCrd {
             "helm.sh/resource-policy-",
         ]);
         let _ = kubectl(["delete", "namespace", &self.namespace, "--wait=false"]);
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
     }
 }
 

@@ -384,6 +384,44 @@ fn suspend_stops_the_workers_and_resume_continues_from_committed_offsets() {
     kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
 }
 
+/// Every worker keeps a copy of its checkpoints on a volume: an
+/// `emptyDir` by default. Asking for a persistent one changes the
+/// StatefulSet's claim templates, which Kubernetes never lets change: the
+/// workers are stopped (their state committed), the StatefulSet is
+/// replaced with one claim per pod, deleted with the job, and the job
+/// resumes with every count exact. Nothing wedges on the refused update.
+#[test]
+fn a_new_local_state_volume_replaces_the_statefulset_and_the_counts_stay_exact() {
+    let ns = new_namespace("op-volume");
+    let _kubelet = kubelet().manage(&ns);
+    let _operator = start_operator(&ns, "op-a");
+    let t = group_by_job(&ns, 2, 2_000);
+    let name = "s2-group-by";
+    let sts = get("statefulset", name, &ns).unwrap();
+    let volumes = &sts["spec"]["template"]["spec"]["volumes"];
+    let state = volumes.as_array().unwrap().iter().find(|v| v["name"] == "state").expect("a state volume");
+    assert!(state["emptyDir"]["sizeLimit"].is_string(), "{state}");
+    let patch = r#"{"spec":{"engine":{"localState":{"volume":"Persistent","size":"1Gi"}}}}"#;
+    kubectl_ok(["patch", "sj", name, "-n", &ns, "--type=merge", "-p", patch]);
+    let sts = wait_until("a StatefulSet with claim templates", Duration::from_secs(120), || {
+        let sts = get("statefulset", name, &ns)?;
+        sts["spec"]["volumeClaimTemplates"].is_array().then_some(sts)
+    });
+    let claim = &sts["spec"]["volumeClaimTemplates"][0];
+    assert_eq!(
+        (claim["metadata"]["name"].as_str(), claim["spec"]["resources"]["requests"]["storage"].as_str()),
+        (Some("state"), Some("1Gi"))
+    );
+    assert_eq!(sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenDeleted"], "Delete");
+    wait_ready(name, &ns, 1);
+    let pvc = wait_until("the worker's claim", Duration::from_secs(60), || get("pvc", &format!("state-{name}-0"), &ns));
+    assert_eq!(pvc["spec"]["resources"]["requests"]["storage"], "1Gi");
+    produce_trades(&t.trades, 2_000..3_000, 2);
+    wait_for_counts(&t.out, &expected_counts(0..3_000), Duration::from_secs(90));
+    assert!(kubelet().logs(&ns).contains("restored state"), "the new workers restored the committed state");
+    kubectl_ok(["delete", "namespace", &ns, "--wait=false"]);
+}
+
 #[test]
 fn deleting_the_job_drains_and_garbage_collects_its_children() {
     let ns = new_namespace("op-delete");

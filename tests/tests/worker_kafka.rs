@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use sluice_crds::{SourcePartitions, assign};
 use sluice_e2e::kafka::{self, Record};
 use sluice_e2e::worker::{Worker, config_file, metric_values, worker_config, write_temp};
-use sluice_e2e::{harness, unique_name};
+use sluice_e2e::{copy_dir, harness, unique_name};
 
 /// A trade of the test's own data set; record `i` is a pure function of `i`.
 #[derive(Debug, Clone, Copy)]
@@ -2346,23 +2346,131 @@ fn incremental_checkpoints_write_what_changed_and_restore_exactly_after_kill_nin
     produce(&lines);
     let mut second = Worker::serve(&cfg, &[]);
     second.wait_ready(Duration::from_secs(60));
+    assert_trader_totals(&out, &expected);
+    let log = second.log();
+    assert!(log.contains("restored state") && log.contains("pages"), "restored from pages:\n{log}");
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// The last row per trader in `out` is, for each trader, the expected
+/// `(n, qty)`: every group there, each exact.
+fn assert_trader_totals(out: &str, expected: &BTreeMap<String, (i64, i64)>) {
     let by_trader = |r: &[Record]| -> BTreeMap<String, serde_json::Value> {
         final_per_key(r).into_values().map(|v| (v["trader"].as_str().unwrap_or_default().to_owned(), v)).collect()
     };
-    let results = wait_for_output(&out, Duration::from_secs(90), |r| {
+    let results = wait_for_output(out, Duration::from_secs(90), |r| {
         let last = by_trader(r);
         expected.iter().all(|(k, (n, _))| last.get(k).is_some_and(|v| v["n"].as_i64() == Some(*n)))
     });
     let last = by_trader(&results);
     assert_eq!(last.len(), expected.len(), "groups");
-    for (trader, (n, qty)) in &expected {
+    for (trader, (n, qty)) in expected {
         let v = &last[trader];
         assert_eq!((v["n"].as_i64(), v["qty"].as_i64()), (Some(*n), Some(*qty)), "{trader}");
     }
-    let log = second.log();
-    assert!(log.contains("restored state") && log.contains("pages"), "restored from pages:\n{log}");
-    second.signal("TERM");
-    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+}
+
+/// A worker with a volume for local state keeps a copy of its checkpoints
+/// there. Restarted after `kill -9` on the same volume, it restores from
+/// the copy (the metric says so) with exact totals; given a copy from an
+/// earlier checkpoint (a stale or foreign volume), it does not trust it,
+/// reads the state topic instead, and is exact again.
+#[test]
+fn a_restart_restores_from_its_volume_and_never_from_a_stale_copy() {
+    let (topic, out) = (unique_name("vol"), unique_name("vol-totals"));
+    kafka::create_topic(&topic, 1);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let sql = "SELECT trader, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY trader";
+    let m = manifest(&unique_name("vol"), sql, &topic, &out, "");
+    let cfg = config_file(&worker_config(&m, 1, 1, 1, 0, &group));
+    let dir = std::env::temp_dir().join(unique_name("sluice-volume"));
+    let stale = std::env::temp_dir().join(unique_name("sluice-stale-volume"));
+    let dir_s = dir.display().to_string();
+    let env = [("SLUICE_WORKER__STATE_DIR", dir_s.as_str())];
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut produced = 0i64;
+    let mut produce = |from: u64, n: u64, qty: u64| {
+        let lines: Vec<String> = (from..from + n)
+            .map(|i| {
+                format!(r#"{{"trader":"T{}","symbol":"S","price":1.0,"qty":{qty},"ts":{}}}"#, i % 3_000, 1_000 + i)
+            })
+            .collect();
+        for i in from..from + n {
+            let e = expected.entry(format!("T{}", i % 3_000)).or_default();
+            e.0 += 1;
+            e.1 += i64::try_from(qty).unwrap();
+        }
+        let records: Vec<_> = lines.iter().map(|v| (None, v.as_bytes(), Some(0))).collect();
+        kafka::produce(&topic, &records);
+        produced += i64::try_from(n).unwrap();
+        (produced, expected.clone())
+    };
+    let checkpointed = |offset: i64, w: &Worker| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while kafka::committed_positions(&group, &topic, 1).get(&0).is_none_or(|(o, _)| *o < offset) {
+            assert!(Instant::now() < deadline, "not checkpointed through {offset}:\n{}", w.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let restores = |w: &Worker, from: &str| -> f64 {
+        let text = w.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        metric_values(&text, "sluice_state_restores_total")
+            .iter()
+            .filter(|(l, _)| l.iter().any(|(k, v)| k == "from" && v == from))
+            .map(|(_, v)| v)
+            .sum()
+    };
+
+    // The first run starts its copy; stopped cleanly, the copy is kept
+    // aside (it will be stale).
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    let (through, _) = produce(0, 6_000, 1);
+    checkpointed(through, &worker);
+    worker.signal("TERM");
+    assert!(worker.wait(Duration::from_secs(30)).success(), "{}", worker.log());
+    copy_dir(&dir, &stale);
+
+    // More checkpoints, then kill -9 and more input: restored from the volume.
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    assert_eq!(restores(&worker, "topic"), 0.0, "the first restart finds its own copy:\n{}", worker.log());
+    assert_eq!(restores(&worker, "volume"), 1.0, "{}", worker.log());
+    let (through, _) = produce(6_000, 6_000, 2);
+    checkpointed(through, &worker);
+    produce(12_000, 500, 3);
+    std::thread::sleep(Duration::from_millis(300));
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    let (_, expected_now) = produce(12_500, 500, 4);
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    assert_eq!((restores(&worker, "volume"), restores(&worker, "topic")), (1.0, 0.0), "{}", worker.log());
+    assert_trader_totals(&out, &expected_now);
+    worker.signal("TERM");
+    assert!(worker.wait(Duration::from_secs(30)).success(), "{}", worker.log());
+
+    // The volume holds an earlier checkpoint than the one committed: the
+    // state topic is read, and the totals are exact.
+    std::fs::remove_dir_all(&dir).unwrap();
+    copy_dir(&stale, &dir);
+    let (_, expected_now) = produce(13_000, 1_000, 5);
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    assert_eq!((restores(&worker, "volume"), restores(&worker, "topic")), (0.0, 1.0), "{}", worker.log());
+    assert_trader_totals(&out, &expected_now);
+    worker.signal("TERM");
+    assert!(worker.wait(Duration::from_secs(30)).success(), "{}", worker.log());
+    // Read from the topic, the copy starts again from that checkpoint.
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    assert_eq!(restores(&worker, "volume"), 1.0, "{}", worker.log());
+    worker.signal("TERM");
+    assert!(worker.wait(Duration::from_secs(30)).success(), "{}", worker.log());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&stale);
 }
 
 /// `stateMemoryLimit` bounds a core's partitions together, not each

@@ -77,6 +77,10 @@ enum Command {
         /// Do not pin engine threads to cores.
         #[arg(long)]
         no_pin: bool,
+        /// Keep a copy of each core's checkpoints in this directory, so a
+        /// restart restores from disk instead of the state topic.
+        #[arg(long)]
+        state_dir: Option<String>,
     },
     /// Check a StreamJob manifest and its SQL without running it.
     Validate {
@@ -194,13 +198,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve { config, bounded } => serve(&config, bounded),
-        Command::Run { file, bounded, cores, http_port, secrets_dir, group, no_pin } => {
+        Command::Run { file, bounded, cores, http_port, secrets_dir, group, no_pin, state_dir } => {
             let settings = WorkerSettings {
                 http_address: "127.0.0.1".into(),
                 http_port,
                 secrets_dir,
                 consumer_group: group,
                 pin_cores: !no_pin,
+                state_dir,
                 ..WorkerSettings::default()
             };
             let text = match std::fs::read_to_string(&file) {

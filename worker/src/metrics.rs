@@ -159,6 +159,7 @@ pub struct Metrics {
     checkpoint_failures: IntCounterVec,
     state_bytes_written: IntCounterVec,
     state_restore_seconds: HistogramVec,
+    state_restores: IntCounterVec,
     produce_errors: IntCounterVec,
     latency: Arc<LatencyCollector>,
     pub ready: IntGauge,
@@ -303,6 +304,11 @@ impl Metrics {
                 "Time to read and restore one partition's checkpointed state",
                 vec![0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]
             ),
+            state_restores: counter!(
+                "sluice_state_restores_total",
+                "Partitions whose state was restored, by where it came from: the worker's volume or the state topic",
+                ["streamjob", "worker", "core", "from"]
+            ),
             produce_errors: counter!(
                 "sluice_produce_errors_total",
                 "Records the sink failed to acknowledge",
@@ -351,6 +357,8 @@ impl Metrics {
             checkpoint_failures: self.checkpoint_failures.with_label_values(&l),
             state_bytes_written: self.state_bytes_written.with_label_values(&l),
             state_restore_seconds: self.state_restore_seconds.with_label_values(&l),
+            state_restores_volume: self.state_restores.with_label_values(&[l[0], l[1], l[2], "volume"]),
+            state_restores_topic: self.state_restores.with_label_values(&[l[0], l[1], l[2], "topic"]),
             produce_errors: self.produce_errors.with_label_values(&l),
             partitions: partitions
                 .iter()
@@ -408,9 +416,18 @@ pub struct CoreMetrics {
     pub checkpoint_failures: IntCounter,
     pub state_bytes_written: IntCounter,
     pub state_restore_seconds: Histogram,
+    state_restores_volume: IntCounter,
+    state_restores_topic: IntCounter,
     pub produce_errors: IntCounter,
     pub partitions: Vec<PartitionMetrics>,
     pub latency: Arc<LatencyHistogram>,
+}
+
+impl CoreMetrics {
+    /// The counter of restores from the worker's volume, or the state topic.
+    pub fn state_restores(&self, from_volume: bool) -> &IntCounter {
+        if from_volume { &self.state_restores_volume } else { &self.state_restores_topic }
+    }
 }
 
 #[derive(Debug, Clone)]

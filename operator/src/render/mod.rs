@@ -11,7 +11,7 @@ mod statefulset;
 pub use configmap::config_map;
 pub use pdb::pod_disruption_budget;
 pub use service::headless_service;
-pub use statefulset::statefulset;
+pub use statefulset::{statefulset, volume_claims};
 
 #[cfg(test)]
 pub(crate) mod fixtures {

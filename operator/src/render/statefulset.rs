@@ -1,15 +1,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    SecretVolumeSource, SecurityContext, TopologySpreadConstraint, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext,
+    TopologySpreadConstraint, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, KafkaTarget, StreamJob};
+use sluice_crds::{EXPECTED_CONFIG_HASH_ENV, KafkaTarget, LocalStateVolume, StreamJob};
 
 use super::meta::child_meta;
 use crate::desired::Desired;
@@ -64,13 +67,67 @@ fn some_vec<T: Clone>(v: &[T]) -> Option<Vec<T>> {
     (!v.is_empty()).then(|| v.to_vec())
 }
 
+/// The volume a worker keeps its copy of its checkpoints on
+/// (`spec.engine.localState`), mounted at [`names::STATE_DIR`]: an
+/// `emptyDir` in the pod, or a claim per pod. `None` without one.
+enum StateVolume {
+    Pod(Box<Volume>),
+    Claim(Box<PersistentVolumeClaim>),
+}
+
+const STATE_VOLUME: &str = "state";
+
+fn state_volume(job: &StreamJob) -> Option<StateVolume> {
+    let engine = &job.spec.engine;
+    // Validation refused an unreadable size before anything renders.
+    let bytes = engine.local_state_bytes(job.spec.cores_per_worker).ok().flatten()?;
+    let size = Quantity(format!("{}Mi", bytes.div_ceil(1 << 20)));
+    Some(match engine.local_state.volume {
+        LocalStateVolume::None => return None,
+        LocalStateVolume::EmptyDir => StateVolume::Pod(Box::new(Volume {
+            name: STATE_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource { size_limit: Some(size), ..EmptyDirVolumeSource::default() }),
+            ..Volume::default()
+        })),
+        LocalStateVolume::Persistent => StateVolume::Claim(Box::new(PersistentVolumeClaim {
+            metadata: ObjectMeta { name: Some(STATE_VOLUME.into()), ..ObjectMeta::default() },
+            spec: Some(PersistentVolumeClaimSpec {
+                access_modes: Some(vec!["ReadWriteOnce".into()]),
+                storage_class_name: engine.local_state.storage_class_name.clone(),
+                resources: Some(VolumeResourceRequirements {
+                    requests: Some(BTreeMap::from([("storage".to_owned(), size)])),
+                    ..VolumeResourceRequirements::default()
+                }),
+                ..PersistentVolumeClaimSpec::default()
+            }),
+            ..PersistentVolumeClaim::default()
+        })),
+    })
+}
+
+/// What [`names::VOLUME_CLAIMS`] records of a job's claim templates: empty
+/// without any, so jobs without one never differ.
+pub fn volume_claims(job: &StreamJob) -> String {
+    match state_volume(job) {
+        Some(StateVolume::Claim(claim)) => {
+            let spec = claim.spec.unwrap_or_default();
+            let size = spec.resources.and_then(|r| r.requests?.get("storage").cloned()).map(|q| q.0);
+            format!("{}:{}", size.unwrap_or_default(), spec.storage_class_name.unwrap_or_default())
+        }
+        _ => String::new(),
+    }
+}
+
 /// The workers: `replicas` pods with stable ordinals (each derives its
 /// partitions from its ordinal), running `sluice-worker serve`.
 pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
     let name = job.metadata.name.clone().unwrap_or_default();
     let selector = names::selector(&name);
     let mut meta = child_meta(job, names::statefulset(&name));
-    meta.annotations = Some(BTreeMap::from([(names::ASSIGNMENT_HASH.to_owned(), desired.assignment_hash.clone())]));
+    meta.annotations = Some(BTreeMap::from([
+        (names::ASSIGNMENT_HASH.to_owned(), desired.assignment_hash.clone()),
+        (names::VOLUME_CLAIMS.to_owned(), volume_claims(job)),
+    ]));
     let secrets = secret_names(job);
     let mut volumes = vec![Volume {
         name: "config".into(),
@@ -96,6 +153,20 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
             read_only: Some(true),
             ..VolumeMount::default()
         });
+    }
+    let state = state_volume(job);
+    if state.is_some() {
+        mounts.push(VolumeMount {
+            name: STATE_VOLUME.into(),
+            mount_path: names::STATE_DIR.into(),
+            ..VolumeMount::default()
+        });
+    }
+    let mut claims = None;
+    match state {
+        Some(StateVolume::Pod(volume)) => volumes.push(*volume),
+        Some(StateVolume::Claim(claim)) => claims = Some(vec![*claim]),
+        None => {}
     }
     let template = job.spec.pod_template.clone().unwrap_or_default();
     mounts.extend(template.volume_mounts.iter().cloned());
@@ -185,6 +256,16 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                 type_: Some("RollingUpdate".into()),
                 ..Default::default()
             }),
+            // A claim holds a copy of checkpoints for the partitions of
+            // its ordinal in this layout: of no use once the job or the
+            // layout is gone.
+            persistent_volume_claim_retention_policy: claims.as_ref().map(|_| {
+                StatefulSetPersistentVolumeClaimRetentionPolicy {
+                    when_deleted: Some("Delete".into()),
+                    when_scaled: Some("Delete".into()),
+                }
+            }),
+            volume_claim_templates: claims,
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
@@ -201,6 +282,9 @@ pub fn statefulset(job: &StreamJob, desired: &Desired) -> StatefulSet {
                         run_as_non_root: Some(true),
                         run_as_user: Some(65532),
                         run_as_group: Some(65532),
+                        // The state volume is the worker's to write.
+                        fs_group: Some(65532),
+                        fs_group_change_policy: Some("OnRootMismatch".into()),
                         seccomp_profile: Some(SeccompProfile {
                             type_: "RuntimeDefault".into(),
                             ..SeccompProfile::default()
@@ -250,6 +334,54 @@ mod tests {
         let env = c.env.as_ref().unwrap();
         let expected = env.iter().find(|e| e.name == EXPECTED_CONFIG_HASH_ENV).unwrap();
         assert_eq!(expected.value.as_deref(), Some(sluice_crds::config_hash(&d.config_yaml).as_str()));
+    }
+
+    /// Every worker gets a volume for its copy of its checkpoints, at the
+    /// directory its config names: an `emptyDir` sized from the state bound
+    /// by default, a claim per pod (deleted with the job or a rescale) when
+    /// `Persistent`, none when `None`.
+    #[test]
+    fn each_worker_gets_a_local_state_volume_as_the_spec_asks() {
+        let mount = |sts: &StatefulSet| {
+            let pod = sts.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+            pod.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "state").cloned()
+        };
+        let mut j = job("s2-group-by.yaml");
+        let d = desired_for(&j, 4);
+        assert!(d.config_yaml.contains("stateDir: /var/lib/sluice/state"), "{}", d.config_yaml);
+        let sts = statefulset(&j, &d);
+        assert_eq!(mount(&sts).unwrap().mount_path, names::STATE_DIR);
+        let pod = sts.spec.as_ref().unwrap().template.spec.clone().unwrap();
+        let volume = pod.volumes.unwrap().into_iter().find(|v| v.name == "state").unwrap();
+        // 256Mi per core, 2 cores, four times: 2Gi.
+        assert_eq!(volume.empty_dir.unwrap().size_limit, Some(Quantity("2048Mi".into())));
+        assert_eq!(pod.security_context.unwrap().fs_group, Some(65532), "the worker may write its volume");
+        assert!(sts.spec.as_ref().unwrap().volume_claim_templates.is_none());
+        assert_eq!(sts.metadata.annotations.as_ref().unwrap()[names::VOLUME_CLAIMS], "");
+
+        j.spec.engine.local_state =
+            serde_saphyr::from_str("{ volume: Persistent, size: 20Gi, storageClassName: ssd }").unwrap();
+        let sts = statefulset(&j, &desired_for(&j, 4));
+        let spec = sts.spec.as_ref().unwrap();
+        let claim = &spec.volume_claim_templates.as_ref().unwrap()[0];
+        let claim_spec = claim.spec.as_ref().unwrap();
+        assert_eq!(claim.metadata.name.as_deref(), Some("state"));
+        assert_eq!(claim_spec.storage_class_name.as_deref(), Some("ssd"));
+        assert_eq!(claim_spec.resources.as_ref().unwrap().requests.as_ref().unwrap()["storage"].0, "20480Mi");
+        let retention = spec.persistent_volume_claim_retention_policy.as_ref().unwrap();
+        assert_eq!(
+            (retention.when_deleted.as_deref(), retention.when_scaled.as_deref()),
+            (Some("Delete"), Some("Delete"))
+        );
+        assert!(mount(&sts).is_some());
+        assert_eq!(sts.metadata.annotations.as_ref().unwrap()[names::VOLUME_CLAIMS], "20480Mi:ssd");
+
+        j.spec.engine.local_state = serde_saphyr::from_str("{ volume: None }").unwrap();
+        let d = desired_for(&j, 4);
+        assert!(!d.config_yaml.contains("stateDir"), "{}", d.config_yaml);
+        let sts = statefulset(&j, &d);
+        assert!(mount(&sts).is_none());
+        assert!(sts.spec.unwrap().volume_claim_templates.is_none());
     }
 
     /// What users put in `spec.podTemplate` reaches the pods; what the

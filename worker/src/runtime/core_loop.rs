@@ -231,14 +231,29 @@ impl<'a> Core<'a> {
                 for s in 1..stages.len() {
                     open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
                 }
+                let (slot, slots) = setup.slot();
+                // Half the volume (a store needs room to compact), shared
+                // by the worker's cores and each one's state topics.
+                let stores_per_core = checkpointed.iter().filter(|c| **c).count().max(1);
+                let shares = u64::from(spec.cores_per_worker.max(1).unsigned_abs())
+                    .saturating_mul(u64::try_from(stores_per_core).unwrap_or(1));
+                let budget = config.worker.state_dir_bytes.map(|b| b / shares / 2);
                 for (i, input) in setup.inputs.iter().enumerate().filter(|(i, _)| checkpointed[*i]) {
+                    let topic = setup.state_topic(i);
+                    // One store per core, named by its engine slot: a
+                    // restart with the same layout owns the same partitions.
+                    let local =
+                        config.worker.state_dir.as_ref().map(|dir| {
+                            std::path::Path::new(dir).join(&topic).join(format!("engine-{slot}-of-{slots}"))
+                        });
                     let store = StateStore::open(
                         &client,
                         transaction.clone(),
-                        &setup.state_topic(i),
+                        &topic,
                         &input.topic,
                         input.total,
                         setup.health.drain.clone(),
+                        local.as_deref().map(|dir| (dir, budget)),
                     )?;
                     stores.push((input_slots[i].clone(), store));
                 }
@@ -341,9 +356,11 @@ impl<'a> Core<'a> {
                 restore_group(&mut parts, slot, &companions[slot], &loaded)?;
                 let seconds = started.elapsed().as_secs_f64();
                 setup.metrics.state_restore_seconds.observe(seconds);
+                let from = if loaded.from_volume { "volume" } else { "topic" };
+                setup.metrics.state_restores(loaded.from_volume).inc();
                 tracing::info!(
                     slot, partition, bytes = loaded.bytes_read, pages = loaded.pages.as_ref().map(Vec::len),
-                    seconds, offset = ?position.offset, "restored state"
+                    seconds, offset = ?position.offset, from, "restored state"
                 );
             }
         }

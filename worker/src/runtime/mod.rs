@@ -7,6 +7,7 @@ pub mod exchange;
 mod health;
 mod job;
 pub mod local_exchange;
+mod local_state;
 mod outputs;
 mod partition;
 mod setup;

@@ -20,6 +20,12 @@
 //! it under keys of their own ([`super::state_pages`]). A checkpoint of
 //! the earlier format restores whole, and the first save after it writes
 //! every page.
+//!
+//! Where the worker has a volume for local state, every save is also
+//! copied there ([`super::local_state`]), and a restore takes the copy when
+//! it holds the committed checkpoint, reading only what the topic holds
+//! past that checkpoint's head (to tombstone what a save that never
+//! committed left there).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +37,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::local_state::{HeadMark, LocalState};
 use super::state_pages::{self, PageId, PageKey, Scan};
 use crate::Error;
 use crate::sink::{CoreProducer, DrainDeadline};
@@ -54,6 +61,8 @@ pub struct StateStore {
     /// Per partition with incremental checkpoints: the slot of each page's
     /// committed version, and keys to tombstone at the next save.
     books: HashMap<i32, PageBook>,
+    /// The copy of the checkpoints on the worker's volume, if it has one.
+    local: Option<LocalState>,
 }
 
 #[derive(Debug, Default)]
@@ -82,8 +91,10 @@ pub struct Loaded {
     /// The whole state, or (with pages) an incremental checkpoint's head.
     pub head: Vec<u8>,
     pub pages: Option<Vec<(PageId, Vec<u8>)>>,
-    /// Bytes read from the state topic.
+    /// Bytes read (from the volume or the topic).
     pub bytes_read: usize,
+    /// Whether the state came from the worker's volume.
+    pub from_volume: bool,
 }
 
 /// See [`StateStore::read_timeout`].
@@ -107,6 +118,7 @@ impl StateStore {
         source_topic: &str,
         partitions: i32,
         drain: DrainDeadline,
+        local: Option<(&std::path::Path, Option<u64>)>,
     ) -> Result<Self, Error> {
         let laid_out = crate::kafka::create_topic(
             config,
@@ -130,7 +142,15 @@ impl StateStore {
                 was: laid_out,
             });
         }
-        Self::with_clients(config, producer, topic, source_topic, READ_TIMEOUT, drain)
+        let mut store = Self::with_clients(config, producer, topic, source_topic, READ_TIMEOUT, drain)?;
+        store.local = local.and_then(|(dir, budget)| match LocalState::open(dir, budget) {
+            Ok(local) => Some(local),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot open the local state copy; restores read the state topic");
+                None
+            }
+        });
+        Ok(store)
     }
 
     /// Writes through `producer` (the core's transactional one, exactly
@@ -177,6 +197,7 @@ impl StateStore {
             source_topic: source_topic.to_owned(),
             read_timeout,
             books: HashMap::new(),
+            local: None,
         })
     }
 
@@ -210,6 +231,9 @@ impl StateStore {
         let mut bytes_written = 0;
         for (i, snapshot) in snapshots.iter().enumerate() {
             let partition = snapshot.partition;
+            if let Some(local) = &mut self.local {
+                local.begin(partition);
+            }
             if let Some(pages) = &snapshot.pages {
                 let prefix = state_pages::prefix(&self.source_topic, partition);
                 let book = self.books.entry(partition).or_default();
@@ -222,6 +246,9 @@ impl StateStore {
                 for id in pages {
                     let bytes = page(i, *id)?;
                     let slot = book.slots.get(id).map_or(0, |s| 1 - s);
+                    if let Some(local) = &mut self.local {
+                        local.page(partition, *id, slot, &bytes);
+                    }
                     for (part, value) in state_pages::parts(&bytes).iter().enumerate() {
                         let part = u32::try_from(part).unwrap_or(u32::MAX);
                         let key = PageKey { page: *id, slot, part }.to_key(&prefix);
@@ -253,20 +280,20 @@ impl StateStore {
         // its last checkpoint), not a broken checkpoint.
         self.producer.flush()?;
         let written = self.producer.take_chunks();
-        let metadata = expected
-            .into_iter()
-            .map(|(partition, slot, chunks, paged)| {
-                let first = written
-                    .iter()
-                    .filter(|(p, c, _)| *p == partition && *c == 0)
-                    .map(|(_, _, o)| *o)
-                    .max()
-                    .ok_or_else(|| {
-                        Error::Checkpoint(format!("no acknowledgement for state of partition {partition}"))
-                    })?;
-                Ok((partition, Checkpoint { slot, first, chunks, paged }.to_string()))
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        let mut metadata = Vec::with_capacity(expected.len());
+        for (snapshot, (partition, slot, chunks, paged)) in snapshots.iter().zip(expected) {
+            let first =
+                written.iter().filter(|(p, c, _)| *p == partition && *c == 0).map(|(_, _, o)| *o).max().ok_or_else(
+                    || Error::Checkpoint(format!("no acknowledgement for state of partition {partition}")),
+                )?;
+            if let Some(local) = &mut self.local {
+                local.head(partition, HeadMark { slot, first, paged }, &snapshot.head);
+            }
+            metadata.push((partition, Checkpoint { slot, first, chunks, paged }.to_string()));
+        }
+        if let Some(local) = &mut self.local {
+            local.check_space();
+        }
         // Every record is acknowledged: the pages' new versions are the
         // ones the metadata (once committed) points to.
         for (partition, slots) in written_slots {
@@ -282,21 +309,54 @@ impl StateStore {
     pub fn load(&mut self, partition: i32, metadata: &str) -> Result<Option<Loaded>, Error> {
         self.books.remove(&partition);
         let Some(checkpoint) = parse(metadata)? else {
+            if let Some(local) = &mut self.local {
+                local.reset(partition);
+            }
             return Ok(None);
         };
-        let head = self.load_head(partition, checkpoint, metadata)?;
-        if !checkpoint.paged {
-            let bytes_read = head.len();
-            return Ok(Some(Loaded { head, pages: None, bytes_read }));
+        let Checkpoint { slot, first, paged, .. } = checkpoint;
+        let mark = HeadMark { slot, first, paged };
+        if let Some(copy) = self.local.as_mut().and_then(|local| local.restore(partition, mark)) {
+            if !paged {
+                return Ok(Some(Loaded {
+                    head: copy.head,
+                    pages: None,
+                    bytes_read: copy.bytes_read,
+                    from_volume: true,
+                }));
+            }
+            // What the topic holds past the head is a save that never
+            // committed: tombstoned at the next save, as a read of the
+            // whole partition would.
+            let (tail, _) = self.scan_pages(partition, Offset::Offset(first))?;
+            let tombstones = tail.choose(first)?.tombstones;
+            self.books.insert(partition, PageBook { slots: copy.slots, tombstones });
+            return Ok(Some(Loaded {
+                head: copy.head,
+                pages: Some(copy.pages),
+                bytes_read: copy.bytes_read,
+                from_volume: true,
+            }));
         }
-        let (scan, scanned) = self.scan_pages(partition)?;
-        let chosen = scan.choose(checkpoint.first)?;
+        let head = self.load_head(partition, checkpoint, metadata)?;
+        if !paged {
+            if let Some(local) = &mut self.local {
+                local.rebase(partition, mark, &head, &[], &HashMap::new());
+            }
+            let bytes_read = head.len();
+            return Ok(Some(Loaded { head, pages: None, bytes_read, from_volume: false }));
+        }
+        let (scan, scanned) = self.scan_pages(partition, Offset::Beginning)?;
+        let chosen = scan.choose(first)?;
+        if let Some(local) = &mut self.local {
+            local.rebase(partition, mark, &head, &chosen.pages, &chosen.slots);
+        }
         self.books.insert(partition, PageBook { slots: chosen.slots, tombstones: chosen.tombstones });
-        Ok(Some(Loaded { bytes_read: head.len() + scanned, head, pages: Some(chosen.pages) }))
+        Ok(Some(Loaded { bytes_read: head.len() + scanned, head, pages: Some(chosen.pages), from_volume: false }))
     }
 
-    /// Reads every page record of `partition`, to its end.
-    fn scan_pages(&self, partition: i32) -> Result<(Scan, usize), Error> {
+    /// Reads every page record of `partition` from `from` to its end.
+    fn scan_pages(&self, partition: i32, from: Offset) -> Result<(Scan, usize), Error> {
         let mut config = self.reader_config.clone();
         // Large fetches: a restore reads the whole partition, and 1 MiB
         // per request (the default) leaves it waiting on round trips.
@@ -307,8 +367,7 @@ impl StateStore {
             .set("queued.max.messages.kbytes", "131072");
         let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, partition, Offset::Beginning)
-            .map_err(|e| Error::kafka("state reader", e))?;
+        tpl.add_partition_offset(&self.topic, partition, from).map_err(|e| Error::kafka("state reader", e))?;
         consumer.assign(&tpl).map_err(|e| Error::kafka("assign state reader", e))?;
         let prefix = state_pages::prefix(&self.source_topic, partition);
         let (mut scan, mut bytes) = (Scan::default(), 0);
