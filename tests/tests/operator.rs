@@ -607,6 +607,13 @@ fn operator_runs_with_only_the_charts_permissions() {
     ] {
         assert!(get(kind, &child, &watched).is_some(), "{kind} {child} not created with the chart's permissions");
     }
+    // New volume claims replace the StatefulSet (a delete the chart grants).
+    let patch = r#"{"spec":{"engine":{"localState":{"volume":"Persistent"}}}}"#;
+    kubectl_ok(["patch", "sj", name, "-n", &watched, "--type=merge", "-p", patch]);
+    wait_until("the StatefulSet replaced with the chart's permissions", Duration::from_secs(120), || {
+        get("statefulset", name, &watched)?["spec"]["volumeClaimTemplates"].is_array().then_some(())
+    });
+    wait_ready(name, &watched, 1);
     let log = operator.log();
     assert!(!log.contains("forbidden") && !log.contains("Forbidden"), "the API server refused the operator:\n{log}");
     operator.signal("TERM");
