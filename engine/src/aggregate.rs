@@ -74,10 +74,19 @@ struct AggregateHead {
 }
 
 /// The groups of one page: each one's key (`None` when free), window and
-/// accumulators.
-#[derive(Debug, Serialize, Deserialize)]
+/// accumulators...
+#[derive(Debug, Serialize)]
 struct AggregatePage {
     keys: Vec<Option<Vec<u8>>>,
+    bounds: Vec<(i64, i64)>,
+    accs: Vec<Accumulator>,
+}
+
+/// ...read back with the keys borrowed from the page's bytes.
+#[derive(Debug, Deserialize)]
+struct AggregatePageIn<'a> {
+    #[serde(borrow)]
+    keys: Vec<Option<&'a [u8]>>,
     bounds: Vec<(i64, i64)>,
     accs: Vec<Accumulator>,
 }
@@ -499,7 +508,7 @@ impl Operator for AggregateOperator {
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let (p, rest): (AggregatePage, _) = read_page_and_rest(page, bytes)?;
+        let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         if p.accs.len() != self.accs.len() {
             return Err(Error::Checkpoint(format!(
                 "state page {page} holds {} aggregates, this query has {}",

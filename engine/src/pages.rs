@@ -94,11 +94,14 @@ pub fn page_keys(table: &GroupTable, range: Range<usize>) -> Vec<Option<Vec<u8>>
 }
 
 /// Gives the groups of page `page` the keys [`page_keys`] read.
-pub fn restore_page_keys(table: &mut GroupTable, page: u32, keys: &[Option<Vec<u8>>]) -> Result<(), Error> {
+/// The keys may be borrowed from the page's bytes (a key written as a
+/// `Vec<u8>` reads back as a `&[u8]`: the same length-prefixed bytes), so
+/// a restore allocates nothing per key.
+pub fn restore_page_keys<K: AsRef<[u8]>>(table: &mut GroupTable, page: u32, keys: &[Option<K>]) -> Result<(), Error> {
     let start = page as usize * PAGE_GROUPS as usize;
     for (i, key) in keys.iter().enumerate() {
         if let Some(key) = key {
-            table.set_key(u32::try_from(start + i).unwrap_or(u32::MAX), key)?;
+            table.set_key(u32::try_from(start + i).unwrap_or(u32::MAX), key.as_ref())?;
         }
     }
     Ok(())
@@ -116,7 +119,7 @@ pub fn read_page<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Res
 
 /// [`read_page`], and the bytes written after the state (HAVING's bits,
 /// `crate::shown`).
-pub fn read_page_and_rest<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Result<(T, &[u8]), Error> {
+pub fn read_page_and_rest<'a, T: Deserialize<'a>>(page: u32, bytes: &'a [u8]) -> Result<(T, &'a [u8]), Error> {
     postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))
 }
 
@@ -174,5 +177,16 @@ mod tests {
         let mut partial = TableHead::of(&t).table();
         restore_page_keys(&mut partial, 0, &pages[0]).unwrap();
         assert!(check_complete(&partial).is_err());
+    }
+}
+
+#[cfg(test)]
+mod borrow_tests {
+    #[test]
+    fn keys_written_owned_read_borrowed() {
+        let keys: Vec<Option<Vec<u8>>> = vec![Some(b"abc".to_vec()), None, Some(vec![])];
+        let bytes = postcard::to_allocvec(&keys).unwrap();
+        let back: Vec<Option<&[u8]>> = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, vec![Some(&b"abc"[..]), None, Some(&[][..])]);
     }
 }

@@ -52,6 +52,14 @@ pub enum Error {
     /// with backoff like a broker that is down.
     #[error("schema registry {url}: {message}")]
     Registry { url: String, message: String },
+    /// The copy of a partition's checkpoint on the worker's volume was
+    /// taken and did not restore (a damaged volume): the copy is cleared
+    /// and the core restarts, reading the state topic.
+    #[error(
+        "the local copy of the state of partition {partition} did not restore ({message}); it was cleared, and \
+         the core restarts from the state topic"
+    )]
+    LocalCopy { partition: i32, message: String },
     /// Kafka client failure.
     #[error("kafka: {context}: {message}")]
     Kafka { context: String, message: String },
@@ -115,7 +123,7 @@ impl Error {
     /// Whether retrying could help (the broker, or the schema registry,
     /// may come back).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Kafka { .. } | Self::Io { .. } | Self::Registry { .. })
+        matches!(self, Self::Kafka { .. } | Self::Io { .. } | Self::Registry { .. } | Self::LocalCopy { .. })
     }
 }
 
@@ -132,5 +140,6 @@ mod tests {
         assert!(Error::kafka("poll", "broker down").is_transient());
         assert!(!Error::Config("the schema registry refused".into()).is_transient());
         assert!(!Error::Refused("no ACL".into()).is_transient());
+        assert!(Error::LocalCopy { partition: 0, message: "a page missing".into() }.is_transient(), "read the topic");
     }
 }

@@ -353,7 +353,13 @@ impl<'a> Core<'a> {
             if let Some((_, store)) = stores.iter_mut().find(|(r, _)| r.contains(&slot))
                 && let Some(loaded) = store.load(partition, &position.metadata)?
             {
-                restore_group(&mut parts, slot, &companions[slot], &loaded)?;
+                if let Err(e) = restore_group(&mut parts, slot, &companions[slot], &loaded) {
+                    if loaded.from_volume {
+                        store.forget_local(partition);
+                        return Err(Error::LocalCopy { partition, message: e.to_string() });
+                    }
+                    return Err(e);
+                }
                 let seconds = started.elapsed().as_secs_f64();
                 setup.metrics.state_restore_seconds.observe(seconds);
                 let from = if loaded.from_volume { "volume" } else { "topic" };

@@ -355,6 +355,13 @@ impl StateStore {
         Ok(Some(Loaded { bytes_read: head.len() + scanned, head, pages: Some(chosen.pages), from_volume: false }))
     }
 
+    /// Clears the volume's copy of `partition` (it did not restore).
+    pub fn forget_local(&mut self, partition: i32) {
+        if let Some(local) = &mut self.local {
+            local.reset(partition);
+        }
+    }
+
     /// Reads every page record of `partition` from `from` to its end.
     fn scan_pages(&self, partition: i32, from: Offset) -> Result<(Scan, usize), Error> {
         let mut config = self.reader_config.clone();
