@@ -82,7 +82,7 @@ fn job_permissions() -> BTreeMap<(String, String), BTreeSet<String>> {
         ("sluice.dev", "streamjobs", &["list", "watch", "patch"]),
         ("sluice.dev", "streamjobs/status", &["patch"]),
         ("sluice.dev", "streamjobs/finalizers", &["update"]),
-        ("apps", "statefulsets", &["get", "list", "watch", "create", "patch"]),
+        ("apps", "statefulsets", &["get", "list", "watch", "create", "patch", "delete"]),
         ("", "configmaps", CHILDREN),
         ("", "services", CHILDREN),
         ("policy", "poddisruptionbudgets", CHILDREN),
