@@ -33,7 +33,7 @@ trap 'kill "$install_pid" 2>/dev/null || true' EXIT
 # computes (nobody may hand-edit them to match the engine).
 step "golden expectations match the DuckDB oracle"
 venv="${SLUICE_CACHE_DIR:-$HOME/.cache/sluice}/venv-golden"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import duckdb, yaml' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import duckdb, yaml, numpy' 2>/dev/null; then
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q -r worker/tests/golden/requirements.txt
 fi

@@ -6,7 +6,7 @@
 //! Nested records become the dotted columns Sluice reads (`bid.price`), a
 //! `["null", T]` union a nullable column, logical types their column type
 //! (`timestamp-millis`/`-micros` and `date` a timestamp, `decimal` the
-//! exact `decimal(p,s)` up to 18 digits and a double beyond, `uuid` a
+//! exact `decimal(p,s)` up to 38 digits and a double beyond, `uuid` a
 //! string), an enum a string. What no column type holds —
 //! an array, a map, a union of several types, a recursive record — is
 //! refused with the field's path.
@@ -17,9 +17,9 @@ use serde_json::Value;
 use crate::{ColumnSpec, ColumnType, StreamJobSpec};
 
 /// The column an Avro `decimal` becomes: `decimal(precision, scale)` when
-/// the precision fits a Sluice decimal, else a double (the schema's
-/// digits beyond 18 cannot be held exactly; declare the column `string`
-/// to keep them as text).
+/// the precision fits a Sluice decimal (38 digits), else a double (the
+/// schema's digits beyond 38 cannot be held exactly; declare the column
+/// `string` to keep them as text).
 fn decimal_column(o: &serde_json::Map<String, Value>) -> ColumnType {
     let int = |k: &str| o.get(k).and_then(Value::as_u64).and_then(|v| u8::try_from(v).ok());
     match (int("precision"), int("scale").unwrap_or(0)) {
@@ -270,6 +270,8 @@ mod tests {
             {"name":"ts","type":{"type":"long","logicalType":"timestamp-micros"}},
             {"name":"day","type":{"type":"int","logicalType":"date"}},
             {"name":"amount","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+            {"name":"wide","type":{"type":"fixed","name":"W","size":16,"logicalType":"decimal","precision":38,"scale":10}},
+            {"name":"wider","type":{"type":"bytes","logicalType":"decimal","precision":39,"scale":2}},
             {"name":"id","type":{"type":"string","logicalType":"uuid"}},
             {"name":"side","type":{"type":"enum","name":"Side","symbols":["BUY","SELL"]}},
             {"name":"other_side","type":"Side"},
@@ -287,6 +289,8 @@ mod tests {
             ("ts", ColumnType::Timestamp),
             ("day", ColumnType::Timestamp),
             ("amount", ColumnType::Decimal { precision: 9, scale: 2 }),
+            ("wide", ColumnType::Decimal { precision: 38, scale: 10 }),
+            ("wider", ColumnType::Double),
             ("id", ColumnType::String),
             ("side", ColumnType::String),
             ("other_side", ColumnType::String),

@@ -485,7 +485,7 @@ impl RecordMetadata {
 }
 
 /// SQL column types. `timestamp` accepts epoch milliseconds or RFC 3339
-/// strings; `decimal(p,s)` is exact, with `p` (1–18) digits of which `s`
+/// strings; `decimal(p,s)` is exact, with `p` (1–38) digits of which `s`
 /// after the point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ColumnType {
@@ -498,7 +498,7 @@ pub enum ColumnType {
 }
 
 /// The most digits a `decimal` column holds.
-pub const DECIMAL_MAX_PRECISION: u8 = 18;
+pub const DECIMAL_MAX_PRECISION: u8 = 38;
 
 impl ColumnType {
     /// The name manifests spell: `bigint`, `decimal(12,2)`.
@@ -575,9 +575,9 @@ impl JsonSchema for ColumnType {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "bigint, double, string, boolean, timestamp, or decimal(p,s) with p from 1 to 18 and s from 0 to p.",
+            "description": "bigint, double, string, boolean, timestamp, or decimal(p,s) with p from 1 to 38 and s from 0 to p.",
             "type": "string",
-            "pattern": r"^(bigint|double|string|boolean|timestamp|decimal\( *([1-9]|1[0-8]) *(, *([0-9]|1[0-8]) *)?\))$",
+            "pattern": r"^(bigint|double|string|boolean|timestamp|decimal\( *([1-9]|[12][0-9]|3[0-8]) *(, *([0-9]|[12][0-9]|3[0-8]) *)?\))$",
         })
     }
 }

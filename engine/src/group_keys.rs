@@ -230,6 +230,7 @@ impl GroupTable {
 /// Typed view of one key column, extracted once per batch.
 enum KeyCol<'a> {
     Int(&'a [i64], Option<&'a [bool]>),
+    Wide(&'a [i128], Option<&'a [bool]>),
     Float(&'a [f64], Option<&'a [bool]>),
     Bool(&'a [bool], Option<&'a [bool]>),
     Str(&'a StrData, Option<&'a [bool]>),
@@ -237,7 +238,8 @@ enum KeyCol<'a> {
 }
 
 /// Encodes the key columns of rows into bytes: per column a null marker and
-/// then the value (8 bytes for numbers, length-prefixed UTF-8 for strings).
+/// then the value (8 bytes for numbers, 16 for a decimal of more than 18
+/// digits, length-prefixed UTF-8 for strings).
 pub struct KeyEncoder<'a> {
     cols: Vec<KeyCol<'a>>,
 }
@@ -250,6 +252,7 @@ impl<'a> KeyEncoder<'a> {
                 let v = c.validity.as_deref();
                 match &c.data {
                     ColumnData::Int(x) => KeyCol::Int(x, v),
+                    ColumnData::Wide(x) => KeyCol::Wide(x, v),
                     ColumnData::Float(x) => KeyCol::Float(x, v),
                     ColumnData::Bool(x) => KeyCol::Bool(x, v),
                     ColumnData::Str(s) => KeyCol::Str(s, v),
@@ -267,6 +270,10 @@ impl<'a> KeyEncoder<'a> {
             let valid = |v: Option<&[bool]>| v.is_none_or(|v| v[row]);
             match c {
                 KeyCol::Int(x, v) if valid(*v) => {
+                    out.push(1);
+                    out.extend_from_slice(&x[row].to_le_bytes());
+                }
+                KeyCol::Wide(x, v) if valid(*v) => {
                     out.push(1);
                     out.extend_from_slice(&x[row].to_le_bytes());
                 }
@@ -316,6 +323,11 @@ pub fn decode_key_into(key: &[u8], skip: usize, types: &[DataType], out: &mut [C
             continue;
         }
         match t {
+            t if t.is_wide() => {
+                let b: [u8; 16] = key.get(pos..pos + 16).and_then(|s| s.try_into().ok()).ok_or_else(bad)?;
+                pos += 16;
+                col.push_i128(i128::from_le_bytes(b))?
+            }
             DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => {
                 col.push_i64(i64::from_le_bytes(take8(&mut pos)?))?
             }

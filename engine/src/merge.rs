@@ -201,15 +201,14 @@ fn combine<'a>(call: &MergeCall, partials: impl Iterator<Item = &'a [Scalar]>) -
         }
         AggFunc::Sum if matches!(call.data_type, DataType::Decimal(..)) => {
             let DataType::Decimal(precision, scale) = call.data_type else { return Scalar::Null };
-            let mut seen = false;
-            let mut total: i128 = 0;
+            let (mut seen, mut total, mut wraps) = (false, 0i128, 0i64);
             for p in partials {
                 if let Some(Scalar::Decimal(x, _)) = p.first() {
                     seen = true;
-                    total += i128::from(*x);
+                    sluice_plan::decimal::add_wrapping(&mut total, &mut wraps, *x);
                 }
             }
-            match sluice_plan::decimal::fit(total, precision) {
+            match sluice_plan::decimal::total_of(total, wraps).and_then(|v| sluice_plan::decimal::fit(v, precision)) {
                 Some(v) if seen => Scalar::Decimal(v, scale),
                 _ => Scalar::Null,
             }

@@ -163,13 +163,17 @@ impl RowsChangelogOperator {
 fn frame_value<'a>(f: &RowsFunction, args: impl Iterator<Item = &'a Scalar>) -> Scalar {
     let RowsFunctionKind::Aggregate(func) = f.kind else { return Scalar::Null };
     let (mut count, mut int, mut float, mut best): (i64, i128, f64, Option<&Scalar>) = (0, 0, 0.0, None);
+    // Times the i128 sum wrapped (38-digit decimals can): a total that
+    // wrapped fits no decimal.
+    let mut wraps = 0i64;
     for v in args {
         if v.is_null() && func != AggFunc::CountStar {
             continue;
         }
         count += 1;
         match v {
-            Scalar::Bigint(x) | Scalar::Decimal(x, _) => int += i128::from(*x),
+            Scalar::Bigint(x) => int += i128::from(*x),
+            Scalar::Decimal(x, _) => sluice_plan::decimal::add_wrapping(&mut int, &mut wraps, *x),
             Scalar::Double(x) => float += x,
             _ => {}
         }
@@ -188,9 +192,9 @@ fn frame_value<'a>(f: &RowsFunction, args: impl Iterator<Item = &'a Scalar>) -> 
         AggFunc::Min | AggFunc::Max => best.cloned().unwrap_or(Scalar::Null),
         AggFunc::Sum => match f.data_type {
             DataType::Double => Scalar::Double(float),
-            DataType::Decimal(p, s) => {
-                sluice_plan::decimal::fit(int, p).map_or(Scalar::Null, |v| Scalar::Decimal(v, s))
-            }
+            DataType::Decimal(p, s) => sluice_plan::decimal::total_of(int, wraps)
+                .and_then(|v| sluice_plan::decimal::fit(v, p))
+                .map_or(Scalar::Null, |v| Scalar::Decimal(v, s)),
             _ => i64::try_from(int).map_or(Scalar::Null, Scalar::Bigint),
         },
         // The planner makes AVG's argument a double.

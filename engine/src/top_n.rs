@@ -93,7 +93,9 @@ fn compare_cell(column: &Column, r: usize, b: &Scalar) -> Ordering {
     match (&column.data, b) {
         (_, Scalar::Null) => Ordering::Less,
         // A decimal kept from this column has the column's scale.
-        (ColumnData::Int(v), Scalar::Bigint(y) | Scalar::Timestamp(y) | Scalar::Decimal(y, _)) => v[r].cmp(y),
+        (ColumnData::Int(v), Scalar::Bigint(y) | Scalar::Timestamp(y)) => v[r].cmp(y),
+        (ColumnData::Int(v), Scalar::Decimal(y, _)) => i128::from(v[r]).cmp(y),
+        (ColumnData::Wide(v), Scalar::Decimal(y, _)) => v[r].cmp(y),
         (ColumnData::Float(v), Scalar::Double(y)) => v[r].total_cmp(y),
         (ColumnData::Str(v), Scalar::String(y)) => v.get(r).as_bytes().cmp(y.as_bytes()),
         (ColumnData::Bool(v), Scalar::Boolean(y)) => v[r].cmp(y),

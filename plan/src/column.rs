@@ -10,8 +10,10 @@ use crate::{DataType, Scalar};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
-    /// `Bigint` and `Timestamp` values.
+    /// `Bigint`, `Timestamp` and `DECIMAL` values of up to 18 digits.
     Int(Vec<i64>),
+    /// `DECIMAL` values of 19 to 38 digits.
+    Wide(Vec<i128>),
     Float(Vec<f64>),
     Bool(Vec<bool>),
     Str(StrData),
@@ -109,6 +111,7 @@ impl Column {
 
     pub fn with_capacity(data_type: DataType, rows: usize) -> Self {
         let data = match data_type {
+            DataType::Decimal(p, _) if !crate::decimal::is_narrow(p) => ColumnData::Wide(Vec::with_capacity(rows)),
             DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => ColumnData::Int(Vec::with_capacity(rows)),
             DataType::Double => ColumnData::Float(Vec::with_capacity(rows)),
             DataType::Boolean => ColumnData::Bool(Vec::with_capacity(rows)),
@@ -122,6 +125,37 @@ impl Column {
         Self::new(data_type, ColumnData::Int(values), None)
     }
 
+    /// A decimal column of `data_type` from per-row values that fit it
+    /// (`None` = NULL), ANDed with `validity`, in the storage its precision
+    /// takes.
+    pub fn decimals(data_type: DataType, rows: Vec<Option<i128>>, validity: Option<Vec<bool>>) -> Self {
+        let n = rows.len();
+        let valid = if rows.iter().all(Option::is_some) {
+            validity
+        } else {
+            let mut v = validity.unwrap_or_else(|| vec![true; n]);
+            v.iter_mut().zip(&rows).for_each(|(ok, x)| *ok &= x.is_some());
+            Some(v)
+        };
+        let data = if data_type.is_wide() {
+            ColumnData::Wide(rows.into_iter().map(Option::unwrap_or_default).collect())
+        } else {
+            ColumnData::Int(rows.into_iter().map(|x| crate::decimal::narrow(x.unwrap_or_default())).collect())
+        };
+        Self::new(data_type, data, valid)
+    }
+
+    /// The unscaled value at row `i` of a decimal (or bigint) column, 0
+    /// for another storage.
+    #[inline]
+    pub fn decimal(&self, i: usize) -> i128 {
+        match &self.data {
+            ColumnData::Int(v) => i128::from(v[i]),
+            ColumnData::Wide(v) => v[i],
+            _ => 0,
+        }
+    }
+
     pub fn floats(values: Vec<f64>) -> Self {
         Self::new(DataType::Double, ColumnData::Float(values), None)
     }
@@ -133,6 +167,7 @@ impl Column {
     pub fn len(&self) -> usize {
         match &self.data {
             ColumnData::Int(v) => v.len(),
+            ColumnData::Wide(v) => v.len(),
             ColumnData::Float(v) => v.len(),
             ColumnData::Bool(v) => v.len(),
             ColumnData::Str(s) => s.len(),
@@ -180,6 +215,7 @@ impl Column {
         self.mark(false);
         match &mut self.data {
             ColumnData::Int(v) => v.push(0),
+            ColumnData::Wide(v) => v.push(0),
             ColumnData::Float(v) => v.push(0.0),
             ColumnData::Bool(v) => v.push(false),
             ColumnData::Str(s) => s.push(""),
@@ -195,6 +231,26 @@ impl Column {
         }
         self.mark(true);
         Ok(())
+    }
+
+    #[inline]
+    pub fn push_i128(&mut self, x: i128) -> Result<(), Error> {
+        match &mut self.data {
+            ColumnData::Wide(v) => v.push(x),
+            _ => return Err(self.wrong("push_i128")),
+        }
+        self.mark(true);
+        Ok(())
+    }
+
+    /// Appends a decimal's unscaled value, which fits the column's
+    /// precision, in its storage.
+    #[inline]
+    pub fn push_decimal(&mut self, x: i128) -> Result<(), Error> {
+        match &self.data {
+            ColumnData::Wide(_) => self.push_i128(x),
+            _ => self.push_i64(crate::decimal::narrow(x)),
+        }
     }
 
     #[inline]
@@ -237,7 +293,7 @@ impl Column {
             Scalar::Bigint(x) | Scalar::Timestamp(x) => self.push_i64(*x),
             Scalar::Decimal(x, scale) => match self.data_type {
                 DataType::Decimal(p, s) => match crate::decimal::rescale(*x, *scale, s, p) {
-                    Some(v) => self.push_i64(v),
+                    Some(v) => self.push_decimal(v),
                     None => {
                         self.push_null();
                         Ok(())
@@ -259,6 +315,7 @@ impl Column {
         }
         match &other.data {
             ColumnData::Int(v) => self.push_i64(v[i]),
+            ColumnData::Wide(v) => self.push_i128(v[i]),
             ColumnData::Float(v) => self.push_f64(v[i]),
             ColumnData::Bool(v) => self.push_bool(v[i]),
             ColumnData::Str(s) => self.push_str(s.get(i)),
@@ -276,7 +333,9 @@ impl Column {
         }
         match (&self.data, self.data_type) {
             (ColumnData::Int(v), DataType::Timestamp) => Scalar::Timestamp(v[i]),
-            (ColumnData::Int(v), DataType::Decimal(_, s)) => Scalar::Decimal(v[i], s),
+            (ColumnData::Int(v), DataType::Decimal(_, s)) => Scalar::Decimal(i128::from(v[i]), s),
+            (ColumnData::Wide(v), DataType::Decimal(_, s)) => Scalar::Decimal(v[i], s),
+            (ColumnData::Wide(v), _) => Scalar::Decimal(v[i], 0),
             (ColumnData::Int(v), _) => Scalar::Bigint(v[i]),
             (ColumnData::Float(v), _) => Scalar::Double(v[i]),
             (ColumnData::Bool(v), _) => Scalar::Boolean(v[i]),
@@ -289,6 +348,7 @@ impl Column {
     pub fn truncate(&mut self, rows: usize) {
         match &mut self.data {
             ColumnData::Int(v) => v.truncate(rows),
+            ColumnData::Wide(v) => v.truncate(rows),
             ColumnData::Float(v) => v.truncate(rows),
             ColumnData::Bool(v) => v.truncate(rows),
             ColumnData::Str(s) => s.truncate(rows),
@@ -310,6 +370,7 @@ impl Column {
         let validity = self.validity.as_ref().map(|v| rows.iter().map(|&r| v[r as usize]).collect());
         let data = match &self.data {
             ColumnData::Int(v) => ColumnData::Int(rows.iter().map(|&r| v[r as usize]).collect()),
+            ColumnData::Wide(v) => ColumnData::Wide(rows.iter().map(|&r| v[r as usize]).collect()),
             ColumnData::Float(v) => ColumnData::Float(rows.iter().map(|&r| v[r as usize]).collect()),
             ColumnData::Bool(v) => ColumnData::Bool(rows.iter().map(|&r| v[r as usize]).collect()),
             ColumnData::Str(s) => {
@@ -328,6 +389,7 @@ impl Column {
     pub fn heap_bytes(&self) -> usize {
         let data = match &self.data {
             ColumnData::Int(v) => v.capacity() * 8,
+            ColumnData::Wide(v) => v.capacity() * 16,
             ColumnData::Float(v) => v.capacity() * 8,
             ColumnData::Bool(v) => v.capacity(),
             ColumnData::Str(s) => s.heap_bytes(),
@@ -346,10 +408,12 @@ pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
     let valid = !value.is_null();
     let data = match (value, data_type) {
         (Scalar::Decimal(x, scale), DataType::Decimal(p, s)) => match crate::decimal::rescale(*x, *scale, s, p) {
-            Some(v) => ColumnData::Int(vec![v; len]),
+            Some(v) if data_type.is_wide() => ColumnData::Wide(vec![v; len]),
+            Some(v) => ColumnData::Int(vec![crate::decimal::narrow(v); len]),
             None => return broadcast(&Scalar::Null, data_type, len),
         },
-        (Scalar::Bigint(x) | Scalar::Timestamp(x) | Scalar::Decimal(x, _), _) => ColumnData::Int(vec![*x; len]),
+        (Scalar::Decimal(x, _), _) => ColumnData::Int(vec![crate::decimal::narrow(*x); len]),
+        (Scalar::Bigint(x) | Scalar::Timestamp(x), _) => ColumnData::Int(vec![*x; len]),
         (Scalar::Double(x), _) => ColumnData::Float(vec![*x; len]),
         (Scalar::Boolean(x), _) => ColumnData::Bool(vec![*x; len]),
         (Scalar::String(x), _) => {
@@ -359,6 +423,7 @@ pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
             }
             ColumnData::Str(s)
         }
+        (Scalar::Null, t) if t.is_wide() => ColumnData::Wide(vec![0; len]),
         (Scalar::Null, DataType::Bigint | DataType::Timestamp | DataType::Decimal(..)) => ColumnData::Int(vec![0; len]),
         (Scalar::Null, DataType::Double) => ColumnData::Float(vec![0.0; len]),
         (Scalar::Null, DataType::Boolean) => ColumnData::Bool(vec![false; len]),

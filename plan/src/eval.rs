@@ -77,6 +77,8 @@ pub fn eval<'a>(expr: &PhysExpr, batch: &'a Batch) -> Result<Value<'a>, Error> {
             let c = eval(e, batch)?.into_column(n);
             let data = match &c.data {
                 ColumnData::Int(v) => ColumnData::Int(v.iter().map(|x| x.wrapping_neg()).collect()),
+                // 38 digits and their negation fit an i128.
+                ColumnData::Wide(v) => ColumnData::Wide(v.iter().map(|x| -x).collect()),
                 ColumnData::Float(v) => ColumnData::Float(v.iter().map(|x| -x).collect()),
                 ColumnData::Null(k) => ColumnData::Null(*k),
                 _ => return Err(Error::Internal("negation of a non-number".into())),
@@ -206,37 +208,69 @@ fn int_side<'a>(v: &'a Value<'_>) -> Result<Side<'a, i64>, Error> {
             ColumnData::Null(_) => Side::Const(None),
             _ => return Err(Error::Internal(format!("expected an integer column, got {}", c.data_type))),
         },
-        Value::Scalar(Scalar::Bigint(x) | Scalar::Timestamp(x) | Scalar::Decimal(x, _), _) => Side::Const(Some(*x)),
+        Value::Scalar(Scalar::Bigint(x) | Scalar::Timestamp(x), _) => Side::Const(Some(*x)),
+        Value::Scalar(Scalar::Decimal(x, _), _) => Side::Const(Some(crate::decimal::narrow(*x))),
         Value::Scalar(Scalar::Null, _) => Side::Const(None),
         Value::Scalar(s, _) => return Err(Error::Internal(format!("expected an integer, got {s:?}"))),
     })
 }
 
+/// A decimal (or bigint) operand: either storage, or a constant.
+enum DecSide<'a> {
+    Narrow(&'a [i64], Option<&'a [bool]>),
+    Wide(&'a [i128], Option<&'a [bool]>),
+    Const(Option<i128>),
+}
+
+impl DecSide<'_> {
+    #[inline]
+    fn get(&self, i: usize) -> i128 {
+        match self {
+            Self::Narrow(v, _) => i128::from(v[i]),
+            Self::Wide(v, _) => v[i],
+            Self::Const(x) => x.unwrap_or_default(),
+        }
+    }
+
+    fn validity(&self) -> Option<&[bool]> {
+        match self {
+            Self::Narrow(_, v) | Self::Wide(_, v) => *v,
+            Self::Const(_) => None,
+        }
+    }
+}
+
 /// A decimal (or bigint) side and its scale.
-fn dec_side<'a>(v: &'a Value<'_>) -> Result<(Side<'a, i64>, u8), Error> {
+fn dec_side<'a>(v: &'a Value<'_>) -> Result<(DecSide<'a>, u8), Error> {
     let scale = |t: DataType| if let DataType::Decimal(_, s) = t { s } else { 0 };
     Ok(match v {
-        Value::Column(c) => (int_side(v)?, scale(c.data_type)),
-        Value::Scalar(Scalar::Decimal(x, s), _) => (Side::Const(Some(*x)), *s),
-        Value::Scalar(_, t) => (int_side(v)?, scale(*t)),
+        Value::Column(c) => {
+            let side = match &c.data {
+                ColumnData::Int(x) => DecSide::Narrow(x, c.validity.as_deref()),
+                ColumnData::Wide(x) => DecSide::Wide(x, c.validity.as_deref()),
+                ColumnData::Null(_) => DecSide::Const(None),
+                _ => return Err(Error::Internal(format!("expected a decimal column, got {}", c.data_type))),
+            };
+            (side, scale(c.data_type))
+        }
+        Value::Scalar(Scalar::Decimal(x, s), _) => (DecSide::Const(Some(*x)), *s),
+        Value::Scalar(Scalar::Bigint(x), t) => (DecSide::Const(Some(i128::from(*x))), scale(*t)),
+        Value::Scalar(Scalar::Null, t) => (DecSide::Const(None), scale(*t)),
+        Value::Scalar(s, _) => return Err(Error::Internal(format!("expected a decimal, got {s:?}"))),
     })
 }
 
-/// Splits per-row results into values and validity (`None` = NULL).
-fn nulls_to_validity(rows: Vec<Option<i64>>, validity: Option<Vec<bool>>, n: usize) -> (Vec<i64>, Option<Vec<bool>>) {
-    if rows.iter().all(Option::is_some) {
-        return (rows.into_iter().map(Option::unwrap_or_default).collect(), validity);
+/// Applies `f` to two decimal sides row by row.
+fn apply_dec<U: Default + Clone>(
+    l: &DecSide<'_>,
+    r: &DecSide<'_>,
+    n: usize,
+    f: impl Fn(i128, i128) -> U,
+) -> (Vec<U>, Option<Vec<bool>>) {
+    if matches!(l, DecSide::Const(None)) || matches!(r, DecSide::Const(None)) {
+        return (vec![U::default(); n], Some(vec![false; n]));
     }
-    let mut valid = validity.unwrap_or_else(|| vec![true; n]);
-    let values = rows
-        .into_iter()
-        .zip(valid.iter_mut())
-        .map(|(v, ok)| {
-            *ok &= v.is_some();
-            v.unwrap_or_default()
-        })
-        .collect();
-    (values, Some(valid))
+    ((0..n).map(|i| f(l.get(i), r.get(i))).collect(), and_validity(l.validity(), r.validity(), n))
 }
 
 fn float_side<'a>(v: &'a Value<'_>) -> Result<Side<'a, f64>, Error> {
@@ -341,9 +375,8 @@ fn arith(op: ArithOp, data_type: DataType, l: &Value<'_>, r: &Value<'_>, n: usiz
         }
         DataType::Decimal(p, s) => {
             let ((a, sa), (b, sb)) = (dec_side(l)?, dec_side(r)?);
-            let (rows, validity) = apply(a, b, n, |x, y| crate::decimal::arith(op, x, sa, y, sb, p, s));
-            let (values, validity) = nulls_to_validity(rows, validity, n);
-            Ok(Column::new(data_type, ColumnData::Int(values), validity))
+            let (rows, validity) = apply_dec(&a, &b, n, |x, y| crate::decimal::arith(op, x, sa, y, sb, p, s));
+            Ok(Column::decimals(data_type, rows, validity))
         }
         DataType::Null => Ok(broadcast(&Scalar::Null, DataType::Double, n)),
         t => Err(Error::Internal(format!("arithmetic on {t}"))),
@@ -377,7 +410,7 @@ fn compare(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<Column, 
             // Scales may differ: compared exactly, never rescaled into i64.
             let ((a, sa), (b, sb)) = (dec_side(l)?, dec_side(r)?);
             let f = cmp_fn(op);
-            apply(a, b, n, |x, y| f(crate::decimal::cmp(x, sa, y, sb), std::cmp::Ordering::Equal))
+            apply_dec(&a, &b, n, |x, y| f(crate::decimal::cmp(x, sa, y, sb), std::cmp::Ordering::Equal))
         }
         DataType::Bigint | DataType::Timestamp => apply(int_side(l)?, int_side(r)?, n, cmp_fn(op)),
         DataType::Double => apply(float_side(l)?, float_side(r)?, n, cmp_fn(op)),
@@ -484,10 +517,15 @@ fn in_list(c: &Column, list: &[Scalar], negated: bool) -> Column {
                 .filter_map(|s| match s {
                     Scalar::Bigint(x) | Scalar::Timestamp(x) => Some(*x),
                     // Cast to the column's type when planned: the same scale.
-                    Scalar::Decimal(x, _) => Some(*x),
+                    Scalar::Decimal(x, _) => Some(crate::decimal::narrow(*x)),
                     _ => None,
                 })
                 .collect();
+            v.iter().map(|x| set.contains(x)).collect()
+        }
+        ColumnData::Wide(v) => {
+            let set: Vec<i128> =
+                list.iter().filter_map(|s| if let Scalar::Decimal(x, _) = s { Some(*x) } else { None }).collect();
             v.iter().map(|x| set.contains(x)).collect()
         }
         ColumnData::Float(v) => {

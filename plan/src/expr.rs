@@ -21,7 +21,8 @@ impl ArithOp {
     /// both operands' scales).
     pub fn decimal_result(self, a: DataType, b: DataType) -> DataType {
         let ((pa, sa), (pb, sb)) = (a.decimal_parts(), b.decimal_parts());
-        let bounded = DataType::bounded_decimal;
+        let cap = DataType::decimal_cap(&[a, b]);
+        let bounded = |int, scale| DataType::bounded_decimal(int, scale, cap);
         match self {
             Self::Add | Self::Sub => bounded((pa - sa).max(pb - sb) + 1, sa.max(sb)),
             Self::Mul => bounded((pa - sa) + (pb - sb), sa + sb),
@@ -438,5 +439,15 @@ mod decimal_type_tests {
         assert_eq!(d92.decimal_round(1), DataType::Decimal(9, 1));
         assert_eq!(d92.decimal_round(-2), DataType::Decimal(8, 0));
         assert_eq!(d92.to_string(), "decimal(9,2)");
+        // A wide operand lifts the cut to 38 digits; narrow ones keep 18.
+        let d3810 = DataType::Decimal(38, 10);
+        assert_eq!(arith(ArithOp::Mul, DataType::Decimal(20, 10), d92), DataType::Decimal(29, 12));
+        assert_eq!(arith(ArithOp::Mul, d3810, d92), DataType::Decimal(38, 6), "35 integer digits: six places kept");
+        assert_eq!(arith(ArithOp::Mul, d3810, d3810), DataType::Decimal(38, 6), "56 integer digits: six places kept");
+        assert_eq!(arith(ArithOp::Add, DataType::Decimal(20, 2), d92), DataType::Decimal(21, 2));
+        assert_eq!(arith(ArithOp::Div, DataType::Decimal(20, 0), DataType::Bigint), DataType::Decimal(26, 6));
+        assert_eq!(d3810.common(DataType::Bigint), Some(DataType::Decimal(38, 10)));
+        assert_eq!(DataType::Decimal(19, 0).decimal_round(2), DataType::Decimal(22, 2));
+        assert_eq!(arith(ArithOp::Add, DataType::Decimal(18, 0), DataType::Decimal(18, 0)), DataType::Decimal(18, 0));
     }
 }

@@ -330,9 +330,16 @@ impl AggFunc {
         match self {
             Self::CountStar | Self::Count => DataType::Bigint,
             Self::Sum if arg == DataType::Bigint => DataType::Bigint,
-            // Every digit the sum can take, at the argument's scale.
+            // Every digit the sum can take in the argument's storage (18 for
+            // a decimal of up to 18 digits, 38 beyond), at its scale.
             Self::Sum if matches!(arg, DataType::Decimal(..)) => {
-                DataType::Decimal(crate::decimal::MAX_PRECISION, if let DataType::Decimal(_, s) = arg { s } else { 0 })
+                let (p, s) = arg.decimal_parts();
+                let cap = if crate::decimal::is_narrow(p) {
+                    crate::decimal::NARROW_PRECISION
+                } else {
+                    crate::decimal::MAX_PRECISION
+                };
+                DataType::Decimal(cap, s)
             }
             Self::Min | Self::Max => arg,
             _ => DataType::Double,

@@ -28,11 +28,10 @@ pub fn scalar_sql(value: &Scalar) -> String {
         Scalar::Double(v) => v.to_string(),
         Scalar::String(s) => quote(s),
         Scalar::Boolean(b) => if *b { "TRUE" } else { "FALSE" }.to_owned(),
-        Scalar::Decimal(v, scale) => format!(
-            "CAST('{}' AS DECIMAL({}, {scale}))",
-            crate::decimal::to_text(*v, *scale),
-            crate::decimal::MAX_PRECISION
-        ),
+        Scalar::Decimal(v, scale) => {
+            let (precision, _) = value.data_type().decimal_parts();
+            format!("CAST('{}' AS DECIMAL({precision}, {scale}))", crate::decimal::to_text(*v, *scale))
+        }
         Scalar::Timestamp(ms) => {
             let mut text = Vec::new();
             crate::time::format_timestamp(*ms, &mut text);

@@ -5,7 +5,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use sluice_crds::ColumnType;
 
-use crate::decimal::MAX_PRECISION;
+use crate::decimal::{MAX_PRECISION, NARROW_PRECISION};
 
 /// The types the engine computes with. `Timestamp` is epoch milliseconds
 /// (UTC) stored like `Bigint`; `Null` is the type of a bare NULL literal
@@ -18,8 +18,9 @@ pub enum DataType {
     Boolean,
     Timestamp,
     Null,
-    /// `DECIMAL(precision, scale)`, exact: the unscaled value in bigint
-    /// storage ([`crate::decimal`]), precision 1 to 18, scale 0 to precision.
+    /// `DECIMAL(precision, scale)`, exact: the unscaled value, in bigint
+    /// storage up to 18 digits and `i128` storage beyond
+    /// ([`crate::decimal`]); precision 1 to 38, scale 0 to precision.
     Decimal(u8, u8),
 }
 
@@ -28,9 +29,19 @@ impl DataType {
         matches!(self, Self::Bigint | Self::Double | Self::Decimal(..))
     }
 
-    /// Whether values are stored as `i64` (bigint, timestamp, decimal).
+    /// Whether values are stored as `i64` (bigint, timestamp, a decimal of
+    /// up to 18 digits).
     pub fn is_int_stored(self) -> bool {
-        matches!(self, Self::Bigint | Self::Timestamp | Self::Decimal(..))
+        match self {
+            Self::Bigint | Self::Timestamp => true,
+            Self::Decimal(p, _) => crate::decimal::is_narrow(p),
+            _ => false,
+        }
+    }
+
+    /// Whether values are stored as `i128` (a decimal of 19 to 38 digits).
+    pub fn is_wide(self) -> bool {
+        matches!(self, Self::Decimal(p, _) if !crate::decimal::is_narrow(p))
     }
 
     /// The type both operands of an arithmetic or comparison are cast to, if any.
@@ -56,34 +67,40 @@ pub(crate) const MIN_DIV_SCALE: u8 = 6;
 impl DataType {
     /// The type a bigint takes beside a decimal: every `i64` but the few
     /// beyond 18 digits fits it.
-    pub const BIGINT_AS_DECIMAL: DataType = DataType::Decimal(MAX_PRECISION, 0);
+    pub const BIGINT_AS_DECIMAL: DataType = DataType::Decimal(NARROW_PRECISION, 0);
 
     /// `(precision, scale)` of a decimal type (a bigint's beside one).
     pub(crate) fn decimal_parts(self) -> (u8, u8) {
         match self {
             DataType::Decimal(p, s) => (p, s),
-            _ => (MAX_PRECISION, 0),
+            _ => (NARROW_PRECISION, 0),
         }
     }
 
+    /// The most digits a result computed from decimals of these types
+    /// gets: 18 when every operand has at most 18 (so a job that never
+    /// declares a wider decimal computes in `i64` storage throughout, and
+    /// keeps the types, state and output schemas it had before wider
+    /// decimals existed), 38 when one is wider.
+    pub(crate) fn decimal_cap(types: &[DataType]) -> u8 {
+        if types.iter().any(|t| t.is_wide()) { MAX_PRECISION } else { NARROW_PRECISION }
+    }
+
     /// A decimal type with `int` digits before the point and `scale` after,
-    /// cut to 18 digits as SQL Server cuts to 38: places give way to
+    /// cut to `cap` digits as SQL Server cuts to 38: places give way to
     /// integer digits, down to six (or the scale, if smaller), then the
     /// integer digits are cut (values beyond them are NULL).
-    pub(crate) fn bounded_decimal(int: u8, scale: u8) -> DataType {
-        let scale = if int.saturating_add(scale) > MAX_PRECISION {
-            MAX_PRECISION.saturating_sub(int).max(scale.min(MIN_DIV_SCALE))
-        } else {
-            scale
-        };
-        DataType::Decimal(int.saturating_add(scale).clamp(1, MAX_PRECISION), scale)
+    pub(crate) fn bounded_decimal(int: u8, scale: u8, cap: u8) -> DataType {
+        let scale =
+            if int.saturating_add(scale) > cap { cap.saturating_sub(int).max(scale.min(MIN_DIV_SCALE)) } else { scale };
+        DataType::Decimal(int.saturating_add(scale).clamp(1, cap), scale)
     }
 
     /// The type two decimals (or a decimal and a bigint) share: the larger
     /// scale and the most integer digits.
     fn decimal_common(self, other: DataType) -> DataType {
         let ((pa, sa), (pb, sb)) = (self.decimal_parts(), other.decimal_parts());
-        Self::bounded_decimal((pa - sa).max(pb - sb), sa.max(sb))
+        Self::bounded_decimal((pa - sa).max(pb - sb), sa.max(sb), Self::decimal_cap(&[self, other]))
     }
 
     /// The type of `ROUND(x, digits)` (`FLOOR`/`CEIL`/`ROUND(x)`: digits 0)
@@ -93,7 +110,7 @@ impl DataType {
     pub fn decimal_round(self, digits: i64) -> DataType {
         let (p, s) = self.decimal_parts();
         let scale = u8::try_from(digits.clamp(0, i64::from(MAX_PRECISION))).unwrap_or(0);
-        Self::bounded_decimal(p - s + 1, scale)
+        Self::bounded_decimal(p - s + 1, scale, Self::decimal_cap(&[self]))
     }
 }
 
@@ -136,8 +153,10 @@ pub enum Scalar {
     String(String),
     Boolean(bool),
     Timestamp(i64),
-    /// An unscaled value and its scale (`Decimal(1234, 2)` is 12.34).
-    Decimal(i64, u8),
+    /// An unscaled value and its scale (`Decimal(1234, 2)` is 12.34). An
+    /// `i128` whatever the value's width: postcard writes every integer as
+    /// a zigzag varint, so state saved when this was an `i64` reads back.
+    Decimal(i128, u8),
 }
 
 impl Scalar {
@@ -149,7 +168,14 @@ impl Scalar {
             Self::String(_) => DataType::String,
             Self::Boolean(_) => DataType::Boolean,
             Self::Timestamp(_) => DataType::Timestamp,
-            Self::Decimal(_, s) => DataType::Decimal(MAX_PRECISION, *s),
+            Self::Decimal(v, s) => DataType::Decimal(
+                if *s <= NARROW_PRECISION && crate::decimal::fit(*v, NARROW_PRECISION).is_some() {
+                    NARROW_PRECISION
+                } else {
+                    MAX_PRECISION
+                },
+                *s,
+            ),
         }
     }
 

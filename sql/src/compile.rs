@@ -248,6 +248,12 @@ fn literal(v: &Value, node: &Expr) -> Result<PhysExpr, SqlError> {
         Value::Number(n, _) => {
             if let Ok(i) = n.parse::<i64>() {
                 Scalar::Bigint(i)
+            } else if n.bytes().all(|b| b.is_ascii_digit())
+                && let Some(v) = sluice_plan::decimal::parse(n, sluice_plan::decimal::MAX_PRECISION, 0)
+            {
+                // An integer past a bigint is exact, as PostgreSQL's
+                // `numeric` literal is (up to 38 digits).
+                Scalar::Decimal(v, 0)
             } else {
                 Scalar::Double(n.parse().map_err(|_| SqlError::at_node(node, format!("bad number {n}")))?)
             }

@@ -482,7 +482,8 @@ spec:
   sql: |
     SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty, MAX(trade_time) AS last_trade,
            MIN(trader_id) AS first_trader, AVG(price) > 0 AS priced,
-           SUM(CAST(quantity AS DECIMAL(12, 2))) AS qty_decimal
+           SUM(CAST(quantity AS DECIMAL(12, 2))) AS qty_decimal,
+           SUM(CAST(quantity AS DECIMAL(38, 2))) * 100000000000000000000 AS qty_wide
     FROM trades GROUP BY symbol
   schemaRegistry: {{ url: "{registry}", subjectNameStrategy: RecordName }}
   sources:
@@ -528,6 +529,9 @@ spec:
         // A DECIMAL is Avro's decimal logical type: fastavro reads it as a
         // Python Decimal of two places (printed as text), the exact sum.
         assert_eq!(v["qty_decimal"], serde_json::json!(format!("{}.00", v["qty"])), "{v}");
+        // A 38-digit DECIMAL (i128 in Sluice): 16 bytes of two's
+        // complement, every digit read back by the same deserializer.
+        assert_eq!(v["qty_wide"], serde_json::json!(format!("{}00000000000000000000.00", v["qty"])), "{v}");
         // timestamp-millis comes back as a datetime, printed as text.
         assert!(v["last_trade"].as_str().is_some_and(|t| t.starts_with("2023-11-")), "{v}");
         assert!(v["first_trader"].as_str().is_some_and(|t| t.starts_with('T')), "{v}");

@@ -11,7 +11,7 @@ use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
 
 use super::error::DecodeError;
 use super::metadata::RecordMeta;
-use crate::encode::{BOOL, FLOAT, INT, NULL, STR};
+use crate::encode::{BOOL, FLOAT, INT, NULL, STR, WIDE};
 
 #[derive(Debug, Clone)]
 pub struct BinaryDecoder {
@@ -89,6 +89,7 @@ impl BinaryDecoder {
             let width = match tag {
                 NULL => 0,
                 INT | FLOAT => 8,
+                WIDE => 16,
                 BOOL => 1,
                 STR => {
                     4 + payload.get(at..at + 4).map_or(0, |n| {
@@ -118,9 +119,19 @@ impl BinaryDecoder {
                     let x = i64::from_le_bytes(eight()) as f64;
                     c.push_f64(x)
                 }
-                (INT, DataType::Bigint | DataType::Timestamp | DataType::Decimal(..)) => {
-                    c.push_i64(i64::from_le_bytes(eight()))
+                // A decimal's storage follows its precision, which both
+                // stages plan alike; a narrow value into a wide column
+                // widens (a reader planned before the writer's change).
+                (INT, DataType::Decimal(..)) => c.push_decimal(i128::from(i64::from_le_bytes(eight()))),
+                (WIDE, DataType::Decimal(p, _)) => {
+                    let mut b = [0u8; 16];
+                    b.copy_from_slice(&bytes[..16]);
+                    match sluice_plan::decimal::fit(i128::from_le_bytes(b), p) {
+                        Some(v) => c.push_decimal(v),
+                        None => return Err(self.error(field, &format!("a decimal too wide for {}", c.data_type))),
+                    }
                 }
+                (INT, DataType::Bigint | DataType::Timestamp) => c.push_i64(i64::from_le_bytes(eight())),
                 (FLOAT, DataType::Double) => c.push_f64(f64::from_le_bytes(eight())),
                 (BOOL, DataType::Boolean) => c.push_bool(bytes[0] != 0),
                 (STR, DataType::String) => match std::str::from_utf8(&bytes[4..]) {
@@ -158,6 +169,7 @@ fn kind(tag: u8) -> &'static str {
         FLOAT => "a double",
         BOOL => "a boolean",
         STR => "a string",
+        WIDE => "a wide decimal",
         _ => "NULL",
     }
 }

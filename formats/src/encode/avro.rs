@@ -107,14 +107,14 @@ fn zigzag(v: i64, out: &mut Vec<u8>) {
 
 /// A decimal's unscaled value as Avro `bytes`: its length, then the
 /// shortest big-endian two's complement (the decimal logical type's form).
-fn decimal_bytes(v: i64, out: &mut Vec<u8>) {
+fn decimal_bytes(v: i128, out: &mut Vec<u8>) {
     let be = v.to_be_bytes();
     // Drop leading bytes that only repeat the sign.
     let mut start = 0;
-    while start < 7 && ((be[start] == 0 && be[start + 1] < 0x80) || (be[start] == 0xff && be[start + 1] >= 0x80)) {
+    while start < 15 && ((be[start] == 0 && be[start + 1] < 0x80) || (be[start] == 0xff && be[start + 1] >= 0x80)) {
         start += 1;
     }
-    zigzag(8 - start as i64, out);
+    zigzag(16 - start as i64, out);
     out.extend_from_slice(&be[start..]);
 }
 
@@ -139,9 +139,9 @@ impl Cells for Avro {
                 out.push(2);
                 out.extend_from_slice(&x[row].to_le_bytes());
             }
-            Data::Dec(x, _) => {
+            Data::Dec(..) | Data::WideDec(..) => {
                 out.push(2);
-                decimal_bytes(x[row], out);
+                decimal_bytes(data.decimal(row).0, out);
             }
             Data::Bool(x) => out.extend_from_slice(&[2, u8::from(x[row])]),
             Data::Str(s) => {

@@ -12,6 +12,7 @@
 //! | [`FLOAT`] | `f64` bits, little-endian |
 //! | [`BOOL`] | one byte, 0 or 1 |
 //! | [`STR`] | `u32` byte length, little-endian, then UTF-8 |
+//! | [`WIDE`] | `i128`, little-endian (DECIMAL of 19 to 38 digits, unscaled) |
 //!
 //! The reader maps positions to its own columns by the writer's output
 //! names (`decode::BinaryDecoder`). Keys are written the same way: on an
@@ -28,6 +29,7 @@ pub const INT: u8 = 1;
 pub const FLOAT: u8 = 2;
 pub const BOOL: u8 = 3;
 pub const STR: u8 = 4;
+pub const WIDE: u8 = 5;
 
 /// Writes [`EmittedRows`] as binary rows (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -52,6 +54,10 @@ impl Cells for Binary {
                 out.push(FLOAT);
                 out.extend_from_slice(&x[row].to_le_bytes());
             }
+            Data::WideDec(x, _) => {
+                out.push(WIDE);
+                out.extend_from_slice(&x[row].to_le_bytes());
+            }
             Data::Bool(x) => out.extend_from_slice(&[BOOL, u8::from(x[row])]),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.push(NULL),
@@ -62,9 +68,13 @@ impl Cells for Binary {
         match s {
             Scalar::Null => out.push(NULL),
             Scalar::Decimal(x, scale) => match super::view::decimal_constant(*x, *scale, t) {
+                Some((x, _)) if t.is_wide() => {
+                    out.push(WIDE);
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
                 Some((x, _)) => {
                     out.push(INT);
-                    out.extend_from_slice(&x.to_le_bytes());
+                    out.extend_from_slice(&sluice_plan::decimal::narrow(x).to_le_bytes());
                 }
                 None => out.push(NULL),
             },

@@ -141,3 +141,63 @@ fn exchange_rows_carry_unscaled_values() {
     }
     assert_eq!(read(&b), as_written());
 }
+
+/// DECIMAL(38, 10), stored as i128: every encoding writes all 38 digits
+/// and reads them back, and Avro's `bytes` carry up to 16 bytes of two's
+/// complement (a `fixed` longer than 16 whose extra bytes only extend the
+/// sign reads too).
+#[test]
+fn thirty_eight_digits_go_through_every_encoding() {
+    const W: DataType = DataType::Decimal(38, 10);
+    const WIDE: ColumnType = ColumnType::Decimal { precision: 38, scale: 10 };
+    let max = sluice_plan::decimal::pow10(38) - 1;
+    let rows = [Scalar::Decimal(max, 10), Scalar::Decimal(-max, 10), Scalar::Decimal(12_345, 10), Scalar::Null];
+    let mut c = Column::with_capacity(W, 4);
+    rows.iter().for_each(|v| c.push_scalar(v).unwrap());
+    assert!(matches!(c.data, sluice_plan::ColumnData::Wide(_)));
+    let cols = vec![Value::Column(Cow::Owned(c)), Value::Scalar(Scalar::Decimal(-max, 10), W)];
+    let written: Vec<(Scalar, Scalar)> = rows.iter().map(|v| (v.clone(), Scalar::Decimal(-max, 10))).collect();
+    let decode_all = |out: &EncodedRows, decode: &mut dyn FnMut(&[u8], &mut sluice_plan::Batch)| {
+        let p = plan(WIDE);
+        let mut b = JsonDecoder::new(&p).new_batch(4);
+        (0..4).for_each(|i| decode(out.value(i), &mut b));
+        read(&b)
+    };
+
+    let mut out = EncodedRows::default();
+    JsonEncoder::new(&["d".into(), "c".into()], &[]).encode(&emitted(&cols), &mut out);
+    assert_eq!(
+        std::str::from_utf8(out.value(0)).unwrap(),
+        r#"{"d":9999999999999999999999999999.9999999999,"c":-9999999999999999999999999999.9999999999}"#
+    );
+    let p = plan(WIDE);
+    let mut d = JsonDecoder::new(&p);
+    assert_eq!(decode_all(&out, &mut |v, b| d.decode(v, b).unwrap()), written);
+    assert_eq!(decode_all(&out, &mut |v, b| d.decode_with_serde(v, b).unwrap()), written);
+    let mut b = d.new_batch(1);
+    let e = d.decode(br#"{"d":99999999999999999999999999999,"c":1}"#, &mut b).unwrap_err().to_string();
+    assert!(e.contains("`d`") && e.contains("decimal(38,10)"), "39 digits: {e}");
+
+    let schema = writer_schema("j", &[("d".into(), W), ("c".into(), W)]).unwrap();
+    assert!(schema.contains(r#""logicalType":"decimal","precision":38,"scale":10"#), "{schema}");
+    let mut out = EncodedRows::default();
+    AvroEncoder::new(7, &[W, W], &[]).encode(&emitted(&cols), &mut out);
+    let p = plan(WIDE);
+    let mut d = AvroDecoder::new(&p);
+    d.add_schema(7, &schema);
+    assert_eq!(decode_all(&out, &mut |v, b| d.decode(v, b).unwrap()), written);
+
+    let schema = proto_schema("j", &[("d".into(), W), ("c".into(), W)]).unwrap();
+    let mut out = EncodedRows::default();
+    ProtobufEncoder::new(7, &[]).encode(&emitted(&cols), &mut out);
+    let p = plan(WIDE);
+    let mut d = ProtobufDecoder::new(&p);
+    d.add_schema(7, &schema);
+    assert_eq!(decode_all(&out, &mut |v, b| d.decode(v, b).unwrap()), written);
+
+    let mut out = EncodedRows::default();
+    BinaryEncoder.encode(&emitted(&cols), &mut out);
+    let p = plan(WIDE);
+    let mut d = BinaryDecoder::new(&p, &["d".into(), "c".into()]);
+    assert_eq!(decode_all(&out, &mut |v, b| d.decode(v, b).unwrap()), written);
+}

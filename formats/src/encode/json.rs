@@ -100,7 +100,10 @@ impl Cells for Json {
             Data::Float(x) => write_float(x[row], out),
             // A JSON number with every digit: readers that parse numbers as
             // decimals (Jackson's BigDecimal, Python's `Decimal`) get it exactly.
-            Data::Dec(x, s) => sluice_plan::decimal::write(x[row], *s, out),
+            Data::Dec(..) | Data::WideDec(..) => {
+                let (v, s) = data.decimal(row);
+                sluice_plan::decimal::write(v, s, out);
+            }
             Data::Bool(x) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.extend_from_slice(b"null"),

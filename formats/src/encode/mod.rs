@@ -9,7 +9,7 @@ mod protobuf;
 mod view;
 
 pub use avro::{AvroEncoder, key_record_full_name, key_schema, record_full_name, writer_schema};
-pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR};
+pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR, WIDE};
 pub use debezium::DebeziumJsonEncoder;
 pub use json::{EncodedRows, JsonEncoder, write_float, write_str};
 pub use key::KeyWriter;

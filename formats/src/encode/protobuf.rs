@@ -131,7 +131,7 @@ fn text(key: u32, s: &str, out: &mut Vec<u8>) {
 
 /// A decimal as a `string` field of its text (`-12.50`).
 #[inline]
-fn decimal(key: u32, v: i64, scale: u8, out: &mut Vec<u8>) {
+fn decimal(key: u32, v: i128, scale: u8, out: &mut Vec<u8>) {
     varint(u64::from(key | LENGTH), out);
     varint(sluice_plan::decimal::text_len(v, scale) as u64, out);
     sluice_plan::decimal::write(v, scale, out);
@@ -177,7 +177,10 @@ fn cell(key: u32, data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
             out.push(u8::from(x[row]));
         }
         Data::Str(s) => text(key, s.get(row), out),
-        Data::Dec(x, s) => decimal(key, x[row], *s, out),
+        Data::Dec(..) | Data::WideDec(..) => {
+            let (v, s) = data.decimal(row);
+            decimal(key, v, s, out);
+        }
         Data::Null => {}
     }
 }

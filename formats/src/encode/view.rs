@@ -9,12 +9,29 @@ pub(super) enum Data<'a> {
     /// Epoch milliseconds of a TIMESTAMP column.
     Ts(&'a [i64]),
     Float(&'a [f64]),
-    /// Unscaled values of a DECIMAL column, and their scale.
+    /// Unscaled values of a DECIMAL column of up to 18 digits, and their
+    /// scale.
     Dec(&'a [i64], u8),
+    /// Unscaled values of a DECIMAL column of 19 to 38 digits, and their
+    /// scale.
+    WideDec(&'a [i128], u8),
     Bool(&'a [bool]),
     Str(&'a StrData),
     /// A column of NULLs only.
     Null,
+}
+
+impl Data<'_> {
+    /// Row `row` of a decimal column, either storage: its unscaled value
+    /// and scale.
+    #[inline]
+    pub fn decimal(&self, row: usize) -> (i128, u8) {
+        match self {
+            Data::Dec(x, s) => (i128::from(x[row]), *s),
+            Data::WideDec(x, s) => (x[row], *s),
+            _ => (0, 0),
+        }
+    }
 }
 
 pub(super) struct ColumnView<'a> {
@@ -28,6 +45,8 @@ impl<'a> ColumnView<'a> {
             (ColumnData::Int(v), DataType::Timestamp) => Data::Ts(v),
             (ColumnData::Int(v), DataType::Decimal(_, s)) => Data::Dec(v, s),
             (ColumnData::Int(v), _) => Data::Int(v),
+            (ColumnData::Wide(v), DataType::Decimal(_, s)) => Data::WideDec(v, s),
+            (ColumnData::Wide(v), _) => Data::WideDec(v, 0),
             (ColumnData::Float(v), _) => Data::Float(v),
             (ColumnData::Bool(v), _) => Data::Bool(v),
             (ColumnData::Str(s), _) => Data::Str(s),
@@ -82,7 +101,7 @@ impl<'a> View<'a> {
 
 /// A decimal constant as the unscaled value of its column's type (the
 /// scale the schema declares), or `None` if it does not fit it.
-pub(super) fn decimal_constant(v: i64, scale: u8, t: DataType) -> Option<(i64, u8)> {
+pub(super) fn decimal_constant(v: i128, scale: u8, t: DataType) -> Option<(i128, u8)> {
     match t {
         DataType::Decimal(p, s) => sluice_plan::decimal::rescale(v, scale, s, p).map(|v| (v, s)),
         _ => Some((v, scale)),

@@ -268,6 +268,18 @@ fn extreme(args: &[&Column], wanted: Ordering, data_type: DataType, n: usize) ->
             }
             ColumnData::Int(best)
         }
+        // Decimals cast to one type when planned: one scale, so comparing
+        // unscaled values is comparing values.
+        ColumnData::Wide(_) => ColumnData::Wide(
+            (0..n)
+                .map(|i| {
+                    args.iter()
+                        .map(|c| c.decimal(i))
+                        .reduce(|b, x| if x.cmp(&b) == wanted { x } else { b })
+                        .unwrap_or_default()
+                })
+                .collect(),
+        ),
         ColumnData::Float(v) => {
             let mut best = v.clone();
             for c in rest {
@@ -498,28 +510,23 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
     // Rows whose result is not a bigint: NULL, as an overflowing SUM is.
     let mut overflowed = Vec::new();
     let data = match &a.data {
-        ColumnData::Int(v) if matches!(a.data_type, DataType::Decimal(..)) => {
+        ColumnData::Int(_) | ColumnData::Wide(_) if matches!(a.data_type, DataType::Decimal(..)) => {
             let (DataType::Decimal(_, from), DataType::Decimal(p, to)) = (a.data_type, data_type) else {
                 return Err(Error::Internal(format!("{func:?} of {} as {data_type}", a.data_type)));
             };
             let ds = digits.map(|d| ints(d, "ROUND digits")).transpose()?;
-            ColumnData::Int(
-                v.iter()
-                    .enumerate()
-                    .map(|(i, x)| {
-                        let r = match func {
-                            ScalarFunc::Abs => Some(x.abs()),
-                            ScalarFunc::Floor => Some(crate::decimal::floor_or_ceil(*x, from, false)),
-                            ScalarFunc::Ceil => Some(crate::decimal::floor_or_ceil(*x, from, true)),
-                            _ => crate::decimal::round(*x, from, ds.map_or(0, |d| d[i]), to, p),
-                        };
-                        r.unwrap_or_else(|| {
-                            overflowed.push(i);
-                            0
-                        })
-                    })
-                    .collect(),
-            )
+            let rows = (0..a.len())
+                .map(|i| {
+                    let x = a.decimal(i);
+                    match func {
+                        ScalarFunc::Abs => Some(x.abs()),
+                        ScalarFunc::Floor => Some(crate::decimal::floor_or_ceil(x, from, false)),
+                        ScalarFunc::Ceil => Some(crate::decimal::floor_or_ceil(x, from, true)),
+                        _ => crate::decimal::round(x, from, ds.map_or(0, |d| d[i]), to, p),
+                    }
+                })
+                .collect();
+            return Ok(Column::decimals(data_type, rows, a.validity.clone()));
         }
         ColumnData::Int(v) => match (func, digits) {
             (ScalarFunc::Abs, _) => ColumnData::Int(
@@ -721,64 +728,61 @@ pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
 fn cast_decimal(c: &Column, to: DataType) -> Result<Column, Error> {
     use crate::decimal;
     let n = c.len();
-    let mut rows: Vec<Option<i64>> = Vec::new();
-    let data = match (&c.data, c.data_type, to) {
+    // A decimal source's unscaled values, whichever its storage.
+    let unscaled = || (0..n).map(|i| c.decimal(i));
+    let rows: Vec<Option<i128>> = match (&c.data, c.data_type, to) {
         (ColumnData::Null(_), _, _) => return Ok(broadcast(&Scalar::Null, to, n)),
-        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Decimal(p, s)) => {
-            rows.extend(v.iter().map(|x| decimal::rescale(*x, from, s, p)));
-            None
+        (ColumnData::Int(_) | ColumnData::Wide(_), DataType::Decimal(_, from), DataType::Decimal(p, s)) => {
+            unscaled().map(|x| decimal::rescale(x, from, s, p)).collect()
         }
         (ColumnData::Int(v), DataType::Bigint, DataType::Decimal(p, s)) => {
-            rows.extend(v.iter().map(|x| decimal::rescale(*x, 0, s, p)));
-            None
+            v.iter().map(|x| decimal::rescale(i128::from(*x), 0, s, p)).collect()
         }
-        (ColumnData::Float(v), _, DataType::Decimal(p, s)) => {
-            rows.extend(v.iter().map(|x| decimal::from_f64(*x, p, s)));
-            None
-        }
-        (ColumnData::Str(t), _, DataType::Decimal(p, s)) => {
-            rows.extend(t.iter().map(|x| decimal::parse(x, p, s)));
-            None
-        }
+        (ColumnData::Float(v), _, DataType::Decimal(p, s)) => v.iter().map(|x| decimal::from_f64(*x, p, s)).collect(),
+        (ColumnData::Str(t), _, DataType::Decimal(p, s)) => t.iter().map(|x| decimal::parse(x, p, s)).collect(),
         (ColumnData::Bool(v), _, DataType::Decimal(p, s)) => {
-            rows.extend(v.iter().map(|x| decimal::rescale(i64::from(*x), 0, s, p)));
-            None
+            v.iter().map(|x| decimal::rescale(i128::from(*x), 0, s, p)).collect()
         }
         // PostgreSQL's numeric → integer rounds half away from zero.
-        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Bigint) => {
-            rows.extend(v.iter().map(|x| decimal::rescale(*x, from, 0, 19)));
-            None
+        (_, DataType::Decimal(_, from), DataType::Bigint) => {
+            let rows: Vec<Option<i64>> =
+                unscaled().map(|x| decimal::rescale(x, from, 0, 19).and_then(|v| i64::try_from(v).ok())).collect();
+            let mut validity = c.validity.clone();
+            let values = rows
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    r.unwrap_or_else(|| {
+                        validity.get_or_insert_with(|| vec![true; n])[i] = false;
+                        0
+                    })
+                })
+                .collect();
+            return Ok(Column::new(to, ColumnData::Int(values), validity));
         }
-        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::Double) => {
-            Some(ColumnData::Float(v.iter().map(|x| decimal::to_f64(*x, from)).collect()))
+        (_, DataType::Decimal(_, from), DataType::Double) => {
+            return Ok(Column::new(
+                to,
+                ColumnData::Float(unscaled().map(|x| decimal::to_f64(x, from)).collect()),
+                c.validity.clone(),
+            ));
         }
-        (ColumnData::Int(v), DataType::Decimal(..), DataType::Boolean) => {
-            Some(ColumnData::Bool(v.iter().map(|x| *x != 0).collect()))
+        (_, DataType::Decimal(..), DataType::Boolean) => {
+            return Ok(Column::new(to, ColumnData::Bool(unscaled().map(|x| x != 0).collect()), c.validity.clone()));
         }
-        (ColumnData::Int(v), DataType::Decimal(_, from), DataType::String) => {
+        (_, DataType::Decimal(_, from), DataType::String) => {
             let mut out = StrData::with_capacity(n, n * 12);
             let mut scratch = Vec::with_capacity(24);
-            for x in v {
+            for x in unscaled() {
                 scratch.clear();
-                decimal::write(*x, from, &mut scratch);
+                decimal::write(x, from, &mut scratch);
                 out.push(std::str::from_utf8(&scratch).unwrap_or_default());
             }
-            Some(ColumnData::Str(out))
+            return Ok(Column::new(to, ColumnData::Str(out), c.validity.clone()));
         }
         (_, from, to) => return Err(Error::Internal(format!("no cast from {from} to {to}"))),
     };
-    if let Some(data) = data {
-        return Ok(Column::new(to, data, c.validity.clone()));
-    }
-    let mut validity = c.validity.clone();
-    let mut values = Vec::with_capacity(n);
-    for (i, r) in rows.into_iter().enumerate() {
-        values.push(r.unwrap_or_else(|| {
-            validity.get_or_insert_with(|| vec![true; n])[i] = false;
-            0
-        }));
-    }
-    Ok(Column::new(to, ColumnData::Int(values), validity))
+    Ok(Column::decimals(to, rows, c.validity.clone()))
 }
 
 /// LIKE / ILIKE over a string column (ILIKE patterns are lower-cased at plan time).

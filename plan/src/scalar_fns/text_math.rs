@@ -120,6 +120,13 @@ pub(super) fn eval(
             map_rows_f64(&[a], n, |i| f(x[i]))
         }
         ScalarFunc::Sign => {
+            // A decimal's sign is -1, 0 or 1 at its scale (NULL where its
+            // type has no integer digit).
+            if let DataType::Decimal(p, s) = a.data_type {
+                let one = crate::decimal::pow10(s);
+                let rows = (0..n).map(|i| crate::decimal::fit(a.decimal(i).signum() * one, p)).collect();
+                return Ok(Some(Column::decimals(a.data_type, rows, a.validity.clone())));
+            }
             let data = match &a.data {
                 ColumnData::Int(v) => ColumnData::Int(v.iter().map(|x| x.signum()).collect()),
                 ColumnData::Float(v) => {

@@ -239,8 +239,19 @@ impl RowsScope<'_> {
                     ));
                 }
                 // SUM, MIN and MAX of a decimal stay exact; AVG and the
-                // moments of one are doubles here.
+                // moments of one are doubles here. A frame keeps its values
+                // as i64s, so a wider decimal is refused, naming the fix.
                 let keep_int = f == AggFunc::Sum || !numeric;
+                if keep_int && e.data_type().is_wide() {
+                    return Err(SqlError::at_node(
+                        *x,
+                        format!(
+                            "{name} OVER a ROWS frame takes decimals of up to 18 digits, got {}: cast the argument \
+                             to DECIMAL(18, s) or DOUBLE",
+                            e.data_type()
+                        ),
+                    ));
+                }
                 Some(if keep_int || e.data_type() == DataType::Double { e } else { cast(e, DataType::Double) })
             }
             _ => return Err(SqlError::at_node(node, format!("wrong arguments for {name}"))),

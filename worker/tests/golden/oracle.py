@@ -52,7 +52,7 @@ import json
 import math
 import re
 import sys
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, getcontext
 from pathlib import Path
 
 import duckdb
@@ -61,6 +61,10 @@ import yaml
 HERE = Path(__file__).resolve().parent
 CASES = HERE / "cases"
 EXPECTED = HERE / "expected"
+
+# Room for every digit of a DECIMAL(38, s) value and more: Python's
+# default context keeps 28 significant digits and would round them.
+getcontext().prec = 100
 
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
@@ -140,12 +144,23 @@ MACROS = [
     """CREATE MACRO dec_div6(a, sa, b, sb) AS CASE WHEN unscaled(b) = 0 THEN NULL ELSE
          CAST(sign(unscaled(a)) * sign(unscaled(b))
               * ((abs(unscaled(a)) * CAST(pow(10, 6 - sa + sb) AS HUGEINT) * 2 + abs(unscaled(b)))
-                 // (2 * abs(unscaled(b)))) AS DECIMAL(18,0))
+                 // (2 * abs(unscaled(b)))) AS DECIMAL(38,0))
          * CAST('0.000001' AS DECIMAL(7,6)) END""",
     """CREATE MACRO wrap_bigint(h) AS CAST(
          ((CAST(h AS HUGEINT) + 9223372036854775808) % 18446744073709551616 + 18446744073709551616)
          % 18446744073709551616 - 9223372036854775808 AS BIGINT)""",
 ]
+
+
+def dec_mul(a, b, scale):
+    """a * b as decimal text (DuckDB's DECIMAL text in and out), exact and
+    rounded half away from zero to `scale` places: a product whose exact
+    form passes 38 digits, which DuckDB's DECIMAL multiplication refuses
+    and Sluice computes in 256 bits."""
+    if a is None or b is None:
+        return None
+    product = Decimal(a) * Decimal(b)
+    return str(product.quantize(Decimal(1).scaleb(-scale), rounding=ROUND_HALF_UP))
 
 
 class Invalid(Exception):
@@ -385,6 +400,7 @@ def compute(case: dict) -> dict:
     con.execute("SET TimeZone = 'UTC'")
     for macro in MACROS:
         con.execute(macro)
+    con.create_function("dec_mul", dec_mul, ["VARCHAR", "VARCHAR", "INTEGER"], "VARCHAR", null_handling="special")
     dead_letter = load(con, "input", case["source"], case.get("input", ""))
     # A case over two sources (UNION ALL, joins) has the second as table
     # input2; a join of a join, the third as input3.

@@ -607,17 +607,17 @@ fn read_value(
             if !used {
                 return Ok(());
             }
-            batch.columns[col].push_i64(v)
+            batch.columns[col].push_decimal(v)
         }
         Conv::IntegerToDecimal { wide, precision, to } => {
             let x = if wide { cur.long()? } else { i64::from(cur.int()?) };
-            let v = sluice_plan::decimal::rescale(x, 0, to, precision).ok_or_else(|| {
+            let v = sluice_plan::decimal::rescale(i128::from(x), 0, to, precision).ok_or_else(|| {
                 format!("column `{}`: {x} does not fit decimal({precision},{to})", name(columns, col))
             })?;
             if !used {
                 return Ok(());
             }
-            batch.columns[col].push_i64(v)
+            batch.columns[col].push_decimal(v)
         }
         Conv::StringToDecimal { precision, to } => {
             let text = cur.text()?;
@@ -628,18 +628,24 @@ fn read_value(
             if !used {
                 return Ok(());
             }
-            batch.columns[col].push_i64(v)
+            batch.columns[col].push_decimal(v)
         }
     };
     pushed.map_err(|e| e.to_string())
 }
 
-/// A big-endian two's-complement integer of at most 16 bytes.
-fn unscaled(bytes: &[u8]) -> Option<i128> {
-    if bytes.len() > 16 {
-        return None;
-    }
+/// A big-endian two's-complement integer that fits 16 bytes (a longer
+/// `fixed` whose leading bytes only extend the sign, as a `fixed(20)` of a
+/// small value has, reads too).
+fn unscaled(mut bytes: &[u8]) -> Option<i128> {
     let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 };
+    while bytes.len() > 16 {
+        // A dropped byte must be fill, and the byte after it keep the sign.
+        if bytes[0] != fill || (bytes[1] & 0x80 != 0) != (fill != 0) {
+            return None;
+        }
+        bytes = &bytes[1..];
+    }
     let mut word = [fill; 16];
     word[16 - bytes.len()..].copy_from_slice(bytes);
     Some(i128::from_be_bytes(word))

@@ -121,7 +121,7 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                 }
                 (DataType::Decimal(precision, scale), column) => {
                     let v = sluice_plan::decimal::parse(std::str::from_utf8(bytes).ok()?, precision, scale)?;
-                    push_i64(column, false, v)?;
+                    push_decimal(column, v)?;
                 }
                 _ => return None,
             }
@@ -155,7 +155,7 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                 // Every digit of the text, not a double's 15 or 17.
                 DataType::Decimal(precision, scale) => {
                     let v = sluice_plan::decimal::parse(std::str::from_utf8(&p[i..end]).ok()?, precision, scale)?;
-                    push_i64(column, false, v)?;
+                    push_decimal(column, v)?;
                 }
                 _ => return None,
             }
@@ -195,6 +195,13 @@ fn push_i64(column: Option<&mut sluice_plan::Column>, time_bounded: bool, x: i64
     }
     if let Some(c) = column {
         c.push_i64(x).ok()?;
+    }
+    Some(())
+}
+
+fn push_decimal(column: Option<&mut sluice_plan::Column>, v: i128) -> Option<()> {
+    if let Some(c) = column {
+        c.push_decimal(v).ok()?;
     }
     Some(())
 }

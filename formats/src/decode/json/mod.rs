@@ -485,9 +485,14 @@ impl ValueSeed<'_> {
 
     /// A decimal read from `text` (a number's digits or a string), rounded
     /// to the column's scale; a value too large for it is an error.
-    fn push_decimal<E: de::Error>(self, shown: &dyn fmt::Display, read: Option<i64>) -> Result<(), E> {
+    fn push_decimal<E: de::Error>(self, shown: &dyn fmt::Display, read: Option<i128>) -> Result<(), E> {
         match read {
-            Some(v) => self.push_i64(v),
+            Some(v) => {
+                if let Some(c) = self.column {
+                    c.push_decimal(v).map_err(E::custom)?;
+                }
+                Ok(())
+            }
             None => Err(self.mismatch(format_args!("{shown}, which does not fit {}", self.data_type))),
         }
     }
@@ -546,7 +551,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             DataType::Bigint | DataType::Timestamp => self.push_i64(v),
             #[allow(clippy::cast_precision_loss)]
             DataType::Double => self.push_f64(v as f64),
-            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::rescale(v, 0, s, p)),
+            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::rescale(i128::from(v), 0, s, p)),
             _ => Err(self.mismatch(format_args!("number {v}"))),
         }
     }
@@ -557,7 +562,7 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             #[allow(clippy::cast_precision_loss)]
             (DataType::Double, _) => self.push_f64(v as f64),
             (DataType::Decimal(p, s), _) => {
-                self.push_decimal(&v, i64::try_from(v).ok().and_then(|v| sluice_plan::decimal::rescale(v, 0, s, p)))
+                self.push_decimal(&v, sluice_plan::decimal::rescale(i128::from(v), 0, s, p))
             }
             _ => Err(self.mismatch(format_args!("number {v}"))),
         }

@@ -544,6 +544,10 @@ fn push_default(columns: &JsonDecoder, batch: &mut Batch, col: usize, value: &De
     }
     let column = &mut batch.columns[col];
     let pushed = match value {
+        // A decimal's default is zero, in its storage.
+        Default::Int(x) if matches!(column.data_type, sluice_plan::DataType::Decimal(..)) => {
+            column.push_decimal(i128::from(*x))
+        }
         Default::Int(x) => column.push_i64(time(columns, col, Some(*x))?),
         Default::Float(x) => column.push_f64(*x),
         Default::Bool(x) => column.push_bool(*x),
@@ -589,7 +593,7 @@ fn push(
         (slot @ (Slot::Int(_) | Slot::Float(_) | Slot::Text(..)), sluice_plan::DataType::Decimal(p, s)) => {
             use sluice_plan::decimal;
             let v = match slot {
-                Slot::Int(x) => decimal::rescale(x, 0, s, p),
+                Slot::Int(x) => decimal::rescale(i128::from(x), 0, s, p),
                 Slot::Float(x) => decimal::from_f64(x, p, s),
                 Slot::Text(a, b) => decimal::parse(text(a, b)?, p, s),
                 _ => None,
@@ -598,7 +602,7 @@ fn push(
             if !columns.used[col] {
                 return Ok(());
             }
-            batch.columns[col].push_i64(v)
+            batch.columns[col].push_decimal(v)
         }
         _ if !columns.used[col] => return Ok(()),
         (Slot::Int(x), sluice_plan::DataType::Double) =>
