@@ -235,6 +235,8 @@ const SQL_SEEDS: &[&str] = &[
      TIMESTAMPDIFF('hour', ts, ts) AS h, INITCAP(s) AS i FROM t",
     "SELECT s, SUM(m) AS t, AVG(m) AS a, MAX(m * 1.1) AS x, ROUND(m / CAST(n AS DECIMAL(18, 2)), 3) AS r, \
      CAST(CAST(s AS DECIMAL(5, 2)) AS STRING) AS c FROM t GROUP BY s HAVING MIN(m) > 0.01",
+    "SELECT w, SUM(w) AS t, AVG(w) AS a, MIN(w * m) AS x, ROUND(w / m, 3) AS r, CAST(w AS BIGINT) AS b, \
+     CAST(CAST(s AS DECIMAL(38, 2)) AS STRING) AS c FROM t GROUP BY w HAVING MAX(w) > 123456789012345678901234567890",
 ];
 
 const SQL_DICTIONARY: &[&str] = &[
@@ -252,7 +254,10 @@ const SQL_DICTIONARY: &[&str] = &[
     "INITCAP(",
     " AS DECIMAL(18, 4))",
     " AS DECIMAL(3, 3))",
+    " AS DECIMAL(38, 10))",
+    " AS DECIMAL(38, 38))",
     "m",
+    "w",
     "MONTH, ",
     "YEAR, ",
     "QUARTER, ",

@@ -86,6 +86,7 @@ fn key() -> impl Strategy<Value = String> {
         "unread",
         "note",
         "amount",
+        "big",
         "memo",
         "memo",
         "other",
@@ -150,13 +151,32 @@ fn record() -> impl Strategy<Value = String> {
         ])
         .prop_map(str::to_owned),
     ];
+    // A decimal(38,10) column: up to 38 digits (and 39, too many), places
+    // past the scale rounded.
+    let big = prop_oneof![
+        (any::<i128>(), 0u32..14).prop_map(|(v, places)| {
+            let text = (v / 10).unsigned_abs().to_string();
+            let cut = text.len().saturating_sub(places as usize);
+            let sign = if v < 0 { "-" } else { "" };
+            format!("{sign}{}.{}", &text[..cut].trim_start_matches('0').to_owned().max("0".into()), &text[cut..])
+        }),
+        prop::sample::select(vec![
+            "9999999999999999999999999999.99999999995",
+            "\"-9999999999999999999999999999.9999999999\"",
+            "99999999999999999999999999999",
+            "1e27",
+            "1e28",
+            "null",
+        ])
+        .prop_map(str::to_owned),
+    ];
     let good = (
         (any::<i64>(), price, "[a-z]{0,8}", 0i64..2_000_000_000_000, any::<bool>()),
-        (memo, undeclared, amount),
+        (memo, undeclared, amount, big),
     )
-        .prop_map(|((id, price, name, ts, flag), (memo, undeclared, amount))| {
+        .prop_map(|((id, price, name, ts, flag), (memo, undeclared, amount, big))| {
             format!(
-                r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"memo":"{memo}","note":null,"amount":{amount}{undeclared}}}"#
+                r#"{{"id":{id},"price":{price},"name":"{name}","ts":{ts},"flag":{flag},"memo":"{memo}","note":null,"amount":{amount},"big":{big}{undeclared}}}"#
             )
         });
     prop_oneof![

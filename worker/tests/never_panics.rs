@@ -161,9 +161,11 @@ fn shaped() -> impl Strategy<Value = String> {
         "ts",
         "b",
         "m",
+        "w",
         "0",
         "-1",
         "0.001",
+        "123456789012345678901234567890",
         "9223372036854775807",
         "-9223372036854775808",
         "1e308",
@@ -223,6 +225,10 @@ fn shaped() -> impl Strategy<Value = String> {
         "CAST({} AS DECIMAL(18, 0)) / CAST({} AS DECIMAL(18, 18))",
         "ROUND(CAST({} AS DECIMAL(9, 2)), {})",
         "GREATEST(m, {}, {})",
+        "CAST({} AS DECIMAL(38, 10)) * CAST({} AS DECIMAL(38, 10))",
+        "CAST({} AS DECIMAL(38, 0)) / CAST({} AS DECIMAL(38, 38))",
+        "w % {}",
+        "GREATEST(w, {}, {})",
     ]);
     (func, operand.clone(), operand).prop_map(|(f, a, b)| {
         let e = f.replacen("{}", a, 1).replacen("{}", b, 1);
@@ -250,6 +256,8 @@ fn clauses() -> impl Strategy<Value = String> {
         "n + 1",
         "m",
         "m * m",
+        "w",
+        "w * w",
     ]);
     let agg = prop::sample::select(vec!["SUM", "AVG", "MIN", "MAX", "COUNT", "STDDEV"]);
     let interval = prop::sample::select(vec![

@@ -24,6 +24,8 @@ pub fn all_types_source(ts: ColumnType) -> SourceSpec {
                 ("b", ColumnType::Boolean, false),
                 ("ts", ts, false),
                 ("m", ColumnType::Decimal { precision: 18, scale: 4 }, false),
+                // 38 digits: i128 storage.
+                ("w", ColumnType::Decimal { precision: 38, scale: 10 }, false),
             ],
         )
     }
@@ -45,20 +47,22 @@ pub fn decoder_source() -> SourceSpec {
             // A text column the query does not read: checked, not kept.
             ("memo", ColumnType::String, false),
             ("amount", ColumnType::Decimal { precision: 12, scale: 2 }, false),
+            ("big", ColumnType::Decimal { precision: 38, scale: 10 }, false),
         ],
     )
 }
 
 /// The query the decoders run over [`decoder_source`].
-pub const DECODER_SQL: &str = "SELECT id, price, name, ts, flag, note, amount FROM t";
+pub const DECODER_SQL: &str = "SELECT id, price, name, ts, flag, note, amount, big FROM t";
 
 /// Records at the edges of every type over [`all_types_source`], and some
 /// the decoder must reject.
 pub const EXTREME_RECORDS: &[&str] = &[
-    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0,"m":0.0001}"#,
-    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000,"m":-99999999999999.9999}"#,
-    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000,"m":"99999999999999.9999"}"#,
-    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808,"m":1e-400}"#,
+    r#"{"s":"abc","d":1.5,"n":1,"b":true,"ts":0,"m":0.0001,"w":0.0000000001}"#,
+    r#"{"s":"","d":-1e308,"n":-9223372036854775808,"b":false,"ts":-8640000000000000,"m":-99999999999999.9999,"w":-9999999999999999999999999999.9999999999}"#,
+    r#"{"s":"ÄÖü ß","d":1e308,"n":9223372036854775807,"b":null,"ts":8640000000000000,"m":"99999999999999.9999","w":"9999999999999999999999999999.9999999999"}"#,
+    r#"{"s":null,"d":null,"n":0,"ts":-9223372036854775808,"m":1e-400,"w":1e-400}"#,
+    r#"{"s":"x","d":0.0,"n":-1,"ts":0,"w":99999999999999999999999999999}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":0,"m":100000000000000}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":9223372036854775807}"#,
     r#"{"s":"x","d":0.0,"n":-1,"ts":-9223372036854770000}"#,
