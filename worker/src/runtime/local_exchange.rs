@@ -45,8 +45,14 @@ pub fn channels(partitions: usize) -> (Vec<Sender<Chunk>>, Vec<Receiver<Chunk>>)
 }
 
 /// Bytes of chunks (a batch's frames for one partition) in flight over all
-/// of a run's exchanges above which the source is not read.
-pub const BACKLOG_LIMIT: usize = 64 << 20;
+/// of a run's exchanges above which the source is not read. Small: what is
+/// in flight is memory beside the state (chunks are allocated a batch's
+/// worth at a time, so the real total runs past the count), and a batch
+/// of a join's wide rows is megabytes on its own. At 64 MiB Nexmark q9's
+/// peak RSS was 411–416 MiB for 160 MiB of state; at 8 MiB it is 320 MiB,
+/// q20's 520 → 450 MiB, at the same rates (docs/benchmarks.md, "The local
+/// exchange's backlog").
+pub const BACKLOG_LIMIT: usize = 8 << 20;
 
 /// Bytes of chunks sent and not yet read, over all of a run's exchanges.
 pub type Backlog = Arc<AtomicUsize>;
