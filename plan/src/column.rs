@@ -111,7 +111,7 @@ impl Column {
 
     pub fn with_capacity(data_type: DataType, rows: usize) -> Self {
         let data = match data_type {
-            DataType::Decimal(p, _) if !crate::decimal::is_narrow(p) => ColumnData::Wide(Vec::with_capacity(rows)),
+            t if t.is_wide() => ColumnData::Wide(Vec::with_capacity(rows)),
             DataType::Bigint | DataType::Timestamp | DataType::Decimal(..) => ColumnData::Int(Vec::with_capacity(rows)),
             DataType::Double => ColumnData::Float(Vec::with_capacity(rows)),
             DataType::Boolean => ColumnData::Bool(Vec::with_capacity(rows)),

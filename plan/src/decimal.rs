@@ -257,7 +257,7 @@ pub fn literal(x: f64) -> Option<(i128, u8, u8)> {
 #[inline]
 pub fn arith(op: crate::ArithOp, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8) -> Option<i128> {
     use crate::ArithOp::*;
-    if !small(a, sa, b, sb) || op == Div {
+    if !small(a, sa, b, sb) {
         return arith_wide(op, a, sa, b, sb, p, s);
     }
     // Both operands under 19 digits at scales up to 18: every aligned
@@ -275,7 +275,9 @@ pub fn arith(op: crate::ArithOp, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8)
             aligned(a, sa) % d
         }
         Mul => return rescale(a * b, sa + sb, s, p),
-        Div => return None,
+        // A quotient's dividend is shifted by up to 36 places here: past
+        // an i128, whatever the operands.
+        Div => return arith_wide(op, a, sa, b, sb, p, s),
     };
     rescale(v, top, s, p)
 }

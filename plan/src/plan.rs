@@ -333,13 +333,7 @@ impl AggFunc {
             // Every digit the sum can take in the argument's storage (18 for
             // a decimal of up to 18 digits, 38 beyond), at its scale.
             Self::Sum if matches!(arg, DataType::Decimal(..)) => {
-                let (p, s) = arg.decimal_parts();
-                let cap = if crate::decimal::is_narrow(p) {
-                    crate::decimal::NARROW_PRECISION
-                } else {
-                    crate::decimal::MAX_PRECISION
-                };
-                DataType::Decimal(cap, s)
+                DataType::Decimal(DataType::decimal_cap(&[arg]), arg.decimal_parts().1)
             }
             Self::Min | Self::Max => arg,
             _ => DataType::Double,

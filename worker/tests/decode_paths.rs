@@ -102,6 +102,15 @@ fn space() -> impl Strategy<Value = &'static str> {
     prop::sample::select(vec!["", "", "", " ", "\n", "\t ", "\r\n"])
 }
 
+/// The digits of `v` as decimal text with a point `places` digits from
+/// the right (`-0.05`, `123.4`).
+fn with_places(v: u128, negative: bool, places: u32) -> String {
+    let text = v.to_string();
+    let cut = text.len().saturating_sub(places as usize);
+    let sign = if negative { "-" } else { "" };
+    format!("{sign}{}.{}", &text[..cut].trim_start_matches('0').to_owned().max("0".into()), &text[cut..])
+}
+
 /// A record: mostly objects of fields, sometimes broken.
 fn record() -> impl Strategy<Value = String> {
     let field =
@@ -133,12 +142,7 @@ fn record() -> impl Strategy<Value = String> {
     // numbers a double cannot hold), rounded, or too large.
     let amount = prop_oneof![
         (-1e10f64..1e10).prop_map(|v| format!("{v}")),
-        (any::<i64>(), 0u32..6).prop_map(|(v, places)| {
-            let text = v.unsigned_abs().to_string();
-            let cut = text.len().saturating_sub(places as usize);
-            let sign = if v < 0 { "-" } else { "" };
-            format!("{sign}{}.{}", &text[..cut].trim_start_matches('0').to_owned().max("0".into()), &text[cut..])
-        }),
+        (any::<i64>(), 0u32..6).prop_map(|(v, places)| with_places(u128::from(v.unsigned_abs()), v < 0, places)),
         // 21 digits: a double reads 1234567890.125 and would round up.
         prop::sample::select(vec![
             "9999999999.994",
@@ -154,12 +158,7 @@ fn record() -> impl Strategy<Value = String> {
     // A decimal(38,10) column: up to 38 digits (and 39, too many), places
     // past the scale rounded.
     let big = prop_oneof![
-        (any::<i128>(), 0u32..14).prop_map(|(v, places)| {
-            let text = (v / 10).unsigned_abs().to_string();
-            let cut = text.len().saturating_sub(places as usize);
-            let sign = if v < 0 { "-" } else { "" };
-            format!("{sign}{}.{}", &text[..cut].trim_start_matches('0').to_owned().max("0".into()), &text[cut..])
-        }),
+        (any::<i128>(), 0u32..14).prop_map(|(v, places)| with_places((v / 10).unsigned_abs(), v < 0, places)),
         prop::sample::select(vec![
             "9999999999999999999999999999.99999999995",
             "\"-9999999999999999999999999999.9999999999\"",
