@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export SLUICE_RUN_DIR="${SLUICE_RUN_DIR:-$PWD/target/harness}"
 mkdir -p "$SLUICE_RUN_DIR"
+# A clean checkout builds once: incremental-compilation caches would only
+# add gigabytes to target/ (set CARGO_INCREMENTAL=1 to keep them locally).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 start=$(date +%s)
 step() { printf '\n==> [%4ss] %s\n' "$(( $(date +%s) - start ))" "$*"; }
 
