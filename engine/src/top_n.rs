@@ -13,12 +13,14 @@
 //!
 //! Keys are found through the same group table as aggregates (no
 //! allocation for a key already seen); a row is copied into state only
-//! when it enters a top N.
+//! when it enters a top N, as one run of bytes (`sluice_plan::row_bytes`):
+//! one allocation per kept row, not one per value and string.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
@@ -26,15 +28,67 @@ use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSi
 use crate::pages::{
     DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
 };
-use sluice_plan::{Batch, Column, ColumnData, Scalar, TopNPlan, eval};
+use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval, row_bytes};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// A row in a top N.
+#[derive(Debug, Clone)]
 struct Kept {
+    /// The first ORDER BY key's value, compared with every row of the key.
     order: Scalar,
-    /// The source columns the query reads (others are NULL), then the
-    /// values of the ORDER BY keys after the first (in the row, so a
-    /// checkpoint of a plan without them reads as before).
+    /// The values of the ORDER BY keys after the first (none, and no
+    /// allocation, for most plans).
+    then: Box<[Scalar]>,
+    /// Every source column's value ([`row_bytes`]), NULL for the columns
+    /// the query does not read.
+    row: Box<[u8]>,
+}
+
+/// A kept row as checkpoints hold it: the order value, then one list of
+/// the source columns' values followed by the further keys' values (the
+/// layout rows had as `Vec<Scalar>`, so checkpoints of either read as the
+/// other).
+#[derive(Deserialize)]
+struct KeptIn {
+    order: Scalar,
     row: Vec<Scalar>,
+}
+
+impl Serialize for Kept {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut kept = serializer.serialize_struct("Kept", 2)?;
+        kept.serialize_field("order", &self.order)?;
+        kept.serialize_field("row", &KeptValues(self))?;
+        kept.end()
+    }
+}
+
+/// A kept row's values as one list, each serialised as its `Scalar`.
+struct KeptValues<'a>(&'a Kept);
+
+impl Serialize for KeptValues<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let Kept { row, then, .. } = self.0;
+        let mut seq = serializer.serialize_seq(Some(row_bytes::values(row).count() + then.len()))?;
+        for value in row_bytes::values(row) {
+            seq.serialize_element(&value.map_err(serde::ser::Error::custom)?)?;
+        }
+        for value in then {
+            seq.serialize_element(value)?;
+        }
+        seq.end()
+    }
+}
+
+impl KeptIn {
+    /// The row, its first `width` values the source columns'.
+    fn into_kept(self, width: usize) -> Kept {
+        let mut row = Vec::new();
+        let mut values = self.row.into_iter();
+        for value in values.by_ref().take(width) {
+            row_bytes::push(value.borrowed(), &mut row);
+        }
+        Kept { order: self.order, then: values.collect(), row: row.into_boxed_slice() }
+    }
 }
 
 #[derive(Debug)]
@@ -46,17 +100,30 @@ pub struct TopNOperator {
     /// Per key id: its best rows, best first.
     kept: Vec<Vec<Kept>>,
     rows: usize,
-    /// What the kept rows' strings hold on the heap, kept as rows come and go.
+    /// Rows the lists have room for (`rows` and the spare room).
+    slots: usize,
+    /// What the kept rows hold on the heap (their bytes, strings of their
+    /// ORDER BY values), kept as rows come and go.
     heap: usize,
     key: Vec<u8>,
+    /// A row being encoded (scratch).
+    encoded: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A full checkpoint, written by reference...
+#[derive(Serialize)]
+struct TopNStateRef<'a> {
+    table: GroupTableState,
+    kept: &'a [Vec<Kept>],
+}
+
+/// ...and read back owned.
+#[derive(Deserialize)]
 struct TopNState {
     table: GroupTableState,
-    kept: Vec<Vec<Kept>>,
+    kept: Vec<Vec<KeptIn>>,
 }
 
 /// The keys of one page of an incremental checkpoint and their rows,
@@ -71,16 +138,18 @@ struct TopNPageRef<'a> {
 #[derive(Deserialize)]
 struct TopNPage {
     keys: Vec<Option<Vec<u8>>>,
-    kept: Vec<Vec<Kept>>,
+    kept: Vec<Vec<KeptIn>>,
 }
 
 impl Kept {
-    /// What its strings hold on the heap, each with its allocator header.
+    /// What it holds on the heap, each allocation with its 16-byte header.
     fn heap_bytes(&self) -> usize {
-        std::iter::once(&self.order)
-            .chain(&self.row)
+        let strings: usize = std::iter::once(&self.order)
+            .chain(&self.then)
             .map(|v| if let Scalar::String(s) = v { s.capacity() + 16 } else { 0 })
-            .sum()
+            .sum();
+        let then = if self.then.is_empty() { 0 } else { self.then.len() * size_of::<Scalar>() + 16 };
+        self.row.len() + 16 + then + strings
     }
 }
 
@@ -129,8 +198,10 @@ impl TopNOperator {
             table: GroupTable::default(),
             kept: Vec::new(),
             rows: 0,
+            slots: 0,
             heap: 0,
             key: Vec::new(),
+            encoded: Vec::new(),
             dirty: DirtyPages::default(),
         }
     }
@@ -141,8 +212,7 @@ impl TopNOperator {
     fn ahead(&self, order: &Column, then: &[Cow<'_, Column>], r: usize, old: &Kept) -> bool {
         let directed = |o: Ordering, descending: bool| if descending { o.reverse() } else { o };
         let mut o = directed(compare_cell(order, r, &old.order), self.plan.descending);
-        let kept_then = old.row.get(self.used.len()..).unwrap_or_default();
-        for ((key, column), value) in self.plan.then_by.iter().zip(then).zip(kept_then) {
+        for ((key, column), value) in self.plan.then_by.iter().zip(then).zip(&old.then) {
             if o != Ordering::Equal {
                 break;
             }
@@ -155,8 +225,8 @@ impl TopNOperator {
     fn emit(&self, gid: usize, rank: usize, out: &mut Batch) -> Result<(), Error> {
         let kept = &self.kept[gid][rank];
         let width = self.used.len();
-        for (c, value) in kept.row.iter().take(width).enumerate() {
-            out.columns[c].push_scalar(value)?;
+        for (c, value) in row_bytes::values(&kept.row).take(width).enumerate() {
+            out.columns[c].push_value(value?)?;
         }
         out.columns[width].push_i64(i64::try_from(rank + 1).unwrap_or(i64::MAX))?;
         out.len += 1;
@@ -193,26 +263,36 @@ impl Operator for TopNOperator {
                 continue;
             }
             // Only a row that enters the top N is copied into state.
-            let value = order.scalar(r);
-            let row = self
-                .used
-                .iter()
-                .enumerate()
-                .map(|(c, u)| if *u { batch.columns[c].scalar(r) } else { Scalar::Null })
-                .chain(then.iter().map(|c| c.scalar(r)))
-                .collect();
+            self.encoded.clear();
+            for (c, u) in self.used.iter().enumerate() {
+                let value = if *u { batch.columns[c].value(r) } else { ScalarRef::Null };
+                row_bytes::push(value, &mut self.encoded);
+            }
+            let kept = Kept {
+                order: order.scalar(r),
+                then: then.iter().map(|c| c.scalar(r)).collect(),
+                row: self.encoded.as_slice().into(),
+            };
             self.dirty.mark(u32::try_from(gid).unwrap_or(u32::MAX));
-            let kept = Kept { order: value, row };
             self.heap += kept.heap_bytes();
             let list = &mut self.kept[gid];
-            list.insert(at, kept);
-            if list.len() > self.limit {
+            // The last row leaves before the new one enters, so a full
+            // list never grows past its N; below it a list doubles, up to
+            // N (a deduplication's list is one row long, not the four a
+            // vector grows to).
+            if list.len() >= self.limit {
                 if let Some(out) = list.pop() {
                     self.heap -= out.heap_bytes();
                 }
             } else {
+                if list.len() == list.capacity() {
+                    let before = list.capacity();
+                    list.reserve_exact(before.max(1).min(self.limit - before));
+                    self.slots += list.capacity() - before;
+                }
                 self.rows += 1;
             }
+            list.insert(at, kept);
             for rank in at..self.kept[gid].len() {
                 self.emit(gid, rank, out.rows)?;
             }
@@ -221,26 +301,27 @@ impl Operator for TopNOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        // Per key its list (a vector in the outer one, and an allocation
-        // of its own); per row its slot in the list and its cells, as
-        // allocated (a 16-byte allocator header each), strings counted as
-        // they come and go (`heap`).
-        let per_row = size_of::<Kept>() + 16 + (self.used.len() + self.plan.then_by.len()) * size_of::<Scalar>();
-        let per_key = size_of::<Vec<Kept>>() + 16;
-        let bytes = self.table.heap_bytes() + self.table.live() * per_key + self.rows * per_row + self.heap;
+        // Per key id its list (a vector in the outer one) and, for a live
+        // key, the list's allocation (a 16-byte allocator header, and its
+        // slots); per row what it holds on the heap (`heap`, kept as rows
+        // come and go).
+        let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.table.live() * 16;
+        let bytes = self.table.heap_bytes() + keys + self.slots * size_of::<Kept>() + self.heap;
         StateSize { bytes, entries: self.rows }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::TopN, &TopNState { table: self.table.to_state(), kept: self.kept.clone() }, out)
+        write_state(OperatorTag::TopN, &TopNStateRef { table: self.table.to_state(), kept: &self.kept }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let state: TopNState = read_state(OperatorTag::TopN, bytes)?;
         self.table = GroupTable::from_state(state.table);
-        self.rows = state.kept.iter().map(Vec::len).sum();
-        self.heap = state.kept.iter().flatten().map(Kept::heap_bytes).sum();
-        self.kept = state.kept;
+        let width = self.used.len();
+        self.kept = state.kept.into_iter().map(|list| list.into_iter().map(|k| k.into_kept(width)).collect()).collect();
+        self.rows = self.kept.iter().map(Vec::len).sum();
+        self.slots = self.kept.iter().map(Vec::capacity).sum();
+        self.heap = self.kept.iter().flatten().map(Kept::heap_bytes).sum();
         self.dirty.clear();
         Ok(())
     }
@@ -258,6 +339,7 @@ impl Operator for TopNOperator {
         self.kept = vec![Vec::new(); head.groups as usize];
         self.table = head.table();
         self.rows = 0;
+        self.slots = 0;
         self.heap = 0;
         self.dirty.clear();
         Ok(())
@@ -278,9 +360,12 @@ impl Operator for TopNOperator {
         let p: TopNPage = read_page(page, bytes)?;
         restore_page_keys(&mut self.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
+        let width = self.used.len();
         for (i, rows) in p.kept.into_iter().enumerate() {
             if let Some(slot) = self.kept.get_mut(start + i) {
+                let rows: Vec<Kept> = rows.into_iter().map(|k| k.into_kept(width)).collect();
                 self.rows += rows.len();
+                self.slots += rows.capacity();
                 self.heap += rows.iter().map(Kept::heap_bytes).sum::<usize>();
                 *slot = rows;
             }
@@ -321,6 +406,32 @@ mod tests {
             assert_eq!(compare_cell(&decimals, 0, &b), compare(&decimals.scalar(0), &b), "{b:?}");
         }
         assert_eq!(compare(&Scalar::Decimal(125, 2), &Scalar::Decimal(124, 2)), Ordering::Greater);
+    }
+
+    #[test]
+    fn a_kept_row_checkpoints_as_a_list_of_scalars_did_and_reads_back() {
+        use super::{Kept, KeptIn};
+        use sluice_plan::row_bytes;
+        /// The layout of checkpoints written before rows were bytes.
+        #[derive(serde::Serialize)]
+        struct Before {
+            order: Scalar,
+            row: Vec<Scalar>,
+        }
+        let source = vec![Scalar::Bigint(7), Scalar::Null, Scalar::String("url".into()), Scalar::Double(-0.0)];
+        let then = vec![Scalar::String("b".into()), Scalar::Timestamp(5)];
+        let mut row = Vec::new();
+        for v in &source {
+            row_bytes::push(v.borrowed(), &mut row);
+        }
+        let kept = Kept { order: Scalar::Timestamp(9), then: then.clone().into(), row: row.into() };
+        let before = Before { order: Scalar::Timestamp(9), row: source.iter().chain(&then).cloned().collect() };
+        let bytes = postcard::to_allocvec(&kept).unwrap();
+        assert_eq!(bytes, postcard::to_allocvec(&before).unwrap());
+        let back = postcard::from_bytes::<KeptIn>(&bytes).unwrap().into_kept(source.len());
+        assert_eq!(back.order, kept.order);
+        assert_eq!(back.then, kept.then);
+        assert_eq!(back.row, kept.row);
     }
 
     #[test]

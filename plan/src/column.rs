@@ -6,7 +6,7 @@
 //! allocations (reused across batches by the decoder), not N.
 
 use crate::Error;
-use crate::{DataType, Scalar};
+use crate::{DataType, Scalar, ScalarRef};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
@@ -285,14 +285,20 @@ impl Column {
 
     /// Appends a scalar of this column's type (or NULL).
     pub fn push_scalar(&mut self, value: &Scalar) -> Result<(), Error> {
+        self.push_value(value.borrowed())
+    }
+
+    /// Appends a value of this column's type (or NULL); a decimal is
+    /// rescaled to the column's scale (NULL where it does not fit).
+    pub fn push_value(&mut self, value: ScalarRef<'_>) -> Result<(), Error> {
         match value {
-            Scalar::Null => {
+            ScalarRef::Null => {
                 self.push_null();
                 Ok(())
             }
-            Scalar::Bigint(x) | Scalar::Timestamp(x) => self.push_i64(*x),
-            Scalar::Decimal(x, scale) => match self.data_type {
-                DataType::Decimal(p, s) => match crate::decimal::rescale(*x, *scale, s, p) {
+            ScalarRef::Bigint(x) | ScalarRef::Timestamp(x) => self.push_i64(x),
+            ScalarRef::Decimal(x, scale) => match self.data_type {
+                DataType::Decimal(p, s) => match crate::decimal::rescale(x, scale, s, p) {
                     Some(v) => self.push_decimal(v),
                     None => {
                         self.push_null();
@@ -301,9 +307,9 @@ impl Column {
                 },
                 _ => Err(self.wrong("a decimal")),
             },
-            Scalar::Double(x) => self.push_f64(*x),
-            Scalar::Boolean(x) => self.push_bool(*x),
-            Scalar::String(x) => self.push_str(x),
+            ScalarRef::Double(x) => self.push_f64(x),
+            ScalarRef::Boolean(x) => self.push_bool(x),
+            ScalarRef::String(x) => self.push_str(x),
         }
     }
 
@@ -328,19 +334,24 @@ impl Column {
 
     /// Row `i` as a scalar (slow path: state snapshots, tests, constants).
     pub fn scalar(&self, i: usize) -> Scalar {
+        self.value(i).to_scalar()
+    }
+
+    /// Row `i`'s value, its string borrowed.
+    pub fn value(&self, i: usize) -> ScalarRef<'_> {
         if !self.is_valid(i) {
-            return Scalar::Null;
+            return ScalarRef::Null;
         }
         match (&self.data, self.data_type) {
-            (ColumnData::Int(v), DataType::Timestamp) => Scalar::Timestamp(v[i]),
-            (ColumnData::Int(v), DataType::Decimal(_, s)) => Scalar::Decimal(i128::from(v[i]), s),
-            (ColumnData::Wide(v), DataType::Decimal(_, s)) => Scalar::Decimal(v[i], s),
-            (ColumnData::Wide(v), _) => Scalar::Decimal(v[i], 0),
-            (ColumnData::Int(v), _) => Scalar::Bigint(v[i]),
-            (ColumnData::Float(v), _) => Scalar::Double(v[i]),
-            (ColumnData::Bool(v), _) => Scalar::Boolean(v[i]),
-            (ColumnData::Str(s), _) => Scalar::String(s.get(i).to_owned()),
-            (ColumnData::Null(_), _) => Scalar::Null,
+            (ColumnData::Int(v), DataType::Timestamp) => ScalarRef::Timestamp(v[i]),
+            (ColumnData::Int(v), DataType::Decimal(_, s)) => ScalarRef::Decimal(i128::from(v[i]), s),
+            (ColumnData::Wide(v), DataType::Decimal(_, s)) => ScalarRef::Decimal(v[i], s),
+            (ColumnData::Wide(v), _) => ScalarRef::Decimal(v[i], 0),
+            (ColumnData::Int(v), _) => ScalarRef::Bigint(v[i]),
+            (ColumnData::Float(v), _) => ScalarRef::Double(v[i]),
+            (ColumnData::Bool(v), _) => ScalarRef::Boolean(v[i]),
+            (ColumnData::Str(s), _) => ScalarRef::String(s.get(i)),
+            (ColumnData::Null(_), _) => ScalarRef::Null,
         }
     }
 

@@ -13,6 +13,7 @@
 //! * [`state_signature`] — the part of a plan its saved state depends on
 //!   (what a query upgrade must keep)
 //! * [`time`] — timestamp parsing and formatting
+//! * [`row_bytes`] — a row's values as one run of bytes (rows kept in state)
 //!
 //! The bottom of the crate graph: it depends on nothing of Sluice but the
 //! contract types of `sluice-crds`.
@@ -28,6 +29,7 @@ mod expr;
 mod json_path;
 mod literal_pattern;
 mod plan;
+pub mod row_bytes;
 mod scalar_fns;
 mod schema;
 mod sql_text;
@@ -53,4 +55,4 @@ pub use plan::{
 pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
 pub use sql_text::{expr_sql, interval_sql, scalar_sql};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
-pub use types::{DataType, Scalar};
+pub use types::{DataType, Scalar, ScalarRef};

@@ -159,7 +159,51 @@ pub enum Scalar {
     Decimal(i128, u8),
 }
 
+/// A [`Scalar`] that borrows its string: what a kept row's bytes
+/// ([`crate::row_bytes`]) and a column's cell read as without allocating.
+/// It serialises exactly as the `Scalar` it stands for (same name, same
+/// variants in the same order), so state written from one reads as the
+/// other.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename = "Scalar")]
+pub enum ScalarRef<'a> {
+    Null,
+    Bigint(i64),
+    Double(f64),
+    String(&'a str),
+    Boolean(bool),
+    Timestamp(i64),
+    Decimal(i128, u8),
+}
+
+impl ScalarRef<'_> {
+    pub fn to_scalar(self) -> Scalar {
+        match self {
+            Self::Null => Scalar::Null,
+            Self::Bigint(x) => Scalar::Bigint(x),
+            Self::Double(x) => Scalar::Double(x),
+            Self::String(x) => Scalar::String(x.to_owned()),
+            Self::Boolean(x) => Scalar::Boolean(x),
+            Self::Timestamp(x) => Scalar::Timestamp(x),
+            Self::Decimal(x, s) => Scalar::Decimal(x, s),
+        }
+    }
+}
+
 impl Scalar {
+    /// This value, its string borrowed.
+    pub fn borrowed(&self) -> ScalarRef<'_> {
+        match self {
+            Self::Null => ScalarRef::Null,
+            Self::Bigint(x) => ScalarRef::Bigint(*x),
+            Self::Double(x) => ScalarRef::Double(*x),
+            Self::String(x) => ScalarRef::String(x),
+            Self::Boolean(x) => ScalarRef::Boolean(*x),
+            Self::Timestamp(x) => ScalarRef::Timestamp(*x),
+            Self::Decimal(x, s) => ScalarRef::Decimal(*x, *s),
+        }
+    }
+
     pub fn data_type(&self) -> DataType {
         match self {
             Self::Null => DataType::Null,
