@@ -11,7 +11,9 @@
 //! to take back, and the signed rows then cross an exchange keyed by the
 //! aggregate's groups (the retraction goes where the old row was counted).
 //! Within a batch only each key's last version counts; a version that
-//! changes none of the columns kept emits nothing.
+//! changes none of the columns kept emits nothing. A key's row is kept as
+//! one run of bytes (`sluice_plan::row_bytes`): one allocation per key,
+//! not one per value and string, for tables of millions of rows.
 
 use std::collections::HashMap;
 
@@ -21,6 +23,7 @@ use crate::Error;
 use crate::join::bools;
 use crate::last_per_key::LastPerKey;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, ChangelogPlan, Scalar, eval};
 
 #[derive(Debug)]
@@ -28,30 +31,33 @@ pub struct ChangelogOperator {
     plan: ChangelogPlan,
     /// The retraction marker's column, after the source's.
     retract: usize,
-    /// Per key (encoded): its last row's kept columns, in `plan.kept` order.
-    last: HashMap<Vec<u8>, Vec<Scalar>>,
+    /// Per key (encoded): its last row's kept columns, in `plan.kept`
+    /// order, as bytes.
+    last: HashMap<Vec<u8>, Box<[u8]>>,
     /// What `last` holds, kept as it changes (read after every batch).
     bytes: usize,
     latest: LastPerKey,
-    row: Vec<Scalar>,
+    /// A row being encoded (scratch).
+    row: Vec<u8>,
 }
 
+/// A checkpoint, written by reference (each row as the scalars it holds,
+/// the layout of rows kept as `Vec<Scalar>`)...
 #[derive(Serialize)]
 struct StateRef<'a> {
-    last: Vec<(&'a [u8], &'a [Scalar])>,
+    last: Vec<(&'a [u8], AsScalars<'a>)>,
 }
 
+/// ...and read back owned.
 #[derive(Deserialize)]
 struct State {
     last: Vec<(Vec<u8>, Vec<Scalar>)>,
 }
 
-fn scalar_bytes(s: &Scalar) -> usize {
-    size_of::<Scalar>() + if let Scalar::String(x) = s { x.len() } else { 0 }
-}
-
-fn entry_bytes(key: &[u8], row: &[Scalar]) -> usize {
-    key.len() + size_of::<(Vec<u8>, Vec<Scalar>)>() + row.iter().map(scalar_bytes).sum::<usize>()
+/// What a key's entry holds outside the map's slots: the key's and the
+/// row's bytes, with a 16-byte allocator header each.
+fn entry_bytes(key: &[u8], row: &[u8]) -> usize {
+    key.len() + row.len() + 32
 }
 
 impl ChangelogOperator {
@@ -67,12 +73,12 @@ impl ChangelogOperator {
         }
     }
 
-    /// Appends `row` (the kept columns; the others NULL) with its sign.
-    fn push(&self, row: &[Scalar], retract: bool, out: &mut Batch) -> Result<(), Error> {
-        let mut kept = self.plan.kept.iter().zip(row).peekable();
+    /// Appends `row` (the kept columns' bytes; the others NULL) with its sign.
+    fn push(&self, row: &[u8], retract: bool, out: &mut Batch) -> Result<(), Error> {
+        let mut kept = self.plan.kept.iter().zip(row_bytes::values(row)).peekable();
         for (i, column) in out.columns[..self.retract].iter_mut().enumerate() {
             match kept.next_if(|(k, _)| **k == i) {
-                Some((_, value)) => column.push_scalar(value)?,
+                Some((_, value)) => column.push_value(value?)?,
                 None => column.push_null(),
             }
         }
@@ -100,24 +106,21 @@ impl Operator for ChangelogOperator {
                 }
                 continue;
             }
-            let mut row = std::mem::take(&mut self.row);
-            row.clear();
-            row.extend(self.plan.kept.iter().map(|&c| batch.columns[c].scalar(r)));
+            self.row.clear();
+            for &c in &self.plan.kept {
+                row_bytes::push_cell(&batch.columns[c], r, &mut self.row);
+            }
+            // Bytes compare as the values do, but for doubles: -0.0 after
+            // 0.0 is a change here, NaN after the same NaN is not.
             match self.last.get(key) {
-                Some(old) if *old == row => {
-                    self.row = row;
-                    continue;
-                }
+                Some(old) if **old == *self.row => continue,
                 Some(old) => self.push(old, true, out.rows)?,
                 None => {}
             }
-            self.push(&row, false, out.rows)?;
-            let added = entry_bytes(key, &row);
-            match self.last.insert(key.to_vec(), row) {
-                Some(old) => {
-                    self.bytes = self.bytes + added - entry_bytes(key, &old);
-                    self.row = old;
-                }
+            self.push(&self.row, false, out.rows)?;
+            let added = entry_bytes(key, &self.row);
+            match self.last.insert(key.to_vec(), self.row.as_slice().into()) {
+                Some(old) => self.bytes = self.bytes + added - entry_bytes(key, &old),
                 None => self.bytes += added,
             }
         }
@@ -125,18 +128,32 @@ impl Operator for ChangelogOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.bytes, entries: self.last.len() }
+        // The map's slots as allocated: a slot and a control byte per
+        // bucket, a bucket per 7/8 of a slot it can hold (at a million
+        // keys the slots are as much as the rows).
+        let slots = self.last.capacity() * (size_of::<(Vec<u8>, Box<[u8]>)>() + 1) * 8 / 7;
+        StateSize { bytes: self.bytes + slots, entries: self.last.len() }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let last = self.last.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        let last = self.last.iter().map(|(k, v)| (k.as_slice(), AsScalars(v))).collect();
         write_state(OperatorTag::Changelog, &StateRef { last }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let state: State = read_state(OperatorTag::Changelog, bytes)?;
-        self.bytes = state.last.iter().map(|(k, v)| entry_bytes(k, v)).sum();
-        self.last = state.last.into_iter().collect();
+        self.last = state
+            .last
+            .into_iter()
+            .map(|(key, values)| {
+                let mut row = Vec::new();
+                for value in &values {
+                    row_bytes::push(value.borrowed(), &mut row);
+                }
+                (key, row.into_boxed_slice())
+            })
+            .collect();
+        self.bytes = self.last.iter().map(|(k, v)| entry_bytes(k, v)).sum();
         Ok(())
     }
 }
@@ -226,6 +243,28 @@ mod tests {
         assert_eq!(op.state_size().entries, 1);
         let before = op.state_size().bytes;
         assert_eq!(run(&mut op, &[(1, "", 0, true)]), [row(1, "bob", 12, true)]);
-        assert_eq!(op.state_size(), StateSize { bytes: 0, entries: 0 }, "{before} bytes all given back");
+        assert_eq!((op.bytes, op.state_size().entries), (0, 0), "{before} bytes all given back");
+    }
+
+    /// A checkpoint of rows kept as bytes is the one rows kept as scalars
+    /// wrote, so checkpoints of either build restore in the other.
+    #[test]
+    fn a_checkpoint_keeps_the_layout_of_rows_kept_as_scalars() {
+        let mut op = operator();
+        run(&mut op, &[(1, "ann", 10, false)]);
+        #[derive(Serialize)]
+        struct Before {
+            last: Vec<(Vec<u8>, Vec<Scalar>)>,
+        }
+        let (key, _) = op.last.iter().next().unwrap();
+        let written = Before {
+            last: vec![(key.clone(), vec![Scalar::Bigint(1), Scalar::String("ann".into()), Scalar::Bigint(10)])],
+        };
+        let saved = op.snapshot(Vec::new()).unwrap();
+        assert_eq!(saved, write_state(OperatorTag::Changelog, &written, Vec::new()).unwrap());
+        let mut back = operator();
+        back.restore(&saved).unwrap();
+        assert_eq!(back.state_size(), op.state_size());
+        assert_eq!(run(&mut back, &[(1, "bob", 10, false)]), [row(1, "ann", 10, true), row(1, "bob", 10, false)]);
     }
 }

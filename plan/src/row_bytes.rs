@@ -14,6 +14,9 @@
 //! the UTF-8 for a string, nothing for NULL. Values read back in order
 //! ([`values`]) without allocating.
 
+use serde::ser::{Error as _, SerializeSeq};
+use serde::{Serialize, Serializer};
+
 use crate::{Column, Error, ScalarRef};
 
 const NULL: u8 = 0;
@@ -108,6 +111,22 @@ impl<'a> Values<'a> {
     }
 }
 
+/// Row bytes serialised as the list of scalars they hold: state kept as
+/// bytes writes what state kept as `Vec<Scalar>` wrote, so checkpoints of
+/// either read as the other.
+#[derive(Debug, Clone, Copy)]
+pub struct AsScalars<'a>(pub &'a [u8]);
+
+impl Serialize for AsScalars<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(values(self.0).count()))?;
+        for value in values(self.0) {
+            seq.serialize_element(&value.map_err(S::Error::custom)?)?;
+        }
+        seq.end()
+    }
+}
+
 fn corrupt() -> Error {
     Error::Internal("a kept row's bytes are corrupt".into())
 }
@@ -169,6 +188,15 @@ mod tests {
         for v in every_kind() {
             assert_eq!(postcard::to_allocvec(&v.borrowed()).unwrap(), postcard::to_allocvec(&v).unwrap(), "{v:?}");
         }
+    }
+
+    #[test]
+    fn row_bytes_serialise_as_the_list_of_scalars_they_hold() {
+        let mut bytes = Vec::new();
+        for v in every_kind() {
+            push(v.borrowed(), &mut bytes);
+        }
+        assert_eq!(postcard::to_allocvec(&AsScalars(&bytes)).unwrap(), postcard::to_allocvec(&every_kind()).unwrap());
     }
 
     #[test]
