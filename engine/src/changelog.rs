@@ -72,20 +72,21 @@ impl ChangelogOperator {
             row: Vec::new(),
         }
     }
+}
 
-    /// Appends `row` (the kept columns' bytes; the others NULL) with its sign.
-    fn push(&self, row: &[u8], retract: bool, out: &mut Batch) -> Result<(), Error> {
-        let mut kept = self.plan.kept.iter().zip(row_bytes::values(row)).peekable();
-        for (i, column) in out.columns[..self.retract].iter_mut().enumerate() {
-            match kept.next_if(|(k, _)| **k == i) {
-                Some((_, value)) => column.push_value(value?)?,
-                None => column.push_null(),
-            }
+/// Appends `row` (the bytes of the columns `kept`; the others NULL) with
+/// its sign in column `retract`.
+fn push(kept: &[usize], retract: usize, row: &[u8], retracted: bool, out: &mut Batch) -> Result<(), Error> {
+    let mut kept = kept.iter().zip(row_bytes::values(row)).peekable();
+    for (i, column) in out.columns[..retract].iter_mut().enumerate() {
+        match kept.next_if(|(k, _)| **k == i) {
+            Some((_, value)) => column.push_value(value?)?,
+            None => column.push_null(),
         }
-        out.columns[self.retract].push_bool(retract)?;
-        out.len += 1;
-        Ok(())
     }
+    out.columns[retract].push_bool(retracted)?;
+    out.len += 1;
+    Ok(())
 }
 
 impl Operator for ChangelogOperator {
@@ -102,7 +103,7 @@ impl Operator for ChangelogOperator {
             if delete {
                 if let Some(old) = self.last.remove(key) {
                     self.bytes -= entry_bytes(key, &old);
-                    self.push(&old, true, out.rows)?;
+                    push(&self.plan.kept, self.retract, &old, true, out.rows)?;
                 }
                 continue;
             }
@@ -111,17 +112,22 @@ impl Operator for ChangelogOperator {
                 row_bytes::push_cell(&batch.columns[c], r, &mut self.row);
             }
             // Bytes compare as the values do, but for doubles: -0.0 after
-            // 0.0 is a change here, NaN after the same NaN is not.
-            match self.last.get(key) {
-                Some(old) if **old == *self.row => continue,
-                Some(old) => self.push(old, true, out.rows)?,
-                None => {}
-            }
-            self.push(&self.row, false, out.rows)?;
-            let added = entry_bytes(key, &self.row);
-            match self.last.insert(key.to_vec(), self.row.as_slice().into()) {
-                Some(old) => self.bytes = self.bytes + added - entry_bytes(key, &old),
-                None => self.bytes += added,
+            // 0.0 is a change here, NaN after the same NaN is not. One
+            // lookup per row; a known key's row is replaced in place.
+            let (kept, retract) = (&self.plan.kept, self.retract);
+            match self.last.get_mut(key) {
+                Some(old) if **old == *self.row => {}
+                Some(old) => {
+                    push(kept, retract, old, true, out.rows)?;
+                    push(kept, retract, &self.row, false, out.rows)?;
+                    self.bytes = self.bytes + self.row.len() - old.len();
+                    *old = self.row.as_slice().into();
+                }
+                None => {
+                    push(kept, retract, &self.row, false, out.rows)?;
+                    self.bytes += entry_bytes(key, &self.row);
+                    self.last.insert(key.to_vec(), self.row.as_slice().into());
+                }
             }
         }
         Ok(())
@@ -147,9 +153,7 @@ impl Operator for ChangelogOperator {
             .into_iter()
             .map(|(key, values)| {
                 let mut row = Vec::new();
-                for value in &values {
-                    row_bytes::push(value.borrowed(), &mut row);
-                }
+                row_bytes::push_scalars(&values, &mut row);
                 (key, row.into_boxed_slice())
             })
             .collect();

@@ -28,7 +28,8 @@ use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSi
 use crate::pages::{
     DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
 };
-use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval, row_bytes};
+use sluice_plan::row_bytes::{self, AsScalars};
+use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
 
 /// A row in a top N.
 #[derive(Debug, Clone)]
@@ -68,10 +69,9 @@ struct KeptValues<'a>(&'a Kept);
 impl Serialize for KeptValues<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let Kept { row, then, .. } = self.0;
-        let mut seq = serializer.serialize_seq(Some(row_bytes::values(row).count() + then.len()))?;
-        for value in row_bytes::values(row) {
-            seq.serialize_element(&value.map_err(serde::ser::Error::custom)?)?;
-        }
+        let row = AsScalars(row);
+        let mut seq = serializer.serialize_seq(Some(row.len() + then.len()))?;
+        row.serialize_elements(&mut seq)?;
         for value in then {
             seq.serialize_element(value)?;
         }
@@ -83,11 +83,9 @@ impl KeptIn {
     /// The row, its first `width` values the source columns'.
     fn into_kept(self, width: usize) -> Kept {
         let mut row = Vec::new();
-        let mut values = self.row.into_iter();
-        for value in values.by_ref().take(width) {
-            row_bytes::push(value.borrowed(), &mut row);
-        }
-        Kept { order: self.order, then: values.collect(), row: row.into_boxed_slice() }
+        row_bytes::push_scalars(self.row.iter().take(width), &mut row);
+        let then = self.row.into_iter().skip(width).collect();
+        Kept { order: self.order, then, row: row.into_boxed_slice() }
     }
 }
 

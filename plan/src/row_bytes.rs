@@ -1,5 +1,5 @@
 //! A row's values as one run of bytes, for operators that keep whole rows
-//! in state (top-N and deduplication).
+//! in state (top-N and deduplication, a table's last row per key).
 //!
 //! A row kept as `Vec<Scalar>` costs an allocation for the vector and one
 //! per string, and 32 bytes per value however small: Nexmark q18 kept
@@ -56,6 +56,13 @@ pub fn push(value: ScalarRef<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&x.to_le_bytes());
             out.push(scale);
         }
+    }
+}
+
+/// Appends each of `values`.
+pub fn push_scalars<'a>(values: impl IntoIterator<Item = &'a crate::Scalar>, out: &mut Vec<u8>) {
+    for value in values {
+        push(value.borrowed(), out);
     }
 }
 
@@ -117,12 +124,30 @@ impl<'a> Values<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct AsScalars<'a>(pub &'a [u8]);
 
-impl Serialize for AsScalars<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(values(self.0).count()))?;
+impl AsScalars<'_> {
+    /// How many values the bytes hold.
+    pub fn len(&self) -> usize {
+        values(self.0).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes the values as elements of a list being serialised (which
+    /// may hold more after them).
+    pub fn serialize_elements<S: SerializeSeq>(&self, seq: &mut S) -> Result<(), S::Error> {
         for value in values(self.0) {
             seq.serialize_element(&value.map_err(S::Error::custom)?)?;
         }
+        Ok(())
+    }
+}
+
+impl Serialize for AsScalars<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        self.serialize_elements(&mut seq)?;
         seq.end()
     }
 }
