@@ -15,13 +15,15 @@ use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
 use super::agg_args::{Selected, eval_args};
-use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
+use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
 use crate::pages::{
-    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    DirtyPages, PAGE_GROUPS, TableHead, check_complete, page_groups, page_keys, read_page_and_rest, restore_page_keys,
+    write_page,
 };
 use crate::shown::Shown;
+use crate::spill::{PageIs, PageMap, SpillStore};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -57,6 +59,49 @@ pub struct AggregateOperator {
     /// Which groups' last row passed HAVING (when the plan has one and
     /// emits updates).
     pub(crate) shown: Shown,
+    /// Pages against blocks of the table, once the operator spilled
+    /// (`crate::spill`); without it block `b` holds page `b`.
+    pages: Option<Box<PageMap>>,
+    /// Where cold pages go, and the state (bytes) past which they go.
+    spill: Option<(Box<dyn SpillStore>, usize)>,
+    /// Groups on disk.
+    disk_groups: usize,
+    /// Rows of the batch in fold whose key was not in memory: once the
+    /// others are placed, each is looked up on disk, then made new
+    /// (scratch of a spilling operator; keys in `pending_keys`).
+    pending: Vec<Pending>,
+    pending_keys: Vec<u8>,
+    /// The groups a restore's head listed, checked once its pages are in.
+    restore_groups: Option<u64>,
+}
+
+/// A row whose key was not in memory: its place in `gids`, its window
+/// and its key's bytes in `pending_keys`.
+#[derive(Debug)]
+struct Pending {
+    at: usize,
+    start: Option<i64>,
+    end: i64,
+    key: std::ops::Range<usize>,
+}
+
+/// The head of an aggregate that spilled: how many pages it handed out,
+/// those no group uses, how many groups it holds and the open windows (by
+/// group ids as pages number them).
+#[derive(Debug, Serialize)]
+struct SpilledHeadRef<'a> {
+    pages: u32,
+    unused: &'a [u32],
+    groups: u64,
+    open_by_end: &'a BTreeMap<i64, Vec<u32>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SpilledHead {
+    pages: u32,
+    unused: Vec<u32>,
+    groups: u64,
+    open_by_end: BTreeMap<i64, Vec<u32>>,
 }
 
 /// An incremental checkpoint's head: the table's ids and the open windows
@@ -128,7 +173,20 @@ impl AggregateOperator {
             key: Vec::with_capacity(64),
             dirty: DirtyPages::default(),
             shown: Shown::default(),
+            pages: None,
+            spill: None,
+            disk_groups: 0,
+            pending: Vec::new(),
+            pending_keys: Vec::new(),
+            restore_groups: None,
         }
+    }
+
+    /// The id group `slot` has in checkpoints: `slot` itself until the
+    /// operator spilled.
+    #[inline]
+    fn stable(&self, slot: u32) -> u32 {
+        self.pages.as_ref().map_or(slot, |m| m.stable(slot))
     }
 
     /// Folds a batch into the groups; appends emitted rows to `out` and the
@@ -158,8 +216,14 @@ impl AggregateOperator {
         self.rows.clear();
         self.gids.clear();
         self.fresh.clear();
+        self.pending.clear();
+        self.pending_keys.clear();
         let (rows, gids, fresh, key, table) =
             (&mut self.rows, &mut self.gids, &mut self.fresh, &mut self.key, &mut self.table);
+        // Once anything spilled, a key not in memory may be on disk: it
+        // waits until the batch's other rows are placed (see `Pending`).
+        let spilling = self.pages.is_some();
+        let (pending, pending_keys) = (&mut self.pending, &mut self.pending_keys);
         // Without aggregates (SELECT DISTINCT, GROUP BY alone) a group's row
         // never changes once it exists: only its first appearance is news.
         let only_new = self.accs.is_empty();
@@ -170,9 +234,21 @@ impl AggregateOperator {
                 key.extend_from_slice(&s.to_le_bytes());
             }
             encoder.encode(row, key);
-            let (gid, new) = table.find_or_insert(key);
+            let (gid, new) = if spilling {
+                match table.find(key) {
+                    Some(gid) => (gid, false),
+                    None => {
+                        let at = pending_keys.len();
+                        pending_keys.extend_from_slice(key);
+                        pending.push(Pending { at: gids.len(), start, end, key: at..pending_keys.len() });
+                        (u32::MAX, false)
+                    }
+                }
+            } else {
+                table.find_or_insert(key)
+            };
             if let (true, Some(s)) = (new, start) {
-                open_window_group(bounds, open, gid, s, end);
+                open_window_group(bounds, open, gid, gid, s, end);
             }
             rows.push(u32::try_from(row).unwrap_or(u32::MAX));
             gids.push(gid);
@@ -238,8 +314,18 @@ impl AggregateOperator {
                 return Err(Error::Internal("session windows are handled by the session operator".into()));
             }
         }
-        for &g in &self.gids {
-            self.dirty.mark(g);
+        if !self.pending.is_empty() {
+            self.place_pending(only_new)?;
+        }
+        if let Some(pages) = &mut self.pages {
+            for &g in &self.gids {
+                pages.touch(g);
+                self.dirty.mark(pages.stable(g));
+            }
+        } else {
+            for &g in &self.gids {
+                self.dirty.mark(g);
+            }
         }
         let groups = self.table.capacity();
         for acc in &mut self.accs {
@@ -295,6 +381,9 @@ impl AggregateOperator {
         if closed.is_empty() {
             return Ok(0);
         }
+        if self.pages.is_some() {
+            return self.close_spilled(&closed, emit, out);
+        }
         if emit {
             for &g in &closed {
                 self.emit_group(g, out)?;
@@ -304,24 +393,56 @@ impl AggregateOperator {
         Ok(closed.len())
     }
 
+    /// [`AggregateOperator::close_windows`] once the operator spilled:
+    /// group by group, each page read back when it is on disk, and a
+    /// block whose groups are all closed handed back at once — so closing
+    /// a window larger than memory holds a page of it at a time, not the
+    /// whole window. (Not with HAVING's bits: they are settled after the
+    /// batch, by slot, and a slot must not change hands before.)
+    fn close_spilled(&mut self, closed: &[u32], emit: bool, out: &mut Batch) -> Result<usize, Error> {
+        let hand_back = !self.shown.tracking();
+        for &id in closed {
+            let slot = self.slot_of(id)?;
+            if emit {
+                self.emit_group(slot, out)?;
+            }
+            self.free(&[slot]);
+            let block = slot / PAGE_GROUPS;
+            if hand_back
+                && self.table.block_is_free(block)
+                && let Some(pages) = &mut self.pages
+            {
+                pages.evicted(block, false);
+                self.table.evict_blocks(&[block]);
+            }
+        }
+        Ok(closed.len())
+    }
+
     /// Closes every open window (end of a bounded run).
     pub(crate) fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         self.close_windows(i64::MAX, emit, out)
     }
 
     pub(crate) fn free(&mut self, gids: &[u32]) {
-        let mut dead = vec![false; self.table.capacity()];
+        // Only COUNT(DISTINCT) keeps values of a group outside its slot.
+        let side_state = self.accs.iter().any(|a| !a.pages());
+        let mut dead = vec![false; if side_state { self.table.capacity() } else { 0 }];
         for &g in gids {
-            dead[g as usize] = true;
-            self.dirty.mark(g);
+            if side_state {
+                dead[g as usize] = true;
+            }
+            self.dirty.mark(self.stable(g));
             self.shown.forget(g);
             self.table.remove(g);
             for acc in &mut self.accs {
                 acc.reset(g as usize);
             }
         }
-        for acc in &mut self.accs {
-            acc.drop_groups(&dead);
+        if side_state {
+            for acc in &mut self.accs {
+                acc.drop_groups(&dead);
+            }
         }
     }
 
@@ -346,7 +467,7 @@ impl AggregateOperator {
     }
 
     pub(crate) fn groups(&self) -> usize {
-        self.table.live()
+        self.table.live() + self.disk_groups
     }
 
     pub(crate) fn state_bytes(&self) -> usize {
@@ -356,6 +477,9 @@ impl AggregateOperator {
             + self.open_by_end.len() * 48
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
             + self.shown.heap_bytes()
+            + self.pages.as_ref().map_or(0, |m| m.heap_bytes())
+            + self.pending.capacity() * size_of::<Pending>()
+            + self.pending_keys.capacity()
     }
 
     pub(crate) fn to_state(&self) -> AggregateStateRef<'_> {
@@ -381,9 +505,10 @@ impl AggregateOperator {
         self.shown.read(0, rest, live)
     }
 
-    pub(crate) fn restore_state(&mut self, state: AggregateState) {
+    pub(crate) fn restore_state(&mut self, state: AggregateState) -> Result<(), Error> {
         self.dirty.clear();
         self.shown.clear();
+        self.forget_spilled()?;
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
         for acc in &mut self.accs {
@@ -391,6 +516,193 @@ impl AggregateOperator {
         }
         self.bounds = state.bounds;
         self.open_by_end = state.open_by_end;
+        Ok(())
+    }
+
+    /// Places the rows whose key was not in memory (see [`Pending`]), in
+    /// their order: a key on disk brings its page back, any other makes a
+    /// new group.
+    fn place_pending(&mut self, only_new: bool) -> Result<(), Error> {
+        let pending = std::mem::take(&mut self.pending);
+        let keys = std::mem::take(&mut self.pending_keys);
+        for p in &pending {
+            let key = &keys[p.key.clone()];
+            let mut found = self.table.find(key);
+            if found.is_none() && self.disk_groups > 0 && self.read_back_page_of(key)? {
+                found = self.table.find(key);
+            }
+            let (gid, new) = match found {
+                Some(gid) => (gid, false),
+                None => self.table.find_or_insert(key),
+            };
+            if new && let Some(pages) = &mut self.pages {
+                pages.touch(gid);
+                if let Some(start) = p.start {
+                    open_window_group(&mut self.bounds, &mut self.open_by_end, gid, pages.stable(gid), start, p.end);
+                }
+            }
+            self.gids[p.at] = gid;
+            if only_new {
+                self.fresh[p.at] = new;
+            }
+        }
+        self.pending = pending;
+        self.pending_keys = keys;
+        Ok(())
+    }
+
+    /// Reads back the spilled page holding `key`'s group, if any.
+    fn read_back_page_of(&mut self, key: &[u8]) -> Result<bool, Error> {
+        let Some((store, _)) = &self.spill else { return Ok(false) };
+        let Some(page) = store.key_page(key)? else { return Ok(false) };
+        self.read_back(page)?;
+        Ok(true)
+    }
+
+    /// Reads spilled page `page` back into memory.
+    fn read_back(&mut self, page: u32) -> Result<(), Error> {
+        if !matches!(self.pages.as_ref().map(|m| m.where_is(page)), Some(PageIs::Spilled)) {
+            return Err(Error::Internal(format!("page {page} of an aggregate's state is not on disk")));
+        }
+        let Some((store, _)) = &self.spill else {
+            return Err(Error::Internal("an aggregate's page is on disk, with no store".into()));
+        };
+        let bytes = store.page(page)?.ok_or_else(|| Error::Internal(format!("spilled page {page} is missing")))?;
+        let before = self.table.live();
+        self.place_page(page, &bytes, true)?;
+        self.disk_groups = self.disk_groups.saturating_sub(self.table.live() - before);
+        Ok(())
+    }
+
+    /// The slot of group `id` (as pages number it), its page read back
+    /// from disk first if it is there.
+    fn slot_of(&mut self, id: u32) -> Result<u32, Error> {
+        let page = id / PAGE_GROUPS;
+        if let Some(PageIs::Spilled) = self.pages.as_ref().map(|m| m.where_is(page)) {
+            self.read_back(page)?;
+        }
+        self.pages
+            .as_ref()
+            .and_then(|m| m.slot(id))
+            .ok_or_else(|| Error::Internal(format!("group {id} of an open window has no page")))
+    }
+
+    /// Puts the groups of page `page` (bytes as [`Operator::snapshot_page`]
+    /// writes them) into a block of the table; from disk, they leave it.
+    fn place_page(&mut self, page: u32, bytes: &[u8], from_disk: bool) -> Result<(), Error> {
+        let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        if p.accs.len() != self.accs.len() {
+            return Err(Error::Checkpoint(format!(
+                "state page {page} holds {} aggregates, this query has {}",
+                p.accs.len(),
+                self.accs.len()
+            )));
+        }
+        let block = self.table.take_block();
+        let start = block as usize * BLOCK;
+        for i in (0..BLOCK).rev() {
+            let gid = u32::try_from(start + i).unwrap_or(u32::MAX);
+            match p.keys.get(i) {
+                Some(Some(key)) => self.table.set_key(gid, key)?,
+                _ => self.table.release(gid),
+            }
+        }
+        if self.plan.window.is_some() {
+            if self.bounds.len() < start + BLOCK {
+                self.bounds.resize(start + BLOCK, (0, 0));
+            }
+            for (i, b) in p.bounds.iter().enumerate().take(BLOCK) {
+                self.bounds[start + i] = *b;
+            }
+        }
+        let live = p.keys.iter().enumerate().filter(|(_, k)| k.is_some()).map(|(i, _)| start + i);
+        self.shown.read(start, rest, live)?;
+        let groups = self.table.capacity();
+        for (acc, from) in self.accs.iter_mut().zip(p.accs) {
+            acc.ensure(groups);
+            acc.set_page(start, from)?;
+        }
+        if from_disk && let Some((store, _)) = &mut self.spill {
+            store.remove_page(page, &mut p.keys.iter().flatten().copied())?;
+        }
+        if let Some(pages) = &mut self.pages {
+            pages.place(page, block);
+        }
+        Ok(())
+    }
+
+    /// Page bytes of the groups `groups` of the table (as
+    /// [`Operator::snapshot_page`] writes them).
+    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let windowed = self.plan.window.is_some();
+        let page = AggregatePage {
+            keys: page_keys(&self.table, groups.clone()),
+            bounds: if windowed {
+                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
+            } else {
+                Vec::new()
+            },
+            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
+        };
+        self.shown.write(groups, write_page(&page, out)?)
+    }
+
+    /// Past its budget, with few spare blocks left, moves a quarter of
+    /// the table's blocks to disk — those the clock finds unused since it
+    /// last passed. Memory then holds still: new groups and pages read
+    /// back take the blocks freed, and the table grows again only when
+    /// they are used up (and another quarter goes first).
+    fn spill_cold(&mut self) -> Result<(), Error> {
+        let Some((_, budget)) = &self.spill else { return Ok(()) };
+        let blocks = self.table.capacity().div_ceil(BLOCK);
+        if blocks == 0 || self.state_bytes() <= *budget || self.table.spare_blocks() * 16 > blocks {
+            return Ok(());
+        }
+        let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));
+        let victims = pages.victims((blocks / 4).max(1), |_| false);
+        let groups = self.table.capacity();
+        for acc in &mut self.accs {
+            acc.ensure(groups);
+        }
+        let mut bytes = Vec::new();
+        for &block in &victims {
+            let start = block as usize * BLOCK;
+            let range = start..(start + BLOCK).min(groups);
+            let page = pages.page_of(block);
+            let spilled = !self.table.block_is_free(block);
+            if spilled {
+                bytes.clear();
+                bytes = self.page_bytes(range.clone(), bytes)?;
+                let table = &self.table;
+                let mut keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
+                let held = keys.clone().count();
+                if let Some((store, _)) = &mut self.spill {
+                    store.put_page(page, &bytes, &mut keys)?;
+                }
+                self.disk_groups += held;
+            }
+            pages.evicted(block, spilled);
+            for g in range {
+                for acc in &mut self.accs {
+                    acc.reset(g);
+                }
+                self.shown.reset(g);
+            }
+        }
+        self.table.evict_blocks(&victims);
+        self.pages = Some(pages);
+        Ok(())
+    }
+
+    /// Drops what was spilled (a restore starts over).
+    fn forget_spilled(&mut self) -> Result<(), Error> {
+        self.pages = None;
+        self.disk_groups = 0;
+        self.restore_groups = None;
+        if let Some((store, _)) = &mut self.spill {
+            store.clear()?;
+        }
+        Ok(())
     }
 }
 
@@ -435,12 +747,17 @@ impl Operator for AggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.pages.is_some() {
+            // Only a paged operator spills, and its checkpoints are heads
+            // and pages.
+            return Err(Error::Internal("a whole checkpoint of an aggregate that spilled".into()));
+        }
         self.write_shown(write_state(OperatorTag::Aggregate, &self.to_state(), out)?)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let (state, rest) = read_state_and_rest(OperatorTag::Aggregate, bytes)?;
-        self.restore_state(state);
+        self.restore_state(state)?;
         self.read_shown(rest)
     }
 
@@ -466,6 +783,15 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return self.snapshot(out);
         }
+        if let Some(pages) = &self.pages {
+            let head = SpilledHeadRef {
+                pages: pages.pages(),
+                unused: pages.unused(),
+                groups: u64::try_from(self.groups()).unwrap_or(u64::MAX),
+                open_by_end: &self.open_by_end,
+            };
+            return write_state(OperatorTag::AggregateSpilledHead, &head, out);
+        }
         let head = AggregateHeadRef { table: TableHead::of(&self.table), open_by_end: &self.open_by_end };
         write_state(OperatorTag::AggregateHead, &head, out)
     }
@@ -474,12 +800,24 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return self.restore(bytes);
         }
-        let (head, _): (AggregateHead, _) = read_state_and_rest(OperatorTag::AggregateHead, bytes)?;
-        let groups = head.table.groups as usize;
         self.dirty.clear();
         self.shown.clear();
-        self.table = head.table.table();
+        self.forget_spilled()?;
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
+        let spilled = postcard::take_from_bytes::<u32>(bytes)
+            .is_ok_and(|(tag, _)| tag == OperatorTag::AggregateSpilledHead as u32);
+        if spilled {
+            let (head, _): (SpilledHead, _) = read_state_and_rest(OperatorTag::AggregateSpilledHead, bytes)?;
+            self.table = GroupTable::default();
+            self.bounds = Vec::new();
+            self.pages = Some(Box::new(PageMap::for_restore(head.pages, head.unused)));
+            self.restore_groups = Some(head.groups);
+            self.open_by_end = head.open_by_end;
+            return Ok(());
+        }
+        let (head, _): (AggregateHead, _) = read_state_and_rest(OperatorTag::AggregateHead, bytes)?;
+        let groups = head.table.groups as usize;
+        self.table = head.table.table();
         for acc in &mut self.accs {
             acc.ensure(groups);
         }
@@ -489,25 +827,68 @@ impl Operator for AggregateOperator {
     }
 
     fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.dirty.take(all, self.table.capacity(), out);
+        let groups = match &self.pages {
+            Some(pages) => pages.pages() as usize * PAGE_GROUPS as usize,
+            None => self.table.capacity(),
+        };
+        self.dirty.take(all, groups, out);
     }
 
     fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let groups = page_groups(page, self.table.capacity());
-        let windowed = self.plan.window.is_some();
-        let page = AggregatePage {
-            keys: page_keys(&self.table, groups.clone()),
-            bounds: if windowed {
-                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
-            } else {
-                Vec::new()
-            },
-            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
+        let groups = self.table.capacity();
+        let Some(pages) = &self.pages else {
+            return self.page_bytes(page_groups(page, groups), out);
         };
-        self.shown.write(groups, write_page(&page, out)?)
+        match pages.where_is(page) {
+            PageIs::InBlock(block) => {
+                let start = block as usize * BLOCK;
+                self.page_bytes(start..(start + BLOCK).min(groups), out)
+            }
+            PageIs::Spilled => {
+                let bytes = match &self.spill {
+                    Some((store, _)) => store.page(page)?,
+                    None => None,
+                };
+                let bytes = bytes.ok_or_else(|| Error::Internal(format!("spilled page {page} is missing")))?;
+                let mut out = out;
+                out.extend_from_slice(&bytes);
+                Ok(out)
+            }
+            // No group: a page of none.
+            PageIs::Unused | PageIs::Missing => self.page_bytes(0..0, out),
+        }
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        if let Some(pages) = &self.pages {
+            match pages.where_is(page) {
+                PageIs::Missing if page < pages.pages() => {}
+                // A page the head lists as unused holds no group.
+                PageIs::Unused => return Ok(()),
+                _ => {
+                    return Err(Error::Checkpoint(format!(
+                        "state page {page} is not one the head lists, or came twice"
+                    )));
+                }
+            }
+            // Past half its budget a restore leaves the pages on disk:
+            // a state larger than memory restores without filling it.
+            let to_disk = matches!(&self.spill, Some((_, budget)) if self.state_bytes() > budget / 2);
+            if !to_disk {
+                return self.place_page(page, bytes, false);
+            }
+            let (p, _): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+            let mut keys = p.keys.iter().flatten().copied();
+            let held = keys.clone().count();
+            if let Some((store, _)) = &mut self.spill {
+                store.put_page(page, bytes, &mut keys)?;
+            }
+            self.disk_groups += held;
+            if let Some(pages) = &mut self.pages {
+                pages.restored_to_disk(page);
+            }
+            return Ok(());
+        }
         let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         if p.accs.len() != self.accs.len() {
             return Err(Error::Checkpoint(format!(
@@ -532,21 +913,54 @@ impl Operator for AggregateOperator {
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
-        check_complete(&self.table)?;
+        match (&self.pages, self.restore_groups.take()) {
+            (Some(pages), Some(groups)) => {
+                if !pages.complete() || u64::try_from(self.groups()).unwrap_or(u64::MAX) != groups {
+                    return Err(Error::Checkpoint(
+                        "the checkpoint's pages do not hold every group its head lists: the state topic was \
+                         changed outside Sluice"
+                            .into(),
+                    ));
+                }
+            }
+            _ => check_complete(&self.table)?,
+        }
         for acc in &mut self.accs {
             acc.ensure(self.table.capacity());
             acc.after_restore();
         }
         Ok(())
     }
+
+    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
+        if !self.paged() {
+            return Err(store);
+        }
+        self.spill = Some((store, budget));
+        Ok(())
+    }
+
+    fn spill(&mut self) -> Result<(), Error> {
+        self.spill_cold()
+    }
+
+    fn spilled(&self) -> (usize, u64) {
+        match (&self.pages, &self.spill) {
+            (Some(pages), Some((store, _))) => (pages.spilled(), store.disk_bytes()),
+            _ => (0, 0),
+        }
+    }
 }
 
 /// Files new group `gid` of window `[start, end)`: its bounds, and its
 /// place among the groups the watermark closes at `end`.
+/// `id` is the group's id in checkpoints (its slot `gid` until the
+/// operator spilled).
 pub(crate) fn open_window_group(
     bounds: &mut Vec<(i64, i64)>,
     open_by_end: &mut BTreeMap<i64, Vec<u32>>,
     gid: u32,
+    id: u32,
     start: i64,
     end: i64,
 ) {
@@ -554,5 +968,5 @@ pub(crate) fn open_window_group(
         bounds.resize(gid as usize + 1, (0, 0));
     }
     bounds[gid as usize] = (start, end);
-    open_by_end.entry(end).or_default().push(gid);
+    open_by_end.entry(end).or_default().push(id);
 }

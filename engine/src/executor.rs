@@ -61,6 +61,9 @@ pub struct EngineStats {
     pub late_records: u64,
     pub state_bytes: usize,
     pub state_entries: usize,
+    /// Pages of state on disk (`crate::spill`), and the bytes they take.
+    pub spilled_pages: usize,
+    pub spilled_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -389,6 +392,8 @@ impl Engine {
     /// the limit (a guard, not an account) allows; and a state emptied by
     /// closing windows, with no row since, is reported at its new size.
     fn check_state_limit(&mut self) -> Result<(), Error> {
+        self.operator.spill()?;
+        (self.stats.spilled_pages, self.stats.spilled_bytes) = self.operator.spilled();
         if self.operator.state_size_walks() {
             let measured = self.stats.state_entries;
             let since = self.stats.records_in.saturating_sub(self.state_measured_at);
@@ -411,6 +416,14 @@ impl Engine {
             });
         }
         Ok(())
+    }
+
+    /// Lets the operator keep state larger than memory: past `budget`
+    /// bytes it moves cold pages to `store` (`crate::spill`). False when
+    /// the operator cannot spill (its state stays in memory, bounded by
+    /// the state limit).
+    pub fn attach_spill(&mut self, store: Box<dyn crate::SpillStore>, budget: usize) -> bool {
+        self.operator.attach_spill(store, budget).is_ok()
     }
 
     /// Serialises the engine's state (see [`Engine::restore`]), headed by

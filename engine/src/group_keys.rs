@@ -35,7 +35,16 @@ pub struct GroupTable {
     hashes: Vec<u64>,
     free: Vec<u32>,
     dead_bytes: usize,
+    /// Blocks of [`BLOCK`] ids whose groups were spilled to disk: none of
+    /// their ids is keyed or on the free list until the block is taken
+    /// again, for a page read back ([`GroupTable::take_block`]) or for new
+    /// groups (when the free list runs dry).
+    spare: Vec<u32>,
 }
+
+/// Ids per block: a spilled page's groups leave their block whole, and a
+/// page read back takes a whole block (`crate::spill`).
+pub const BLOCK: usize = crate::pages::PAGE_GROUPS as usize;
 
 /// Serialisable form of a [`GroupTable`] (the hash table is rebuilt on restore).
 #[derive(Debug, Serialize, Deserialize)]
@@ -44,6 +53,16 @@ pub struct GroupTableState {
 }
 
 const FREE: u32 = u32::MAX;
+/// The length of an id of a spare block: neither keyed nor handed out.
+/// (The free list may still name it: an id is taken from there only when
+/// it is `FREE`, so such stale entries are passed over.)
+const VACANT: u32 = u32::MAX - 1;
+
+/// Whether a range's length is a key's.
+#[inline]
+fn keyed(len: u32) -> bool {
+    len < VACANT
+}
 
 impl GroupTable {
     /// Number of ids handed out (live and free); accumulators size to this.
@@ -52,17 +71,17 @@ impl GroupTable {
     }
 
     pub fn live(&self) -> usize {
-        self.ranges.len() - self.free.len()
+        self.table.len()
     }
 
     /// Whether `gid` names a group (not a free id).
     pub fn is_live(&self, gid: u32) -> bool {
-        self.ranges.get(gid as usize).is_some_and(|r| r.1 != FREE)
+        self.ranges.get(gid as usize).is_some_and(|r| keyed(r.1))
     }
 
     pub fn key(&self, gid: u32) -> &[u8] {
         let (off, len) = self.ranges[gid as usize];
-        if len == FREE { &[] } else { &self.arena[off as usize..(off + len) as usize] }
+        if !keyed(len) { &[] } else { &self.arena[off as usize..(off + len) as usize] }
     }
 
     /// The id of `key`, if it has one.
@@ -72,7 +91,7 @@ impl GroupTable {
         self.table
             .find(hash_key(key), |&gid: &u32| {
                 let (off, len) = ranges[gid as usize];
-                len != FREE && &arena[off as usize..(off + len) as usize] == key
+                keyed(len) && &arena[off as usize..(off + len) as usize] == key
             })
             .copied()
     }
@@ -84,7 +103,7 @@ impl GroupTable {
         let (arena, ranges) = (&self.arena, &self.ranges);
         let eq = |&gid: &u32| {
             let (off, len) = ranges[gid as usize];
-            len != FREE && &arena[off as usize..(off + len) as usize] == key
+            keyed(len) && &arena[off as usize..(off + len) as usize] == key
         };
         if let Some(&gid) = self.table.find(hash, eq) {
             return (gid, false);
@@ -92,7 +111,7 @@ impl GroupTable {
         let off = u32::try_from(self.arena.len()).unwrap_or(u32::MAX);
         self.arena.extend_from_slice(key);
         let range = (off, u32::try_from(key.len()).unwrap_or(0));
-        let gid = match self.free.pop() {
+        let gid = match self.pop_free() {
             Some(gid) => {
                 self.ranges[gid as usize] = range;
                 self.hashes[gid as usize] = hash;
@@ -112,7 +131,7 @@ impl GroupTable {
     /// Frees `gid`; its id may be handed out again.
     pub fn remove(&mut self, gid: u32) {
         let (_, len) = self.ranges[gid as usize];
-        if len == FREE {
+        if !keyed(len) {
             return;
         }
         let hash = self.hashes[gid as usize];
@@ -127,10 +146,105 @@ impl GroupTable {
         }
     }
 
+    /// A free id: from the free list (passing over stale entries of
+    /// spare blocks), else from a spare block.
+    fn pop_free(&mut self) -> Option<u32> {
+        loop {
+            match self.free.pop() {
+                Some(gid) if self.ranges[gid as usize].1 == FREE => return Some(gid),
+                Some(_) => {}
+                None => {
+                    let block = self.spare.pop()?;
+                    self.release_block(block);
+                }
+            }
+        }
+    }
+
+    /// Puts every id of `block` on the free list, lowest handed out first.
+    fn release_block(&mut self, block: u32) {
+        let start = block as usize * BLOCK;
+        for r in &mut self.ranges[start..start + BLOCK] {
+            r.1 = FREE;
+        }
+        self.free.extend((start..start + BLOCK).rev().map(|g| u32::try_from(g).unwrap_or(u32::MAX)));
+    }
+
+    /// Fills the last block with free ids, so that the table ends on a
+    /// block's edge.
+    fn pad_to_block(&mut self) {
+        while !self.ranges.len().is_multiple_of(BLOCK) {
+            self.ranges.push((0, FREE));
+            self.hashes.push(0);
+            self.free.push(u32::try_from(self.ranges.len() - 1).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// A block with no key and no free id, for a page read back from disk
+    /// ([`GroupTable::set_key`] gives its groups their keys, then
+    /// [`GroupTable::release`] its free ids): a spare one, or a new one at
+    /// the end.
+    pub fn take_block(&mut self) -> u32 {
+        if let Some(block) = self.spare.pop() {
+            return block;
+        }
+        self.pad_to_block();
+        let block = u32::try_from(self.ranges.len() / BLOCK).unwrap_or(u32::MAX);
+        self.ranges.resize(self.ranges.len() + BLOCK, (0, VACANT));
+        self.hashes.resize(self.hashes.len() + BLOCK, 0);
+        block
+    }
+
+    /// Hands out `gid`, an id of a block from [`GroupTable::take_block`]
+    /// that got no key, to new groups.
+    pub fn release(&mut self, gid: u32) {
+        self.ranges[gid as usize].1 = FREE;
+        self.free.push(gid);
+    }
+
+    /// Takes every group of `blocks` out of the table (spilled to disk):
+    /// their keys go, their ids are neither keyed nor free, and each block
+    /// is spare for a later [`GroupTable::take_block`].
+    pub fn evict_blocks(&mut self, blocks: &[u32]) {
+        // A spare block is whole: the ids past the end of the last one
+        // are made first.
+        self.pad_to_block();
+        for &b in blocks {
+            let start = b as usize * BLOCK;
+            for gid in start..start + BLOCK {
+                let (_, len) = self.ranges[gid];
+                if keyed(len) {
+                    let hash = self.hashes[gid];
+                    let id = u32::try_from(gid).unwrap_or(u32::MAX);
+                    if let Ok(entry) = self.table.find_entry(hash, |&g| g == id) {
+                        entry.remove();
+                    }
+                    self.dead_bytes += len as usize;
+                }
+                self.ranges[gid].1 = VACANT;
+            }
+        }
+        self.spare.extend_from_slice(blocks);
+        if self.dead_bytes > 4096 && self.dead_bytes * 2 > self.arena.len() {
+            self.compact();
+        }
+    }
+
+    /// Whether no id of `block` is keyed.
+    pub fn block_is_free(&self, block: u32) -> bool {
+        let start = block as usize * BLOCK;
+        self.ranges.get(start..(start + BLOCK).min(self.ranges.len())).is_none_or(|r| r.iter().all(|r| !keyed(r.1)))
+    }
+
+    /// Blocks spare for new groups or pages read back.
+    pub fn spare_blocks(&self) -> usize {
+        self.spare.len()
+    }
+
     fn compact(&mut self) {
         let mut arena = Vec::with_capacity(self.arena.len() - self.dead_bytes);
         for r in &mut self.ranges {
-            if r.1 != FREE {
+            if keyed(r.1) {
                 let off = u32::try_from(arena.len()).unwrap_or(u32::MAX);
                 arena.extend_from_slice(&self.arena[r.0 as usize..(r.0 + r.1) as usize]);
                 r.0 = off;
@@ -141,13 +255,17 @@ impl GroupTable {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.arena.capacity() + self.ranges.capacity() * 8 + self.hashes.capacity() * 8 + self.table.capacity() * 5
+        self.arena.capacity()
+            + self.ranges.capacity() * 8
+            + self.hashes.capacity() * 8
+            + self.table.capacity() * 5
+            + (self.free.capacity() + self.spare.capacity()) * 4
     }
 
     pub fn to_state(&self) -> GroupTableState {
         GroupTableState {
             keys: (0..self.ranges.len())
-                .map(|g| (self.ranges[g].1 != FREE).then(|| self.key(u32::try_from(g).unwrap_or(0)).to_vec()))
+                .map(|g| keyed(self.ranges[g].1).then(|| self.key(u32::try_from(g).unwrap_or(0)).to_vec()))
                 .collect(),
         }
     }
@@ -172,7 +290,7 @@ impl GroupTable {
         let Some(&(_, len)) = self.ranges.get(gid as usize) else {
             return Err(Error::Checkpoint(format!("checkpoint page names group {gid}, past the table's end")));
         };
-        if len != FREE {
+        if keyed(len) {
             return Err(Error::Checkpoint(format!("checkpoint pages give group {gid} two keys")));
         }
         let off = u32::try_from(self.arena.len()).unwrap_or(u32::MAX);
@@ -188,8 +306,8 @@ impl GroupTable {
     /// Whether every id is either free or has a key, and no free id has
     /// one: a table rebuilt from pages that missed none.
     pub fn complete(&self) -> bool {
-        let keyed = self.ranges.iter().filter(|r| r.1 != FREE).count();
-        keyed + self.free.len() == self.ranges.len() && self.free.iter().all(|&g| self.key_len(g) == FREE)
+        let live = self.ranges.iter().filter(|r| keyed(r.1)).count();
+        live + self.free.len() == self.ranges.len() && self.free.iter().all(|&g| self.key_len(g) == FREE)
     }
 
     fn key_len(&self, gid: u32) -> u32 {
@@ -198,7 +316,7 @@ impl GroupTable {
 
     /// `gid`'s key, or `None` when it is free (or past the end).
     pub fn key_of(&self, gid: u32) -> Option<&[u8]> {
-        let &(off, len) = self.ranges.get(gid as usize).filter(|r| r.1 != FREE)?;
+        let &(off, len) = self.ranges.get(gid as usize).filter(|r| keyed(r.1))?;
         Some(&self.arena[off as usize..(off + len) as usize])
     }
 

@@ -144,7 +144,7 @@ impl HopPaneOperator {
                 let (w, new) = self.windows.table.find_or_insert(&self.key);
                 if new {
                     let groups = self.windows.table.capacity();
-                    open_window_group(&mut self.windows.bounds, &mut self.windows.open_by_end, w, start, end);
+                    open_window_group(&mut self.windows.bounds, &mut self.windows.open_by_end, w, w, start, end);
                     for acc in &mut self.windows.accs {
                         acc.ensure(groups);
                     }
@@ -225,13 +225,13 @@ impl Operator for HopPaneOperator {
         let (tag, _) = postcard::take_from_bytes::<u32>(bytes)
             .map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
         if tag == OperatorTag::Aggregate as u32 {
-            self.windows.restore_state(read_state(OperatorTag::Aggregate, bytes)?);
+            self.windows.restore_state(read_state(OperatorTag::Aggregate, bytes)?)?;
             self.closed_through = i64::MIN;
             return Ok(());
         }
         let state: HopPaneState = read_state(OperatorTag::HopPanes, bytes)?;
-        self.windows.restore_state(state.windows);
-        self.panes.restore_state(state.panes);
+        self.windows.restore_state(state.windows)?;
+        self.panes.restore_state(state.panes)?;
         self.closed_through = state.closed_through;
         Ok(())
     }

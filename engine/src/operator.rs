@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use sluice_plan::{Batch, Column, Selection};
 
 use crate::Error;
+use crate::spill::SpillStore;
 
 /// Rows of one batch as the engine hands them to an operator.
 #[derive(Debug)]
@@ -130,6 +131,9 @@ pub enum OperatorTag {
     MergeGroups = 15,
     /// An OVER window over a changelog (`crate::rows_changelog`).
     RowsChangelog = 16,
+    /// An aggregate's head once it spilled: its pages no longer sit in
+    /// the group table's order (`crate::spill::PageMap`).
+    AggregateSpilledHead = 17,
 }
 
 pub trait Operator: std::fmt::Debug + Send {
@@ -227,6 +231,23 @@ pub trait Operator: std::fmt::Debug + Send {
 
     /// Restores state written by [`Operator::snapshot`] of the same kind.
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error>;
+
+    /// State larger than memory (`crate::spill`): past `budget` bytes of
+    /// state the operator moves cold pages to `store`. An operator that
+    /// cannot spill hands the store back.
+    fn attach_spill(&mut self, store: Box<dyn SpillStore>, _budget: usize) -> Result<(), Box<dyn SpillStore>> {
+        Err(store)
+    }
+
+    /// Between batches: moves cold state to disk if it is past its budget.
+    fn spill(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// What the operator keeps on disk: pages and bytes.
+    fn spilled(&self) -> (usize, u64) {
+        (0, 0)
+    }
 
     /// The plan has HAVING and emits updates: keep, per group, whether its
     /// last row passed HAVING (`crate::shown`). An operator that emits no

@@ -42,6 +42,11 @@ impl Shown {
         self.on = true;
     }
 
+    /// Whether bits are kept.
+    pub fn tracking(&self) -> bool {
+        self.on
+    }
+
     /// Group `g` was emitted as the next row.
     #[inline]
     pub fn emitted(&mut self, g: u32) {
@@ -117,6 +122,14 @@ impl Shown {
             self.set(start + i, bit);
         }
         Ok(())
+    }
+
+    /// Group `g` left memory (spilled with its page): its slot starts
+    /// unshown. Called between batches, when HAVING has judged every row.
+    pub fn reset(&mut self, g: usize) {
+        if let Some(bit) = self.bits.get_mut(g) {
+            *bit = false;
+        }
     }
 
     /// Forgets every bit (a restore starts here).

@@ -169,7 +169,7 @@ impl Operator for SignedAggregateOperator {
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let (state, rest): (State, _) = read_state_and_rest(OperatorTag::SignedAggregate, bytes)?;
-        self.inner.restore_state(state.inner);
+        self.inner.restore_state(state.inner)?;
         self.members = state.members;
         self.inner.read_shown(rest)
     }

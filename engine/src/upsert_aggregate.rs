@@ -161,7 +161,7 @@ impl Operator for UpsertAggregateOperator {
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let (state, rest): (UpsertState, _) = read_state_and_rest(OperatorTag::UpsertAggregate, bytes)?;
-        self.inner.restore_state(state.inner);
+        self.inner.restore_state(state.inner)?;
         self.last = state.last.into_iter().map(|(k, g, v)| (k, (g, v))).collect();
         self.key_bytes = self.last.keys().map(Vec::len).sum();
         self.inner.read_shown(rest)

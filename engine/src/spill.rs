@@ -1,0 +1,548 @@
+//! State larger than memory: pages of groups spilled to disk.
+//!
+//! An operator that keeps its state per group id in pages of
+//! [`PAGE_GROUPS`] groups (`crate::pages`) can move whole pages out of
+//! memory once its state passes its share of the memory budget, and read
+//! one back when a row's key belongs to it — hot keys stay in memory,
+//! cold ones go to disk, as Kafka Streams and Flink do with RocksDB and
+//! Feldera with its spilling storage.
+//!
+//! A spilled page is written exactly as a checkpoint writes it
+//! ([`crate::Operator::snapshot_page`]): a checkpoint of a page changed
+//! before it was spilled copies its bytes from disk, and a restore can put
+//! a page straight onto disk. What the store holds is a cache of the
+//! checkpoint, never read across restarts (the runtime clears it when it
+//! opens it): a restore rebuilds it from the state topic or the worker's
+//! copy.
+//!
+//! The page a group lives in stays its identity in checkpoints; in memory
+//! it sits in some *block* of [`BLOCK`] ids of the group table. [`PageMap`]
+//! maps the two once anything was spilled: a block freed by a spill takes
+//! another page read back, or new groups (which get a new page, or one no
+//! longer used). An operator that never spilled has no map: block `b`
+//! holds page `b`, as before spilling existed, and its checkpoints are
+//! written exactly as they were.
+
+use crate::Error;
+use crate::group_keys::BLOCK;
+use crate::pages::PAGE_GROUPS;
+
+/// Where an operator's spilled pages go: one store per operator, of the
+/// engine core that owns it (nothing shared across cores). Pages are kept
+/// by number; the index maps each spilled group's key to its page, so a
+/// row whose key is not in memory finds its group on disk.
+pub trait SpillStore: Send + std::fmt::Debug {
+    /// Writes page `page`'s bytes, replacing any earlier version, and
+    /// files each key of `keys` as being in it.
+    fn put_page(&mut self, page: u32, bytes: &[u8], keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), Error>;
+    /// The bytes of page `page`, if spilled.
+    fn page(&self, page: u32) -> Result<Option<Vec<u8>>, Error>;
+    /// Removes page `page` and its keys (read back into memory).
+    fn remove_page(&mut self, page: u32, keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), Error>;
+    /// The page a spilled group of key `key` is in.
+    fn key_page(&self, key: &[u8]) -> Result<Option<u32>, Error>;
+    /// Forgets everything (a restore starts over).
+    fn clear(&mut self) -> Result<(), Error>;
+    /// Bytes the store takes on disk (for `sluice_state_spilled_bytes`).
+    fn disk_bytes(&self) -> u64;
+}
+
+/// A block without a page (spare), or a page a restore has not yet read.
+const NONE: u32 = u32::MAX;
+/// A page on disk.
+const SPILLED: u32 = u32::MAX - 1;
+/// A page no group uses (its groups were all freed before it was spilled).
+const UNUSED: u32 = u32::MAX - 2;
+
+/// Pages against blocks, once an operator has spilled.
+#[derive(Debug, Default)]
+pub struct PageMap {
+    /// The page each block of the group table holds (`NONE`: spare).
+    page_of_block: Vec<u32>,
+    /// The block holding each page, `SPILLED`, or `UNUSED` for a page no
+    /// group uses (all its groups freed before it was spilled): its number
+    /// is handed out again before a new one.
+    block_of_page: Vec<u32>,
+    unused: Vec<u32>,
+    /// Whether a group of each block was used since the clock last passed
+    /// it (second-chance eviction).
+    used: Vec<bool>,
+    hand: usize,
+    spilled: usize,
+}
+
+/// Where a page is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageIs {
+    InBlock(u32),
+    Spilled,
+    Unused,
+    /// Not read back yet by a restore (or past the pages handed out).
+    Missing,
+}
+
+impl PageMap {
+    /// The map of a table of `blocks` blocks that never spilled: block
+    /// `b` holds page `b`.
+    pub fn identity(blocks: usize) -> Self {
+        let ids = (0..u32::try_from(blocks).unwrap_or(u32::MAX)).collect::<Vec<_>>();
+        Self { page_of_block: ids.clone(), block_of_page: ids, used: vec![true; blocks], ..Self::default() }
+    }
+
+    /// A map with no block, for a restore of `pages` pages of which
+    /// `unused` hold no group: each other page is then placed in a block
+    /// ([`PageMap::place`]) or left on disk ([`PageMap::restored_to_disk`]).
+    pub fn for_restore(pages: u32, unused: Vec<u32>) -> Self {
+        let mut block_of_page = vec![NONE; pages as usize];
+        for &p in &unused {
+            if let Some(b) = block_of_page.get_mut(p as usize) {
+                *b = UNUSED;
+            }
+        }
+        Self { block_of_page, unused, ..Self::default() }
+    }
+
+    /// Whether every page a restore's head listed came back (or is unused).
+    pub fn complete(&self) -> bool {
+        self.block_of_page.iter().all(|&b| b != NONE)
+            && self.unused.iter().all(|&p| self.block_of_page.get(p as usize) == Some(&UNUSED))
+    }
+
+    /// Page numbers handed out.
+    pub fn pages(&self) -> u32 {
+        u32::try_from(self.block_of_page.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Pages no group uses, in the order they are handed out again.
+    pub fn unused(&self) -> &[u32] {
+        &self.unused
+    }
+
+    pub fn spilled(&self) -> usize {
+        self.spilled
+    }
+
+    pub fn where_is(&self, page: u32) -> PageIs {
+        match self.block_of_page.get(page as usize).copied() {
+            Some(SPILLED) => PageIs::Spilled,
+            Some(UNUSED) => PageIs::Unused,
+            Some(NONE) | None => PageIs::Missing,
+            Some(b) => PageIs::InBlock(b),
+        }
+    }
+
+    /// The id group `slot` of the table has in checkpoints (its page's
+    /// number times [`PAGE_GROUPS`], plus its place in the page).
+    #[inline]
+    pub fn stable(&self, slot: u32) -> u32 {
+        let block = slot as usize / BLOCK;
+        self.page_of_block[block] * PAGE_GROUPS + slot % PAGE_GROUPS
+    }
+
+    /// The slot of group `id` (a [`PageMap::stable`] id) when its page is
+    /// in memory.
+    pub fn slot(&self, id: u32) -> Option<u32> {
+        match self.where_is(id / PAGE_GROUPS) {
+            PageIs::InBlock(b) => Some(b * PAGE_GROUPS + id % PAGE_GROUPS),
+            _ => None,
+        }
+    }
+
+    /// Marks the block of `slot` as used, giving it a page if it has none
+    /// (a block newly made, or a spare one taken for new groups).
+    #[inline]
+    pub fn touch(&mut self, slot: u32) {
+        let block = slot as usize / BLOCK;
+        if block >= self.page_of_block.len() {
+            self.page_of_block.resize(block + 1, NONE);
+            self.used.resize(block + 1, false);
+        }
+        if self.page_of_block[block] == NONE {
+            let page = self.unused.pop().unwrap_or_else(|| {
+                self.block_of_page.push(UNUSED);
+                u32::try_from(self.block_of_page.len() - 1).unwrap_or(u32::MAX)
+            });
+            self.place(page, u32::try_from(block).unwrap_or(u32::MAX));
+        }
+        self.used[block] = true;
+    }
+
+    /// Page `page` now sits in block `block`.
+    pub fn place(&mut self, page: u32, block: u32) {
+        let b = block as usize;
+        if b >= self.page_of_block.len() {
+            self.page_of_block.resize(b + 1, NONE);
+            self.used.resize(b + 1, false);
+        }
+        if self.block_of_page.len() <= page as usize {
+            self.block_of_page.resize(page as usize + 1, NONE);
+        }
+        if self.block_of_page[page as usize] == SPILLED {
+            self.spilled -= 1;
+        }
+        self.page_of_block[b] = page;
+        self.block_of_page[page as usize] = block;
+        self.used[b] = true;
+    }
+
+    /// Page `page` of a restore went straight to disk.
+    pub fn restored_to_disk(&mut self, page: u32) {
+        if let Some(b) = self.block_of_page.get_mut(page as usize)
+            && *b == NONE
+        {
+            *b = SPILLED;
+            self.spilled += 1;
+        }
+    }
+
+    /// Up to `n` blocks the clock finds unused since it last passed them
+    /// (it clears the flags it passes), never one of `keep`.
+    pub fn victims(&mut self, n: usize, keep: impl Fn(u32) -> bool) -> Vec<u32> {
+        let blocks = self.page_of_block.len();
+        let mut out = Vec::with_capacity(n);
+        let mut taken = vec![false; blocks];
+        // Two turns at most: the first clears every flag.
+        for _ in 0..blocks.saturating_mul(2) {
+            if out.len() >= n {
+                break;
+            }
+            let b = self.hand;
+            self.hand = (self.hand + 1) % blocks.max(1);
+            let block = u32::try_from(b).unwrap_or(u32::MAX);
+            if self.page_of_block[b] == NONE || taken[b] || keep(block) {
+                continue;
+            }
+            if std::mem::take(&mut self.used[b]) {
+                continue;
+            }
+            taken[b] = true;
+            out.push(block);
+        }
+        out
+    }
+
+    /// Block `block`'s page went to disk (`spilled`), or held no group
+    /// and is handed out again; the block is spare.
+    pub fn evicted(&mut self, block: u32, spilled: bool) {
+        let page = std::mem::replace(&mut self.page_of_block[block as usize], NONE);
+        if spilled {
+            self.block_of_page[page as usize] = SPILLED;
+            self.spilled += 1;
+        } else {
+            self.block_of_page[page as usize] = UNUSED;
+            self.unused.push(page);
+        }
+    }
+
+    /// The page block `block` holds.
+    pub fn page_of(&self, block: u32) -> u32 {
+        self.page_of_block[block as usize]
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        (self.page_of_block.capacity() + self.block_of_page.capacity() + self.unused.capacity()) * 4
+            + self.used.capacity()
+    }
+}
+
+/// A store in memory, for the engine's own tests of spilling.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct MemorySpill {
+    pub pages: std::collections::HashMap<u32, Vec<u8>>,
+    pub keys: std::collections::HashMap<Vec<u8>, u32>,
+    pub writes: usize,
+}
+
+#[cfg(test)]
+impl SpillStore for MemorySpill {
+    fn put_page(&mut self, page: u32, bytes: &[u8], keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), Error> {
+        self.writes += 1;
+        self.pages.insert(page, bytes.to_vec());
+        for k in keys {
+            self.keys.insert(k.to_vec(), page);
+        }
+        Ok(())
+    }
+    fn page(&self, page: u32) -> Result<Option<Vec<u8>>, Error> {
+        Ok(self.pages.get(&page).cloned())
+    }
+    fn remove_page(&mut self, page: u32, keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), Error> {
+        self.pages.remove(&page);
+        for k in keys {
+            self.keys.remove(k);
+        }
+        Ok(())
+    }
+    fn key_page(&self, key: &[u8]) -> Result<Option<u32>, Error> {
+        Ok(self.keys.get(key).copied())
+    }
+    fn clear(&mut self) -> Result<(), Error> {
+        self.pages.clear();
+        self.keys.clear();
+        Ok(())
+    }
+    fn disk_bytes(&self) -> u64 {
+        self.pages.values().map(|p| p.len() as u64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_and_pages_map_both_ways_and_the_clock_gives_a_second_chance() {
+        let mut m = PageMap::identity(4);
+        assert_eq!(m.stable(13), 13);
+        let first = m.victims(2, |_| false);
+        assert_eq!(first, vec![0, 1], "every block was used: the first turn clears, the second takes");
+        m.evicted(0, true);
+        m.evicted(1, false);
+        assert_eq!((m.where_is(0), m.where_is(1)), (PageIs::Spilled, PageIs::Unused));
+        assert_eq!(m.spilled(), 1);
+        // New groups in block 1 (spare) reuse the unused page 1.
+        m.touch(9);
+        assert_eq!((m.page_of(1), m.stable(9)), (1, 9));
+        // Page 0 read back into block 4, a new one.
+        m.place(0, 4);
+        assert_eq!((m.spilled(), m.slot(3), m.stable(35)), (0, Some(35), 3));
+        // A new block gets a new page.
+        m.touch(5 * 8);
+        assert_eq!(m.page_of(5), 4);
+        assert_eq!(m.pages(), 5);
+        assert_eq!(m.victims(8, |b| b != 2), vec![2], "kept blocks are passed over");
+    }
+
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+    use sluice_plan::{Batch, Column, ColumnData, DataType, Value};
+
+    use crate::{EmittedRows, Engine, EngineOptions, Output};
+
+    /// Every row emitted, as text, in order.
+    #[derive(Default)]
+    struct Rows(Vec<(bool, String)>);
+    impl Output for Rows {
+        fn rows(&mut self, rows: &EmittedRows<'_>) -> Result<(), Error> {
+            rows.selection.for_each(|r| {
+                let text = rows
+                    .columns
+                    .iter()
+                    .map(|v| match v {
+                        Value::Column(c) => format!("{:?}", c.scalar(r)),
+                        Value::Scalar(s, _) => format!("{s:?}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",");
+                self.0.push((rows.delete, text));
+            });
+            Ok(())
+        }
+        fn late(&mut self, _: &Batch, _: &[u32]) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    impl Rows {
+        /// The last row of each key (the first column) and whether it was
+        /// a deletion: what an upsert sink ends up holding.
+        fn last_per_key(&self) -> BTreeMap<String, (bool, String)> {
+            let mut out = BTreeMap::new();
+            for (delete, row) in &self.0 {
+                let key = row.split(',').next().unwrap_or_default().to_owned();
+                out.insert(key, (*delete, row.clone()));
+            }
+            out
+        }
+    }
+
+    fn plan(sql: &str) -> Arc<sluice_plan::Plan> {
+        let source = SourceSpec {
+            partition_key: vec!["k".into()],
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            ..SourceSpec::table(
+                "t",
+                &[
+                    ("k", ColumnType::Bigint, true),
+                    ("v", ColumnType::Bigint, true),
+                    ("ts", ColumnType::Timestamp, true),
+                ],
+            )
+        };
+        Arc::new(sluice_sql::plan_dataflow(sql, &[source], 1).unwrap().stages[0].plan.clone())
+    }
+
+    /// Batch `b` of 500 rows: keys spread over 40,000 by a fixed LCG (a
+    /// third of the rows on 600 hot ones), values that go negative now and then, event
+    /// times 20 s a batch.
+    fn batch(b: u64) -> Batch {
+        let mut x = b.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let (mut k, mut v, mut ts) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..500u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let r = x >> 33;
+            k.push(i64::try_from(if r.is_multiple_of(3) { r % 600 } else { r % 40_000 }).unwrap());
+            v.push(i64::try_from(r % 17).unwrap() - 5);
+            ts.push(i64::try_from(b * 20_000 + i).unwrap());
+        }
+        let col = |t, v| Column::new(t, ColumnData::Int(v), None);
+        Batch::new(vec![col(DataType::Bigint, k), col(DataType::Bigint, v), col(DataType::Timestamp, ts)], 500)
+    }
+
+    /// What a state topic keeps of an engine's incremental checkpoints:
+    /// the last head and each page's last version.
+    #[derive(Default)]
+    struct Topic {
+        head: Vec<u8>,
+        pages: BTreeMap<u32, Vec<u8>>,
+        page_bytes: usize,
+    }
+
+    impl Topic {
+        fn save(&mut self, engine: &mut Engine) {
+            for page in engine.take_dirty_pages() {
+                let bytes = engine.snapshot_page(page).unwrap();
+                self.page_bytes += bytes.len();
+                self.pages.insert(page, bytes);
+            }
+            self.head = engine.snapshot_head().unwrap();
+        }
+
+        fn restore(&self, engine: &mut Engine) {
+            engine.restore_head(&self.head).unwrap();
+            for (&page, bytes) in &self.pages {
+                engine.restore_page(page, bytes).unwrap();
+            }
+            engine.pages_restored().unwrap();
+        }
+    }
+
+    fn spilling(plan: &Arc<sluice_plan::Plan>, budget: usize) -> Engine {
+        let mut engine = Engine::new(Arc::clone(plan), EngineOptions::default());
+        assert!(engine.attach_spill(Box::new(MemorySpill::default()), budget));
+        engine
+    }
+
+    /// Runs 60 batches through an engine in memory and through one that
+    /// spills past a budget of a few KiB, checkpointing it every 7 batches
+    /// and restoring it into a new engine every 14 (each with a new, empty
+    /// store): both emit the same rows.
+    fn spills_and_agrees(sql: &str) -> (Rows, Rows) {
+        let plan = plan(sql);
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let mut spill = spilling(&plan, 16 << 10);
+        let (mut expected, mut got) = (Rows::default(), Rows::default());
+        let mut topic = Topic::default();
+        let (mut most_spilled, mut most_state, mut in_memory) = (0, 0, 0);
+        for b in 0..60 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+            spill.process(&mut batch(b), &mut got).unwrap();
+            most_spilled = most_spilled.max(spill.stats().spilled_pages);
+            most_state = most_state.max(spill.stats().state_bytes);
+            in_memory = in_memory.max(memory.stats().state_bytes);
+            if b % 7 == 6 {
+                topic.save(&mut spill);
+            }
+            if b % 14 == 13 {
+                spill = spilling(&plan, 16 << 10);
+                topic.restore(&mut spill);
+            }
+        }
+        memory.finish(&mut expected).unwrap();
+        spill.finish(&mut got).unwrap();
+        assert!(most_spilled > 100, "{sql}: it spilled ({most_spilled} pages at most)");
+        assert!(
+            most_state * 2 < in_memory,
+            "{sql}: the spilling engine held at most {most_state} bytes, the other {in_memory}"
+        );
+        (expected, got)
+    }
+
+    #[test]
+    fn an_aggregate_that_spills_emits_what_it_emits_in_memory_through_checkpoints_and_restores() {
+        let (expected, got) =
+            spills_and_agrees("SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS m, AVG(v) AS a FROM t GROUP BY k");
+        assert_eq!(got.last_per_key(), expected.last_per_key());
+        assert!(expected.last_per_key().len() > 10_000);
+    }
+
+    #[test]
+    fn a_windowed_aggregate_that_spills_closes_every_window_it_closes_in_memory() {
+        let sql =
+            "SELECT k, COUNT(*) AS n, SUM(v) AS s, window_start FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MINUTE)";
+        let (expected, got) = spills_and_agrees(sql);
+        let sorted = |r: &Rows| {
+            let mut rows: Vec<_> = r.0.clone();
+            rows.sort();
+            rows
+        };
+        assert!(expected.0.len() > 10_000, "{} windows closed", expected.0.len());
+        assert_eq!(sorted(&got), sorted(&expected));
+    }
+
+    #[test]
+    fn a_having_that_spills_retracts_what_it_retracts_in_memory() {
+        let (expected, got) = spills_and_agrees("SELECT k, SUM(v) AS s FROM t GROUP BY k HAVING SUM(v) > 12");
+        let last = expected.last_per_key();
+        assert!(last.values().any(|(deleted, _)| *deleted), "some groups were retracted");
+        assert_eq!(got.last_per_key(), last);
+    }
+
+    /// A restore into an engine whose budget is smaller than the state
+    /// leaves the pages past half the budget on disk, and reads each back
+    /// when its key comes.
+    #[test]
+    fn a_restore_larger_than_the_budget_stays_on_disk_until_read() {
+        let plan = plan("SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k");
+        let mut spill = spilling(&plan, 16 << 10);
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let (mut expected, mut got) = (Rows::default(), Rows::default());
+        for b in 0..20 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+            spill.process(&mut batch(b), &mut got).unwrap();
+        }
+        let mut topic = Topic::default();
+        topic.save(&mut spill);
+        let mut restored = spilling(&plan, 16 << 10);
+        topic.restore(&mut restored);
+        let pages = restored.stats().spilled_pages;
+        assert!(pages > 500, "most pages stayed on disk: {pages}");
+        assert!(restored.stats().state_bytes < 64 << 10, "{}", restored.stats().state_bytes);
+        for b in 20..30 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+            restored.process(&mut batch(b), &mut got).unwrap();
+        }
+        assert_eq!(got.last_per_key(), expected.last_per_key());
+        // The restored engine checkpoints again: pages on disk are copied
+        // from it when dirty, and a second restore agrees.
+        let mut again = Topic { pages: topic.pages.clone(), ..Topic::default() };
+        again.save(&mut restored);
+        let mut third = spilling(&plan, 16 << 10);
+        again.restore(&mut third);
+        let mut tail = (Rows::default(), Rows::default());
+        memory.process(&mut batch(30), &mut tail.0).unwrap();
+        third.process(&mut batch(30), &mut tail.1).unwrap();
+        assert_eq!(tail.1.last_per_key(), tail.0.last_per_key());
+    }
+
+    /// A checkpoint of an aggregate that never spilled is the one written
+    /// before spilling existed, byte for byte, store attached or not.
+    #[test]
+    fn an_aggregate_under_its_budget_checkpoints_as_before() {
+        let plan = plan("SELECT k, COUNT(*) AS n FROM t GROUP BY k");
+        let mut plain = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let mut roomy = spilling(&plan, 1 << 30);
+        for b in 0..5 {
+            plain.process(&mut batch(b), &mut Rows::default()).unwrap();
+            roomy.process(&mut batch(b), &mut Rows::default()).unwrap();
+        }
+        let (mut a, mut b) = (Topic::default(), Topic::default());
+        a.save(&mut plain);
+        b.save(&mut roomy);
+        assert_eq!((a.head, a.pages), (b.head, b.pages));
+        assert_eq!(roomy.stats().spilled_pages, 0);
+    }
+}
