@@ -75,6 +75,10 @@ pub struct AggregateOperator {
     restore_groups: Option<u64>,
 }
 
+/// The room for new groups a spilling aggregate keeps: a few batches'
+/// worth (a hopping window makes several groups of a row).
+const SPILL_ROOM: usize = 16_384;
+
 /// A row whose key was not in memory: its place in `gids`, its window
 /// and its key's bytes in `pending_keys`.
 #[derive(Debug)]
@@ -587,9 +591,8 @@ impl AggregateOperator {
             .ok_or_else(|| Error::Internal(format!("group {id} of an open window has no page")))
     }
 
-    /// Puts the groups of page `page` (bytes as [`Operator::snapshot_page`]
-    /// writes them) into a block of the table; from disk, they leave it.
-    fn place_page(&mut self, page: u32, bytes: &[u8], from_disk: bool) -> Result<(), Error> {
+    /// Reads page `page` of this aggregate, and the bytes after it.
+    fn read_page<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<(AggregatePageIn<'b>, &'b [u8]), Error> {
         let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         if p.accs.len() != self.accs.len() {
             return Err(Error::Checkpoint(format!(
@@ -598,6 +601,13 @@ impl AggregateOperator {
                 self.accs.len()
             )));
         }
+        Ok((p, rest))
+    }
+
+    /// Puts the groups of page `page` (bytes as [`Operator::snapshot_page`]
+    /// writes them) into a block of the table; from disk, they leave it.
+    fn place_page(&mut self, page: u32, bytes: &[u8], from_disk: bool) -> Result<(), Error> {
+        let (p, rest) = self.read_page(page, bytes)?;
         let block = self.table.take_block();
         let start = block as usize * BLOCK;
         for i in (0..BLOCK).rev() {
@@ -647,19 +657,22 @@ impl AggregateOperator {
         self.shown.write(groups, write_page(&page, out)?)
     }
 
-    /// Past its budget, with few spare blocks left, moves a quarter of
-    /// the table's blocks to disk — those the clock finds unused since it
-    /// last passed. Memory then holds still: new groups and pages read
-    /// back take the blocks freed, and the table grows again only when
-    /// they are used up (and another quarter goes first).
+    /// Keeps the state within its budget by spilling rather than growing.
+    /// The table's allocations grow by doubling: while doubling them stays
+    /// within the budget they may, but once the state holds more than half
+    /// of it and the table has room for fewer than [`SPILL_ROOM`] new
+    /// groups, an eighth of its blocks (at least room for twice that many)
+    /// go to disk instead — those the clock finds unused since it last
+    /// passed them. New groups and pages read back then take the room
+    /// freed, and memory holds still.
     fn spill_cold(&mut self) -> Result<(), Error> {
         let Some((_, budget)) = &self.spill else { return Ok(()) };
         let blocks = self.table.capacity().div_ceil(BLOCK);
-        if blocks == 0 || self.state_bytes() <= *budget || self.table.spare_blocks() * 16 > blocks {
+        if blocks == 0 || self.table.headroom() >= SPILL_ROOM || self.state_bytes() <= *budget / 2 {
             return Ok(());
         }
         let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));
-        let victims = pages.victims((blocks / 4).max(1), |_| false);
+        let victims = pages.victims((blocks / 8).max(2 * SPILL_ROOM / BLOCK), |_| false);
         let groups = self.table.capacity();
         for acc in &mut self.accs {
             acc.ensure(groups);
@@ -889,14 +902,7 @@ impl Operator for AggregateOperator {
             }
             return Ok(());
         }
-        let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        if p.accs.len() != self.accs.len() {
-            return Err(Error::Checkpoint(format!(
-                "state page {page} holds {} aggregates, this query has {}",
-                p.accs.len(),
-                self.accs.len()
-            )));
-        }
+        let (p, rest) = self.read_page(page, bytes)?;
         restore_page_keys(&mut self.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         for (i, b) in p.bounds.into_iter().enumerate() {

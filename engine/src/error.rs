@@ -16,6 +16,11 @@ pub enum Error {
     /// A state checkpoint could not be serialised or read back.
     #[error("state checkpoint: {0}")]
     Checkpoint(String),
+    /// The store that state spilled to (`crate::SpillStore`) failed: the
+    /// core restarts from its checkpoint, as after any failure of its
+    /// machine.
+    #[error("spilled state: {0}")]
+    Spill(String),
     /// A broken internal invariant: a bug in Sluice.
     #[error("internal error (please report): {0}")]
     Internal(String),

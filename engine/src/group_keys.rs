@@ -43,8 +43,9 @@ pub struct GroupTable {
 }
 
 /// Ids per block: a spilled page's groups leave their block whole, and a
-/// page read back takes a whole block (`crate::spill`).
-pub const BLOCK: usize = crate::pages::PAGE_GROUPS as usize;
+/// page read back takes a whole block (`crate::spill`). A block holds a
+/// page: `crate::pages` checks that the two sizes agree.
+pub const BLOCK: usize = 8;
 
 /// Serialisable form of a [`GroupTable`] (the hash table is rebuilt on restore).
 #[derive(Debug, Serialize, Deserialize)]
@@ -211,34 +212,51 @@ impl GroupTable {
         self.pad_to_block();
         for &b in blocks {
             let start = b as usize * BLOCK;
-            for gid in start..start + BLOCK {
-                let (_, len) = self.ranges[gid];
-                if keyed(len) {
-                    let hash = self.hashes[gid];
-                    let id = u32::try_from(gid).unwrap_or(u32::MAX);
-                    if let Ok(entry) = self.table.find_entry(hash, |&g| g == id) {
-                        entry.remove();
-                    }
-                    self.dead_bytes += len as usize;
+            for r in &mut self.ranges[start..start + BLOCK] {
+                if keyed(r.1) {
+                    self.dead_bytes += r.1 as usize;
                 }
-                self.ranges[gid].1 = VACANT;
+                r.1 = VACANT;
             }
         }
         self.spare.extend_from_slice(blocks);
         if self.dead_bytes > 4096 && self.dead_bytes * 2 > self.arena.len() {
             self.compact();
         }
+        self.rebuild_index();
+    }
+
+    /// Builds the hash index anew at its capacity: removing entries one
+    /// by one leaves tombstones that count against it, and the table
+    /// would grow (double) at its next insert instead of taking the room
+    /// the spill made.
+    fn rebuild_index(&mut self) {
+        let mut table = HashTable::with_capacity(self.table.capacity());
+        let hashes = &self.hashes;
+        for (gid, r) in self.ranges.iter().enumerate() {
+            if keyed(r.1) {
+                let gid = u32::try_from(gid).unwrap_or(u32::MAX);
+                table.insert_unique(hashes[gid as usize], gid, |&g| hashes[g as usize]);
+            }
+        }
+        self.table = table;
+    }
+
+    /// How many new groups the table takes before its index or its ids
+    /// must grow (each grows by doubling): what is left of the hash index
+    /// and of the ids (free, spare and the vector's spare capacity). The
+    /// key arena is not counted: it also doubles, but holds a fraction of
+    /// a group's bytes, and its dead keys are reclaimed as it compacts.
+    pub fn headroom(&self) -> usize {
+        let index = self.table.capacity() - self.table.len();
+        let ids = self.ranges.capacity() - self.ranges.len() + self.free.len() + self.spare.len() * BLOCK;
+        index.min(ids)
     }
 
     /// Whether no id of `block` is keyed.
     pub fn block_is_free(&self, block: u32) -> bool {
         let start = block as usize * BLOCK;
         self.ranges.get(start..(start + BLOCK).min(self.ranges.len())).is_none_or(|r| r.iter().all(|r| !keyed(r.1)))
-    }
-
-    /// Blocks spare for new groups or pages read back.
-    pub fn spare_blocks(&self) -> usize {
-        self.spare.len()
     }
 
     fn compact(&mut self) {

@@ -20,6 +20,7 @@ use crate::group_keys::GroupTable;
 /// changed, not the state held. A page is one record of the state topic,
 /// so much smaller pages would spend more on record keys than on state.
 pub const PAGE_GROUPS: u32 = 8;
+const _: () = assert!(PAGE_GROUPS as usize == crate::group_keys::BLOCK, "a block of the group table holds a page");
 
 /// The ids of page `page` among `groups` ids (empty past the end).
 pub fn page_groups(page: u32, groups: usize) -> Range<usize> {

@@ -2353,6 +2353,72 @@ fn incremental_checkpoints_write_what_changed_and_restore_exactly_after_kill_nin
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
 
+/// A GROUP BY of 60,000 traders under a 1 MiB state limit (about a fifth
+/// of what they take in memory: without spilling the job stops at the
+/// limit) spills its cold groups to the worker's volume and reads them
+/// back as their keys come again, spread over all of them. Killed with
+/// SIGKILL mid-run, it restores (pages past half its budget straight to
+/// disk) and its totals stay exact.
+#[test]
+fn a_state_larger_than_its_memory_spills_to_the_volume_and_stays_exact_after_kill_nine() {
+    let (topic, out) = (unique_name("spill"), unique_name("spill-totals"));
+    kafka::create_topic(&topic, 1);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let sql = "SELECT trader, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY trader";
+    // Batches of 256 rows: a batch brings back a page of 8 groups per
+    // key that was on disk, which must fit the small budget.
+    let m = manifest(&unique_name("spill"), sql, &topic, &out, "    stateMemoryLimit: 1Mi\n    batchMaxRecords: 256\n");
+    let cfg = config_file(&worker_config(&m, 1, 1, 1, 0, &group));
+    let dir = std::env::temp_dir().join(unique_name("sluice-spill-volume"));
+    let dir_s = dir.display().to_string();
+    let env = [("SLUICE_WORKER__STATE_DIR", dir_s.as_str())];
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut produce = |keys: &mut dyn Iterator<Item = u64>, qty: u64| {
+        let lines: Vec<String> = keys
+            .map(|t| {
+                let e = expected.entry(format!("T{t}")).or_default();
+                e.0 += 1;
+                e.1 += i64::try_from(qty).unwrap();
+                format!(r#"{{"trader":"T{t}","symbol":"S","price":1.0,"qty":{qty},"ts":{}}}"#, 1_000 + t)
+            })
+            .collect();
+        let records: Vec<_> = lines.iter().map(|v| (None, v.as_bytes(), Some(0))).collect();
+        kafka::produce(&topic, &records);
+        expected.clone()
+    };
+    let spilled = |w: &Worker| -> f64 {
+        let text = w.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        metric_values(&text, "sluice_state_spilled_bytes").iter().map(|(_, v)| *v).fold(0.0, f64::max)
+    };
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    produce(&mut (0..60_000), 1);
+    // Keys again, spread over all of them: most are on disk by now.
+    produce(&mut (0..30_000).map(|i| (i * 7_919) % 60_000), 2);
+    let mut most = 0.0f64;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while kafka::committed_positions(&group, &topic, 1).get(&0).is_none_or(|(o, _)| *o < 90_000) {
+        assert!(Instant::now() < deadline, "not checkpointed through 90,000:\n{}", worker.log());
+        most = most.max(spilled(&worker));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    most = most.max(spilled(&worker));
+    assert!(most > 512.0 * 1024.0, "the state went to disk: {most} bytes at most");
+    produce(&mut (0..20_000).map(|i| (i * 31) % 60_000), 3);
+    std::thread::sleep(Duration::from_millis(300));
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    let expected = produce(&mut (0..10_000).map(|i| (i * 13 + 5) % 60_000), 5);
+    let mut second = Worker::serve(&cfg, &env);
+    second.wait_ready(Duration::from_secs(60));
+    assert_trader_totals(&out, &expected);
+    assert!(spilled(&second) > 0.0, "the restored state spilled too");
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The last row per trader in `out` is, for each trader, the expected
 /// `(n, qty)`: every group there, each exact.
 fn assert_trader_totals(out: &str, expected: &BTreeMap<String, (i64, i64)>) {

@@ -34,6 +34,15 @@ pub enum Error {
          memory is sized from it), spread the partitions over more cores or workers, or shorten windows"
     )]
     StateLimit { core: usize, partitions: usize, used: usize, limit: usize },
+    /// The state a core spilled to disk outgrew its share of the worker's
+    /// volume (half of it, split across the worker's cores; the other
+    /// half is the checkpoint copy's): the core stops before the kubelet
+    /// would evict the pod for the volume's size.
+    #[error(
+        "the state core {core} spilled to disk is {used} bytes, over its share of the worker's volume ({limit} \
+         bytes, spec.engine.localState.size): raise the size, or spread the partitions over more cores or workers"
+    )]
+    SpillLimit { core: usize, used: u64, limit: u64 },
     /// A keyed job's source topic no longer has the partition count its
     /// state was laid out for (partitions were added). Keys hash to other
     /// partitions now, so running on would split each key's state between
@@ -123,7 +132,14 @@ impl Error {
     /// Whether retrying could help (the broker, or the schema registry,
     /// may come back).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Self::Kafka { .. } | Self::Io { .. } | Self::Registry { .. } | Self::LocalCopy { .. })
+        matches!(
+            self,
+            Self::Kafka { .. }
+                | Self::Io { .. }
+                | Self::Registry { .. }
+                | Self::LocalCopy { .. }
+                | Self::Engine(sluice_engine::Error::Spill(_))
+        )
     }
 }
 

@@ -153,6 +153,7 @@ pub struct Metrics {
     state_entries: IntGaugeVec,
     state_bytes: IntGaugeVec,
     state_largest: IntGaugeVec,
+    state_spilled: IntGaugeVec,
     state_limit: IntGaugeVec,
     checkpoints: IntCounterVec,
     checkpoint_seconds: HistogramVec,
@@ -274,6 +275,11 @@ impl Metrics {
                 "Approximate state of the core's largest partition engine",
                 labels3()
             ),
+            state_spilled: gauge!(
+                "sluice_state_spilled_bytes",
+                "State the core's partition engines moved to disk past their memory budget",
+                labels3()
+            ),
             state_limit: gauge!(
                 "sluice_state_memory_limit_bytes",
                 "spec.engine.stateMemoryLimit: the state the core's partition engines may hold together",
@@ -351,6 +357,7 @@ impl Metrics {
             state_entries: self.state_entries.with_label_values(&l),
             state_bytes: self.state_bytes.with_label_values(&l),
             state_largest: self.state_largest.with_label_values(&l),
+            state_spilled: self.state_spilled.with_label_values(&l),
             state_limit: self.state_limit.with_label_values(&l),
             checkpoints: self.checkpoints.with_label_values(&l),
             checkpoint_seconds: self.checkpoint_seconds.with_label_values(&l),
@@ -410,6 +417,7 @@ pub struct CoreMetrics {
     pub state_entries: IntGauge,
     pub state_bytes: IntGauge,
     pub state_largest: IntGauge,
+    pub state_spilled: IntGauge,
     pub state_limit: IntGauge,
     pub checkpoints: IntCounter,
     pub checkpoint_seconds: Histogram,

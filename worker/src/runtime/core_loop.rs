@@ -30,6 +30,7 @@ use super::outputs::{Writes, dead_letter, job_sink, sink_encoder, transactional_
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::setup::CoreSetup;
 use super::shared_source::SharedSource;
+use super::spill_store::SpillDb;
 use super::state_group::{group_members, restore_group, snapshot_group};
 use super::state_pages::PageId;
 use super::state_store::StateStore;
@@ -52,6 +53,8 @@ pub struct CoreSummary {
     pub late: u64,
     /// The most state the core held after any batch (`Engine::stats`).
     pub peak_state_bytes: u64,
+    /// The most state the core had spilled to disk.
+    pub peak_spilled_bytes: u64,
 }
 
 impl CoreSummary {
@@ -62,6 +65,7 @@ impl CoreSummary {
         self.dead_lettered += o.dead_lettered;
         self.late += o.late;
         self.peak_state_bytes += o.peak_state_bytes;
+        self.peak_spilled_bytes += o.peak_spilled_bytes;
     }
 }
 
@@ -127,6 +131,46 @@ struct Core<'a> {
     /// exchange (`Dataflow::has_stateful_exchange_writer`).
     transaction: Option<Arc<CoreProducer>>,
     summary: CoreSummary,
+    /// Where the partitions' operators spill state past their budget
+    /// (with a state directory); it lives as long as the core.
+    spill: Option<SpillDb>,
+}
+
+/// The state the core's partition engines may keep in memory together
+/// before they spill, as a share of `stateMemoryLimit`: the rest is room
+/// for what a batch brings in before the next spill and for what the
+/// gauge reads late.
+const SPILL_SHARE: (usize, usize) = (3, 4);
+
+/// With a state directory (the worker's volume, `--state-dir`), gives
+/// each partition engine whose operator can spill an even share of the
+/// core's memory budget and a store on the volume: past its share, cold
+/// state goes to disk instead of stopping the job at the limit. Without
+/// one, state stays in memory and the limit stops the job.
+fn attach_spill(
+    setup: &CoreSetup,
+    parts: &mut [PartitionPipeline],
+    state_limit: usize,
+) -> Result<Option<SpillDb>, Error> {
+    let Some(dir) = setup.config.worker.state_dir.as_ref() else { return Ok(None) };
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let (slot, slots) = setup.slot();
+    let dir = std::path::Path::new(dir).join("spill").join(format!("engine-{slot}-of-{slots}"));
+    // Half the volume is the checkpoint copy's; the other half is split
+    // across the worker's cores.
+    let cores = u64::from(setup.config.spec.cores_per_worker.max(1).unsigned_abs());
+    let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
+    let db = SpillDb::open(&dir, disk_budget)
+        .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
+    let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
+    let mut any = false;
+    for (i, part) in parts.iter_mut().enumerate() {
+        let store = db.store(i).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
+        any |= part.engine.attach_spill(Box::new(store), budget);
+    }
+    Ok(any.then_some(db))
 }
 
 /// How often a repartition topic is purged below the committed offsets
@@ -185,6 +229,7 @@ impl<'a> Core<'a> {
                 parts.push(part);
             }
         }
+        let spill = attach_spill(setup, &mut parts, state_limit)?;
         let multi_stage = setup.dataflow.has_exchange();
         let mut stores = Vec::new();
         let mut exchange_client = None;
@@ -430,6 +475,7 @@ impl<'a> Core<'a> {
             source_done: false,
             transaction,
             summary: CoreSummary::default(),
+            spill,
         })
     }
 
@@ -625,6 +671,16 @@ impl<'a> Core<'a> {
         m.state_entries.set(i64::try_from(entries).unwrap_or(i64::MAX));
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
+        if let Some(spill) = &self.spill {
+            let spilled: u64 = self.parts.iter().map(|p| p.engine.stats().spilled_bytes).sum();
+            m.state_spilled.set(i64::try_from(spilled).unwrap_or(i64::MAX));
+            self.summary.peak_spilled_bytes = self.summary.peak_spilled_bytes.max(spilled);
+            if let Some(limit) = spill.budget
+                && spilled > limit
+            {
+                return Err(Error::SpillLimit { core: self.setup.core, used: spilled, limit });
+            }
+        }
         self.summary.records_in += input.records;
         self.summary.records_out += out_records;
         self.summary.dead_lettered += totals.malformed;

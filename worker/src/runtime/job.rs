@@ -45,6 +45,8 @@ pub struct JobSummary {
     /// The cores' peak engine state, summed (approximate, as the
     /// `sluice_state_bytes` gauge).
     pub peak_state_bytes: u64,
+    /// The most state the cores had spilled to disk at once, summed.
+    pub peak_spilled_bytes: u64,
 }
 
 impl fmt::Display for JobSummary {
@@ -63,7 +65,11 @@ impl fmt::Display for JobSummary {
             secs,
             rate,
             self.peak_state_bytes as f64 / (1024.0 * 1024.0)
-        )
+        )?;
+        if self.peak_spilled_bytes > 0 {
+            write!(f, ", spilled: {:.1} MiB", self.peak_spilled_bytes as f64 / (1024.0 * 1024.0))?;
+        }
+        Ok(())
     }
 }
 
@@ -201,6 +207,7 @@ pub fn run_job(
         late: summary.late,
         elapsed: started.elapsed(),
         peak_state_bytes: summary.peak_state_bytes,
+        peak_spilled_bytes: summary.peak_spilled_bytes,
     })
 }
 

@@ -12,6 +12,7 @@ mod outputs;
 mod partition;
 mod setup;
 mod shared_source;
+mod spill_store;
 mod state_group;
 mod state_pages;
 mod state_store;

@@ -1,0 +1,169 @@
+//! Where a core's operators spill state that outgrows memory: an embedded
+//! LSM store (`fjall`) on the worker's volume, one per core (nothing shared
+//! across cores), one keyspace per partition engine.
+//!
+//! What is spilled is a cache of the checkpoint, not a source of truth: a
+//! restarted worker rebuilds its state from the state topic (or its local
+//! copy) and spills again what does not fit. So the store is wiped when it
+//! opens and when it is dropped, and nothing in it is ever synced to disk
+//! for durability — only written through the page cache.
+//!
+//! Keys: `p` + page number (big-endian) → the page's bytes, as a
+//! checkpoint writes them; `k` + group key → its page (little-endian u32).
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use sluice_engine::{Error as EngineError, SpillStore};
+
+/// Memory the store may use besides the state the engines account for:
+/// each keyspace's write buffer and the block cache shared by the core's
+/// keyspaces (docs/operations.md, "State larger than memory").
+pub const MEMTABLE: u64 = 4 << 20;
+pub const CACHE: u64 = 16 << 20;
+/// The journal kept before memtables are flushed (the store's least).
+const JOURNAL: u64 = 64 << 20;
+
+/// One core's spill store.
+pub struct SpillDb {
+    db: Database,
+    dir: PathBuf,
+    /// The disk the core's spilled state may take (`None`: no bound).
+    pub budget: Option<u64>,
+}
+
+impl std::fmt::Debug for SpillDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpillDb").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl SpillDb {
+    /// Opens an empty store in `dir` (what an earlier run left there is
+    /// removed first).
+    pub fn open(dir: &Path, budget: Option<u64>) -> fjall::Result<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::create_dir_all(dir)?;
+        let db = Database::builder(dir)
+            .worker_threads(1)
+            .cache_size(CACHE)
+            .max_journaling_size(JOURNAL)
+            .manual_journal_persist(true)
+            .temporary(true)
+            .open()?;
+        Ok(Self { db, dir: dir.to_owned(), budget })
+    }
+
+    /// The store of partition engine `slot` of the core.
+    pub fn store(&self, slot: usize) -> fjall::Result<DiskSpill> {
+        let keyspace = self.db.keyspace(&format!("s{slot}"), || {
+            KeyspaceCreateOptions::default().max_memtable_size(MEMTABLE).manual_journal_persist(true)
+        })?;
+        Ok(DiskSpill { keyspace, scratch: RefCell::new(Vec::with_capacity(64)) })
+    }
+}
+
+/// One partition engine's spilled pages.
+pub struct DiskSpill {
+    keyspace: Keyspace,
+    /// A key with its prefix, built for a lookup (no allocation per row).
+    scratch: RefCell<Vec<u8>>,
+}
+
+impl std::fmt::Debug for DiskSpill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskSpill").finish_non_exhaustive()
+    }
+}
+
+/// A disk error while spilling: the core stops and is restarted, from its
+/// checkpoint, like any other failure of its own machine.
+fn disk(e: &fjall::Error) -> EngineError {
+    EngineError::Spill(format!("the store on the worker's volume failed: {e}"))
+}
+
+fn page_key(page: u32) -> [u8; 5] {
+    let mut k = [b'p', 0, 0, 0, 0];
+    k[1..].copy_from_slice(&page.to_be_bytes());
+    k
+}
+
+fn group_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1);
+    k.push(b'k');
+    k.extend_from_slice(key);
+    k
+}
+
+impl SpillStore for DiskSpill {
+    fn put_page(&mut self, page: u32, bytes: &[u8], keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), EngineError> {
+        self.keyspace.insert(page_key(page), bytes).map_err(|e| disk(&e))?;
+        let at = page.to_le_bytes();
+        for key in keys {
+            self.keyspace.insert(group_key(key), at).map_err(|e| disk(&e))?;
+        }
+        Ok(())
+    }
+
+    fn page(&self, page: u32) -> Result<Option<Vec<u8>>, EngineError> {
+        Ok(self.keyspace.get(page_key(page)).map_err(|e| disk(&e))?.map(|v| v.to_vec()))
+    }
+
+    fn remove_page(&mut self, page: u32, keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), EngineError> {
+        self.keyspace.remove(page_key(page)).map_err(|e| disk(&e))?;
+        for key in keys {
+            self.keyspace.remove(group_key(key)).map_err(|e| disk(&e))?;
+        }
+        Ok(())
+    }
+
+    fn key_page(&self, key: &[u8]) -> Result<Option<u32>, EngineError> {
+        let mut scratch = self.scratch.borrow_mut();
+        scratch.clear();
+        scratch.push(b'k');
+        scratch.extend_from_slice(key);
+        let found = self.keyspace.get(&*scratch).map_err(|e| disk(&e))?;
+        Ok(found.and_then(|v| <[u8; 4]>::try_from(&*v).ok()).map(u32::from_le_bytes))
+    }
+
+    fn clear(&mut self) -> Result<(), EngineError> {
+        self.keyspace.clear().map_err(|e| disk(&e))
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        self.keyspace.disk_space()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_and_keys_go_to_disk_and_come_back_and_a_new_store_starts_empty() {
+        let dir = std::env::temp_dir().join(format!("sluice-spill-test-{}", std::process::id()));
+        let db = SpillDb::open(&dir, None).unwrap();
+        let mut a = db.store(0).unwrap();
+        let mut b = db.store(1).unwrap();
+        let keys: [&[u8]; 2] = [b"alpha", b"beta"];
+        a.put_page(7, b"page seven", &mut keys.iter().copied()).unwrap();
+        b.put_page(7, b"another seven", &mut std::iter::empty()).unwrap();
+        assert_eq!(a.page(7).unwrap().as_deref(), Some(&b"page seven"[..]));
+        assert_eq!(b.page(7).unwrap().as_deref(), Some(&b"another seven"[..]), "one keyspace per engine");
+        assert_eq!((a.key_page(b"beta").unwrap(), a.key_page(b"gamma").unwrap()), (Some(7), None));
+        assert_eq!(b.key_page(b"beta").unwrap(), None);
+        a.remove_page(7, &mut keys.iter().copied()).unwrap();
+        assert_eq!((a.page(7).unwrap(), a.key_page(b"alpha").unwrap()), (None, None));
+        b.clear().unwrap();
+        assert_eq!(b.page(7).unwrap(), None);
+        a.put_page(1, b"left behind", &mut std::iter::empty()).unwrap();
+        drop((a, b, db));
+        let db = SpillDb::open(&dir, None).unwrap();
+        assert_eq!(db.store(0).unwrap().page(1).unwrap(), None, "a store opens empty");
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
