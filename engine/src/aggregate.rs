@@ -23,7 +23,7 @@ use crate::pages::{
     write_page,
 };
 use crate::shown::Shown;
-use crate::spill::{PageIs, PageMap, SpillStore};
+use crate::spill::{KeyFilter, PageIs, PageMap, SpillStore};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -64,8 +64,9 @@ pub struct AggregateOperator {
     pages: Option<Box<PageMap>>,
     /// Where cold pages go, and the state (bytes) past which they go.
     spill: Option<(Box<dyn SpillStore>, usize)>,
-    /// Groups on disk.
+    /// Groups on disk, and which keys may be among them.
     disk_groups: usize,
+    on_disk: KeyFilter,
     /// Rows of the batch in fold whose key was not in memory: once the
     /// others are placed, each is looked up on disk, then made new
     /// (scratch of a spilling operator; keys in `pending_keys`).
@@ -180,6 +181,7 @@ impl AggregateOperator {
             pages: None,
             spill: None,
             disk_groups: 0,
+            on_disk: KeyFilter::default(),
             pending: Vec::new(),
             pending_keys: Vec::new(),
             restore_groups: None,
@@ -482,6 +484,7 @@ impl AggregateOperator {
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
             + self.shown.heap_bytes()
             + self.pages.as_ref().map_or(0, |m| m.heap_bytes())
+            + self.on_disk.heap_bytes()
             + self.pending.capacity() * size_of::<Pending>()
             + self.pending_keys.capacity()
     }
@@ -532,7 +535,11 @@ impl AggregateOperator {
         for p in &pending {
             let key = &keys[p.key.clone()];
             let mut found = self.table.find(key);
-            if found.is_none() && self.disk_groups > 0 && self.read_back_page_of(key)? {
+            if found.is_none()
+                && self.disk_groups > 0
+                && self.on_disk.may_contain(crate::group_keys::hash_key(key))
+                && self.read_back_page_of(key)?
+            {
                 found = self.table.find(key);
             }
             let (gid, new) = match found {
@@ -688,11 +695,17 @@ impl AggregateOperator {
                 bytes = self.page_bytes(range.clone(), bytes)?;
                 let table = &self.table;
                 let mut keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
-                let held = keys.clone().count();
+                let mut full = false;
+                for key in keys.clone() {
+                    full |= !self.on_disk.insert(crate::group_keys::hash_key(key));
+                    self.disk_groups += 1;
+                }
                 if let Some((store, _)) = &mut self.spill {
                     store.put_page(page, &bytes, &mut keys)?;
+                    if full {
+                        self.on_disk.rebuild(self.disk_groups, store.as_ref())?;
+                    }
                 }
-                self.disk_groups += held;
             }
             pages.evicted(block, spilled);
             for g in range {
@@ -711,6 +724,7 @@ impl AggregateOperator {
     fn forget_spilled(&mut self) -> Result<(), Error> {
         self.pages = None;
         self.disk_groups = 0;
+        self.on_disk.clear();
         self.restore_groups = None;
         if let Some((store, _)) = &mut self.spill {
             store.clear()?;
@@ -892,11 +906,17 @@ impl Operator for AggregateOperator {
             }
             let (p, _): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
             let mut keys = p.keys.iter().flatten().copied();
-            let held = keys.clone().count();
+            let mut full = false;
+            for key in keys.clone() {
+                full |= !self.on_disk.insert(crate::group_keys::hash_key(key));
+                self.disk_groups += 1;
+            }
             if let Some((store, _)) = &mut self.spill {
                 store.put_page(page, bytes, &mut keys)?;
+                if full {
+                    self.on_disk.rebuild(self.disk_groups, store.as_ref())?;
+                }
             }
-            self.disk_groups += held;
             if let Some(pages) = &mut self.pages {
                 pages.restored_to_disk(page);
             }

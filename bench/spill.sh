@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# State larger than memory, in the engine: GROUP BY queries over generated
+# Nexmark bids run twice each, side by side with the same binary — with
+# the state in memory (8 GiB limit, no state directory), then under a small
+# stateMemoryLimit with a state directory, so that the aggregate spills
+# cold groups to the store there (docs/operations.md, "State larger than
+# memory"). Prints records/s, peak RSS (from /usr/bin/time), the peak state
+# gauge and what was spilled, and checks that both runs emitted the same
+# final row per group.
+#
+#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,q17]
+#
+# Figures: docs/benchmarks.md, "State larger than memory".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source bench/lib.sh
+
+events=10000000
+limit=64Mi
+queries=pairs,q17
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --events) events=$2; shift 2 ;;
+    --limit) limit=$2; shift 2 ;;
+    --queries) queries=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+bench_worker release
+work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-spill-XXXX")
+trap 'rm -rf "$work"' EXIT
+bids=$((events * 46 / 50))
+
+# The query's SQL: `pairs` is the issue's GROUP BY of (auction, bidder)
+# (every pair a group; it grows without end), q17 Nexmark's per auction
+# and day.
+sql_of() {
+  case "$1" in
+    pairs) echo "SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder" ;;
+    q17) sed -n '/^  sql: |/,/^  sources:/p' manifests/nexmark/q17.yaml | sed '1d;$d' | tr '\n' ' ' ;;
+    *) echo "unknown query $1" >&2; exit 2 ;;
+  esac
+}
+
+manifest() { # query limit out
+  cat <<YAML
+apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: spill-$1
+spec:
+  sql: |
+    $(sql_of "$1")
+  sources:
+    - name: bid
+      datagen: { scenario: NexmarkBid, records: $bids, partitions: 1 }
+      schema:
+        columns:
+          - { name: auction, type: bigint, required: true }
+          - { name: bidder, type: bigint, required: true }
+          - { name: price, type: bigint, required: true }
+          - { name: channel, type: string }
+          - { name: url, type: string }
+          - { name: dateTime, type: timestamp, required: true }
+          - { name: extra, type: string }
+      eventTime: { column: dateTime, watermarkDelayMillis: 1000 }
+  sink:
+    file: { path: $3 }
+  coresPerWorker: 1
+  engine: { stateMemoryLimit: $2 }
+YAML
+}
+
+# The last row per group of a run's output (its first columns are the
+# group's key), as a digest: both runs must agree.
+digest() { # file key-columns
+  python3 - "$1" "$2" <<'PY'
+import hashlib, json, sys
+last = {}
+keys = sys.argv[2].split(",")
+with open(sys.argv[1]) as f:
+    for line in f:
+        row = json.loads(line)
+        last[tuple(row[k] for k in keys)] = line
+h = hashlib.sha256()
+for k in sorted(last):
+    h.update(last[k].encode())
+print(f"{len(last)} groups, sha256 {h.hexdigest()[:16]}")
+PY
+}
+
+run() { # query mode
+  local q=$1 mode=$2 out="$work/$1-$2.jsonl" m="$work/$1-$2.yaml" lim=8Gi args=()
+  if [ "$mode" = spill ]; then
+    lim=$limit
+    rm -rf "$work/state"
+    args=(--state-dir "$work/state")
+  fi
+  manifest "$q" "$lim" "$out" >"$m"
+  local summary
+  summary=$(/usr/bin/time -f 'rss_kib=%M' "$WORKER" run -f "$m" --bounded --cores 1 --http-port 0 "${args[@]}" 2>&1 | grep -E '^sluice-worker: done|^rss_kib=' | tr '\n' ' ')
+  local rate peak spilled rss
+  rate=$(sed -n 's/.* \([0-9]*\) records\/s.*/\1/p' <<<"$summary")
+  peak=$(sed -n 's/.*peak state: \([0-9.]*\) MiB.*/\1/p' <<<"$summary")
+  spilled=$(sed -n 's/.*spilled: \([0-9.]*\) MiB.*/\1/p' <<<"$summary")
+  rss=$(sed -n 's/.*rss_kib=\([0-9]*\).*/\1/p' <<<"$summary")
+  local keys=auction,bidder
+  [ "$q" = q17 ] && keys=auction,day
+  printf '%-6s %-7s %10s rec/s  peak RSS %6s MiB  peak state %8s MiB  spilled %8s MiB  %s\n' \
+    "$q" "$mode" "$rate" "$((rss / 1024))" "$peak" "${spilled:-0}" "$(digest "$out" "$keys")"
+  rm -f "$out"
+}
+
+log "$events events ($bids bids), limit $limit when spilling"
+for q in ${queries//,/ }; do
+  run "$q" memory
+  run "$q" spill
+done
