@@ -2353,7 +2353,7 @@ fn incremental_checkpoints_write_what_changed_and_restore_exactly_after_kill_nin
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
 }
 
-/// A GROUP BY of 60,000 traders under a 1 MiB state limit (about a fifth
+/// A GROUP BY of 30,000 traders under a 1 MiB state limit (under half
 /// of what they take in memory: without spilling the job stops at the
 /// limit) spills its cold groups to the worker's volume and reads them
 /// back as their keys come again, spread over all of them. Killed with
@@ -2393,23 +2393,23 @@ fn a_state_larger_than_its_memory_spills_to_the_volume_and_stays_exact_after_kil
     };
     let mut worker = Worker::serve(&cfg, &env);
     worker.wait_ready(Duration::from_secs(60));
-    produce(&mut (0..60_000), 1);
+    produce(&mut (0..30_000), 1);
     // Keys again, spread over all of them: most are on disk by now.
-    produce(&mut (0..30_000).map(|i| (i * 7_919) % 60_000), 2);
+    produce(&mut (0..15_000).map(|i| (i * 7_919) % 30_000), 2);
     let mut most = 0.0f64;
     let deadline = Instant::now() + Duration::from_secs(120);
-    while kafka::committed_positions(&group, &topic, 1).get(&0).is_none_or(|(o, _)| *o < 90_000) {
-        assert!(Instant::now() < deadline, "not checkpointed through 90,000:\n{}", worker.log());
+    while kafka::committed_positions(&group, &topic, 1).get(&0).is_none_or(|(o, _)| *o < 45_000) {
+        assert!(Instant::now() < deadline, "not checkpointed through 45,000:\n{}", worker.log());
         most = most.max(spilled(&worker));
         std::thread::sleep(Duration::from_millis(100));
     }
     most = most.max(spilled(&worker));
-    assert!(most > 512.0 * 1024.0, "the state went to disk: {most} bytes at most");
-    produce(&mut (0..20_000).map(|i| (i * 31) % 60_000), 3);
+    assert!(most > 256.0 * 1024.0, "the state went to disk: {most} bytes at most");
+    produce(&mut (0..10_000).map(|i| (i * 31) % 30_000), 3);
     std::thread::sleep(Duration::from_millis(300));
     worker.signal("KILL");
     let _ = worker.wait(Duration::from_secs(10));
-    let expected = produce(&mut (0..10_000).map(|i| (i * 13 + 5) % 60_000), 5);
+    let expected = produce(&mut (0..5_000).map(|i| (i * 13 + 5) % 30_000), 5);
     let mut second = Worker::serve(&cfg, &env);
     second.wait_ready(Duration::from_secs(60));
     assert_trader_totals(&out, &expected);
