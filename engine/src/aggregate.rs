@@ -23,7 +23,7 @@ use crate::pages::{
     write_page,
 };
 use crate::shown::Shown;
-use crate::spill::{KeyFilter, PageIs, PageMap, SpillStore};
+use crate::spill::{PageIs, PageMap, Spill, SpillStore};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -62,11 +62,8 @@ pub struct AggregateOperator {
     /// Pages against blocks of the table, once the operator spilled
     /// (`crate::spill`); without it block `b` holds page `b`.
     pages: Option<Box<PageMap>>,
-    /// Where cold pages go, and the state (bytes) past which they go.
-    spill: Option<(Box<dyn SpillStore>, usize)>,
-    /// Groups on disk, and which keys may be among them.
-    disk_groups: usize,
-    on_disk: KeyFilter,
+    /// Where cold pages go, and the state past which they go.
+    spill: Option<Spill>,
     /// Rows of the batch in fold whose key was not in memory: once the
     /// others are placed, each is looked up on disk, then made new
     /// (scratch of a spilling operator; keys in `pending_keys`).
@@ -180,8 +177,6 @@ impl AggregateOperator {
             shown: Shown::default(),
             pages: None,
             spill: None,
-            disk_groups: 0,
-            on_disk: KeyFilter::default(),
             pending: Vec::new(),
             pending_keys: Vec::new(),
             restore_groups: None,
@@ -473,7 +468,7 @@ impl AggregateOperator {
     }
 
     pub(crate) fn groups(&self) -> usize {
-        self.table.live() + self.disk_groups
+        self.table.live() + self.spill.as_ref().map_or(0, Spill::groups)
     }
 
     pub(crate) fn state_bytes(&self) -> usize {
@@ -484,7 +479,7 @@ impl AggregateOperator {
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
             + self.shown.heap_bytes()
             + self.pages.as_ref().map_or(0, |m| m.heap_bytes())
-            + self.on_disk.heap_bytes()
+            + self.spill.as_ref().map_or(0, Spill::heap_bytes)
             + self.pending.capacity() * size_of::<Pending>()
             + self.pending_keys.capacity()
     }
@@ -535,11 +530,7 @@ impl AggregateOperator {
         for p in &pending {
             let key = &keys[p.key.clone()];
             let mut found = self.table.find(key);
-            if found.is_none()
-                && self.disk_groups > 0
-                && self.on_disk.may_contain(crate::group_keys::hash_key(key))
-                && self.read_back_page_of(key)?
-            {
+            if found.is_none() && self.read_back_page_of(key)? {
                 found = self.table.find(key);
             }
             let (gid, new) = match found {
@@ -564,8 +555,8 @@ impl AggregateOperator {
 
     /// Reads back the spilled page holding `key`'s group, if any.
     fn read_back_page_of(&mut self, key: &[u8]) -> Result<bool, Error> {
-        let Some((store, _)) = &self.spill else { return Ok(false) };
-        let Some(page) = store.key_page(key)? else { return Ok(false) };
+        let Some(spill) = &self.spill else { return Ok(false) };
+        let Some(page) = spill.page_of(key)? else { return Ok(false) };
         self.read_back(page)?;
         Ok(true)
     }
@@ -575,14 +566,11 @@ impl AggregateOperator {
         if !matches!(self.pages.as_ref().map(|m| m.where_is(page)), Some(PageIs::Spilled)) {
             return Err(Error::Internal(format!("page {page} of an aggregate's state is not on disk")));
         }
-        let Some((store, _)) = &self.spill else {
+        let Some(spill) = &self.spill else {
             return Err(Error::Internal("an aggregate's page is on disk, with no store".into()));
         };
-        let bytes = store.page(page)?.ok_or_else(|| Error::Internal(format!("spilled page {page} is missing")))?;
-        let before = self.table.live();
-        self.place_page(page, &bytes, true)?;
-        self.disk_groups = self.disk_groups.saturating_sub(self.table.live() - before);
-        Ok(())
+        let bytes = spill.page(page)?;
+        self.place_page(page, &bytes, true)
     }
 
     /// The slot of group `id` (as pages number it), its page read back
@@ -639,8 +627,8 @@ impl AggregateOperator {
             acc.ensure(groups);
             acc.set_page(start, from)?;
         }
-        if from_disk && let Some((store, _)) = &mut self.spill {
-            store.remove_page(page, &mut p.keys.iter().flatten().copied())?;
+        if from_disk && let Some(spill) = &mut self.spill {
+            spill.remove(page, p.keys.iter().flatten().copied())?;
         }
         if let Some(pages) = &mut self.pages {
             pages.place(page, block);
@@ -673,9 +661,9 @@ impl AggregateOperator {
     /// passed them. New groups and pages read back then take the room
     /// freed, and memory holds still.
     fn spill_cold(&mut self) -> Result<(), Error> {
-        let Some((_, budget)) = &self.spill else { return Ok(()) };
+        let Some(budget) = self.spill.as_ref().map(|s| s.budget) else { return Ok(()) };
         let blocks = self.table.capacity().div_ceil(BLOCK);
-        if blocks == 0 || self.table.headroom() >= SPILL_ROOM || self.state_bytes() <= *budget / 2 {
+        if blocks == 0 || self.table.headroom() >= SPILL_ROOM || self.state_bytes() <= budget / 2 {
             return Ok(());
         }
         let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));
@@ -694,17 +682,9 @@ impl AggregateOperator {
                 bytes.clear();
                 bytes = self.page_bytes(range.clone(), bytes)?;
                 let table = &self.table;
-                let mut keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
-                let mut full = false;
-                for key in keys.clone() {
-                    full |= !self.on_disk.insert(crate::group_keys::hash_key(key));
-                    self.disk_groups += 1;
-                }
-                if let Some((store, _)) = &mut self.spill {
-                    store.put_page(page, &bytes, &mut keys)?;
-                    if full {
-                        self.on_disk.rebuild(self.disk_groups, store.as_ref())?;
-                    }
+                let keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
+                if let Some(spill) = &mut self.spill {
+                    spill.put(page, &bytes, keys)?;
                 }
             }
             pages.evicted(block, spilled);
@@ -723,11 +703,9 @@ impl AggregateOperator {
     /// Drops what was spilled (a restore starts over).
     fn forget_spilled(&mut self) -> Result<(), Error> {
         self.pages = None;
-        self.disk_groups = 0;
-        self.on_disk.clear();
         self.restore_groups = None;
-        if let Some((store, _)) = &mut self.spill {
-            store.clear()?;
+        if let Some(spill) = &mut self.spill {
+            spill.clear()?;
         }
         Ok(())
     }
@@ -872,11 +850,10 @@ impl Operator for AggregateOperator {
                 self.page_bytes(start..(start + BLOCK).min(groups), out)
             }
             PageIs::Spilled => {
-                let bytes = match &self.spill {
-                    Some((store, _)) => store.page(page)?,
-                    None => None,
+                let Some(spill) = &self.spill else {
+                    return Err(Error::Internal(format!("spilled page {page} with no store")));
                 };
-                let bytes = bytes.ok_or_else(|| Error::Internal(format!("spilled page {page} is missing")))?;
+                let bytes = spill.page(page)?;
                 let mut out = out;
                 out.extend_from_slice(&bytes);
                 Ok(out)
@@ -900,22 +877,13 @@ impl Operator for AggregateOperator {
             }
             // Past half its budget a restore leaves the pages on disk:
             // a state larger than memory restores without filling it.
-            let to_disk = matches!(&self.spill, Some((_, budget)) if self.state_bytes() > budget / 2);
+            let to_disk = self.spill.as_ref().is_some_and(|s| self.state_bytes() > s.budget / 2);
             if !to_disk {
                 return self.place_page(page, bytes, false);
             }
-            let (p, _): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-            let mut keys = p.keys.iter().flatten().copied();
-            let mut full = false;
-            for key in keys.clone() {
-                full |= !self.on_disk.insert(crate::group_keys::hash_key(key));
-                self.disk_groups += 1;
-            }
-            if let Some((store, _)) = &mut self.spill {
-                store.put_page(page, bytes, &mut keys)?;
-                if full {
-                    self.on_disk.rebuild(self.disk_groups, store.as_ref())?;
-                }
+            let (p, _) = self.read_page(page, bytes)?;
+            if let Some(spill) = &mut self.spill {
+                spill.put(page, bytes, p.keys.iter().flatten().copied())?;
             }
             if let Some(pages) = &mut self.pages {
                 pages.restored_to_disk(page);
@@ -962,7 +930,7 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return Err(store);
         }
-        self.spill = Some((store, budget));
+        self.spill = Some(Spill::new(store, budget));
         Ok(())
     }
 
@@ -972,7 +940,7 @@ impl Operator for AggregateOperator {
 
     fn spilled(&self) -> (usize, u64) {
         match (&self.pages, &self.spill) {
-            (Some(pages), Some((store, _))) => (pages.spilled(), store.disk_bytes()),
+            (Some(pages), Some(spill)) => (pages.spilled(), spill.disk_bytes()),
             _ => (0, 0),
         }
     }

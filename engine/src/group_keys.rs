@@ -210,11 +210,13 @@ impl GroupTable {
         // A spare block is whole: the ids past the end of the last one
         // are made first.
         self.pad_to_block();
+        let mut keys_gone = false;
         for &b in blocks {
             let start = b as usize * BLOCK;
             for r in &mut self.ranges[start..start + BLOCK] {
                 if keyed(r.1) {
                     self.dead_bytes += r.1 as usize;
+                    keys_gone = true;
                 }
                 r.1 = VACANT;
             }
@@ -223,7 +225,11 @@ impl GroupTable {
         if self.dead_bytes > 4096 && self.dead_bytes * 2 > self.arena.len() {
             self.compact();
         }
-        self.rebuild_index();
+        // A block of free ids only (a closed window's, handed back one at
+        // a time) has nothing in the index.
+        if keys_gone {
+            self.rebuild_index();
+        }
     }
 
     /// Builds the hash index anew at its capacity: removing entries one

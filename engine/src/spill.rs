@@ -24,7 +24,7 @@
 //! written exactly as they were.
 
 use crate::Error;
-use crate::group_keys::BLOCK;
+use crate::group_keys::{BLOCK, hash_key};
 use crate::pages::PAGE_GROUPS;
 
 /// Where an operator's spilled pages go: one store per operator, of the
@@ -247,6 +247,83 @@ impl PageMap {
     }
 }
 
+/// What an operator keeps on disk: its store, the state (bytes) past
+/// which it spills, how many groups it filed there and a filter of their
+/// keys. Writing and removing a page goes through here, so that the count
+/// and the filter follow the store.
+#[derive(Debug)]
+pub struct Spill {
+    store: Box<dyn SpillStore>,
+    pub budget: usize,
+    groups: usize,
+    keys: KeyFilter,
+}
+
+impl Spill {
+    pub fn new(store: Box<dyn SpillStore>, budget: usize) -> Self {
+        Self { store, budget, groups: 0, keys: KeyFilter::default() }
+    }
+
+    /// Writes page `page` and files its groups' `keys`.
+    pub fn put<'k>(
+        &mut self,
+        page: u32,
+        bytes: &[u8],
+        keys: impl Iterator<Item = &'k [u8]> + Clone,
+    ) -> Result<(), Error> {
+        let mut full = false;
+        for key in keys.clone() {
+            full |= !self.keys.insert(hash_key(key));
+            self.groups += 1;
+        }
+        self.store.put_page(page, bytes, &mut { keys })?;
+        if full {
+            self.keys.rebuild(self.groups, self.store.as_ref())?;
+        }
+        Ok(())
+    }
+
+    /// The bytes of spilled page `page`.
+    pub fn page(&self, page: u32) -> Result<Vec<u8>, Error> {
+        self.store.page(page)?.ok_or_else(|| Error::Internal(format!("spilled page {page} is missing")))
+    }
+
+    /// Removes page `page`, read back with its groups' `keys`.
+    pub fn remove<'k>(&mut self, page: u32, keys: impl Iterator<Item = &'k [u8]> + Clone) -> Result<(), Error> {
+        self.groups = self.groups.saturating_sub(keys.clone().count());
+        self.store.remove_page(page, &mut { keys })
+    }
+
+    /// The page a group of `key` was spilled in, if it was: the store is
+    /// asked only when the filter says it may hold the key.
+    pub fn page_of(&self, key: &[u8]) -> Result<Option<u32>, Error> {
+        if self.groups == 0 || !self.keys.may_contain(hash_key(key)) {
+            return Ok(None);
+        }
+        self.store.key_page(key)
+    }
+
+    /// Groups on disk.
+    pub fn groups(&self) -> usize {
+        self.groups
+    }
+
+    pub fn disk_bytes(&self) -> u64 {
+        self.store.disk_bytes()
+    }
+
+    /// Forgets everything (a restore starts over).
+    pub fn clear(&mut self) -> Result<(), Error> {
+        self.groups = 0;
+        self.keys.clear();
+        self.store.clear()
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.keys.heap_bytes()
+    }
+}
+
 /// Which keys may be on disk: a Bloom filter of the spilled groups' keys,
 /// so that a key never seen before — most keys, for a GROUP BY whose keys
 /// keep coming — is made a new group without a lookup in the store (one
@@ -258,7 +335,7 @@ impl PageMap {
 /// was sized for, at twice the keys then on disk — so it follows the
 /// state on disk, and stale bits go.
 #[derive(Debug, Default)]
-pub struct KeyFilter {
+struct KeyFilter {
     words: Vec<u64>,
     /// Keys it was sized for, and keys added since it was built.
     capacity: usize,
@@ -286,7 +363,7 @@ impl KeyFilter {
 
     /// Whether a key of `hash` may be on disk (never false for one that is).
     #[inline]
-    pub fn may_contain(&self, hash: u64) -> bool {
+    fn may_contain(&self, hash: u64) -> bool {
         if self.words.is_empty() {
             return false;
         }
@@ -296,7 +373,7 @@ impl KeyFilter {
 
     /// Files a key going to disk. False when the filter is full: it must
     /// be rebuilt ([`KeyFilter::rebuild`]) before it is asked again.
-    pub fn insert(&mut self, hash: u64) -> bool {
+    fn insert(&mut self, hash: u64) -> bool {
         if self.words.is_empty() {
             self.size_for(0);
         }
@@ -313,18 +390,18 @@ impl KeyFilter {
     }
 
     /// Builds the filter anew for the `keys` keys in `store`.
-    pub fn rebuild(&mut self, keys: usize, store: &dyn SpillStore) -> Result<(), Error> {
+    fn rebuild(&mut self, keys: usize, store: &dyn SpillStore) -> Result<(), Error> {
         self.size_for(keys);
         store.for_each_key(&mut |key| {
-            self.insert(crate::group_keys::hash_key(key));
+            self.insert(hash_key(key));
         })
     }
 
-    pub fn clear(&mut self) {
+    fn clear(&mut self) {
         *self = Self::default();
     }
 
-    pub fn heap_bytes(&self) -> usize {
+    fn heap_bytes(&self) -> usize {
         self.words.capacity() * 8
     }
 }
@@ -414,15 +491,14 @@ mod tests {
         let mut full_at = None;
         for i in 0..200_000u32 {
             store.keys.insert(key(i), 0);
-            if !filter.insert(crate::group_keys::hash_key(&key(i))) {
+            if !filter.insert(hash_key(&key(i))) {
                 full_at.get_or_insert(i);
                 filter.rebuild(store.keys.len(), &store).unwrap();
             }
         }
         assert_eq!(full_at, Some(1 << 13), "full once as many keys came as it was sized for");
-        assert!((0..200_000).all(|i| filter.may_contain(crate::group_keys::hash_key(&key(i)))));
-        let false_positives =
-            (200_000..300_000).filter(|&i| filter.may_contain(crate::group_keys::hash_key(&key(i)))).count();
+        assert!((0..200_000).all(|i| filter.may_contain(hash_key(&key(i)))));
+        let false_positives = (200_000..300_000).filter(|&i| filter.may_contain(hash_key(&key(i)))).count();
         assert!(false_positives < 5_000, "{false_positives} of 100,000 keys never filed");
     }
     use std::sync::Arc;
