@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# State larger than memory, in the engine: GROUP BY queries over generated
+# State larger than memory, in the engine: stateful queries over generated
 # Nexmark bids run twice each, side by side with the same binary — with
 # the state in memory (8 GiB limit, no state directory), then under a small
-# stateMemoryLimit with a state directory, so that the aggregate spills
-# cold groups to the store there (docs/operations.md, "State larger than
+# stateMemoryLimit with a state directory, so that the operator spills
+# cold keys to the store there (docs/operations.md, "State larger than
 # memory"). Prints records/s, peak RSS (from /usr/bin/time), the peak state
 # gauge and what was spilled, and checks that both runs emitted the same
 # final row per group.
 #
-#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,q17]
+#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,q17,q18,q19]
 #
 # Figures: docs/benchmarks.md, "State larger than memory".
 set -euo pipefail
@@ -17,7 +17,7 @@ source bench/lib.sh
 
 events=10000000
 limit=64Mi
-queries=pairs,q17
+queries=pairs,q17,q18,q19
 while [ $# -gt 0 ]; do
   case "$1" in
     --events) events=$2; shift 2 ;;
@@ -33,13 +33,24 @@ trap 'rm -rf "$work"' EXIT
 bids=$((events * 46 / 50))
 
 # The query's SQL: `pairs` is the issue's GROUP BY of (auction, bidder)
-# (every pair a group; it grows without end), q17 Nexmark's per auction
-# and day.
+# (every pair a group; it grows without end); q17 (per auction and day),
+# q18 (the last bid per bidder and auction) and q19 (each auction's 10
+# highest bids) are Nexmark's, over bids alone.
 sql_of() {
   case "$1" in
     pairs) echo "SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder" ;;
-    q17) sed -n '/^  sql: |/,/^  sources:/p' manifests/nexmark/q17.yaml | sed '1d;$d' | tr '\n' ' ' ;;
+    q17 | q18 | q19) sed -n '/^  sql: |/,/^  sources:/p' "manifests/nexmark/$1.yaml" | sed '1d;$d' | tr '\n' ' ' ;;
     *) echo "unknown query $1" >&2; exit 2 ;;
+  esac
+}
+
+# The columns that key a query's output rows (the last row per key is
+# the result).
+keys_of() {
+  case "$1" in
+    q17) echo auction,day ;;
+    q19) echo auction,rank_number ;;
+    *) echo auction,bidder ;;
   esac
 }
 
@@ -105,8 +116,8 @@ run() { # query mode
   peak=$(sed -n 's/.*peak state: \([0-9.]*\) MiB.*/\1/p' <<<"$summary")
   spilled=$(sed -n 's/.*spilled: \([0-9.]*\) MiB.*/\1/p' <<<"$summary")
   rss=$(sed -n 's/.*rss_kib=\([0-9]*\).*/\1/p' <<<"$summary")
-  local keys=auction,bidder
-  [ "$q" = q17 ] && keys=auction,day
+  local keys
+  keys=$(keys_of "$q")
   printf '%-6s %-7s %10s rec/s  peak RSS %6s MiB  peak state %8s MiB  spilled %8s MiB  %s\n' \
     "$q" "$mode" "$rate" "$((rss / 1024))" "$peak" "${spilled:-0}" "$(digest "$out" "$keys")"
   rm -f "$out"

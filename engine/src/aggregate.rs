@@ -19,11 +19,10 @@ use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_k
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
 use crate::pages::{
-    DirtyPages, PAGE_GROUPS, TableHead, check_complete, page_groups, page_keys, read_page_and_rest, restore_page_keys,
-    write_page,
+    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
 use crate::shown::Shown;
-use crate::spill::{PageIs, PageMap, Spill, SpillStore};
+use crate::spill::{PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -59,23 +58,16 @@ pub struct AggregateOperator {
     /// Which groups' last row passed HAVING (when the plan has one and
     /// emits updates).
     pub(crate) shown: Shown,
-    /// Pages against blocks of the table, once the operator spilled
-    /// (`crate::spill`); without it block `b` holds page `b`.
-    pages: Option<Box<PageMap>>,
-    /// Where cold pages go, and the state past which they go.
-    spill: Option<Spill>,
+    /// Where cold pages go, the state past which they go, and pages
+    /// against blocks of the table once the operator spilled
+    /// (`crate::spill`; until then block `b` holds page `b`).
+    spilling: Spilling,
     /// Rows of the batch in fold whose key was not in memory: once the
     /// others are placed, each is looked up on disk, then made new
     /// (scratch of a spilling operator; keys in `pending_keys`).
     pending: Vec<Pending>,
     pending_keys: Vec<u8>,
-    /// The groups a restore's head listed, checked once its pages are in.
-    restore_groups: Option<u64>,
 }
-
-/// The room for new groups a spilling aggregate keeps: a few batches'
-/// worth (a hopping window makes several groups of a row).
-const SPILL_ROOM: usize = 16_384;
 
 /// A row whose key was not in memory: its place in `gids`, its window
 /// and its key's bytes in `pending_keys`.
@@ -85,25 +77,6 @@ struct Pending {
     start: Option<i64>,
     end: i64,
     key: std::ops::Range<usize>,
-}
-
-/// The head of an aggregate that spilled: how many pages it handed out,
-/// those no group uses, how many groups it holds and the open windows (by
-/// group ids as pages number them).
-#[derive(Debug, Serialize)]
-struct SpilledHeadRef<'a> {
-    pages: u32,
-    unused: &'a [u32],
-    groups: u64,
-    open_by_end: &'a BTreeMap<i64, Vec<u32>>,
-}
-
-#[derive(Debug, Deserialize)]
-struct SpilledHead {
-    pages: u32,
-    unused: Vec<u32>,
-    groups: u64,
-    open_by_end: BTreeMap<i64, Vec<u32>>,
 }
 
 /// An incremental checkpoint's head: the table's ids and the open windows
@@ -175,11 +148,9 @@ impl AggregateOperator {
             key: Vec::with_capacity(64),
             dirty: DirtyPages::default(),
             shown: Shown::default(),
-            pages: None,
-            spill: None,
+            spilling: Spilling::default(),
             pending: Vec::new(),
             pending_keys: Vec::new(),
-            restore_groups: None,
         }
     }
 
@@ -187,7 +158,7 @@ impl AggregateOperator {
     /// operator spilled.
     #[inline]
     fn stable(&self, slot: u32) -> u32 {
-        self.pages.as_ref().map_or(slot, |m| m.stable(slot))
+        self.spilling.stable(slot)
     }
 
     /// Folds a batch into the groups; appends emitted rows to `out` and the
@@ -223,7 +194,7 @@ impl AggregateOperator {
             (&mut self.rows, &mut self.gids, &mut self.fresh, &mut self.key, &mut self.table);
         // Once anything spilled, a key not in memory may be on disk: it
         // waits until the batch's other rows are placed (see `Pending`).
-        let spilling = self.pages.is_some();
+        let spilling = self.spilling.spilled_any();
         let (pending, pending_keys) = (&mut self.pending, &mut self.pending_keys);
         // Without aggregates (SELECT DISTINCT, GROUP BY alone) a group's row
         // never changes once it exists: only its first appearance is news.
@@ -318,7 +289,7 @@ impl AggregateOperator {
         if !self.pending.is_empty() {
             self.place_pending(only_new)?;
         }
-        if let Some(pages) = &mut self.pages {
+        if let Some(pages) = &mut self.spilling.pages {
             for &g in &self.gids {
                 pages.touch(g);
                 self.dirty.mark(pages.stable(g));
@@ -382,7 +353,7 @@ impl AggregateOperator {
         if closed.is_empty() {
             return Ok(0);
         }
-        if self.pages.is_some() {
+        if self.spilling.spilled_any() {
             return self.close_spilled(&closed, emit, out);
         }
         if emit {
@@ -403,7 +374,7 @@ impl AggregateOperator {
     fn close_spilled(&mut self, closed: &[u32], emit: bool, out: &mut Batch) -> Result<usize, Error> {
         let hand_back = !self.shown.tracking();
         for &id in closed {
-            let slot = self.slot_of(id)?;
+            let slot = self.with_spilling(|s, op| s.slot_of(op, id))?;
             if emit {
                 self.emit_group(slot, out)?;
             }
@@ -411,7 +382,7 @@ impl AggregateOperator {
             let block = slot / PAGE_GROUPS;
             if hand_back
                 && self.table.block_is_free(block)
-                && let Some(pages) = &mut self.pages
+                && let Some(pages) = &mut self.spilling.pages
             {
                 pages.evicted(block, false);
                 self.table.evict_blocks(&[block]);
@@ -468,18 +439,21 @@ impl AggregateOperator {
     }
 
     pub(crate) fn groups(&self) -> usize {
-        self.table.live() + self.spill.as_ref().map_or(0, Spill::groups)
+        self.spilling.groups(&self.table)
     }
 
     pub(crate) fn state_bytes(&self) -> usize {
+        self.own_bytes() + self.spilling.heap_bytes()
+    }
+
+    /// [`AggregateOperator::state_bytes`] but what spilling keeps.
+    fn own_bytes(&self) -> usize {
         self.table.heap_bytes()
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
             + self.bounds.capacity() * 16
             + self.open_by_end.len() * 48
             + self.open_by_end.values().map(|v| v.capacity() * 4).sum::<usize>()
             + self.shown.heap_bytes()
-            + self.pages.as_ref().map_or(0, |m| m.heap_bytes())
-            + self.spill.as_ref().map_or(0, Spill::heap_bytes)
             + self.pending.capacity() * size_of::<Pending>()
             + self.pending_keys.capacity()
     }
@@ -510,7 +484,7 @@ impl AggregateOperator {
     pub(crate) fn restore_state(&mut self, state: AggregateState) -> Result<(), Error> {
         self.dirty.clear();
         self.shown.clear();
-        self.forget_spilled()?;
+        self.spilling.forget()?;
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
         for acc in &mut self.accs {
@@ -529,18 +503,15 @@ impl AggregateOperator {
         let keys = std::mem::take(&mut self.pending_keys);
         for p in &pending {
             let key = &keys[p.key.clone()];
-            let mut found = self.table.find(key);
-            if found.is_none() && self.read_back_page_of(key)? {
-                found = self.table.find(key);
-            }
-            let (gid, new) = match found {
+            let (gid, new) = match self.with_spilling(|s, op| s.find(op, key))? {
                 Some(gid) => (gid, false),
                 None => self.table.find_or_insert(key),
             };
-            if new && let Some(pages) = &mut self.pages {
-                pages.touch(gid);
+            if new {
+                self.spilling.touch(gid);
                 if let Some(start) = p.start {
-                    open_window_group(&mut self.bounds, &mut self.open_by_end, gid, pages.stable(gid), start, p.end);
+                    let id = self.spilling.stable(gid);
+                    open_window_group(&mut self.bounds, &mut self.open_by_end, gid, id, start, p.end);
                 }
             }
             self.gids[p.at] = gid;
@@ -551,39 +522,6 @@ impl AggregateOperator {
         self.pending = pending;
         self.pending_keys = keys;
         Ok(())
-    }
-
-    /// Reads back the spilled page holding `key`'s group, if any.
-    fn read_back_page_of(&mut self, key: &[u8]) -> Result<bool, Error> {
-        let Some(spill) = &self.spill else { return Ok(false) };
-        let Some(page) = spill.page_of(key)? else { return Ok(false) };
-        self.read_back(page)?;
-        Ok(true)
-    }
-
-    /// Reads spilled page `page` back into memory.
-    fn read_back(&mut self, page: u32) -> Result<(), Error> {
-        if !matches!(self.pages.as_ref().map(|m| m.where_is(page)), Some(PageIs::Spilled)) {
-            return Err(Error::Internal(format!("page {page} of an aggregate's state is not on disk")));
-        }
-        let Some(spill) = &self.spill else {
-            return Err(Error::Internal("an aggregate's page is on disk, with no store".into()));
-        };
-        let bytes = spill.page(page)?;
-        self.place_page(page, &bytes, true)
-    }
-
-    /// The slot of group `id` (as pages number it), its page read back
-    /// from disk first if it is there.
-    fn slot_of(&mut self, id: u32) -> Result<u32, Error> {
-        let page = id / PAGE_GROUPS;
-        if let Some(PageIs::Spilled) = self.pages.as_ref().map(|m| m.where_is(page)) {
-            self.read_back(page)?;
-        }
-        self.pages
-            .as_ref()
-            .and_then(|m| m.slot(id))
-            .ok_or_else(|| Error::Internal(format!("group {id} of an open window has no page")))
     }
 
     /// Reads page `page` of this aggregate, and the bytes after it.
@@ -598,20 +536,47 @@ impl AggregateOperator {
         }
         Ok((p, rest))
     }
+}
 
-    /// Puts the groups of page `page` (bytes as [`Operator::snapshot_page`]
-    /// writes them) into a block of the table; from disk, they leave it.
-    fn place_page(&mut self, page: u32, bytes: &[u8], from_disk: bool) -> Result<(), Error> {
+/// True if `c` is an integer column (event times).
+pub fn int_values(c: &Column) -> Option<&[i64]> {
+    match &c.data {
+        ColumnData::Int(v) => Some(v),
+        _ => None,
+    }
+}
+
+impl PagedGroups for AggregateOperator {
+    fn table(&self) -> &GroupTable {
+        &self.table
+    }
+
+    fn table_mut(&mut self) -> &mut GroupTable {
+        &mut self.table
+    }
+
+    fn spilling_mut(&mut self) -> &mut Spilling {
+        &mut self.spilling
+    }
+
+    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let windowed = self.plan.window.is_some();
+        let page = AggregatePage {
+            keys: page_keys(&self.table, groups.clone()),
+            bounds: if windowed {
+                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
+            } else {
+                Vec::new()
+            },
+            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
+        };
+        self.shown.write(groups, write_page(&page, out)?)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, rest) = self.read_page(page, bytes)?;
-        let block = self.table.take_block();
+        place_keys(&mut self.table, block, &p.keys)?;
         let start = block as usize * BLOCK;
-        for i in (0..BLOCK).rev() {
-            let gid = u32::try_from(start + i).unwrap_or(u32::MAX);
-            match p.keys.get(i) {
-                Some(Some(key)) => self.table.set_key(gid, key)?,
-                _ => self.table.release(gid),
-            }
-        }
         if self.plan.window.is_some() {
             if self.bounds.len() < start + BLOCK {
                 self.bounds.resize(start + BLOCK, (0, 0));
@@ -627,95 +592,24 @@ impl AggregateOperator {
             acc.ensure(groups);
             acc.set_page(start, from)?;
         }
-        if from_disk && let Some(spill) = &mut self.spill {
-            spill.remove(page, p.keys.iter().flatten().copied())?;
-        }
-        if let Some(pages) = &mut self.pages {
-            pages.place(page, block);
-        }
         Ok(())
     }
 
-    /// Page bytes of the groups `groups` of the table (as
-    /// [`Operator::snapshot_page`] writes them).
-    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let windowed = self.plan.window.is_some();
-        let page = AggregatePage {
-            keys: page_keys(&self.table, groups.clone()),
-            bounds: if windowed {
-                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
-            } else {
-                Vec::new()
-            },
-            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
-        };
-        self.shown.write(groups, write_page(&page, out)?)
-    }
-
-    /// Keeps the state within its budget by spilling rather than growing.
-    /// The table's allocations grow by doubling: while doubling them stays
-    /// within the budget they may, but once the state holds more than half
-    /// of it and the table has room for fewer than [`SPILL_ROOM`] new
-    /// groups, an eighth of its blocks (at least room for twice that many)
-    /// go to disk instead — those the clock finds unused since it last
-    /// passed them. New groups and pages read back then take the room
-    /// freed, and memory holds still.
-    fn spill_cold(&mut self) -> Result<(), Error> {
-        let Some(budget) = self.spill.as_ref().map(|s| s.budget) else { return Ok(()) };
-        let blocks = self.table.capacity().div_ceil(BLOCK);
-        if blocks == 0 || self.table.headroom() >= SPILL_ROOM || self.state_bytes() <= budget / 2 {
-            return Ok(());
-        }
-        let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));
-        let victims = pages.victims((blocks / 8).max(2 * SPILL_ROOM / BLOCK), |_| false);
-        let groups = self.table.capacity();
-        for acc in &mut self.accs {
-            acc.ensure(groups);
-        }
-        let mut bytes = Vec::new();
-        for &block in &victims {
-            let start = block as usize * BLOCK;
-            let range = start..(start + BLOCK).min(groups);
-            let page = pages.page_of(block);
-            let spilled = !self.table.block_is_free(block);
-            if spilled {
-                bytes.clear();
-                bytes = self.page_bytes(range.clone(), bytes)?;
-                let table = &self.table;
-                let keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
-                if let Some(spill) = &mut self.spill {
-                    spill.put(page, &bytes, keys)?;
-                }
+    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
+        for g in groups {
+            for acc in &mut self.accs {
+                acc.reset(g);
             }
-            pages.evicted(block, spilled);
-            for g in range {
-                for acc in &mut self.accs {
-                    acc.reset(g);
-                }
-                self.shown.reset(g);
-            }
+            self.shown.reset(g);
         }
-        self.table.evict_blocks(&victims);
-        self.pages = Some(pages);
-        Ok(())
     }
 
-    /// Drops what was spilled (a restore starts over).
-    fn forget_spilled(&mut self) -> Result<(), Error> {
-        self.pages = None;
-        self.restore_groups = None;
-        if let Some(spill) = &mut self.spill {
-            spill.clear()?;
-        }
-        Ok(())
+    fn own_bytes(&self) -> usize {
+        AggregateOperator::own_bytes(self)
     }
-}
 
-/// True if `c` is an integer column (event times).
-pub fn int_values(c: &Column) -> Option<&[i64]> {
-    match &c.data {
-        ColumnData::Int(v) => Some(v),
-        _ => None,
+    fn page_keys<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<Vec<Option<&'b [u8]>>, Error> {
+        self.read_page(page, bytes).map(|(p, _)| p.keys)
     }
 }
 
@@ -752,7 +646,7 @@ impl Operator for AggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.pages.is_some() {
+        if self.spilling.spilled_any() {
             // Only a paged operator spills, and its checkpoints are heads
             // and pages.
             return Err(Error::Internal("a whole checkpoint of an aggregate that spilled".into()));
@@ -788,13 +682,7 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return self.snapshot(out);
         }
-        if let Some(pages) = &self.pages {
-            let head = SpilledHeadRef {
-                pages: pages.pages(),
-                unused: pages.unused(),
-                groups: u64::try_from(self.groups()).unwrap_or(u64::MAX),
-                open_by_end: &self.open_by_end,
-            };
+        if let Some(head) = self.spilling.head(&self.table, &self.open_by_end) {
             return write_state(OperatorTag::AggregateSpilledHead, &head, out);
         }
         let head = AggregateHeadRef { table: TableHead::of(&self.table), open_by_end: &self.open_by_end };
@@ -807,17 +695,15 @@ impl Operator for AggregateOperator {
         }
         self.dirty.clear();
         self.shown.clear();
-        self.forget_spilled()?;
+        self.spilling.forget()?;
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
         let spilled = postcard::take_from_bytes::<u32>(bytes)
             .is_ok_and(|(tag, _)| tag == OperatorTag::AggregateSpilledHead as u32);
         if spilled {
-            let (head, _): (SpilledHead, _) = read_state_and_rest(OperatorTag::AggregateSpilledHead, bytes)?;
+            let (head, _): (SpilledHead<_>, _) = read_state_and_rest(OperatorTag::AggregateSpilledHead, bytes)?;
             self.table = GroupTable::default();
             self.bounds = Vec::new();
-            self.pages = Some(Box::new(PageMap::for_restore(head.pages, head.unused)));
-            self.restore_groups = Some(head.groups);
-            self.open_by_end = head.open_by_end;
+            self.open_by_end = self.spilling.restore_head(head)?;
             return Ok(());
         }
         let (head, _): (AggregateHead, _) = read_state_and_rest(OperatorTag::AggregateHead, bytes)?;
@@ -832,62 +718,15 @@ impl Operator for AggregateOperator {
     }
 
     fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        let groups = match &self.pages {
-            Some(pages) => pages.pages() as usize * PAGE_GROUPS as usize,
-            None => self.table.capacity(),
-        };
-        self.dirty.take(all, groups, out);
+        self.dirty.take(all, self.spilling.ids(&self.table), out);
     }
 
     fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let groups = self.table.capacity();
-        let Some(pages) = &self.pages else {
-            return self.page_bytes(page_groups(page, groups), out);
-        };
-        match pages.where_is(page) {
-            PageIs::InBlock(block) => {
-                let start = block as usize * BLOCK;
-                self.page_bytes(start..(start + BLOCK).min(groups), out)
-            }
-            PageIs::Spilled => {
-                let Some(spill) = &self.spill else {
-                    return Err(Error::Internal(format!("spilled page {page} with no store")));
-                };
-                let bytes = spill.page(page)?;
-                let mut out = out;
-                out.extend_from_slice(&bytes);
-                Ok(out)
-            }
-            // No group: a page of none.
-            PageIs::Unused | PageIs::Missing => self.page_bytes(0..0, out),
-        }
+        self.spilling.snapshot_page(self, page, out)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if let Some(pages) = &self.pages {
-            match pages.where_is(page) {
-                PageIs::Missing if page < pages.pages() => {}
-                // A page the head lists as unused holds no group.
-                PageIs::Unused => return Ok(()),
-                _ => {
-                    return Err(Error::Checkpoint(format!(
-                        "state page {page} is not one the head lists, or came twice"
-                    )));
-                }
-            }
-            // Past half its budget a restore leaves the pages on disk:
-            // a state larger than memory restores without filling it.
-            let to_disk = self.spill.as_ref().is_some_and(|s| self.state_bytes() > s.budget / 2);
-            if !to_disk {
-                return self.place_page(page, bytes, false);
-            }
-            let (p, _) = self.read_page(page, bytes)?;
-            if let Some(spill) = &mut self.spill {
-                spill.put(page, bytes, p.keys.iter().flatten().copied())?;
-            }
-            if let Some(pages) = &mut self.pages {
-                pages.restored_to_disk(page);
-            }
+        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
             return Ok(());
         }
         let (p, rest) = self.read_page(page, bytes)?;
@@ -907,18 +746,7 @@ impl Operator for AggregateOperator {
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
-        match (&self.pages, self.restore_groups.take()) {
-            (Some(pages), Some(groups)) => {
-                if !pages.complete() || u64::try_from(self.groups()).unwrap_or(u64::MAX) != groups {
-                    return Err(Error::Checkpoint(
-                        "the checkpoint's pages do not hold every group its head lists: the state topic was \
-                         changed outside Sluice"
-                            .into(),
-                    ));
-                }
-            }
-            _ => check_complete(&self.table)?,
-        }
+        self.spilling.pages_restored(&self.table)?;
         for acc in &mut self.accs {
             acc.ensure(self.table.capacity());
             acc.after_restore();
@@ -930,19 +758,20 @@ impl Operator for AggregateOperator {
         if !self.paged() {
             return Err(store);
         }
-        self.spill = Some(Spill::new(store, budget));
+        self.spilling.spill = Some(Spill::new(store, budget));
         Ok(())
     }
 
     fn spill(&mut self) -> Result<(), Error> {
-        self.spill_cold()
+        let groups = self.table.capacity();
+        for acc in &mut self.accs {
+            acc.ensure(groups);
+        }
+        self.with_spilling(|s, op| s.spill_cold(op))
     }
 
     fn spilled(&self) -> (usize, u64) {
-        match (&self.pages, &self.spill) {
-            (Some(pages), Some(spill)) => (pages.spilled(), spill.disk_bytes()),
-            _ => (0, 0),
-        }
+        self.spilling.spilled()
     }
 }
 

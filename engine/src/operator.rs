@@ -134,6 +134,8 @@ pub enum OperatorTag {
     /// An aggregate's head once it spilled: its pages no longer sit in
     /// the group table's order (`crate::spill::PageMap`).
     AggregateSpilledHead = 17,
+    /// A top N's head once it spilled.
+    TopNSpilledHead = 18,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

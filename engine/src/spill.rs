@@ -23,9 +23,13 @@
 //! holds page `b`, as before spilling existed, and its checkpoints are
 //! written exactly as they were.
 
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
 use crate::Error;
-use crate::group_keys::{BLOCK, hash_key};
-use crate::pages::PAGE_GROUPS;
+use crate::group_keys::{BLOCK, GroupTable, hash_key};
+use crate::pages::{PAGE_GROUPS, check_complete, page_groups, read_page_and_rest};
 
 /// Where an operator's spilled pages go: one store per operator, of the
 /// engine core that owns it (nothing shared across cores). Pages are kept
@@ -321,6 +325,319 @@ impl Spill {
 
     pub fn heap_bytes(&self) -> usize {
         self.keys.heap_bytes()
+    }
+}
+
+/// An operator whose state is kept per group of a [`GroupTable`], in
+/// pages of [`PAGE_GROUPS`] groups whose bytes start with their keys (as
+/// [`crate::pages::page_keys`] lists them): what [`Spilling`] needs of it
+/// to move pages to disk and back. Each method is called while the
+/// operator's own [`Spilling`] is lent out ([`PagedGroups::with_spilling`]),
+/// so none may use it.
+pub(crate) trait PagedGroups: Sized {
+    fn table(&self) -> &GroupTable;
+    fn table_mut(&mut self) -> &mut GroupTable;
+    fn spilling_mut(&mut self) -> &mut Spilling;
+    /// The bytes of the groups `range` of the table, as the operator's
+    /// `snapshot_page` writes a page.
+    fn page_bytes(&self, range: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error>;
+    /// Puts the groups of page `page` (its bytes as [`PagedGroups::page_bytes`]
+    /// writes them) into block `block` of the table: their keys
+    /// ([`place_keys`]) and their values.
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error>;
+    /// Drops what the groups `range` hold beside their keys (their page
+    /// went to disk; the table takes the keys out).
+    fn drop_groups(&mut self, range: Range<usize>);
+    /// The state's bytes in memory, [`Spilling`]'s own not counted.
+    fn own_bytes(&self) -> usize;
+    /// Checks page `page`'s bytes and reads the keys they start with.
+    fn page_keys<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<Vec<Option<&'b [u8]>>, Error> {
+        read_page_and_rest(page, bytes).map(|(keys, _)| keys)
+    }
+
+    /// Runs `f` with the operator's [`Spilling`] lent out beside it.
+    fn with_spilling<R>(&mut self, f: impl FnOnce(&mut Spilling, &mut Self) -> R) -> R {
+        let mut spilling = std::mem::take(self.spilling_mut());
+        let out = f(&mut spilling, self);
+        *self.spilling_mut() = spilling;
+        out
+    }
+}
+
+/// Gives the groups of block `block` (taken with
+/// [`GroupTable::take_block`]) the keys of a page read back; an id with
+/// none is handed to new groups.
+pub(crate) fn place_keys(table: &mut GroupTable, block: u32, keys: &[Option<&[u8]>]) -> Result<(), Error> {
+    let start = block as usize * BLOCK;
+    for i in (0..BLOCK).rev() {
+        let gid = u32::try_from(start + i).unwrap_or(u32::MAX);
+        match keys.get(i) {
+            Some(Some(key)) => table.set_key(gid, key)?,
+            _ => table.release(gid),
+        }
+    }
+    Ok(())
+}
+
+/// The room for new groups a spilling operator keeps: a few batches'
+/// worth (a hopping window makes several groups of a row).
+const SPILL_ROOM: usize = 16_384;
+
+/// The head of a checkpoint of an operator that spilled: how many pages
+/// it handed out, those no group uses, how many groups it holds, and what
+/// else the operator keeps (`rest`, serialised after them).
+#[derive(Debug, Serialize)]
+pub(crate) struct SpilledHeadRef<'a, X> {
+    pub pages: u32,
+    pub unused: &'a [u32],
+    pub groups: u64,
+    pub rest: X,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SpilledHead<X> {
+    pub pages: u32,
+    pub unused: Vec<u32>,
+    pub groups: u64,
+    pub rest: X,
+}
+
+/// What a [`PagedGroups`] operator keeps to spill: its store (once
+/// attached), the map of pages to blocks (once it spilled) and, during a
+/// restore of a head that spilled, the groups it listed.
+#[derive(Debug, Default)]
+pub(crate) struct Spilling {
+    pub pages: Option<Box<PageMap>>,
+    pub spill: Option<Spill>,
+    restore_groups: Option<u64>,
+}
+
+impl Spilling {
+    /// Whether pages moved (a key not in memory may be on disk).
+    #[inline]
+    pub fn spilled_any(&self) -> bool {
+        self.pages.is_some()
+    }
+
+    /// The id group `slot` has in checkpoints: `slot` itself until the
+    /// operator spilled.
+    #[inline]
+    pub fn stable(&self, slot: u32) -> u32 {
+        self.pages.as_ref().map_or(slot, |m| m.stable(slot))
+    }
+
+    /// Marks the block of `slot` as used (once the operator spilled).
+    #[inline]
+    pub fn touch(&mut self, slot: u32) {
+        if let Some(pages) = &mut self.pages {
+            pages.touch(slot);
+        }
+    }
+
+    /// Ids a checkpoint of every page covers.
+    pub fn ids(&self, table: &GroupTable) -> usize {
+        self.pages.as_ref().map_or(table.capacity(), |m| m.pages() as usize * PAGE_GROUPS as usize)
+    }
+
+    /// Groups held, in memory and on disk.
+    pub fn groups(&self, table: &GroupTable) -> usize {
+        table.live() + self.spill.as_ref().map_or(0, Spill::groups)
+    }
+
+    pub fn heap_bytes(&self) -> usize {
+        self.pages.as_ref().map_or(0, |m| m.heap_bytes()) + self.spill.as_ref().map_or(0, Spill::heap_bytes)
+    }
+
+    /// Pages on disk and the bytes they take.
+    pub fn spilled(&self) -> (usize, u64) {
+        match (&self.pages, &self.spill) {
+            (Some(pages), Some(spill)) => (pages.spilled(), spill.disk_bytes()),
+            _ => (0, 0),
+        }
+    }
+
+    /// Drops what was spilled (a restore starts over).
+    pub fn forget(&mut self) -> Result<(), Error> {
+        self.pages = None;
+        self.restore_groups = None;
+        if let Some(spill) = &mut self.spill {
+            spill.clear()?;
+        }
+        Ok(())
+    }
+
+    /// The head of a checkpoint once the operator spilled (else `None`:
+    /// its pages are in the table's order, and its own head says so).
+    pub fn head<'a, X>(&'a self, table: &GroupTable, rest: X) -> Option<SpilledHeadRef<'a, X>> {
+        let pages = self.pages.as_ref()?;
+        Some(SpilledHeadRef {
+            pages: pages.pages(),
+            unused: pages.unused(),
+            groups: u64::try_from(self.groups(table)).unwrap_or(u64::MAX),
+            rest,
+        })
+    }
+
+    /// A restore of a head written by [`Spilling::head`] begins: pages
+    /// come next.
+    pub fn restore_head<X>(&mut self, head: SpilledHead<X>) -> Result<X, Error> {
+        self.forget()?;
+        self.pages = Some(Box::new(PageMap::for_restore(head.pages, head.unused)));
+        self.restore_groups = Some(head.groups);
+        Ok(head.rest)
+    }
+
+    /// The group of `key`: in memory, or in a page read back from disk.
+    pub fn find<T: PagedGroups>(&mut self, op: &mut T, key: &[u8]) -> Result<Option<u32>, Error> {
+        if let Some(gid) = op.table().find(key) {
+            return Ok(Some(gid));
+        }
+        let Some(page) = self.spill.as_ref().map(|s| s.page_of(key)).transpose()?.flatten() else {
+            return Ok(None);
+        };
+        self.read_back(op, page)?;
+        Ok(op.table().find(key))
+    }
+
+    /// Reads spilled page `page` back into memory.
+    pub fn read_back<T: PagedGroups>(&mut self, op: &mut T, page: u32) -> Result<(), Error> {
+        let (Some(pages), Some(spill)) = (&mut self.pages, &mut self.spill) else {
+            return Err(Error::Internal(format!("page {page} read back with nothing spilled")));
+        };
+        if pages.where_is(page) != PageIs::Spilled {
+            return Err(Error::Internal(format!("page {page} of an operator's state is not on disk")));
+        }
+        let bytes = spill.page(page)?;
+        let block = op.table_mut().take_block();
+        op.load_page(page, &bytes, block)?;
+        let start = block as usize * BLOCK;
+        let table = op.table();
+        let keys = (start..start + BLOCK).filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
+        spill.remove(page, keys)?;
+        pages.place(page, block);
+        Ok(())
+    }
+
+    /// The slot of group `id` (as pages number it), its page read back
+    /// from disk first if it is there.
+    pub fn slot_of<T: PagedGroups>(&mut self, op: &mut T, id: u32) -> Result<u32, Error> {
+        let page = id / PAGE_GROUPS;
+        if self.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+            self.read_back(op, page)?;
+        }
+        self.pages.as_ref().and_then(|m| m.slot(id)).ok_or_else(|| Error::Internal(format!("group {id} has no page")))
+    }
+
+    /// Keeps the state within its budget by spilling rather than growing.
+    /// The table's allocations grow by doubling: while doubling them stays
+    /// within the budget they may, but once the state holds more than half
+    /// of it and the table has room for fewer than [`SPILL_ROOM`] new
+    /// groups, an eighth of its blocks (at least room for twice that many)
+    /// go to disk instead — those the clock finds unused since it last
+    /// passed them. New groups and pages read back then take the room
+    /// freed, and memory holds still.
+    pub fn spill_cold<T: PagedGroups>(&mut self, op: &mut T) -> Result<(), Error> {
+        let Some(budget) = self.spill.as_ref().map(|s| s.budget) else { return Ok(()) };
+        let table = op.table();
+        let blocks = table.capacity().div_ceil(BLOCK);
+        if blocks == 0 || table.headroom() >= SPILL_ROOM || op.own_bytes() + self.heap_bytes() <= budget / 2 {
+            return Ok(());
+        }
+        let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));
+        let victims = pages.victims((blocks / 8).max(2 * SPILL_ROOM / BLOCK), |_| false);
+        let groups = table.capacity();
+        let mut bytes = Vec::new();
+        for &block in &victims {
+            let start = block as usize * BLOCK;
+            let range = start..(start + BLOCK).min(groups);
+            let spilled = !op.table().block_is_free(block);
+            if spilled {
+                bytes.clear();
+                bytes = op.page_bytes(range.clone(), bytes)?;
+                let table = op.table();
+                let keys = range.clone().filter_map(|g| table.key_of(u32::try_from(g).unwrap_or(u32::MAX)));
+                if let Some(spill) = &mut self.spill {
+                    spill.put(pages.page_of(block), &bytes, keys)?;
+                }
+            }
+            pages.evicted(block, spilled);
+            op.drop_groups(range);
+        }
+        op.table_mut().evict_blocks(&victims);
+        self.pages = Some(pages);
+        Ok(())
+    }
+
+    /// Page `page`'s bytes for a checkpoint once the operator spilled:
+    /// from its block, or copied from disk (`None` before it spilled: the
+    /// page is the table's groups of that number).
+    pub fn snapshot_page<T: PagedGroups>(&self, op: &T, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let groups = op.table().capacity();
+        let Some(pages) = &self.pages else {
+            return op.page_bytes(page_groups(page, groups), out);
+        };
+        match pages.where_is(page) {
+            PageIs::InBlock(block) => {
+                let start = block as usize * BLOCK;
+                op.page_bytes(start..(start + BLOCK).min(groups), out)
+            }
+            PageIs::Spilled => {
+                let Some(spill) = &self.spill else {
+                    return Err(Error::Internal(format!("spilled page {page} with no store")));
+                };
+                let mut out = out;
+                out.extend_from_slice(&spill.page(page)?);
+                Ok(out)
+            }
+            // No group: a page of none.
+            PageIs::Unused | PageIs::Missing => op.page_bytes(0..0, out),
+        }
+    }
+
+    /// Restores page `page` of a head that spilled ([`Spilling::restore_head`]):
+    /// into a block of the table, or — past half the budget — straight to
+    /// disk, so a state larger than memory restores without filling it.
+    /// False when the head was not one that spilled (the operator restores
+    /// the page in the table's order).
+    pub fn restore_page<T: PagedGroups>(&mut self, op: &mut T, page: u32, bytes: &[u8]) -> Result<bool, Error> {
+        let Some(pages) = &mut self.pages else { return Ok(false) };
+        match pages.where_is(page) {
+            PageIs::Missing if page < pages.pages() => {}
+            // A page the head lists as unused holds no group.
+            PageIs::Unused => return Ok(true),
+            _ => {
+                return Err(Error::Checkpoint(format!("state page {page} is not one the head lists, or came twice")));
+            }
+        }
+        let keys = op.page_keys(page, bytes)?;
+        let held = op.own_bytes() + pages.heap_bytes();
+        if let Some(spill) = self.spill.as_mut().filter(|s| held + s.heap_bytes() > s.budget / 2) {
+            spill.put(page, bytes, keys.iter().flatten().copied())?;
+            pages.restored_to_disk(page);
+        } else {
+            let block = op.table_mut().take_block();
+            op.load_page(page, bytes, block)?;
+            pages.place(page, block);
+        }
+        Ok(true)
+    }
+
+    /// Every page is restored: checks that every group the head listed
+    /// came back.
+    pub fn pages_restored(&mut self, table: &GroupTable) -> Result<(), Error> {
+        match (&self.pages, self.restore_groups.take()) {
+            (Some(pages), Some(groups)) => {
+                if !pages.complete() || u64::try_from(self.groups(table)).unwrap_or(u64::MAX) != groups {
+                    return Err(Error::Checkpoint(
+                        "the checkpoint's pages do not hold every group its head lists: the state topic was \
+                         changed outside Sluice"
+                            .into(),
+                    ));
+                }
+                Ok(())
+            }
+            _ => check_complete(table),
+        }
     }
 }
 
@@ -675,6 +992,28 @@ mod tests {
         let last = expected.last_per_key();
         assert!(last.values().any(|(deleted, _)| *deleted), "some groups were retracted");
         assert_eq!(got.last_per_key(), last);
+    }
+
+    /// A top N and a deduplication (N = 1, the latest row per key) that
+    /// spill emit the very rows, in the very order, they emit in memory.
+    #[test]
+    fn a_top_n_and_a_deduplication_that_spill_emit_what_they_emit_in_memory() {
+        for (sql, n) in [
+            (
+                "SELECT k, rn, v, ts FROM (SELECT k, v, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn \
+              FROM t) WHERE rn <= 3",
+                3,
+            ),
+            (
+                "SELECT k, v, ts FROM (SELECT k, v, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY ts DESC) AS rn \
+              FROM t) WHERE rn <= 1",
+                1,
+            ),
+        ] {
+            let (expected, got) = spills_and_agrees(sql);
+            assert!(expected.0.len() > 20_000, "{n}: {} rows", expected.0.len());
+            assert!(got.0 == expected.0, "top {n}: the spilling engine emitted other rows");
+        }
     }
 
     /// A restore into an engine whose budget is smaller than the state

@@ -18,16 +18,17 @@
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
+use std::ops::Range;
 
 use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
+use crate::group_keys::BLOCK;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{
-    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
-};
+use crate::pages::{DirtyPages, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
+use crate::spill::{PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
 
@@ -108,6 +109,15 @@ pub struct TopNOperator {
     encoded: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
+    /// Where cold pages go once state passes its budget (`crate::spill`).
+    spilling: Spilling,
+    /// The key id of each row of the batch in process, and the rows whose
+    /// key was not in memory once the operator spilled (their place in
+    /// `gids` and their key's bytes in `pending_keys`): placed after the
+    /// others, each looked up on disk then made new (scratch).
+    gids: Vec<u32>,
+    pending: Vec<(usize, Range<usize>)>,
+    pending_keys: Vec<u8>,
 }
 
 /// A full checkpoint, written by reference...
@@ -132,10 +142,12 @@ struct TopNPageRef<'a> {
     kept: Vec<&'a [Kept]>,
 }
 
-/// ...and read back owned (the two encode identically).
+/// ...and read back with the keys borrowed from the page's bytes (the
+/// two encode identically).
 #[derive(Deserialize)]
-struct TopNPage {
-    keys: Vec<Option<Vec<u8>>>,
+struct TopNPageIn<'a> {
+    #[serde(borrow)]
+    keys: Vec<Option<&'a [u8]>>,
     kept: Vec<Vec<KeptIn>>,
 }
 
@@ -201,7 +213,77 @@ impl TopNOperator {
             key: Vec::new(),
             encoded: Vec::new(),
             dirty: DirtyPages::default(),
+            spilling: Spilling::default(),
+            gids: Vec::new(),
+            pending: Vec::new(),
+            pending_keys: Vec::new(),
         }
+    }
+
+    /// Finds (or makes) the key id of each selected row, in `gids`. Once
+    /// the operator spilled, a key not in memory waits until the others
+    /// are found; then its page is read back from disk, or it is made new.
+    fn find_keys(&mut self, encoder: &KeyEncoder<'_>, rows: &[usize]) -> Result<(), Error> {
+        self.gids.clear();
+        self.pending.clear();
+        self.pending_keys.clear();
+        let spilled = self.spilling.spilled_any();
+        for &r in rows {
+            self.key.clear();
+            encoder.encode(r, &mut self.key);
+            let gid = if spilled {
+                self.table.find(&self.key).unwrap_or_else(|| {
+                    let at = self.pending_keys.len();
+                    self.pending_keys.extend_from_slice(&self.key);
+                    self.pending.push((self.gids.len(), at..self.pending_keys.len()));
+                    u32::MAX
+                })
+            } else {
+                self.table.find_or_insert(&self.key).0
+            };
+            self.gids.push(gid);
+        }
+        let (pending, keys) = (std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_keys));
+        for (at, key) in &pending {
+            let key = &keys[key.clone()];
+            let gid = match self.with_spilling(|s, op| s.find(op, key))? {
+                Some(gid) => gid,
+                None => self.table.find_or_insert(key).0,
+            };
+            self.gids[*at] = gid;
+        }
+        (self.pending, self.pending_keys) = (pending, keys);
+        for &gid in &self.gids {
+            self.spilling.touch(gid);
+        }
+        if self.kept.len() < self.table.capacity() {
+            self.kept.resize_with(self.table.capacity(), Vec::new);
+        }
+        Ok(())
+    }
+
+    /// The bytes the kept rows hold in memory, what spilling keeps aside.
+    fn own_bytes(&self) -> usize {
+        // Per key id its list (a vector in the outer one) and, for a live
+        // key, the list's allocation (a 16-byte allocator header, and its
+        // slots); per row what it holds on the heap (`heap`, kept as rows
+        // come and go).
+        let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.table.live() * 16;
+        self.table.heap_bytes()
+            + keys
+            + self.slots * size_of::<Kept>()
+            + self.heap
+            + self.gids.capacity() * 4
+            + self.pending.capacity() * size_of::<(usize, Range<usize>)>()
+            + self.pending_keys.capacity()
+    }
+
+    /// Takes the rows of key id `gid` into the counts of what is kept.
+    fn count_in(&mut self, gid: usize) {
+        let list = &self.kept[gid];
+        self.rows += list.len();
+        self.slots += list.capacity();
+        self.heap += list.iter().map(Kept::heap_bytes).sum::<usize>();
     }
 
     /// Whether row `r` of the ORDER BY columns (the first key's, then the
@@ -245,16 +327,11 @@ impl Operator for TopNOperator {
             self.plan.then_by.iter().map(|k| Ok(eval(&k.expr, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
-        for r in rows {
-            self.key.clear();
-            encoder.encode(r, &mut self.key);
+        self.find_keys(&encoder, &rows)?;
+        for (i, r) in rows.into_iter().enumerate() {
             // A new key's row always enters its (empty) top N, which marks
             // its page below.
-            let (gid, _) = self.table.find_or_insert(&self.key);
-            let gid = gid as usize;
-            if self.kept.len() <= gid {
-                self.kept.resize_with(gid + 1, Vec::new);
-            }
+            let gid = self.gids[i] as usize;
             let list = &self.kept[gid];
             let at = list.iter().position(|k| self.ahead(&order, &then, r, k)).unwrap_or(list.len());
             if at >= self.limit {
@@ -271,7 +348,7 @@ impl Operator for TopNOperator {
                 then: then.iter().map(|c| c.scalar(r)).collect(),
                 row: self.encoded.as_slice().into(),
             };
-            self.dirty.mark(u32::try_from(gid).unwrap_or(u32::MAX));
+            self.dirty.mark(self.spilling.stable(u32::try_from(gid).unwrap_or(u32::MAX)));
             self.heap += kept.heap_bytes();
             let list = &mut self.kept[gid];
             // The last row leaves before the new one enters, so a full
@@ -299,16 +376,14 @@ impl Operator for TopNOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        // Per key id its list (a vector in the outer one) and, for a live
-        // key, the list's allocation (a 16-byte allocator header, and its
-        // slots); per row what it holds on the heap (`heap`, kept as rows
-        // come and go).
-        let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.table.live() * 16;
-        let bytes = self.table.heap_bytes() + keys + self.slots * size_of::<Kept>() + self.heap;
-        StateSize { bytes, entries: self.rows }
+        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.rows }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // It spilled: its checkpoints are heads and pages.
+            return Err(Error::Internal("a whole checkpoint of a top N that spilled".into()));
+        }
         write_state(OperatorTag::TopN, &TopNStateRef { table: self.table.to_state(), kept: &self.kept }, out)
     }
 
@@ -321,7 +396,7 @@ impl Operator for TopNOperator {
         self.slots = self.kept.iter().map(Vec::capacity).sum();
         self.heap = self.kept.iter().flatten().map(Kept::heap_bytes).sum();
         self.dirty.clear();
-        Ok(())
+        self.spilling.forget()
     }
 
     fn paged(&self) -> bool {
@@ -329,33 +404,46 @@ impl Operator for TopNOperator {
     }
 
     fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.spilling.head(&self.table, ()) {
+            return write_state(OperatorTag::TopNSpilledHead, &head, out);
+        }
         write_state(OperatorTag::TopNHead, &TableHead::of(&self.table), out)
     }
 
     fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let head: TableHead = read_state(OperatorTag::TopNHead, bytes)?;
-        self.kept = vec![Vec::new(); head.groups as usize];
-        self.table = head.table();
         self.rows = 0;
         self.slots = 0;
         self.heap = 0;
         self.dirty.clear();
+        self.spilling.forget()?;
+        let spilled =
+            postcard::take_from_bytes::<u32>(bytes).is_ok_and(|(tag, _)| tag == OperatorTag::TopNSpilledHead as u32);
+        if spilled {
+            let head: SpilledHead<()> = read_state(OperatorTag::TopNSpilledHead, bytes)?;
+            self.spilling.restore_head(head)?;
+            self.kept = Vec::new();
+            self.table = GroupTable::default();
+            return Ok(());
+        }
+        let head: TableHead = read_state(OperatorTag::TopNHead, bytes)?;
+        self.kept = vec![Vec::new(); head.groups as usize];
+        self.table = head.table();
         Ok(())
     }
 
     fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.dirty.take(all, self.table.capacity(), out);
+        self.dirty.take(all, self.spilling.ids(&self.table), out);
     }
 
     fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let groups = page_groups(page, self.table.capacity());
-        let kept = groups.clone().map(|g| self.kept.get(g).map_or(&[][..], Vec::as_slice)).collect();
-        let page = TopNPageRef { keys: page_keys(&self.table, groups), kept };
-        write_page(&page, out)
+        self.spilling.snapshot_page(self, page, out)
     }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: TopNPage = read_page(page, bytes)?;
+        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
+            return Ok(());
+        }
+        let (p, _): (TopNPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         restore_page_keys(&mut self.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         let width = self.used.len();
@@ -372,7 +460,69 @@ impl Operator for TopNOperator {
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
-        check_complete(&self.table)
+        self.spilling.pages_restored(&self.table)
+    }
+
+    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
+        self.spilling.spill = Some(Spill::new(store, budget));
+        Ok(())
+    }
+
+    fn spill(&mut self) -> Result<(), Error> {
+        self.with_spilling(|s, op| s.spill_cold(op))
+    }
+
+    fn spilled(&self) -> (usize, u64) {
+        self.spilling.spilled()
+    }
+}
+
+impl PagedGroups for TopNOperator {
+    fn table(&self) -> &GroupTable {
+        &self.table
+    }
+
+    fn table_mut(&mut self) -> &mut GroupTable {
+        &mut self.table
+    }
+
+    fn spilling_mut(&mut self) -> &mut Spilling {
+        &mut self.spilling
+    }
+
+    fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let kept = groups.clone().map(|g| self.kept.get(g).map_or(&[][..], Vec::as_slice)).collect();
+        write_page(&TopNPageRef { keys: page_keys(&self.table, groups), kept }, out)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
+        let (p, _): (TopNPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        place_keys(&mut self.table, block, &p.keys)?;
+        let start = block as usize * BLOCK;
+        if self.kept.len() < start + BLOCK {
+            self.kept.resize_with(start + BLOCK, Vec::new);
+        }
+        let width = self.used.len();
+        for (i, rows) in p.kept.into_iter().enumerate().take(BLOCK) {
+            self.kept[start + i] = rows.into_iter().map(|k| k.into_kept(width)).collect();
+            self.count_in(start + i);
+        }
+        Ok(())
+    }
+
+    fn drop_groups(&mut self, groups: Range<usize>) {
+        for g in groups {
+            if let Some(list) = self.kept.get_mut(g) {
+                let list = std::mem::take(list);
+                self.rows -= list.len();
+                self.slots -= list.capacity();
+                self.heap -= list.iter().map(Kept::heap_bytes).sum::<usize>();
+            }
+        }
+    }
+
+    fn own_bytes(&self) -> usize {
+        TopNOperator::own_bytes(self)
     }
 }
 
