@@ -136,6 +136,8 @@ pub enum OperatorTag {
     AggregateSpilledHead = 17,
     /// A top N's head once it spilled.
     TopNSpilledHead = 18,
+    /// A join's head once it spilled.
+    JoinSpilledHead = 19,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

@@ -113,13 +113,8 @@ pub fn write_page<T: Serialize>(state: &T, out: Vec<u8>) -> Result<Vec<u8>, Erro
     postcard::to_extend(state, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))
 }
 
-/// Reads page `page`'s state written by [`write_page`].
-pub fn read_page<T: serde::de::DeserializeOwned>(page: u32, bytes: &[u8]) -> Result<T, Error> {
-    read_page_and_rest(page, bytes).map(|(state, _)| state)
-}
-
-/// [`read_page`], and the bytes written after the state (HAVING's bits,
-/// `crate::shown`).
+/// Reads page `page`'s state written by [`write_page`], and the bytes
+/// written after it (HAVING's bits, `crate::shown`).
 pub fn read_page_and_rest<'a, T: Deserialize<'a>>(page: u32, bytes: &'a [u8]) -> Result<(T, &'a [u8]), Error> {
     postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state page {page}: {e}")))
 }

@@ -350,6 +350,13 @@ pub(crate) trait PagedGroups: Sized {
     fn drop_groups(&mut self, range: Range<usize>);
     /// The state's bytes in memory, [`Spilling`]'s own not counted.
     fn own_bytes(&self) -> usize;
+    /// Page `page` of a restore went straight to disk (its bytes): what
+    /// the operator keeps in memory about a group on disk — when the
+    /// watermark must visit it — it files here.
+    fn restored_to_disk(&mut self, _page: u32, _bytes: &[u8]) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// Checks page `page`'s bytes and reads the keys they start with.
     fn page_keys<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<Vec<Option<&'b [u8]>>, Error> {
         read_page_and_rest(page, bytes).map(|(keys, _)| keys)
@@ -410,6 +417,14 @@ pub(crate) struct Spilling {
     pub pages: Option<Box<PageMap>>,
     pub spill: Option<Spill>,
     restore_groups: Option<u64>,
+    /// The key id of each row of the batch [`Spilling::find_keys`] last
+    /// found (`u32::MAX`: a row with no key).
+    pub gids: Vec<u32>,
+    /// Rows whose key was not in memory: their place in `gids` and their
+    /// key's bytes in `pending_keys` (scratch).
+    pending: Vec<(usize, Range<usize>)>,
+    pending_keys: Vec<u8>,
+    key: Vec<u8>,
 }
 
 impl Spilling {
@@ -445,7 +460,63 @@ impl Spilling {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.pages.as_ref().map_or(0, |m| m.heap_bytes()) + self.spill.as_ref().map_or(0, Spill::heap_bytes)
+        self.pages.as_ref().map_or(0, |m| m.heap_bytes())
+            + self.spill.as_ref().map_or(0, Spill::heap_bytes)
+            + self.gids.capacity() * 4
+            + self.pending.capacity() * size_of::<(usize, Range<usize>)>()
+            + self.pending_keys.capacity()
+            + self.key.capacity()
+    }
+
+    /// Finds (or makes) the key id of each of `rows`, into
+    /// [`Spilling::gids`]: `encode` writes a row's key, or says it has none.
+    /// Once the operator spilled, a key not in memory waits until the
+    /// others are found (a batch's hot keys are not evicted by its cold
+    /// ones); then its page is read back from disk, or it is made new —
+    /// in the rows' order, so a key's rows see one group.
+    pub fn find_keys<T: PagedGroups>(
+        &mut self,
+        op: &mut T,
+        rows: &[usize],
+        mut encode: impl FnMut(usize, &mut Vec<u8>) -> bool,
+    ) -> Result<(), Error> {
+        self.gids.clear();
+        self.pending.clear();
+        self.pending_keys.clear();
+        let spilled = self.spilled_any();
+        for &r in rows {
+            self.key.clear();
+            if !encode(r, &mut self.key) {
+                self.gids.push(u32::MAX);
+                continue;
+            }
+            let gid = if spilled {
+                op.table().find(&self.key).unwrap_or_else(|| {
+                    let at = self.pending_keys.len();
+                    self.pending_keys.extend_from_slice(&self.key);
+                    self.pending.push((self.gids.len(), at..self.pending_keys.len()));
+                    u32::MAX
+                })
+            } else {
+                op.table_mut().find_or_insert(&self.key).0
+            };
+            self.gids.push(gid);
+        }
+        let (pending, keys) = (std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_keys));
+        for (at, key) in &pending {
+            let key = &keys[key.clone()];
+            self.gids[*at] = match self.find(op, key)? {
+                Some(gid) => gid,
+                None => op.table_mut().find_or_insert(key).0,
+            };
+        }
+        (self.pending, self.pending_keys) = (pending, keys);
+        if let Some(pages) = &mut self.pages {
+            for &gid in self.gids.iter().filter(|&&g| g != u32::MAX) {
+                pages.touch(gid);
+            }
+        }
+        Ok(())
     }
 
     /// Pages on disk and the bytes they take.
@@ -614,6 +685,7 @@ impl Spilling {
         if let Some(spill) = self.spill.as_mut().filter(|s| held + s.heap_bytes() > s.budget / 2) {
             spill.put(page, bytes, keys.iter().flatten().copied())?;
             pages.restored_to_disk(page);
+            op.restored_to_disk(page, bytes)?;
         } else {
             let block = op.table_mut().take_block();
             op.load_page(page, bytes, block)?;

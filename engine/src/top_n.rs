@@ -104,20 +104,13 @@ pub struct TopNOperator {
     /// What the kept rows hold on the heap (their bytes, strings of their
     /// ORDER BY values), kept as rows come and go.
     heap: usize,
-    key: Vec<u8>,
     /// A row being encoded (scratch).
     encoded: Vec<u8>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
-    /// Where cold pages go once state passes its budget (`crate::spill`).
+    /// Where cold pages go once state passes its budget (`crate::spill`),
+    /// and the key ids of a batch's rows.
     spilling: Spilling,
-    /// The key id of each row of the batch in process, and the rows whose
-    /// key was not in memory once the operator spilled (their place in
-    /// `gids` and their key's bytes in `pending_keys`): placed after the
-    /// others, each looked up on disk then made new (scratch).
-    gids: Vec<u32>,
-    pending: Vec<(usize, Range<usize>)>,
-    pending_keys: Vec<u8>,
 }
 
 /// A full checkpoint, written by reference...
@@ -210,56 +203,10 @@ impl TopNOperator {
             rows: 0,
             slots: 0,
             heap: 0,
-            key: Vec::new(),
             encoded: Vec::new(),
             dirty: DirtyPages::default(),
             spilling: Spilling::default(),
-            gids: Vec::new(),
-            pending: Vec::new(),
-            pending_keys: Vec::new(),
         }
-    }
-
-    /// Finds (or makes) the key id of each selected row, in `gids`. Once
-    /// the operator spilled, a key not in memory waits until the others
-    /// are found; then its page is read back from disk, or it is made new.
-    fn find_keys(&mut self, encoder: &KeyEncoder<'_>, rows: &[usize]) -> Result<(), Error> {
-        self.gids.clear();
-        self.pending.clear();
-        self.pending_keys.clear();
-        let spilled = self.spilling.spilled_any();
-        for &r in rows {
-            self.key.clear();
-            encoder.encode(r, &mut self.key);
-            let gid = if spilled {
-                self.table.find(&self.key).unwrap_or_else(|| {
-                    let at = self.pending_keys.len();
-                    self.pending_keys.extend_from_slice(&self.key);
-                    self.pending.push((self.gids.len(), at..self.pending_keys.len()));
-                    u32::MAX
-                })
-            } else {
-                self.table.find_or_insert(&self.key).0
-            };
-            self.gids.push(gid);
-        }
-        let (pending, keys) = (std::mem::take(&mut self.pending), std::mem::take(&mut self.pending_keys));
-        for (at, key) in &pending {
-            let key = &keys[key.clone()];
-            let gid = match self.with_spilling(|s, op| s.find(op, key))? {
-                Some(gid) => gid,
-                None => self.table.find_or_insert(key).0,
-            };
-            self.gids[*at] = gid;
-        }
-        (self.pending, self.pending_keys) = (pending, keys);
-        for &gid in &self.gids {
-            self.spilling.touch(gid);
-        }
-        if self.kept.len() < self.table.capacity() {
-            self.kept.resize_with(self.table.capacity(), Vec::new);
-        }
-        Ok(())
     }
 
     /// The bytes the kept rows hold in memory, what spilling keeps aside.
@@ -269,13 +216,7 @@ impl TopNOperator {
         // slots); per row what it holds on the heap (`heap`, kept as rows
         // come and go).
         let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.table.live() * 16;
-        self.table.heap_bytes()
-            + keys
-            + self.slots * size_of::<Kept>()
-            + self.heap
-            + self.gids.capacity() * 4
-            + self.pending.capacity() * size_of::<(usize, Range<usize>)>()
-            + self.pending_keys.capacity()
+        self.table.heap_bytes() + keys + self.slots * size_of::<Kept>() + self.heap
     }
 
     /// Takes the rows of key id `gid` into the counts of what is kept.
@@ -327,11 +268,19 @@ impl Operator for TopNOperator {
             self.plan.then_by.iter().map(|k| Ok(eval(&k.expr, batch)?.into_column(n))).collect::<Result<_, Error>>()?;
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
-        self.find_keys(&encoder, &rows)?;
+        self.with_spilling(|s, op| {
+            s.find_keys(op, &rows, |r, key| {
+                encoder.encode(r, key);
+                true
+            })
+        })?;
+        if self.kept.len() < self.table.capacity() {
+            self.kept.resize_with(self.table.capacity(), Vec::new);
+        }
         for (i, r) in rows.into_iter().enumerate() {
             // A new key's row always enters its (empty) top N, which marks
             // its page below.
-            let gid = self.gids[i] as usize;
+            let gid = self.spilling.gids[i] as usize;
             let list = &self.kept[gid];
             let at = list.iter().position(|k| self.ahead(&order, &then, r, k)).unwrap_or(list.len());
             if at >= self.limit {

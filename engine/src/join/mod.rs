@@ -37,13 +37,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::aggregate::int_values;
-use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
+use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{
     BatchInput, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
 };
 use crate::pages::{
-    DirtyPages, TableHead, check_complete, page_groups, page_keys, read_page, restore_page_keys, write_page,
+    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
+use crate::spill::{PageIs, PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, Scalar, eval};
 
 /// The kept rows of one side, column by column in arrival order: keeping
@@ -146,10 +147,18 @@ struct JoinState {
     keys: Vec<KeyRows>,
 }
 
-/// The keys of one page of an incremental checkpoint and their kept rows.
-#[derive(Serialize, Deserialize)]
+/// The keys of one page of an incremental checkpoint and their kept rows...
+#[derive(Serialize)]
 struct JoinPage {
     keys: Vec<Option<Vec<u8>>>,
+    rows: Vec<KeyRows>,
+}
+
+/// ...read back with the keys borrowed from the page's bytes.
+#[derive(Deserialize)]
+struct JoinPageIn<'a> {
+    #[serde(borrow)]
+    keys: Vec<Option<&'a [u8]>>,
     rows: Vec<KeyRows>,
 }
 
@@ -168,21 +177,24 @@ pub struct JoinOperator {
     stores: [Store; 2],
     /// Per key id, per side: the slots of its kept rows, in arrival order.
     keys: Vec<[Vec<u32>; 2]>,
-    /// `(time at which a kept row of the key may be let go, key)`: the
-    /// watermark visits only keys that have something to let go.
+    /// `(time at which a kept row of the key may be let go, key)`, the key
+    /// by its id in checkpoints (`Spilling::stable`): the watermark visits
+    /// only keys that have something to let go.
     expiry: BinaryHeap<Reverse<(i64, u32)>>,
     /// Per key id, the time of an entry of it that is in `expiry`, if one
     /// is known to be: rows of a key that may be let go at the same time —
     /// every row of a window, in a window join — share one entry instead
     /// of pushing and popping one each.
     scheduled: Vec<Option<i64>>,
-    key: Vec<u8>,
     pairs: Vec<Pair>,
     /// Candidate pairs, joined, when a residual condition must pass first.
     candidates: Batch,
     passed: Vec<bool>,
     /// Pages changed since the last incremental checkpoint.
     dirty: DirtyPages,
+    /// Where cold keys go once state passes its budget (`crate::spill`),
+    /// and the key ids of a batch's rows.
+    spilling: Spilling,
 }
 
 impl JoinOperator {
@@ -196,11 +208,11 @@ impl JoinOperator {
             keys: Vec::new(),
             expiry: BinaryHeap::new(),
             scheduled: Vec::new(),
-            key: Vec::new(),
             pairs: Vec::new(),
             candidates: Batch::new(types.iter().map(|t| Column::with_capacity(*t, 0)).collect(), 0),
             passed: Vec::new(),
             dirty: DirtyPages::default(),
+            spilling: Spilling::default(),
         }
     }
 
@@ -222,21 +234,30 @@ impl JoinOperator {
         })
     }
 
+    /// When a kept row of a checkpoint may be let go, as [`JoinOperator::file`]
+    /// schedules it.
+    fn kept_expires(&self, right: bool, k: &Kept) -> i64 {
+        let until = self.plan.until.and_then(|c| c.checked_sub(self.plan.left.0)).filter(|_| !right);
+        match until.map(|c| k.row.get(c)) {
+            Some(Some(Scalar::Timestamp(v) | Scalar::Bigint(v))) => *v,
+            Some(_) => i64::MIN,
+            None => Self::expires(&self.plan, right, k.time),
+        }
+    }
+
     /// Whether a left row at `left` and a right row at `right` are in range.
     fn in_range(&self, left: i64, right: i64) -> bool {
         let d = i128::from(right) - i128::from(left);
         d >= i128::from(self.plan.lower) && d <= i128::from(self.plan.upper)
     }
 
-    /// Files a kept row's slot under its key, in time order (rows mostly
-    /// arrive in order, so this is mostly an append), with the time it may
-    /// be let go. Time order lets a probe find the rows in range by binary
-    /// search, however many rows of its key are kept — when one side runs
-    /// far ahead of the other, a key can hold many.
-    fn file(&mut self, gid: u32, right: bool, slot: u32, time: i64) {
-        // Every row that probes its key is filed first: the rows whose
-        // matched flag it sets are of this key too.
-        self.dirty.mark(gid);
+    /// Files a kept row's slot under its key (`gid`, `id` in checkpoints),
+    /// in time order (rows mostly arrive in order, so this is mostly an
+    /// append), with the time it may be let go. Time order lets a probe
+    /// find the rows in range by binary search, however many rows of its
+    /// key are kept — when one side runs far ahead of the other, a key can
+    /// hold many.
+    fn file(&mut self, gid: u32, id: u32, right: bool, slot: u32, time: i64) {
         let g = gid as usize;
         if self.keys.len() <= g {
             self.keys.resize_with(g + 1, Default::default);
@@ -256,7 +277,7 @@ impl JoinOperator {
             // An entry at the same time, still in the heap, lets this row
             // go with the others.
             if self.scheduled[g].replace(at) != Some(at) {
-                self.expiry.push(Reverse((at, gid)));
+                self.expiry.push(Reverse((at, id)));
             }
         }
     }
@@ -412,27 +433,43 @@ impl Operator for JoinOperator {
         let mut rows = Vec::with_capacity(input.selection.len());
         input.selection.for_each(|r| rows.push(r));
         let unbounded = self.plan.unbounded();
-        for r in rows {
-            let right = side.is_valid(r) && sides[r];
+        // A regular join lets nothing go, so a row below the watermark
+        // still finds every partner: it is not late.
+        let late = |r: usize| !unbounded && input.watermark_before.get(r).is_some_and(|w| times[r] < *w);
+        let right_of = |r: usize| side.is_valid(r) && sides[r];
+        // NULL equals nothing: a row with a NULL key can never match.
+        let keyed = |r: usize| {
+            let key_columns = if right_of(r) { &right_refs } else { &left_refs };
+            key_columns.iter().all(|c| c.is_valid(r))
+        };
+        self.with_spilling(|s, op| {
+            s.find_keys(op, &rows, |r, key| {
+                let filed = !late(r) && keyed(r);
+                if filed {
+                    encoders[usize::from(right_of(r))].encode(r, key);
+                }
+                filed
+            })
+        })?;
+        for (i, r) in rows.into_iter().enumerate() {
+            let right = right_of(r);
             let t = times[r];
-            // A regular join lets nothing go, so a row below the watermark
-            // still finds every partner: it is not late.
-            if !unbounded && input.watermark_before.get(r).is_some_and(|w| t < *w) {
+            if late(r) {
                 out.late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
             let columns = if right { right_columns } else { left_columns };
-            let key_columns = if right { &right_refs } else { &left_refs };
-            if key_columns.iter().any(|c| !c.is_valid(r)) {
-                // NULL equals nothing: the row can never match.
+            if !keyed(r) {
                 push_unmatched(&self.plan, right, Row { columns, index: r, time: t }, out.rows)?;
                 continue;
             }
-            self.key.clear();
-            encoders[usize::from(right)].encode(r, &mut self.key);
-            let (gid, _) = self.table.find_or_insert(&self.key);
+            let gid = self.spilling.gids[i];
+            let id = self.spilling.stable(gid);
+            // Every row that probes its key is filed: the rows whose
+            // matched flag it sets are of this key too.
+            self.dirty.mark(id);
             let new = self.stores[usize::from(right)].push(columns, r, t)?;
-            self.file(gid, right, new, t);
+            self.file(gid, id, right, new, t);
             // The other side's rows whose time is in range, from the first.
             let (lower, upper) = (self.plan.lower, self.plan.upper);
             let first = if right { t.saturating_sub(upper) } else { t.saturating_add(lower) };
@@ -467,11 +504,17 @@ impl Operator for JoinOperator {
     }
 
     fn on_watermark(&mut self, watermark: i64, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        while let Some(&Reverse((at, gid))) = self.expiry.peek() {
+        while let Some(&Reverse((at, id))) = self.expiry.peek() {
             if at >= watermark {
                 break;
             }
             self.expiry.pop();
+            // A key on disk comes back to let its rows go.
+            let gid = match self.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
+                None => id,
+                Some(PageIs::InBlock(_) | PageIs::Spilled) => self.with_spilling(|s, op| s.slot_of(op, id))?,
+                Some(PageIs::Unused | PageIs::Missing) => continue,
+            };
             let g = gid as usize;
             if g >= self.keys.len() {
                 continue;
@@ -479,7 +522,7 @@ impl Operator for JoinOperator {
             if self.scheduled.get(g) == Some(&Some(at)) {
                 self.scheduled[g] = None;
             }
-            self.dirty.mark(gid);
+            self.dirty.mark(id);
             for right in [false, true] {
                 if !right && self.plan.until.is_some() {
                     // Let go by their column, not their time: any of them.
@@ -530,25 +573,205 @@ impl Operator for JoinOperator {
     }
 
     fn finish(&mut self, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        for entry in &self.keys {
-            for right in [false, true] {
-                let store = &self.stores[usize::from(right)];
-                for &slot in &entry[usize::from(right)] {
-                    if !store.matched[slot as usize] {
-                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
-                    }
+        // An outer join's unmatched rows on disk come back, a page at a
+        // time, to be emitted.
+        let unmatched = self.plan.kind.keeps_unmatched(false) || self.plan.kind.keeps_unmatched(true);
+        if unmatched && let Some(pages) = &self.spilling.pages {
+            let spilled: Vec<u32> = (0..pages.pages()).filter(|&p| pages.where_is(p) == PageIs::Spilled).collect();
+            for page in spilled {
+                let block = self.with_spilling(|s, op| s.slot_of(op, page * PAGE_GROUPS))? / PAGE_GROUPS;
+                let start = block as usize * BLOCK;
+                self.push_unmatched_of(start..start + BLOCK, rows)?;
+                self.drop_groups(start..start + BLOCK);
+                if let Some(pages) = &mut self.spilling.pages {
+                    pages.evicted(block, false);
                 }
+                self.table.evict_blocks(&[block]);
             }
         }
+        self.push_unmatched_of(0..self.keys.len(), rows)?;
         self.stores.iter_mut().for_each(Store::clear);
         self.keys.clear();
         self.table = GroupTable::default();
         self.expiry.clear();
         self.scheduled.clear();
-        Ok(())
+        self.spilling.forget()
     }
 
     fn state_size(&self) -> StateSize {
+        StateSize {
+            bytes: self.own_bytes() + self.spilling.heap_bytes(),
+            entries: self.stores[0].live + self.stores[1].live,
+        }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // It spilled: its checkpoints are heads and pages.
+            return Err(Error::Internal("a whole checkpoint of a join that spilled".into()));
+        }
+        let keys = (0..self.keys.len()).map(|g| self.key_rows(g)).collect();
+        write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys }, out)
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let state: JoinState = read_state(OperatorTag::Join, bytes)?;
+        self.clear(GroupTable::from_state(state.table))?;
+        for (g, entry) in state.keys.into_iter().enumerate() {
+            self.restore_key_rows(g, u32::try_from(g).unwrap_or(u32::MAX), entry)?;
+        }
+        Ok(())
+    }
+
+    fn paged(&self) -> bool {
+        true
+    }
+
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.spilling.head(&self.table, ()) {
+            return write_state(OperatorTag::JoinSpilledHead, &head, out);
+        }
+        write_state(OperatorTag::JoinHead, &TableHead::of(&self.table), out)
+    }
+
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let spilled =
+            postcard::take_from_bytes::<u32>(bytes).is_ok_and(|(tag, _)| tag == OperatorTag::JoinSpilledHead as u32);
+        if spilled {
+            let head: SpilledHead<()> = read_state(OperatorTag::JoinSpilledHead, bytes)?;
+            self.clear(GroupTable::default())?;
+            return self.spilling.restore_head(head);
+        }
+        let head: TableHead = read_state(OperatorTag::JoinHead, bytes)?;
+        self.clear(head.table())
+    }
+
+    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
+        self.dirty.take(all, self.spilling.ids(&self.table), out);
+    }
+
+    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        self.spilling.snapshot_page(self, page, out)
+    }
+
+    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
+            return Ok(());
+        }
+        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        restore_page_keys(&mut self.table, page, &p.keys)?;
+        let start = page_groups(page, usize::MAX).start;
+        for (i, rows) in p.rows.into_iter().enumerate() {
+            self.restore_key_rows(start + i, u32::try_from(start + i).unwrap_or(u32::MAX), rows)?;
+        }
+        Ok(())
+    }
+
+    fn pages_restored(&mut self) -> Result<(), Error> {
+        self.spilling.pages_restored(&self.table)?;
+        self.dirty.clear();
+        Ok(())
+    }
+
+    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
+        self.spilling.spill = Some(Spill::new(store, budget));
+        Ok(())
+    }
+
+    /// Spills, then compacts the stores (the rows of keys that went to
+    /// disk leave their slots behind).
+    fn spill(&mut self) -> Result<(), Error> {
+        self.with_spilling(|s, op| s.spill_cold(op))?;
+        self.compact(false);
+        self.compact(true);
+        Ok(())
+    }
+
+    fn spilled(&self) -> (usize, u64) {
+        self.spilling.spilled()
+    }
+}
+
+impl PagedGroups for JoinOperator {
+    fn table(&self) -> &GroupTable {
+        &self.table
+    }
+
+    fn table_mut(&mut self) -> &mut GroupTable {
+        &mut self.table
+    }
+
+    fn spilling_mut(&mut self) -> &mut Spilling {
+        &mut self.spilling
+    }
+
+    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let page =
+            JoinPage { keys: page_keys(&self.table, groups.clone()), rows: groups.map(|g| self.key_rows(g)).collect() };
+        write_page(&page, out)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
+        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        place_keys(&mut self.table, block, &p.keys)?;
+        let start = block as usize * BLOCK;
+        for (i, rows) in p.rows.into_iter().enumerate().take(BLOCK) {
+            let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
+            self.restore_key_rows(start + i, id, rows)?;
+        }
+        Ok(())
+    }
+
+    /// A key on disk is visited by the watermark when its first row may
+    /// be let go: it is read back then, and its rows file the rest.
+    fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        if self.plan.unbounded() {
+            return Ok(());
+        }
+        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        let this = &*self;
+        let firsts: Vec<Option<i64>> = p
+            .rows
+            .iter()
+            .map(|rows| {
+                [false, true]
+                    .into_iter()
+                    .zip(&rows.sides)
+                    .flat_map(|(right, kept)| kept.iter().map(move |k| this.kept_expires(right, k)))
+                    .min()
+            })
+            .collect();
+        for (i, first) in firsts.into_iter().enumerate() {
+            if let Some(at) = first {
+                let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
+                self.expiry.push(Reverse((at, id)));
+            }
+        }
+        Ok(())
+    }
+
+    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
+        for g in groups {
+            if let Some(sides) = self.keys.get_mut(g) {
+                for (store, list) in self.stores.iter_mut().zip(sides) {
+                    store.live -= list.len();
+                    *list = Vec::new();
+                }
+            }
+            if let Some(at) = self.scheduled.get_mut(g) {
+                *at = None;
+            }
+        }
+    }
+
+    fn own_bytes(&self) -> usize {
+        JoinOperator::own_bytes(self)
+    }
+}
+
+impl JoinOperator {
+    /// The bytes its state holds in memory, what spilling keeps aside.
+    fn own_bytes(&self) -> usize {
         let rows = self.stores[0].live + self.stores[1].live;
         // Per key its two slot lists (each, once it holds a row, an
         // allocation of its own: a 16-byte allocator header and room for
@@ -561,67 +784,26 @@ impl Operator for JoinOperator {
             + self.expiry.capacity() * size_of::<(i64, u32)>()
             + self.table.live() * per_key
             + rows * size_of::<u32>();
-        StateSize { bytes: self.table.heap_bytes() + bytes, entries: rows }
+        self.table.heap_bytes() + bytes
     }
 
-    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let keys = (0..self.keys.len()).map(|g| self.key_rows(g)).collect();
-        write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys }, out)
-    }
-
-    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: JoinState = read_state(OperatorTag::Join, bytes)?;
-        self.clear(GroupTable::from_state(state.table));
-        for (g, entry) in state.keys.into_iter().enumerate() {
-            self.restore_key_rows(g, entry)?;
-        }
-        self.dirty.clear();
-        Ok(())
-    }
-
-    fn paged(&self) -> bool {
-        true
-    }
-
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        write_state(OperatorTag::JoinHead, &TableHead::of(&self.table), out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let head: TableHead = read_state(OperatorTag::JoinHead, bytes)?;
-        self.clear(head.table());
-        Ok(())
-    }
-
-    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.dirty.take(all, self.table.capacity(), out);
-    }
-
-    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let groups = page_groups(page, self.table.capacity());
-        let page =
-            JoinPage { keys: page_keys(&self.table, groups.clone()), rows: groups.map(|g| self.key_rows(g)).collect() };
-        write_page(&page, out)
-    }
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        let p: JoinPage = read_page(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
-        let start = page_groups(page, usize::MAX).start;
-        for (i, rows) in p.rows.into_iter().enumerate() {
-            self.restore_key_rows(start + i, rows)?;
+    /// Appends the kept rows of keys `groups` that never matched (for an
+    /// outer join's end).
+    fn push_unmatched_of(&self, groups: std::ops::Range<usize>, rows: &mut Batch) -> Result<(), Error> {
+        let n = self.keys.len();
+        for entry in &self.keys[groups.start.min(n)..groups.end.min(n)] {
+            for right in [false, true] {
+                let store = &self.stores[usize::from(right)];
+                for &slot in &entry[usize::from(right)] {
+                    if !store.matched[slot as usize] {
+                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
 
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        check_complete(&self.table)?;
-        self.dirty.clear();
-        Ok(())
-    }
-}
-
-impl JoinOperator {
     /// Key `g`'s kept rows, as a checkpoint holds them.
     fn key_rows(&self, g: usize) -> KeyRows {
         let Some(entry) = self.keys.get(g) else { return KeyRows::default() };
@@ -640,8 +822,8 @@ impl JoinOperator {
         }
     }
 
-    /// Keeps key `g`'s rows from a checkpoint again.
-    fn restore_key_rows(&mut self, g: usize, entry: KeyRows) -> Result<(), Error> {
+    /// Keeps key `g`'s rows (`id` in checkpoints) from a checkpoint again.
+    fn restore_key_rows(&mut self, g: usize, id: u32, entry: KeyRows) -> Result<(), Error> {
         let gid = u32::try_from(g).unwrap_or(u32::MAX);
         if self.keys.len() <= g {
             self.keys.resize_with(g + 1, Default::default);
@@ -651,20 +833,21 @@ impl JoinOperator {
                 let store = &mut self.stores[usize::from(right)];
                 let slot = store.push_scalars(&k.row, k.time)?;
                 store.matched[slot as usize] = k.matched;
-                self.file(gid, right, slot, k.time);
+                self.file(gid, id, right, slot, k.time);
             }
         }
         Ok(())
     }
 
     /// Drops every kept row, for `table`'s keys to be restored.
-    fn clear(&mut self, table: GroupTable) {
+    fn clear(&mut self, table: GroupTable) -> Result<(), Error> {
         self.table = table;
         self.stores.iter_mut().for_each(Store::clear);
         self.keys.clear();
         self.expiry.clear();
         self.scheduled.clear();
         self.dirty.clear();
+        self.spilling.forget()
     }
 }
 

@@ -446,3 +446,82 @@ fn a_hot_key_pairs_in_bounded_chunks_every_pair_once() {
         assert!(sum > 0);
     }
 }
+
+/// A join that spills past a budget of a few KiB (every key goes to disk
+/// between batches, and comes back when a row probes it or the watermark
+/// lets its rows go) emits what one in memory emits — through
+/// checkpoints of its pages and restores into a new operator with an
+/// empty store every 10 batches: a FULL join in range (rows let go,
+/// unmatched rows NULL-extended, at the watermark and at the end) and a
+/// regular one (every row kept for good).
+#[test]
+fn a_join_that_spills_emits_what_one_in_memory_does() {
+    use crate::spill::MemorySpill;
+    let (lower, upper) = JoinPlan::UNBOUNDED;
+    for plan in [JoinPlan { upper: 400, ..plan(JoinKind::Full) }, JoinPlan { lower, upper, ..plan(JoinKind::Inner) }] {
+        let mut seed = 0x5011_u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            i64::try_from((seed >> 33) % n).unwrap()
+        };
+        let spilling = || {
+            let mut op = JoinOperator::new(&plan, &TYPES);
+            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10).unwrap();
+            op
+        };
+        let mut memory = JoinOperator::new(&plan, &TYPES);
+        let mut spill = spilling();
+        let mut pages: std::collections::BTreeMap<u32, Vec<u8>> = std::collections::BTreeMap::new();
+        let (mut time, mut most_spilled, mut joined) = (1_000, 0, 0);
+        let (mut most_state, mut in_memory) = (0, 0);
+        for round in 0..80 {
+            let rows: Vec<(bool, i64, i64, i64)> = (0..200)
+                .map(|i| {
+                    time += next(2);
+                    let key = if next(3) == 0 { next(50) } else { next(5_000) };
+                    (next(2) == 1, key, round * 1_000 + i, time - next(20))
+                })
+                .collect();
+            let watermark = time - 50;
+            let (mut a, _) = run(&mut memory, &rows, watermark);
+            let (mut b, _) = run(&mut spill, &rows, watermark);
+            a.sort_by_key(|p| format!("{p:?}"));
+            b.sort_by_key(|p| format!("{p:?}"));
+            assert_eq!(a, b, "round {round}");
+            joined += a.len();
+            spill.spill().unwrap();
+            most_spilled = most_spilled.max(spill.spilled().0);
+            most_state = most_state.max(spill.state_size().bytes);
+            in_memory = in_memory.max(memory.state_size().bytes);
+            let head = spill.snapshot_head(Vec::new()).unwrap();
+            let mut dirty = Vec::new();
+            spill.take_dirty_pages(false, &mut dirty);
+            for page in dirty {
+                pages.insert(page, spill.snapshot_page(page, Vec::new()).unwrap());
+            }
+            if round % 10 == 9 {
+                spill = spilling();
+                spill.restore_head(&head).unwrap();
+                for (&page, bytes) in &pages {
+                    spill.restore_page(page, bytes).unwrap();
+                }
+                spill.pages_restored().unwrap();
+            }
+        }
+        let (mut rest_a, mut rest_b) = (Batch::empty(&TYPES), Batch::empty(&TYPES));
+        memory.finish(true, &mut rest_a).unwrap();
+        spill.finish(true, &mut rest_b).unwrap();
+        let (mut a, mut b) = (pairs(&rest_a), pairs(&rest_b));
+        a.sort_by_key(|p| format!("{p:?}"));
+        b.sort_by_key(|p| format!("{p:?}"));
+        assert_eq!(a, b, "what the end lets go");
+        assert!(joined > 1_000, "{joined} rows joined");
+        // A FULL join in range keeps a few hundred keys at a time.
+        let least = if plan.unbounded() { 100 } else { 20 };
+        assert!(most_spilled > least, "{most_spilled} pages on disk at most");
+        if plan.unbounded() {
+            assert!(most_state * 4 < in_memory, "it held at most {most_state} bytes, in memory {in_memory}");
+        }
+        assert!(plan.unbounded() || !a.is_empty(), "a FULL join's end emits the rows that never matched");
+    }
+}
