@@ -32,29 +32,20 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/sluice-spill-XXXX")
 trap 'rm -rf "$work"' EXIT
 bids=$((events * 46 / 50))
 
-# The query's SQL: `pairs` is the issue's GROUP BY of (auction, bidder)
-# (every pair a group; it grows without end); q17 (per auction and day),
-# q18 (the last bid per bidder and auction) and q19 (each auction's 10
-# highest bids) are Nexmark's, over bids alone.
-sql_of() {
-  case "$1" in
-    pairs) echo "SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder" ;;
-    q17 | q18 | q19) sed -n '/^  sql: |/,/^  sources:/p' "manifests/nexmark/$1.yaml" | sed '1d;$d' | tr '\n' ' ' ;;
-    *) echo "unknown query $1" >&2; exit 2 ;;
-  esac
-}
-
-# The columns that key a query's output rows (the last row per key is
-# the result).
-keys_of() {
-  case "$1" in
-    q17) echo auction,day ;;
-    q19) echo auction,rank_number ;;
-    *) echo auction,bidder ;;
-  esac
-}
-
+# The query: `pairs` is the issue's GROUP BY of (auction, bidder) over
+# bids (every pair a group; it grows without end); q* are Nexmark's
+# manifests with their sources replaced by the generator (as
+# bench/nexmark.sh runs them, one partition each) and their sink by a file:
+# q9 (a join of auctions and bids, then each auction's winning bid), q17
+# (per auction and day), q18 (the last bid per bidder and auction), q19
+# (each auction's 10 highest bids), q20 (bids joined with their auctions,
+# kept for good).
 manifest() { # query limit out
+  if [ "$1" != pairs ]; then
+    nexmark_engine_manifest "$1" "$events" 1 /dev/null |
+      sed -e "s|file: { path: /dev/null }|file: { path: $3 }|" -e "s|stateMemoryLimit: 8Gi|stateMemoryLimit: $2|"
+    return
+  fi
   cat <<YAML
 apiVersion: sluice.dev/v1alpha1
 kind: StreamJob
@@ -62,7 +53,7 @@ metadata:
   name: spill-$1
 spec:
   sql: |
-    $(sql_of "$1")
+    SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder
   sources:
     - name: bid
       datagen: { scenario: NexmarkBid, records: $bids, partitions: 1 }
@@ -83,11 +74,34 @@ spec:
 YAML
 }
 
+# The columns that key a query's output rows (the last row per key is
+# the result); `*`: rows are appended, never updated (all of them, in any
+# order, are the result).
+keys_of() {
+  case "$1" in
+    q9) echo id ;;
+    q17) echo auction,day ;;
+    q19) echo auction,rank_number ;;
+    q20) echo '*' ;;
+    *) echo auction,bidder ;;
+  esac
+}
+
 # The last row per group of a run's output (its first columns are the
 # group's key), as a digest: both runs must agree.
 digest() { # file key-columns
   python3 - "$1" "$2" <<'PY'
 import hashlib, json, sys
+if sys.argv[2] == "*":
+    # Appended rows: a multiset's digest (the sum of the rows' hashes),
+    # whatever their order.
+    total, rows = 0, 0
+    with open(sys.argv[1], "rb") as f:
+        for line in f:
+            total = (total + int.from_bytes(hashlib.sha256(line).digest()[:8], "little")) % 2**64
+            rows += 1
+    print(f"{rows} rows, sum {total:016x}")
+    sys.exit(0)
 last = {}
 keys = sys.argv[2].split(",")
 with open(sys.argv[1]) as f:
