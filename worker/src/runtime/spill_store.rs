@@ -11,11 +11,11 @@
 //! Keys: `p` + page number (big-endian) → the page's bytes, as a
 //! checkpoint writes them; `k` + group key → its page (little-endian u32).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 
 use fjall::compaction::Leveled;
-use fjall::{Database, Keyspace, KeyspaceCreateOptions};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch as WriteBatch};
 use sluice_engine::{Error as EngineError, SpillStore};
 
 /// Memory the store may use besides the state the engines account for:
@@ -74,18 +74,33 @@ impl SpillDb {
                 .manual_journal_persist(true)
                 .compaction_strategy(std::sync::Arc::new(Leveled::default().with_table_target_size(TABLE)))
         })?;
-        Ok(DiskSpill { keyspace, scratch: RefCell::new(Vec::with_capacity(64)), unrotated: 0 })
+        Ok(DiskSpill {
+            keyspace,
+            db: self.db.clone(),
+            held: RefCell::new(None),
+            held_bytes: Cell::new(0),
+            scratch: RefCell::new(Vec::with_capacity(64)),
+            unrotated: Cell::new(0),
+        })
     }
 }
 
 /// One partition engine's spilled pages.
 pub struct DiskSpill {
     keyspace: Keyspace,
+    db: Database,
+    /// Writes not applied yet, and their bytes: a spill round's pages (a
+    /// few thousand, each with its groups' keys) go to the store as one
+    /// batch — one journal write and one check of the write buffer, where
+    /// each write alone took the journal's lock and made its checks —
+    /// applied before anything is read, and at [`MEMTABLE`] bytes.
+    held: RefCell<Option<WriteBatch>>,
+    held_bytes: Cell<u64>,
     /// A key with its prefix, built for a lookup (no allocation per row).
     scratch: RefCell<Vec<u8>>,
     /// Bytes written to the active write buffer since this store last
     /// sealed it ([`DiskSpill::written`]).
-    unrotated: u64,
+    unrotated: Cell<u64>,
 }
 
 impl std::fmt::Debug for DiskSpill {
@@ -127,43 +142,58 @@ impl DiskSpill {
     /// queue holds a flush per sealed buffer and no requests; the store's
     /// bound on sealed buffers waiting for their flush (four) makes the
     /// core wait instead of memory growing.
-    fn written(&mut self, bytes: usize) -> Result<(), EngineError> {
-        self.unrotated += bytes as u64;
-        if self.unrotated >= MEMTABLE {
-            self.unrotated = 0;
+    fn written(&self, bytes: u64) -> Result<(), EngineError> {
+        self.unrotated.set(self.unrotated.get() + bytes);
+        if self.unrotated.get() >= MEMTABLE {
+            self.unrotated.set(0);
             self.keyspace.rotate_memtable().map_err(|e| disk(&e))?;
         }
         Ok(())
+    }
+
+    /// Holds a write of `bytes` bytes for the next [`DiskSpill::apply`].
+    fn hold(&self, bytes: usize, write: impl FnOnce(&mut WriteBatch, &Keyspace)) -> Result<(), EngineError> {
+        write(self.held.borrow_mut().get_or_insert_with(|| self.db.batch()), &self.keyspace);
+        self.held_bytes.set(self.held_bytes.get() + bytes as u64);
+        if self.held_bytes.get() >= MEMTABLE {
+            self.apply()?;
+        }
+        Ok(())
+    }
+
+    /// Applies the writes held.
+    fn apply(&self) -> Result<(), EngineError> {
+        let Some(batch) = self.held.borrow_mut().take() else { return Ok(()) };
+        batch.commit().map_err(|e| disk(&e))?;
+        self.written(self.held_bytes.replace(0))
     }
 }
 
 impl SpillStore for DiskSpill {
     fn put_page(&mut self, page: u32, bytes: &[u8], keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), EngineError> {
-        self.keyspace.insert(page_key(page), bytes).map_err(|e| disk(&e))?;
-        let mut written = bytes.len() + 5;
+        self.hold(bytes.len() + 5, |b, k| b.insert(k, page_key(page), bytes))?;
         let at = page.to_le_bytes();
         for key in keys {
-            self.keyspace.insert(group_key(key), at).map_err(|e| disk(&e))?;
-            written += key.len() + 5;
+            self.hold(key.len() + 5, |b, k| b.insert(k, group_key(key), at))?;
         }
-        self.written(written)
+        Ok(())
     }
 
     fn page(&self, page: u32) -> Result<Option<Vec<u8>>, EngineError> {
+        self.apply()?;
         Ok(self.keyspace.get(page_key(page)).map_err(|e| disk(&e))?.map(|v| v.to_vec()))
     }
 
     fn remove_page(&mut self, page: u32, keys: &mut dyn Iterator<Item = &[u8]>) -> Result<(), EngineError> {
-        self.keyspace.remove(page_key(page)).map_err(|e| disk(&e))?;
-        let mut written = 5;
+        self.hold(5, |b, k| b.remove(k, page_key(page)))?;
         for key in keys {
-            self.keyspace.remove(group_key(key)).map_err(|e| disk(&e))?;
-            written += key.len() + 1;
+            self.hold(key.len() + 1, |b, k| b.remove(k, group_key(key)))?;
         }
-        self.written(written)
+        Ok(())
     }
 
     fn key_page(&self, key: &[u8]) -> Result<Option<u32>, EngineError> {
+        self.apply()?;
         let mut scratch = self.scratch.borrow_mut();
         scratch.clear();
         scratch.push(b'k');
@@ -173,6 +203,8 @@ impl SpillStore for DiskSpill {
     }
 
     fn clear(&mut self) -> Result<(), EngineError> {
+        self.held.borrow_mut().take();
+        self.held_bytes.set(0);
         self.keyspace.clear().map_err(|e| disk(&e))
     }
 
@@ -181,6 +213,7 @@ impl SpillStore for DiskSpill {
     }
 
     fn for_each_key(&self, f: &mut dyn FnMut(&[u8])) -> Result<(), EngineError> {
+        self.apply()?;
         for item in self.keyspace.prefix(b"k") {
             let key = item.key().map_err(|e| disk(&e))?;
             f(&key[1..]);
