@@ -8,7 +8,7 @@
 # gauge and what was spilled, and checks that both runs emitted the same
 # final row per group.
 #
-#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,q17,q18,q19]
+#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,distinct,q17,q18,q19,q20,q9]
 #
 # Figures: docs/benchmarks.md, "State larger than memory".
 set -euo pipefail
@@ -33,7 +33,8 @@ trap 'rm -rf "$work"' EXIT
 bids=$((events * 46 / 50))
 
 # The query: `pairs` is the issue's GROUP BY of (auction, bidder) over
-# bids (every pair a group; it grows without end); q* are Nexmark's
+# bids (every pair a group; it grows without end); `distinct` counts each
+# auction's distinct bidders (every pair a value of its auction's set); q* are Nexmark's
 # manifests with their sources replaced by the generator (as
 # bench/nexmark.sh runs them, one partition each) and their sink by a file:
 # q9 (a join of auctions and bids, then each auction's winning bid), q17
@@ -41,10 +42,14 @@ bids=$((events * 46 / 50))
 # (each auction's 10 highest bids), q20 (bids joined with their auctions,
 # kept for good).
 manifest() { # query limit out
-  if [ "$1" != pairs ]; then
+  if [ "$1" != pairs ] && [ "$1" != distinct ]; then
     nexmark_engine_manifest "$1" "$events" 1 /dev/null |
       sed -e "s|file: { path: /dev/null }|file: { path: $3 }|" -e "s|stateMemoryLimit: 8Gi|stateMemoryLimit: $2|"
     return
+  fi
+  local sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder"
+  if [ "$1" = distinct ]; then
+    sql="SELECT auction, COUNT(DISTINCT bidder) AS bidders, COUNT(*) AS n FROM bid GROUP BY auction"
   fi
   cat <<YAML
 apiVersion: sluice.dev/v1alpha1
@@ -53,7 +58,7 @@ metadata:
   name: spill-$1
 spec:
   sql: |
-    SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder
+    $sql
   sources:
     - name: bid
       datagen: { scenario: NexmarkBid, records: $bids, partitions: 1 }
@@ -80,6 +85,7 @@ YAML
 keys_of() {
   case "$1" in
     q9) echo id ;;
+    distinct) echo auction ;;
     q17) echo auction,day ;;
     q19) echo auction,rank_number ;;
     q20) echo '*' ;;

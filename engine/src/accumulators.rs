@@ -5,11 +5,11 @@
 //! per row. Every accumulator can merge two groups (session windows merge
 //! sessions) and is serialisable (state checkpoints).
 
-use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 
-use super::group_keys::{KeyEncoder, hash_key};
+use super::group_keys::KeyEncoder;
 use crate::Error;
+use crate::distinct::DistinctState;
 use sluice_plan::{AggFunc, AggregateCall, DataType, Scalar};
 use sluice_plan::{Column, ColumnData};
 
@@ -83,62 +83,6 @@ use sluice_plan::decimal::add_wrapping as add_wide;
 #[inline]
 fn beats<T: PartialOrd>(x: &T, cur: &T, seen: bool, max: bool) -> bool {
     !seen || (max && x > cur) || (!max && x < cur)
-}
-
-/// Distinct (group, value) pairs, with a count per group.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct DistinctState {
-    counts: Vec<i64>,
-    /// (group, encoded value) entries.
-    entries: Vec<(u32, Vec<u8>)>,
-    #[serde(skip)]
-    table: HashTable<u32>,
-    /// What the entries hold on the heap, kept as they change: the engine
-    /// reads its state's size after every batch, and summing the entries
-    /// then cost a pass over all of them per batch (Nexmark q15: a third
-    /// of its time).
-    #[serde(skip)]
-    entry_bytes: usize,
-}
-
-impl DistinctState {
-    fn entry_hash(gid: u32, value: &[u8]) -> u64 {
-        hash_key(value) ^ u64::from(gid).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-
-    fn insert(&mut self, gid: u32, value: &[u8]) -> bool {
-        let hash = Self::entry_hash(gid, value);
-        let entries = &self.entries;
-        if self.table.find(hash, |&i| entries[i as usize].0 == gid && entries[i as usize].1 == value).is_some() {
-            return false;
-        }
-        self.entries.push((gid, value.to_vec()));
-        self.entry_bytes += value.len() + 32;
-        let idx = u32::try_from(self.entries.len() - 1).unwrap_or(u32::MAX);
-        let entries = &self.entries;
-        self.table.insert_unique(hash, idx, |&i| Self::entry_hash(entries[i as usize].0, &entries[i as usize].1));
-        true
-    }
-
-    /// Drops every entry of the groups flagged in `dead`.
-    fn retain_groups(&mut self, dead: &[bool]) {
-        let before = self.entries.len();
-        self.entries.retain(|(g, _)| !dead.get(*g as usize).copied().unwrap_or(false));
-        if self.entries.len() != before {
-            self.rebuild();
-        }
-    }
-
-    fn rebuild(&mut self) {
-        self.entry_bytes = self.entries.iter().map(|(_, v)| v.capacity() + 32).sum();
-        self.table = HashTable::with_capacity(self.entries.len());
-        for (i, (g, v)) in self.entries.iter().enumerate() {
-            let entries = &self.entries;
-            self.table.insert_unique(Self::entry_hash(*g, v), u32::try_from(i).unwrap_or(u32::MAX), |&j| {
-                Self::entry_hash(entries[j as usize].0, &entries[j as usize].1)
-            });
-        }
-    }
 }
 
 /// Appends a decimal total, or NULL when it does not fit its precision.
@@ -222,7 +166,7 @@ impl Accumulator {
                 grow(seen, groups, false);
             }
             Self::MinMaxStr { values, .. } => grow(values, groups, None),
-            Self::CountDistinct(d) => grow(&mut d.counts, groups, 0),
+            Self::CountDistinct(d) => d.ensure(groups),
             Self::SumWide { sums, carries, seen } => {
                 grow(sums, groups, 0);
                 grow(carries, groups, 0);
@@ -248,16 +192,9 @@ impl Accumulator {
             | Self::MinMaxBool { seen, .. }
             | Self::MinMaxWide { seen, .. } => seen[g] = false,
             Self::MinMaxStr { values, .. } => values[g] = None,
-            Self::CountDistinct(d) => d.counts[g] = 0,
+            Self::CountDistinct(d) => d.reset(g),
             Self::SumWide { sums, carries, seen } => (sums[g], carries[g], seen[g]) = (0, 0, 0),
         }
-    }
-
-    /// Whether groups can be cut out into checkpoint pages
-    /// ([`Accumulator::page`]): every kind but COUNT(DISTINCT), whose
-    /// values live in one table of all groups.
-    pub fn pages(&self) -> bool {
-        !matches!(self, Self::CountDistinct(_))
     }
 
     /// Groups `groups` as an accumulator of the same kind, for an
@@ -285,7 +222,7 @@ impl Accumulator {
                 Self::MinMaxBool { values: cut(values, r), seen: cut(seen, r), max: *max }
             }
             Self::MinMaxStr { values, max } => Self::MinMaxStr { values: cut(values, r), max: *max },
-            Self::CountDistinct(_) => return Err(Error::Internal("COUNT(DISTINCT) state is not paged".into())),
+            Self::CountDistinct(d) => Self::CountDistinct(Box::new(d.page(groups))),
             Self::SumWide { sums, carries, seen } => {
                 Self::SumWide { sums: cut(sums, r), carries: cut(carries, r), seen: cut(seen, r) }
             }
@@ -310,7 +247,7 @@ impl Accumulator {
             | Self::MinMaxBool { seen, .. }
             | Self::MinMaxWide { seen, .. } => seen.len(),
             Self::MinMaxStr { values, .. } => values.len(),
-            Self::CountDistinct(_) => 0,
+            Self::CountDistinct(d) => d.groups(),
         };
         self.ensure(start + len);
         match (self, page) {
@@ -345,6 +282,7 @@ impl Accumulator {
                 put(seen, start, s);
             }
             (Self::MinMaxStr { values, .. }, Self::MinMaxStr { values: v, .. }) => put(values, start, v),
+            (Self::CountDistinct(d), Self::CountDistinct(page)) => d.set_page(start, *page),
             (Self::SumWide { sums, carries, seen }, Self::SumWide { sums: s, carries: c, seen: n }) => {
                 put(sums, start, s);
                 put(carries, start, c);
@@ -363,13 +301,6 @@ impl Accumulator {
             }
         }
         Ok(())
-    }
-
-    /// Removes per-group side state of freed groups (COUNT DISTINCT values).
-    pub fn drop_groups(&mut self, dead: &[bool]) {
-        if let Self::CountDistinct(d) = self {
-            d.retain_groups(dead);
-        }
     }
 
     /// Folds rows into groups: row `rows[i]` of `arg` goes to group `gids[i]`.
@@ -471,10 +402,7 @@ impl Accumulator {
                 for (r, g) in pairs {
                     buf.clear();
                     enc.encode(r, &mut buf);
-                    let gid = u32::try_from(g).unwrap_or(u32::MAX);
-                    if d.insert(gid, &buf) {
-                        d.counts[g] += 1;
-                    }
+                    d.insert(g, &buf)?;
                 }
             }
             (acc, data) => {
@@ -589,7 +517,7 @@ impl Accumulator {
     }
 
     /// Folds group `src` into group `dst` (session windows merging).
-    pub fn merge(&mut self, dst: usize, src: usize) {
+    pub fn merge(&mut self, dst: usize, src: usize) -> Result<(), Error> {
         match self {
             Self::Count { counts } => counts[dst] += counts[src],
             Self::SumInt { sums, seen } => {
@@ -608,11 +536,11 @@ impl Accumulator {
                 // Chan et al.'s parallel combination.
                 let (na, nb) = (n[dst], n[src]);
                 if nb == 0 {
-                    return;
+                    return Ok(());
                 }
                 if na == 0 {
                     (n[dst], mean[dst], m2[dst]) = (nb, mean[src], m2[src]);
-                    return;
+                    return Ok(());
                 }
                 #[allow(clippy::cast_precision_loss)]
                 let (fa, fb) = (na as f64, nb as f64);
@@ -666,17 +594,9 @@ impl Accumulator {
                     seen[dst] = true;
                 }
             }
-            Self::CountDistinct(d) => {
-                let (dst32, src32) = (u32::try_from(dst).unwrap_or(0), u32::try_from(src).unwrap_or(0));
-                let moved: Vec<Vec<u8>> =
-                    d.entries.iter().filter(|(g, _)| *g == src32).map(|(_, v)| v.clone()).collect();
-                for v in moved {
-                    if d.insert(dst32, &v) {
-                        d.counts[dst] += 1;
-                    }
-                }
-            }
+            Self::CountDistinct(d) => d.merge(dst, src)?,
         }
+        Ok(())
     }
 
     /// Appends the current value of group `g` to `out`.
@@ -687,7 +607,7 @@ impl Accumulator {
     fn emit_value(&self, g: usize, out: &mut Column) -> Result<(), sluice_plan::Error> {
         match self {
             Self::Count { counts } => out.push_i64(counts[g]),
-            Self::CountDistinct(d) => out.push_i64(d.counts[g]),
+            Self::CountDistinct(d) => out.push_i64(d.count(g)),
             // NULL when the total does not fit (a decimal: its precision).
             Self::SumInt { sums, seen } => match (seen[g], out.data_type) {
                 (0, _) => {
@@ -806,16 +726,9 @@ impl Accumulator {
             Self::MinMaxStr { values, .. } => {
                 values.capacity() * 24 + values.iter().flatten().map(String::capacity).sum::<usize>()
             }
-            Self::CountDistinct(d) => d.counts.capacity() * 8 + d.entry_bytes,
+            Self::CountDistinct(d) => d.heap_bytes(),
             Self::SumWide { sums, carries, seen } => sums.capacity() * 16 + (carries.capacity() + seen.capacity()) * 8,
             Self::MinMaxWide { values, seen, .. } => values.capacity() * 16 + seen.capacity(),
-        }
-    }
-
-    /// Restores the lookup table after deserialisation.
-    pub fn after_restore(&mut self) {
-        if let Self::CountDistinct(d) = self {
-            d.rebuild();
         }
     }
 
@@ -839,25 +752,6 @@ impl Accumulator {
 mod tests {
     use super::*;
     use sluice_plan::{PhysExpr, Scalar};
-
-    /// A distinct set's size is kept as it changes (read after every
-    /// batch, it must not cost a pass over the set): it is what a pass
-    /// would count, after inserts, after dropping groups, after a restore.
-    #[test]
-    fn a_distinct_sets_size_is_kept_not_recounted() {
-        let counted = |d: &DistinctState| d.entries.iter().map(|(_, v)| v.capacity() + 32).sum::<usize>();
-        let mut d = DistinctState::default();
-        for (g, v) in [(0, "a"), (0, "bb"), (1, "a"), (0, "a"), (2, "cccc")] {
-            d.insert(g, v.as_bytes());
-        }
-        assert_eq!((d.entries.len(), d.entry_bytes), (4, counted(&d)));
-        d.retain_groups(&[false, true]);
-        assert_eq!((d.entries.len(), d.entry_bytes), (3, counted(&d)));
-        let mut restored: DistinctState = postcard::from_bytes(&postcard::to_allocvec(&d).unwrap()).unwrap();
-        restored.rebuild();
-        assert_eq!(restored.entry_bytes, d.entry_bytes);
-        assert!(!restored.insert(2, b"cccc"), "the lookup table is rebuilt too");
-    }
 
     /// A SUM of 38-digit decimals can pass an i128 on its way to a total
     /// that fits (values added, then taken back): the wrapping sum and its
@@ -892,7 +786,7 @@ mod tests {
         assert_eq!(emit(&sum, 0), Scalar::Decimal(big, 0), "taken back, the total fits again");
         sum.update(&[4], &[0], Some(&values)).unwrap();
         assert_eq!(emit(&sum, 0), Scalar::Decimal(0, 0));
-        sum.merge(0, 1);
+        sum.merge(0, 1).unwrap();
         assert_eq!(emit(&sum, 0), Scalar::Decimal(7 - big, 0));
         let saved: Accumulator = postcard::from_bytes(&postcard::to_allocvec(&sum).unwrap()).unwrap();
         let mut paged = Accumulator::new(&call(AggFunc::Sum, t));
@@ -960,7 +854,7 @@ mod tests {
         assert_eq!(one, [Scalar::Double(2.0)]);
         let mut split = Accumulator::new(&call(AggFunc::StddevPop, DataType::Double));
         run(&mut split, &col, &[0, 0, 0, 1, 1, 1, 1, 1]);
-        split.merge(0, 1);
+        split.merge(0, 1).unwrap();
         let mut out = Column::with_capacity(DataType::Double, 1);
         split.emit(0, &mut out).unwrap();
         let Scalar::Double(v) = out.scalar(0) else { panic!() };
@@ -968,7 +862,7 @@ mod tests {
     }
 
     #[test]
-    fn count_distinct_per_group_and_drop() {
+    fn count_distinct_per_group_and_reset() {
         let mut s = Column::with_capacity(DataType::String, 6);
         for v in ["a", "b", "a", "a", "c", "a"] {
             s.push_str(v).unwrap();
@@ -977,7 +871,6 @@ mod tests {
         c.func = AggFunc::Count;
         let mut acc = Accumulator::new(&c);
         assert_eq!(run(&mut acc, &s, &[0, 0, 0, 1, 1, 1]), [Scalar::Bigint(2), Scalar::Bigint(2)]);
-        acc.drop_groups(&[true, false]);
         acc.reset(0);
         assert_eq!(run(&mut acc, &s, &[0, 1, 0, 1, 1, 1]), [Scalar::Bigint(1), Scalar::Bigint(3)]);
     }

@@ -397,23 +397,12 @@ impl AggregateOperator {
     }
 
     pub(crate) fn free(&mut self, gids: &[u32]) {
-        // Only COUNT(DISTINCT) keeps values of a group outside its slot.
-        let side_state = self.accs.iter().any(|a| !a.pages());
-        let mut dead = vec![false; if side_state { self.table.capacity() } else { 0 }];
         for &g in gids {
-            if side_state {
-                dead[g as usize] = true;
-            }
             self.dirty.mark(self.stable(g));
             self.shown.forget(g);
             self.table.remove(g);
             for acc in &mut self.accs {
                 acc.reset(g as usize);
-            }
-        }
-        if side_state {
-            for acc in &mut self.accs {
-                acc.drop_groups(&dead);
             }
         }
     }
@@ -487,9 +476,6 @@ impl AggregateOperator {
         self.spilling.forget()?;
         self.table = GroupTable::from_state(state.table);
         self.accs = state.accs;
-        for acc in &mut self.accs {
-            acc.after_restore();
-        }
         self.bounds = state.bounds;
         self.open_by_end = state.open_by_end;
         Ok(())
@@ -675,13 +661,10 @@ impl Operator for AggregateOperator {
     }
 
     fn paged(&self) -> bool {
-        self.accs.iter().all(Accumulator::pages)
+        true
     }
 
     fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if !self.paged() {
-            return self.snapshot(out);
-        }
         if let Some(head) = self.spilling.head(&self.table, &self.open_by_end) {
             return write_state(OperatorTag::AggregateSpilledHead, &head, out);
         }
@@ -690,9 +673,6 @@ impl Operator for AggregateOperator {
     }
 
     fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        if !self.paged() {
-            return self.restore(bytes);
-        }
         self.dirty.clear();
         self.shown.clear();
         self.spilling.forget()?;
@@ -749,15 +729,11 @@ impl Operator for AggregateOperator {
         self.spilling.pages_restored(&self.table)?;
         for acc in &mut self.accs {
             acc.ensure(self.table.capacity());
-            acc.after_restore();
         }
         Ok(())
     }
 
     fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
-        if !self.paged() {
-            return Err(store);
-        }
         self.spilling.spill = Some(Spill::new(store, budget));
         Ok(())
     }

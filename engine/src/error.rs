@@ -13,6 +13,10 @@ pub enum Error {
          (spec.engine.stateMemoryLimit); raise the limit or shorten windows"
     )]
     StateLimit { partition: i32, used: usize, limit: usize },
+    /// One group's state cannot grow further (a COUNT(DISTINCT) group
+    /// past 4 GiB of values): the query's to key more finely.
+    #[error("{0}")]
+    GroupLimit(String),
     /// A state checkpoint could not be serialised or read back.
     #[error("state checkpoint: {0}")]
     Checkpoint(String),

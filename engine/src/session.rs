@@ -85,18 +85,12 @@ impl Sessions {
         self.pending.push(slot);
     }
 
-    /// Clears the state of released slots (in one pass for all of them)
-    /// and makes them available again.
+    /// Clears the state of released slots and makes them available again.
     fn recycle(&mut self, accs: &mut [Accumulator]) {
         if self.pending.is_empty() {
             return;
         }
-        let mut dead = vec![false; self.slots.len()];
-        for &s in &self.pending {
-            dead[s as usize] = true;
-        }
         for acc in accs.iter_mut() {
-            acc.drop_groups(&dead);
             for &s in &self.pending {
                 acc.reset(s as usize);
             }
@@ -217,7 +211,7 @@ impl SessionOperator {
                         start = start.min(s_start);
                         end = end.max(s_end);
                         for acc in &mut self.accs {
-                            acc.merge(keep as usize, s as usize);
+                            acc.merge(keep as usize, s as usize)?;
                         }
                         self.drop_slot(key_id, s);
                     }
@@ -316,9 +310,6 @@ impl SessionOperator {
         self.key_sessions = state.key_sessions;
         self.sessions = state.sessions;
         self.accs = state.accs;
-        for acc in &mut self.accs {
-            acc.after_restore();
-        }
     }
 }
 

@@ -53,6 +53,10 @@ pub trait SpillStore: Send + std::fmt::Debug {
     fn disk_bytes(&self) -> u64;
 }
 
+/// Blocks in memory at or under which the clock evicts none in use
+/// ([`PageMap::victims`]).
+const FEW_BLOCKS: usize = 16;
+
 /// A block without a page (spare), or a page a restore has not yet read.
 const NONE: u32 = u32::MAX;
 /// A page on disk.
@@ -202,13 +206,20 @@ impl PageMap {
     }
 
     /// Up to `n` blocks the clock finds unused since it last passed them
-    /// (it clears the flags it passes), never one of `keep`.
+    /// (it clears the flags it passes), never one of `keep`; a second turn
+    /// takes blocks used since then, unless at most [`FEW_BLOCKS`] are in
+    /// memory: a few groups then hold the state (a COUNT(DISTINCT) per
+    /// day), and evicting them would read them back at the next row and
+    /// write them out again at every spill — the whole state each time.
+    /// They stay, and the state grows to its limit and stops there with
+    /// the limit's message.
     pub fn victims(&mut self, n: usize, keep: impl Fn(u32) -> bool) -> Vec<u32> {
         let blocks = self.page_of_block.len();
         let mut out = Vec::with_capacity(n);
         let mut taken = vec![false; blocks];
+        let turns = if self.page_of_block.iter().filter(|&&p| p != NONE).count() > FEW_BLOCKS { 2 } else { 1 };
         // Two turns at most: the first clears every flag.
-        for _ in 0..blocks.saturating_mul(2) {
+        for _ in 0..blocks.saturating_mul(turns) {
             if out.len() >= n {
                 break;
             }
@@ -851,8 +862,15 @@ mod tests {
     fn blocks_and_pages_map_both_ways_and_the_clock_gives_a_second_chance() {
         let mut m = PageMap::identity(4);
         assert_eq!(m.stable(13), 13);
+        assert_eq!(
+            m.victims(2, |_| false),
+            Vec::<u32>::new(),
+            "few blocks, every one used: the turn clears, takes none"
+        );
         let first = m.victims(2, |_| false);
-        assert_eq!(first, vec![0, 1], "every block was used: the first turn clears, the second takes");
+        assert_eq!(first, vec![0, 1], "unused since the clock passed: taken");
+        let mut many = PageMap::identity(FEW_BLOCKS + 4);
+        assert_eq!(many.victims(2, |_| false), vec![0, 1], "many blocks: the first turn clears, the second takes");
         m.evicted(0, true);
         m.evicted(1, false);
         assert_eq!((m.where_is(0), m.where_is(1)), (PageIs::Spilled, PageIs::Unused));
@@ -1038,16 +1056,16 @@ mod tests {
 
     #[test]
     fn an_aggregate_that_spills_emits_what_it_emits_in_memory_through_checkpoints_and_restores() {
-        let (expected, got) =
-            spills_and_agrees("SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS m, AVG(v) AS a FROM t GROUP BY k");
+        let (expected, got) = spills_and_agrees(
+            "SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS m, AVG(v) AS a, COUNT(DISTINCT v) AS d FROM t GROUP BY k",
+        );
         assert_eq!(got.last_per_key(), expected.last_per_key());
         assert!(expected.last_per_key().len() > 10_000);
     }
 
     #[test]
     fn a_windowed_aggregate_that_spills_closes_every_window_it_closes_in_memory() {
-        let sql =
-            "SELECT k, COUNT(*) AS n, SUM(v) AS s, window_start FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MINUTE)";
+        let sql = "SELECT k, COUNT(*) AS n, SUM(v) AS s, COUNT(DISTINCT v) AS d, window_start FROM t GROUP BY k, TUMBLE(ts, INTERVAL '10' MINUTE)";
         let (expected, got) = spills_and_agrees(sql);
         let sorted = |r: &Rows| {
             let mut rows: Vec<_> = r.0.clone();
@@ -1123,6 +1141,62 @@ mod tests {
         memory.process(&mut batch(30), &mut tail.0).unwrap();
         third.process(&mut batch(30), &mut tail.1).unwrap();
         assert_eq!(tail.1.last_per_key(), tail.0.last_per_key());
+    }
+
+    /// Two groups holding every distinct key, past the budget: their one
+    /// block is hot at every batch and is never evicted (evicting it
+    /// would read the whole state back at the next row and write it out
+    /// again at every spill); the aggregate agrees with one in memory.
+    #[test]
+    fn a_few_hot_groups_past_the_budget_stay_in_memory() {
+        let plan = plan("SELECT k % 2 AS parity, COUNT(DISTINCT k) AS keys FROM t GROUP BY k % 2");
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let mut spill = spilling(&plan, 16 << 10);
+        let (mut expected, mut got) = (Rows::default(), Rows::default());
+        let mut most_spilled = 0;
+        for b in 0..20 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+            spill.process(&mut batch(b), &mut got).unwrap();
+            most_spilled = most_spilled.max(spill.stats().spilled_pages);
+        }
+        assert!(spill.stats().state_bytes > 64 << 10, "past the budget: {}", spill.stats().state_bytes);
+        assert_eq!(most_spilled, 0);
+        assert_eq!(got.0, expected.0);
+    }
+
+    /// A COUNT(DISTINCT) aggregate's whole checkpoint — the only kind it
+    /// wrote before each group kept its own values — restores, and the
+    /// engine then checkpoints in pages that restore too.
+    #[test]
+    fn a_whole_checkpoint_of_a_count_distinct_restores_and_then_checkpoints_in_pages() {
+        let plan = plan("SELECT k, COUNT(DISTINCT v) AS d, COUNT(*) AS n FROM t GROUP BY k");
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let (mut expected, mut got) = (Rows::default(), Rows::default());
+        for b in 0..10 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+        }
+        let whole = memory.snapshot().unwrap();
+        let mut restored = spilling(&plan, 16 << 10);
+        restored.restore(&whole).unwrap();
+        let mut topic = Topic::default();
+        for b in 10..30 {
+            memory.process(&mut batch(b), &mut expected).unwrap();
+            restored.process(&mut batch(b), &mut got).unwrap();
+            if b == 19 {
+                topic.save(&mut restored);
+                assert!(topic.pages.len() > 30, "every page written after a whole restore: {}", topic.pages.len());
+                restored = spilling(&plan, 16 << 10);
+                topic.restore(&mut restored);
+            }
+        }
+        assert!(restored.stats().spilled_pages > 0, "it spilled");
+        // Every key the restored engine emitted ends as it ends in memory.
+        let got = got.last_per_key();
+        let expected = expected.last_per_key();
+        assert!(got.len() > 5_000, "{} keys", got.len());
+        for (key, row) in &got {
+            assert_eq!(Some(row), expected.get(key), "key {key}");
+        }
     }
 
     /// A checkpoint of an aggregate that never spilled is the one written
