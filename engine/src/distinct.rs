@@ -22,6 +22,12 @@ use crate::group_keys::hash_key;
 /// Values a set scans rather than indexes.
 const SCAN: usize = 8;
 
+/// Value `i` of values stored end to end in `bytes`, ending at `ends`.
+fn nth<'a>(bytes: &'a [u8], ends: &[u32], i: usize) -> &'a [u8] {
+    let start = if i == 0 { 0 } else { ends[i - 1] as usize };
+    &bytes[start..ends[i] as usize]
+}
+
 /// The distinct values of one group.
 #[derive(Clone, Debug, Default)]
 struct ValueSet {
@@ -38,8 +44,7 @@ impl ValueSet {
     }
 
     fn value(&self, i: usize) -> &[u8] {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
-        &self.bytes[start..self.ends[i] as usize]
+        nth(&self.bytes, &self.ends, i)
     }
 
     fn heap_bytes(&self) -> usize {
@@ -84,12 +89,7 @@ impl ValueSet {
         match hash {
             Some(hash) => {
                 let Self { bytes, ends, index } = self;
-                let value_at = |&j: &u32| {
-                    let j = j as usize;
-                    let start = if j == 0 { 0 } else { ends[j - 1] as usize };
-                    hash_key(&bytes[start..ends[j] as usize])
-                };
-                index.insert_unique(hash, at, value_at);
+                index.insert_unique(hash, at, |&j| hash_key(nth(bytes, ends, j as usize)));
             }
             None if self.len() > SCAN => self.index_all(),
             None => {}
