@@ -12,8 +12,7 @@
 //! engine's earlier single `enum` of operator states was, so checkpoints
 //! taken before operators were split into files still restore.
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use sluice_plan::{Batch, Column, Selection};
 
 use crate::Error;
@@ -280,13 +279,13 @@ pub fn write_state<S: Serialize>(tag: OperatorTag, state: &S, out: Vec<u8>) -> R
 }
 
 /// Reads a state written by [`write_state`], checking it is of kind `tag`.
-pub fn read_state<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result<S, Error> {
+pub fn read_state<'a, S: Deserialize<'a>>(tag: OperatorTag, bytes: &'a [u8]) -> Result<S, Error> {
     read_state_and_rest(tag, bytes).map(|(state, _)| state)
 }
 
 /// [`read_state`], and the bytes written after the state (HAVING's bits,
 /// `crate::shown`).
-pub fn read_state_and_rest<S: DeserializeOwned>(tag: OperatorTag, bytes: &[u8]) -> Result<(S, &[u8]), Error> {
+pub fn read_state_and_rest<'a, S: Deserialize<'a>>(tag: OperatorTag, bytes: &'a [u8]) -> Result<(S, &'a [u8]), Error> {
     let ((found, state), rest): ((u32, S), _) =
         postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
     if found != tag as u32 {

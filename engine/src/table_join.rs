@@ -450,7 +450,8 @@ impl Operator for TableJoinOperator {
         self.waiting_per_key.resize(n, 0);
         for (g, key) in state.versions.into_iter().enumerate() {
             for (time, row) in key.versions {
-                let slot = row.map(|cells| self.table.push_scalars(&cells, time)).transpose()?;
+                let slot =
+                    row.map(|cells| self.table.push_values(cells.iter().map(Scalar::borrowed), time)).transpose()?;
                 self.versions[g].push(Version { time, slot });
             }
             if let [.., last] = self.versions[g].as_slice() {
@@ -459,7 +460,7 @@ impl Operator for TableJoinOperator {
             }
         }
         for (time, gid, cells) in state.waiting {
-            let slot = self.stream.push_scalars(&cells, time)?;
+            let slot = self.stream.push_values(cells.iter().map(Scalar::borrowed), time)?;
             if let Some(count) = self.waiting_per_key.get_mut(gid as usize) {
                 *count += 1;
             }

@@ -163,8 +163,9 @@ pub enum Scalar {
 /// ([`crate::row_bytes`]) and a column's cell read as without allocating.
 /// It serialises exactly as the `Scalar` it stands for (same name, same
 /// variants in the same order), so state written from one reads as the
-/// other.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+/// other; and it reads state written as `Scalar`s with its strings
+/// borrowed from the bytes (a join's page read back allocates none).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename = "Scalar")]
 pub enum ScalarRef<'a> {
     Null,

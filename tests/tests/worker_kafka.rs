@@ -1779,24 +1779,44 @@ fn exactly_once_counts_job(key: &str) -> (String, String, String, String) {
 /// checks each one's counts are 1, 2, … n exactly once and in order.
 fn assert_every_count_once(out: &str, key: &str, keys: usize) {
     let per_key = 12_000 / i64::try_from(keys).unwrap();
-    let counts = |records: &[Record]| -> BTreeMap<String, Vec<i64>> {
-        let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-        for r in records {
-            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
-            m.entry(v[key].as_str().unwrap().to_owned()).or_default().push(v["n"].as_i64().unwrap());
-        }
-        m
-    };
     let results = wait_for_output(out, Duration::from_secs(120), |r| {
-        let c = counts(r);
+        let c = counts_of(r, key);
         c.len() == keys && c.values().all(|n| n.last().copied() == Some(per_key))
     });
-    let expected: Vec<i64> = (1..=per_key).collect();
-    for (value, n) in counts(&results) {
-        let repeated = n.windows(2).filter(|w| w[1] <= w[0]).count();
-        assert_eq!(repeated, 0, "{value}: {repeated} update(s) repeated or out of order");
-        assert_eq!(n, expected, "{value}: every count once, in order");
+    for (value, n) in counts_of(&results, key) {
+        assert_once_in_order(&value, &n, per_key);
     }
+}
+
+/// [`assert_every_count_once`] for the values of `key` and their totals
+/// (no other value may come out).
+fn assert_counts_once(out: &str, key: &str, totals: &BTreeMap<String, i64>) {
+    let results = wait_for_output(out, Duration::from_secs(120), |r| {
+        let c = counts_of(r, key);
+        totals.iter().all(|(value, total)| c.get(value).and_then(|n| n.last()) == Some(total))
+    });
+    let counts = counts_of(&results, key);
+    assert_eq!(counts.keys().collect::<Vec<_>>(), totals.keys().collect::<Vec<_>>(), "the values of {key}");
+    for (value, n) in counts {
+        assert_once_in_order(&value, &n, totals[&value]);
+    }
+}
+
+/// Each value of `key` in `records` and the counts `n` it came out with,
+/// in order.
+fn counts_of(records: &[Record], key: &str) -> BTreeMap<String, Vec<i64>> {
+    let mut m: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for r in records {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        m.entry(v[key].as_str().unwrap().to_owned()).or_default().push(v["n"].as_i64().unwrap());
+    }
+    m
+}
+
+fn assert_once_in_order(value: &str, n: &[i64], total: i64) {
+    let repeated = n.windows(2).filter(|w| w[1] <= w[0]).count();
+    assert_eq!(repeated, 0, "{value}: {repeated} update(s) repeated or out of order");
+    assert_eq!(n, (1..=total).collect::<Vec<_>>(), "{value}: every count once, in order");
 }
 
 /// Runs the exactly-once counts per `key` (`keys` values) on 2 workers ×
@@ -2361,6 +2381,20 @@ fn incremental_checkpoints_write_what_changed_and_restore_exactly_after_kill_nin
 /// disk) and its totals stay exact.
 #[test]
 fn a_state_larger_than_its_memory_spills_to_the_volume_and_stays_exact_after_kill_nine() {
+    spill_through_kill_nine(false);
+}
+
+/// The same job exactly once, every update emitted (`emitChanges:
+/// PerRecord`): while its state spills, and after the kill is restored
+/// past its budget, a `read_committed` reader of the sink sees each
+/// trader's counts 1, 2, … n once and in order — nothing the killed
+/// worker wrote after its last checkpoint, nothing missing.
+#[test]
+fn exactly_once_with_a_state_larger_than_its_memory_emits_every_count_once_through_kill_nine() {
+    spill_through_kill_nine(true);
+}
+
+fn spill_through_kill_nine(exactly_once: bool) {
     let (topic, out) = (unique_name("spill"), unique_name("spill-totals"));
     kafka::create_topic(&topic, 1);
     kafka::create_topic(&out, 1);
@@ -2368,7 +2402,11 @@ fn a_state_larger_than_its_memory_spills_to_the_volume_and_stays_exact_after_kil
     let sql = "SELECT trader, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY trader";
     // Batches of 256 rows: a batch brings back a page of 8 groups per
     // key that was on disk, which must fit the small budget.
-    let m = manifest(&unique_name("spill"), sql, &topic, &out, "    stateMemoryLimit: 1Mi\n    batchMaxRecords: 256\n");
+    let mut extra = "    stateMemoryLimit: 1Mi\n    batchMaxRecords: 256\n".to_owned();
+    if exactly_once {
+        extra.push_str("    emitChanges: PerRecord\n  delivery: ExactlyOnce\n");
+    }
+    let m = manifest(&unique_name("spill"), sql, &topic, &out, &extra);
     let cfg = config_file(&worker_config(&m, 1, 1, 1, 0, &group));
     let dir = std::env::temp_dir().join(unique_name("sluice-spill-volume"));
     let dir_s = dir.display().to_string();
@@ -2412,7 +2450,11 @@ fn a_state_larger_than_its_memory_spills_to_the_volume_and_stays_exact_after_kil
     let expected = produce(&mut (0..5_000).map(|i| (i * 13 + 5) % 30_000), 5);
     let mut second = Worker::serve(&cfg, &env);
     second.wait_ready(Duration::from_secs(60));
-    assert_trader_totals(&out, &expected);
+    if exactly_once {
+        assert_counts_once(&out, "trader", &expected.iter().map(|(k, (n, _))| (k.clone(), *n)).collect());
+    } else {
+        assert_trader_totals(&out, &expected);
+    }
     assert!(spilled(&second) > 0.0, "the restored state spilled too");
     second.signal("TERM");
     assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());

@@ -33,7 +33,8 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
 use crate::aggregate::int_values;
@@ -45,7 +46,8 @@ use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
 use crate::spill::{PageIs, PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
-use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, Scalar, eval};
+use sluice_plan::row_bytes::RowCells;
+use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
 /// The kept rows of one side, column by column in arrival order: keeping
 /// a row copies its cells into these columns (no allocation per row), and
@@ -82,9 +84,13 @@ impl Store {
     }
 
     /// Keeps a row given as its cells (restoring a checkpoint).
-    pub(crate) fn push_scalars(&mut self, row: &[Scalar], time: i64) -> Result<u32, Error> {
+    pub(crate) fn push_values<'v>(
+        &mut self,
+        row: impl IntoIterator<Item = ScalarRef<'v>>,
+        time: i64,
+    ) -> Result<u32, Error> {
         for (kept, value) in self.columns.iter_mut().zip(row) {
-            kept.push_scalar(value)?;
+            kept.push_value(value)?;
         }
         self.time.push(time);
         self.matched.push(false);
@@ -126,40 +132,120 @@ pub(crate) struct Row<'a> {
     pub(crate) time: i64,
 }
 
-/// A kept row as a checkpoint holds it: its side's cells.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Kept {
+/// A kept row as a checkpoint holds it: its time, whether it matched,
+/// and its side's cells as a list of scalars — read back with its
+/// strings borrowed from the checkpoint's bytes. It is written straight
+/// from the store's columns ([`KeptOut`]), in the same bytes, so pages
+/// written by earlier releases (which made a `Vec<Scalar>` of each row,
+/// an allocation per row and per string) read as these do.
+#[derive(Debug, Clone, Deserialize)]
+struct Kept<'a> {
     time: i64,
     matched: bool,
-    row: Vec<Scalar>,
+    #[serde(borrow)]
+    row: Vec<ScalarRef<'a>>,
 }
 
 /// The kept rows of one key, left side and right side, as a checkpoint
 /// holds them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct KeyRows {
-    sides: [Vec<Kept>; 2],
+#[derive(Debug, Default, Deserialize)]
+struct KeyRows<'a> {
+    #[serde(borrow)]
+    sides: [Vec<Kept<'a>>; 2],
 }
 
-#[derive(Serialize, Deserialize)]
-struct JoinState {
+#[derive(Serialize)]
+struct JoinState<'a> {
     table: GroupTableState,
-    keys: Vec<KeyRows>,
+    keys: KeysOut<'a>,
+}
+
+#[derive(Deserialize)]
+struct JoinStateIn<'a> {
+    table: GroupTableState,
+    #[serde(borrow)]
+    keys: Vec<KeyRows<'a>>,
 }
 
 /// The keys of one page of an incremental checkpoint and their kept rows...
 #[derive(Serialize)]
-struct JoinPage {
+struct JoinPage<'a> {
     keys: Vec<Option<Vec<u8>>>,
-    rows: Vec<KeyRows>,
+    rows: KeysOut<'a>,
 }
 
-/// ...read back with the keys borrowed from the page's bytes.
+/// ...read back with the keys and strings borrowed from the page's bytes.
 #[derive(Deserialize)]
 struct JoinPageIn<'a> {
     #[serde(borrow)]
     keys: Vec<Option<&'a [u8]>>,
-    rows: Vec<KeyRows>,
+    #[serde(borrow)]
+    rows: Vec<KeyRows<'a>>,
+}
+
+/// The kept rows of keys `groups`, written as a list of [`KeyRows`].
+struct KeysOut<'a> {
+    op: &'a JoinOperator,
+    groups: std::ops::Range<usize>,
+}
+
+impl Serialize for KeysOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.groups.len()))?;
+        for g in self.groups.clone() {
+            seq.serialize_element(&KeyRowsOut { stores: &self.op.stores, entry: self.op.keys.get(g) })?;
+        }
+        seq.end()
+    }
+}
+
+/// A key's kept rows written as [`KeyRows`] is: a struct of one field,
+/// the pair of its sides' lists.
+struct KeyRowsOut<'a> {
+    stores: &'a [Store; 2],
+    entry: Option<&'a [Vec<u32>; 2]>,
+}
+
+impl Serialize for KeyRowsOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let side = |right: usize| SideOut {
+            store: &self.stores[right],
+            slots: self.entry.map_or(&[][..], |e| e[right].as_slice()),
+        };
+        let mut rows = serializer.serialize_struct("KeyRows", 1)?;
+        rows.serialize_field("sides", &[side(0), side(1)])?;
+        rows.end()
+    }
+}
+
+/// One side's kept rows of a key, written as a list of [`Kept`].
+struct SideOut<'a> {
+    store: &'a Store,
+    slots: &'a [u32],
+}
+
+impl Serialize for SideOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.slots.len()))?;
+        for &slot in self.slots {
+            let s = slot as usize;
+            seq.serialize_element(&KeptOut {
+                time: self.store.time[s],
+                matched: self.store.matched[s],
+                row: RowCells { columns: &self.store.columns, row: s },
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// A kept row written as [`Kept`] is, from the store's columns.
+#[derive(Serialize)]
+#[serde(rename = "Kept")]
+struct KeptOut<'a> {
+    time: i64,
+    matched: bool,
+    row: RowCells<'a>,
 }
 
 /// A candidate pair found in a batch: the left and right rows' slots.
@@ -236,10 +322,10 @@ impl JoinOperator {
 
     /// When a kept row of a checkpoint may be let go, as [`JoinOperator::file`]
     /// schedules it.
-    fn kept_expires(&self, right: bool, k: &Kept) -> i64 {
+    fn kept_expires(&self, right: bool, k: &Kept<'_>) -> i64 {
         let until = self.plan.until.and_then(|c| c.checked_sub(self.plan.left.0)).filter(|_| !right);
         match until.map(|c| k.row.get(c)) {
-            Some(Some(Scalar::Timestamp(v) | Scalar::Bigint(v))) => *v,
+            Some(Some(ScalarRef::Timestamp(v) | ScalarRef::Bigint(v))) => *v,
             Some(_) => i64::MIN,
             None => Self::expires(&self.plan, right, k.time),
         }
@@ -610,12 +696,12 @@ impl Operator for JoinOperator {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of a join that spilled".into()));
         }
-        let keys = (0..self.keys.len()).map(|g| self.key_rows(g)).collect();
+        let keys = KeysOut { op: self, groups: 0..self.keys.len() };
         write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: JoinState = read_state(OperatorTag::Join, bytes)?;
+        let state: JoinStateIn<'_> = read_state(OperatorTag::Join, bytes)?;
         self.clear(GroupTable::from_state(state.table))?;
         for (g, entry) in state.keys.into_iter().enumerate() {
             self.restore_key_rows(g, u32::try_from(g).unwrap_or(u32::MAX), entry)?;
@@ -706,8 +792,7 @@ impl PagedGroups for JoinOperator {
     }
 
     fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let page =
-            JoinPage { keys: page_keys(&self.table, groups.clone()), rows: groups.map(|g| self.key_rows(g)).collect() };
+        let page = JoinPage { keys: page_keys(&self.table, groups.clone()), rows: KeysOut { op: self, groups } };
         write_page(&page, out)
     }
 
@@ -804,26 +889,8 @@ impl JoinOperator {
         Ok(())
     }
 
-    /// Key `g`'s kept rows, as a checkpoint holds them.
-    fn key_rows(&self, g: usize) -> KeyRows {
-        let Some(entry) = self.keys.get(g) else { return KeyRows::default() };
-        KeyRows {
-            sides: [false, true].map(|right| {
-                let store = &self.stores[usize::from(right)];
-                entry[usize::from(right)]
-                    .iter()
-                    .map(|&slot| Kept {
-                        time: store.time[slot as usize],
-                        matched: store.matched[slot as usize],
-                        row: store.columns.iter().map(|c| c.scalar(slot as usize)).collect(),
-                    })
-                    .collect()
-            }),
-        }
-    }
-
     /// Keeps key `g`'s rows (`id` in checkpoints) from a checkpoint again.
-    fn restore_key_rows(&mut self, g: usize, id: u32, entry: KeyRows) -> Result<(), Error> {
+    fn restore_key_rows(&mut self, g: usize, id: u32, entry: KeyRows<'_>) -> Result<(), Error> {
         let gid = u32::try_from(g).unwrap_or(u32::MAX);
         if self.keys.len() <= g {
             self.keys.resize_with(g + 1, Default::default);
@@ -831,7 +898,7 @@ impl JoinOperator {
         for (right, kept) in [false, true].into_iter().zip(entry.sides) {
             for k in kept {
                 let store = &mut self.stores[usize::from(right)];
-                let slot = store.push_scalars(&k.row, k.time)?;
+                let slot = store.push_values(k.row.iter().copied(), k.time)?;
                 store.matched[slot as usize] = k.matched;
                 self.file(gid, id, right, slot, k.time);
             }

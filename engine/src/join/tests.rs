@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::operator::run_at_watermark;
-use sluice_plan::{JoinKind, PhysExpr, Selection};
+use sluice_plan::{JoinKind, PhysExpr, Scalar, Selection};
 
 /// Layout: left (k, v), right (k, v), __right, __time.
 const TYPES: [DataType; 6] =
@@ -524,4 +524,121 @@ fn a_join_that_spills_emits_what_one_in_memory_does() {
         }
         assert!(plan.unbounded() || !a.is_empty(), "a FULL join's end emits the rows that never matched");
     }
+}
+
+/// Kept rows are checkpointed straight from the store's columns, in the
+/// bytes a `Vec<Scalar>` per row made (earlier releases): a whole state
+/// and a page read as that form and, written again in it, are the same
+/// bytes — so a checkpoint of either release restores in the other — and
+/// read back (strings borrowed) they checkpoint the same again.
+#[test]
+fn kept_rows_checkpoint_in_the_bytes_a_list_of_scalars_per_row_made() {
+    #[derive(Serialize, Deserialize)]
+    struct OldKept {
+        time: i64,
+        matched: bool,
+        row: Vec<Scalar>,
+    }
+    #[derive(Serialize, Deserialize)]
+    struct OldKeyRows {
+        sides: [Vec<OldKept>; 2],
+    }
+    #[derive(Serialize, Deserialize)]
+    struct OldState {
+        table: GroupTableState,
+        keys: Vec<OldKeyRows>,
+    }
+    #[derive(Serialize, Deserialize)]
+    struct OldPage {
+        keys: Vec<Option<Vec<u8>>>,
+        rows: Vec<OldKeyRows>,
+    }
+    let types = [
+        DataType::Bigint,
+        DataType::String,
+        DataType::Bigint,
+        DataType::Decimal(20, 2),
+        DataType::Boolean,
+        DataType::Timestamp,
+    ];
+    // (right, key, left's string or right's decimal, time)
+    let rows: [(bool, i64, Scalar, i64); 5] = [
+        (false, 1, Scalar::String("é ✓".into()), 1_000),
+        (false, 2, Scalar::Null, 1_001),
+        (true, 1, Scalar::Decimal(1_234, 2), 1_002),
+        (true, 3, Scalar::Decimal(-50, 2), 1_003),
+        (false, 1, Scalar::String(String::new()), 995),
+    ];
+    let mut b = Batch::empty(&types);
+    for (right, k, v, t) in &rows {
+        let (own, other) = if *right { (2, 0) } else { (0, 2) };
+        b.columns[own].push_i64(*k).unwrap();
+        b.columns[own + 1].push_scalar(v).unwrap();
+        b.columns[other].push_null();
+        b.columns[other + 1].push_null();
+        b.columns[4].push_bool(*right).unwrap();
+        b.columns[5].push_i64(*t).unwrap();
+        b.len += 1;
+    }
+    let mut op = JoinOperator::new(&plan(JoinKind::Full), &types);
+    let times: Vec<i64> = rows.iter().map(|r| r.3).collect();
+    let (out, _) = run_at_watermark(&mut op, &b, &times, 0, &types);
+    assert_eq!(out.len, 2, "key 1's two left rows join its right row");
+
+    let whole = op.snapshot(Vec::new()).unwrap();
+    let old: OldState = read_state(OperatorTag::Join, &whole).unwrap();
+    let kept: Vec<(i64, bool, Vec<Scalar>)> =
+        old.keys.iter().flat_map(|k| k.sides.iter().flatten()).map(|k| (k.time, k.matched, k.row.clone())).collect();
+    assert_eq!(kept.len(), 5, "{kept:?}");
+    assert!(kept.contains(&(1_000, true, vec![Scalar::Bigint(1), Scalar::String("é ✓".into())])), "{kept:?}");
+    assert!(kept.contains(&(1_001, false, vec![Scalar::Bigint(2), Scalar::Null])), "{kept:?}");
+    assert!(kept.contains(&(1_003, false, vec![Scalar::Bigint(3), Scalar::Decimal(-50, 2)])), "{kept:?}");
+    assert_eq!(write_state(OperatorTag::Join, &old, Vec::new()).unwrap(), whole, "the same bytes as the old form");
+    let mut back = JoinOperator::new(&plan(JoinKind::Full), &types);
+    back.restore(&whole).unwrap();
+    assert_eq!(back.snapshot(Vec::new()).unwrap(), whole);
+
+    let page = op.snapshot_page(0, Vec::new()).unwrap();
+    let (old, rest): (OldPage, _) = read_page_and_rest(0, &page).unwrap();
+    assert!(rest.is_empty());
+    assert_eq!(old.rows.iter().map(|k| k.sides[0].len() + k.sides[1].len()).sum::<usize>(), 5);
+    assert_eq!(write_page(&old, Vec::new()).unwrap(), page, "a page in the same bytes as the old form");
+    let mut paged = JoinOperator::new(&plan(JoinKind::Full), &types);
+    paged.restore_head(&op.snapshot_head(Vec::new()).unwrap()).unwrap();
+    paged.restore_page(0, &page).unwrap();
+    paged.pages_restored().unwrap();
+    assert_eq!(paged.snapshot_page(0, Vec::new()).unwrap(), page);
+}
+
+/// A key whose page the watermark read back from disk to let its rows go,
+/// freed, and seen again before the store applied the page's removal (the
+/// worker's store holds removals until its next write, so its index may
+/// still name the page) is a new key — not a read of a page no longer on
+/// disk, which failed the core.
+#[test]
+fn a_key_freed_after_its_page_came_back_is_new_while_the_removal_waits() {
+    use crate::spill::MemorySpill;
+    let plan = JoinPlan { upper: 10, ..plan(JoinKind::Inner) };
+    let mut memory = JoinOperator::new(&plan, &TYPES);
+    let mut spill = JoinOperator::new(&plan, &TYPES);
+    spill.attach_spill(Box::new(MemorySpill::default()), 1 << 10).unwrap();
+    // Keys 0..1000 are let go at the watermark below, the rest stay on
+    // disk (so the store is still asked about keys not in memory).
+    let first: Vec<(bool, i64, i64, i64)> =
+        (0..2_000).map(|k| (false, k, k, if k < 1_000 { 1_000 } else { 5_000 })).collect();
+    assert_eq!(run(&mut memory, &first, 0), run(&mut spill, &first, 0));
+    spill.spill().unwrap();
+    assert!(spill.spilled().0 > 100, "{:?} pages spilled", spill.spilled());
+    // The first half's rows are let go: their pages come back, their
+    // keys are freed.
+    assert_eq!(run(&mut memory, &[], 2_000), run(&mut spill, &[], 2_000));
+    assert_eq!(spill.state_size().entries, 0, "the rest are on disk");
+    let again: Vec<(bool, i64, i64, i64)> =
+        (0..1_000).flat_map(|k| [(false, k, -k, 3_000), (true, k, k, 3_001)]).collect();
+    let (mut a, late) = run(&mut memory, &again, 2_000);
+    let (mut b, _) = run(&mut spill, &again, 2_000);
+    a.sort_by_key(|p| format!("{p:?}"));
+    b.sort_by_key(|p| format!("{p:?}"));
+    assert_eq!((a.len(), late.len()), (1_000, 0));
+    assert_eq!(a, b);
 }
