@@ -365,6 +365,11 @@ pub(crate) trait PagedGroups: Sized {
     fn drop_groups(&mut self, range: Range<usize>);
     /// The state's bytes in memory, [`Spilling`]'s own not counted.
     fn own_bytes(&self) -> usize;
+    /// What the groups keep beside their places in the table, and which
+    /// grows without new groups (a join's kept rows): none by default.
+    fn row_bytes(&self) -> usize {
+        0
+    }
     /// Page `page` of a restore went straight to disk (its bytes): what
     /// the operator keeps in memory about a group on disk — when the
     /// watermark must visit it — it files here.
@@ -627,11 +632,20 @@ impl Spilling {
     /// go to disk instead — those the clock finds unused since it last
     /// passed them. New groups and pages read back then take the room
     /// freed, and memory holds still.
+    ///
+    /// It spills too, whatever room the table has, once what the groups
+    /// keep beside the table ([`PagedGroups::row_bytes`]) passes half the
+    /// budget: a join's rows grow on keys it already holds (a watermark
+    /// held back keeps every row), and with its table roomy from keys let
+    /// go it spilled nothing until the state limit stopped it. (Not the
+    /// whole state: the table's own room, sized by its capacity, does not
+    /// shrink, and past the budget alone it would spill at every batch.)
     pub fn spill_cold<T: PagedGroups>(&mut self, op: &mut T) -> Result<(), Error> {
         let Some(budget) = self.spill.as_ref().map(|s| s.budget) else { return Ok(()) };
         let table = op.table();
         let blocks = table.capacity().div_ceil(BLOCK);
-        if blocks == 0 || table.headroom() >= SPILL_ROOM || op.own_bytes() + self.heap_bytes() <= budget / 2 {
+        let roomy = table.headroom() >= SPILL_ROOM && op.row_bytes() <= budget / 2;
+        if blocks == 0 || roomy || op.own_bytes() + self.heap_bytes() <= budget / 2 {
             return Ok(());
         }
         let mut pages = self.pages.take().unwrap_or_else(|| Box::new(PageMap::identity(blocks)));

@@ -852,6 +852,20 @@ impl PagedGroups for JoinOperator {
     fn own_bytes(&self) -> usize {
         JoinOperator::own_bytes(self)
     }
+
+    /// The rows kept, at the bytes a slot of their store takes: slots let
+    /// go (or spilled) not counted, though their room stays until the
+    /// store compacts — counting it, a store waiting for its compaction
+    /// would spill at every batch.
+    fn row_bytes(&self) -> usize {
+        self.stores
+            .iter()
+            .map(|s| {
+                let bytes = s.columns.iter().map(Column::heap_bytes).sum::<usize>() + s.time.capacity() * 9;
+                bytes / s.time.len().max(1) * s.live
+            })
+            .sum()
+    }
 }
 
 impl JoinOperator {
