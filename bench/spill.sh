@@ -8,7 +8,7 @@
 # gauge and what was spilled, and checks that both runs emitted the same
 # final row per group.
 #
-#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,distinct,q17,q18,q19,q20,q9]
+#   bash bench/spill.sh [--events N] [--limit 64Mi] [--queries pairs,distinct,sessions,rows,q17,q18,q19,q20,q9]
 #
 # Figures: docs/benchmarks.md, "State larger than memory".
 set -euo pipefail
@@ -34,7 +34,10 @@ bids=$((events * 46 / 50))
 
 # The query: `pairs` is the issue's GROUP BY of (auction, bidder) over
 # bids (every pair a group; it grows without end); `distinct` counts each
-# auction's distinct bidders (every pair a value of its auction's set); q* are Nexmark's
+# auction's distinct bidders (every pair a value of its auction's set);
+# `sessions` each (auction, bidder) pair's sessions of bids less than a
+# minute apart; `rows` each bid's average of its bidder's last 10 bids on
+# its auction (a ROWS frame per pair, kept for good); q* are Nexmark's
 # manifests with their sources replaced by the generator (as
 # bench/nexmark.sh runs them, one partition each) and their sink by a file:
 # q9 (a join of auctions and bids, then each auction's winning bid), q17
@@ -42,15 +45,17 @@ bids=$((events * 46 / 50))
 # (each auction's 10 highest bids), q20 (bids joined with their auctions,
 # kept for good).
 manifest() { # query limit out
-  if [ "$1" != pairs ] && [ "$1" != distinct ]; then
+  if [ "$1" != pairs ] && [ "$1" != distinct ] && [ "$1" != sessions ] && [ "$1" != rows ]; then
     nexmark_engine_manifest "$1" "$events" 1 /dev/null |
       sed -e "s|file: { path: /dev/null }|file: { path: $3 }|" -e "s|stateMemoryLimit: 8Gi|stateMemoryLimit: $2|"
     return
   fi
   local sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder"
-  if [ "$1" = distinct ]; then
-    sql="SELECT auction, COUNT(DISTINCT bidder) AS bidders, COUNT(*) AS n FROM bid GROUP BY auction"
-  fi
+  case "$1" in
+    distinct) sql="SELECT auction, COUNT(DISTINCT bidder) AS bidders, COUNT(*) AS n FROM bid GROUP BY auction" ;;
+    sessions) sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top, window_start, window_end FROM bid GROUP BY auction, bidder, SESSION(dateTime, INTERVAL '1' MINUTE)" ;;
+    rows) sql="SELECT auction, bidder, price, AVG(price) OVER (PARTITION BY auction, bidder ORDER BY dateTime ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS avg10 FROM bid" ;;
+  esac
   cat <<YAML
 apiVersion: sluice.dev/v1alpha1
 kind: StreamJob
@@ -88,7 +93,7 @@ keys_of() {
     distinct) echo auction ;;
     q17) echo auction,day ;;
     q19) echo auction,rank_number ;;
-    q20) echo '*' ;;
+    q20 | sessions | rows) echo '*' ;;
     *) echo auction,bidder ;;
   esac
 }

@@ -200,7 +200,14 @@ impl Accumulator {
     /// Groups `groups` as an accumulator of the same kind, for an
     /// incremental checkpoint's page (groups past the end read as reset).
     pub fn page(&self, groups: std::ops::Range<usize>) -> Result<Self, Error> {
-        fn cut<T: Clone + Default>(v: &[T], r: &std::ops::Range<usize>) -> Vec<T> {
+        self.gather(groups)
+    }
+
+    /// Groups `groups`, in that order, as an accumulator of the same kind
+    /// numbered from 0: [`Accumulator::page`] for groups that are not
+    /// consecutive (a page of keys' sessions).
+    pub fn gather<I: Iterator<Item = usize> + Clone>(&self, groups: I) -> Result<Self, Error> {
+        fn cut<T: Clone + Default>(v: &[T], r: &(impl Iterator<Item = usize> + Clone)) -> Vec<T> {
             r.clone().map(|g| v.get(g).cloned().unwrap_or_default()).collect()
         }
         let r = &groups;
@@ -234,12 +241,13 @@ impl Accumulator {
 
     /// Writes a page cut by [`Accumulator::page`] back, from group `start`.
     pub fn set_page(&mut self, start: usize, page: Self) -> Result<(), Error> {
-        fn put<T>(v: &mut [T], start: usize, from: Vec<T>) {
-            for (slot, value) in v[start..].iter_mut().zip(from) {
-                *slot = value;
-            }
-        }
-        let len = match &page {
+        let len = page.groups();
+        self.scatter(&(start..start + len), page)
+    }
+
+    /// Groups in a page cut by [`Accumulator::gather`].
+    fn groups(&self) -> usize {
+        match self {
             Self::Count { counts: v } | Self::Avg { counts: v, .. } | Self::Moments { n: v, .. } => v.len(),
             Self::SumInt { seen, .. } | Self::SumFloat { seen, .. } | Self::SumWide { seen, .. } => seen.len(),
             Self::MinMaxInt { seen, .. }
@@ -248,8 +256,19 @@ impl Accumulator {
             | Self::MinMaxWide { seen, .. } => seen.len(),
             Self::MinMaxStr { values, .. } => values.len(),
             Self::CountDistinct(d) => d.groups(),
-        };
-        self.ensure(start + len);
+        }
+    }
+
+    /// Writes a page cut by [`Accumulator::gather`] back into groups
+    /// `groups`, in that order.
+    pub fn scatter<I: Iterator<Item = usize> + Clone>(&mut self, groups: &I, page: Self) -> Result<(), Error> {
+        fn put<T>(v: &mut [T], groups: &(impl Iterator<Item = usize> + Clone), from: Vec<T>) {
+            for (g, value) in groups.clone().zip(from) {
+                v[g] = value;
+            }
+        }
+        self.ensure(groups.clone().max().map_or(0, |g| g + 1));
+        let start = groups;
         match (self, page) {
             (Self::Count { counts }, Self::Count { counts: c }) => put(counts, start, c),
             (Self::SumInt { sums, seen }, Self::SumInt { sums: s, seen: n }) => {
@@ -282,7 +301,7 @@ impl Accumulator {
                 put(seen, start, s);
             }
             (Self::MinMaxStr { values, .. }, Self::MinMaxStr { values: v, .. }) => put(values, start, v),
-            (Self::CountDistinct(d), Self::CountDistinct(page)) => d.set_page(start, *page),
+            (Self::CountDistinct(d), Self::CountDistinct(page)) => d.scatter(start.clone(), *page),
             (Self::SumWide { sums, carries, seen }, Self::SumWide { sums: s, carries: c, seen: n }) => {
                 put(sums, start, s);
                 put(carries, start, c);

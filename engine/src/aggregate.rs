@@ -22,7 +22,7 @@ use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
 use crate::shown::Shown;
-use crate::spill::{PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
+use crate::spill::{PagedGroups, SpilledHead, Spilling, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -533,17 +533,7 @@ pub fn int_values(c: &Column) -> Option<&[i64]> {
 }
 
 impl PagedGroups for AggregateOperator {
-    fn table(&self) -> &GroupTable {
-        &self.table
-    }
-
-    fn table_mut(&mut self) -> &mut GroupTable {
-        &mut self.table
-    }
-
-    fn spilling_mut(&mut self) -> &mut Spilling {
-        &mut self.spilling
-    }
+    crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let windowed = self.plan.window.is_some();
@@ -697,13 +687,7 @@ impl Operator for AggregateOperator {
         Ok(())
     }
 
-    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.dirty.take(all, self.spilling.ids(&self.table), out);
-    }
-
-    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.spilling.snapshot_page(self, page, out)
-    }
+    crate::spill::spilling_operator_methods!();
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
@@ -733,21 +717,12 @@ impl Operator for AggregateOperator {
         Ok(())
     }
 
-    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
-        self.spilling.spill = Some(Spill::new(store, budget));
-        Ok(())
-    }
-
     fn spill(&mut self) -> Result<(), Error> {
         let groups = self.table.capacity();
         for acc in &mut self.accs {
             acc.ensure(groups);
         }
         self.with_spilling(|s, op| s.spill_cold(op))
-    }
-
-    fn spilled(&self) -> (usize, u64) {
-        self.spilling.spilled()
     }
 }
 

@@ -153,9 +153,9 @@ impl DistinctState {
     }
 
     /// Groups `groups` alone, numbered from 0 (a checkpoint page).
-    pub fn page(&self, groups: std::ops::Range<usize>) -> Self {
+    pub fn page(&self, groups: impl Iterator<Item = usize> + Clone) -> Self {
         let mut page = Self::default();
-        page.ensure(groups.len());
+        page.ensure(groups.clone().count());
         for (i, g) in groups.enumerate() {
             if let (Some(&count), Some(set)) = (self.counts.get(g), self.sets.get(g)) {
                 page.counts[i] = count;
@@ -167,13 +167,21 @@ impl DistinctState {
     }
 
     /// Puts a page cut by [`DistinctState::page`] back, from group `start`.
+    #[cfg(test)]
     pub fn set_page(&mut self, start: usize, page: Self) {
-        self.ensure(start + page.counts.len());
-        for (i, (count, set)) in page.counts.into_iter().zip(page.sets).enumerate() {
-            self.reset(start + i);
+        let len = page.counts.len();
+        self.scatter(start..start + len, page);
+    }
+
+    /// Puts a page cut by [`DistinctState::page`] back into groups
+    /// `groups`, in that order.
+    pub fn scatter(&mut self, groups: impl Iterator<Item = usize> + Clone, page: Self) {
+        self.ensure(groups.clone().max().map_or(0, |g| g + 1));
+        for (g, (count, set)) in groups.zip(page.counts.into_iter().zip(page.sets)) {
+            self.reset(g);
             self.set_bytes += set.as_ref().map_or(0, |s| s.heap_bytes());
-            self.counts[start + i] = count;
-            self.sets[start + i] = set;
+            self.counts[g] = count;
+            self.sets[g] = set;
         }
     }
 

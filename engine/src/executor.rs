@@ -635,25 +635,37 @@ mod tests {
         }
     }
 
-    /// A session window's size walks every key's sessions, so it is
-    /// measured once an eighth as many rows as it had entries arrived, not
-    /// after every batch, or once closing windows removed an eighth of its
-    /// entries; the limit still stops it.
+    /// A session window's size with a string's MIN walks every session's
+    /// string, so it is measured once an eighth as many rows as it had
+    /// entries arrived, not after every batch, or once closing windows
+    /// removed an eighth of its entries; the limit still stops it.
     #[test]
     fn a_state_whose_size_walks_it_is_measured_once_an_eighth_of_its_entries_arrived() {
         use sluice_plan::{Column, ColumnData, DataType};
         let source = SourceSpec {
             partition_key: vec!["k".into()],
             event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
-            ..SourceSpec::table("t", &[("k", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)])
+            ..SourceSpec::table(
+                "t",
+                &[
+                    ("k", ColumnType::Bigint, true),
+                    ("ts", ColumnType::Timestamp, true),
+                    ("s", ColumnType::String, true),
+                ],
+            )
         };
-        let sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k, SESSION(ts, INTERVAL '1' MINUTE)";
+        let sql = "SELECT k, MIN(s) AS lo FROM t GROUP BY k, SESSION(ts, INTERVAL '1' MINUTE)";
         let plan = Arc::new(sluice_sql::plan_dataflow(sql, &[source], 1).unwrap().stages[0].plan.clone());
+        let strings = |n: usize| {
+            let mut s = Column::with_capacity(DataType::String, n);
+            (0..n).for_each(|_| s.push_str("x").unwrap());
+            s
+        };
         let batch = |keys: std::ops::Range<i64>| {
             let n = keys.clone().count();
             let k = Column::new(DataType::Bigint, ColumnData::Int(keys.collect()), None);
             let ts = Column::new(DataType::Timestamp, ColumnData::Int(vec![1_000; n]), None);
-            Batch::new(vec![k, ts], n)
+            Batch::new(vec![k, ts, strings(n)], n)
         };
         let mut engine = Engine::new(Arc::clone(&plan), EngineOptions::default());
         engine.process(&mut batch(0..1_000), &mut Discard).unwrap();
@@ -667,7 +679,7 @@ mod tests {
         // shrank by more than an eighth: it is measured again.
         let later = Column::new(DataType::Timestamp, ColumnData::Int(vec![600_000]), None);
         let k = Column::new(DataType::Bigint, ColumnData::Int(vec![5_000]), None);
-        engine.process(&mut Batch::new(vec![k, later], 1), &mut Discard).unwrap();
+        engine.process(&mut Batch::new(vec![k, later, strings(1)], 1), &mut Discard).unwrap();
         assert_eq!(engine.stats().state_entries, 1, "the closed sessions are gone from the measure");
         let tight = EngineOptions { state_limit_bytes: 1 << 10, ..EngineOptions::default() };
         let mut limited = Engine::new(plan, tight);

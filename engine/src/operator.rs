@@ -137,6 +137,14 @@ pub enum OperatorTag {
     TopNSpilledHead = 18,
     /// A join's head once it spilled.
     JoinSpilledHead = 19,
+    /// What an OVER window's incremental checkpoint writes beside its pages.
+    RowsHead = 20,
+    /// An OVER window's head once it spilled.
+    RowsSpilledHead = 21,
+    /// What session windows' incremental checkpoint writes beside its pages.
+    SessionHead = 22,
+    /// Session windows' head once they spilled.
+    SessionSpilledHead = 23,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

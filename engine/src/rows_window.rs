@@ -9,26 +9,42 @@
 //! frame length to keep rounding error bounded.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::group_keys::{GroupTable, GroupTableState, KeyEncoder};
+use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::pages::{DirtyPages, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
+use crate::spill::{PagedGroups, Spilling, place_keys};
 use sluice_plan::eval;
 use sluice_plan::{AggFunc, DataType, RowsFunctionKind, RowsPlan, RowsSpec};
 use sluice_plan::{Column, ColumnData};
 
+/// The operator keeps every spec's frames per PARTITION BY key in one
+/// group table (a key prefixed with its spec's number when there are
+/// several), so its state pages and spills as an aggregate's or a top
+/// N's does (`crate::pages`, `crate::spill`): a checkpoint writes the
+/// pages of keys that got rows since the last one, and past its budget
+/// cold keys' frames go to disk. A key's frame never ends (a ROWS frame
+/// counts rows, not time), so without spilling its state grows with the
+/// keys it has seen.
 #[derive(Debug)]
 pub struct RowsOperator {
-    specs: Vec<SpecState>,
-}
-
-#[derive(Debug)]
-struct SpecState {
-    spec: RowsSpec,
-    keys: GroupTable,
+    specs: Vec<RowsSpec>,
+    table: GroupTable,
+    /// Per key id: its frames (no function for an id without a key).
     partitions: Vec<Partition>,
+    /// What the frames hold on the heap, kept as rows come.
+    heap: usize,
+    /// Pages changed since the last incremental checkpoint.
+    dirty: DirtyPages,
+    /// Where cold pages go once state passes its budget, and the key ids
+    /// of a batch's rows.
+    spilling: Spilling,
+    /// The batch's selected rows (scratch).
+    rows: Vec<usize>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -84,12 +100,15 @@ struct Extremes<T> {
 }
 
 impl<T: PartialOrd + Copy> Extremes<T> {
-    fn push(&mut self, seq: u64, value: Option<T>, frame: Option<u64>) -> Option<T> {
+    /// Adds row `seq`'s value; `heap` takes what the deque grew by.
+    fn push(&mut self, seq: u64, value: Option<T>, frame: Option<u64>, heap: &mut usize) -> Option<T> {
         if let Some(v) = value {
             while self.deque.back().is_some_and(|(_, b)| if self.max { *b <= v } else { *b >= v }) {
                 self.deque.pop_back();
             }
+            let before = self.deque.capacity();
             self.deque.push_back((seq, v));
+            *heap += grown::<(u64, T)>(before, self.deque.capacity());
         }
         if let Some(n) = frame {
             while self.deque.front().is_some_and(|(s, _)| *s + n < seq) {
@@ -100,14 +119,72 @@ impl<T: PartialOrd + Copy> Extremes<T> {
     }
 }
 
+/// A whole checkpoint: per spec its keys and their frames, written by
+/// reference...
 #[derive(Debug, Serialize)]
-pub struct RowsStateRef<'a> {
-    specs: Vec<(GroupTableState, &'a [Partition])>,
+struct RowsStateRef<'a> {
+    specs: Vec<(GroupTableState, Vec<&'a Partition>)>,
 }
 
+/// ...and read back owned.
 #[derive(Debug, Deserialize)]
-pub struct RowsState {
+struct RowsState {
     specs: Vec<(GroupTableState, Vec<Partition>)>,
+}
+
+/// The keys of one page of an incremental checkpoint and their frames,
+/// written by reference...
+#[derive(Serialize)]
+struct RowsPageRef<'a> {
+    keys: Vec<Option<Vec<u8>>>,
+    partitions: Vec<&'a Partition>,
+}
+
+/// ...and read back with the keys borrowed from the page's bytes.
+#[derive(Deserialize)]
+struct RowsPageIn<'a> {
+    #[serde(borrow)]
+    keys: Vec<Option<&'a [u8]>>,
+    partitions: Vec<Partition>,
+}
+
+/// The frames of an id without a key.
+static NO_PARTITION: Partition = Partition { rows: 0, functions: Vec::new() };
+
+/// The heap bytes of a deque of `capacity` slots of `T`, with the
+/// allocator's header.
+fn deque_bytes<T>(capacity: usize) -> usize {
+    if capacity == 0 { 0 } else { capacity * size_of::<T>() + 16 }
+}
+
+/// What a deque of `T` grew by from `before` slots to `after` (a push
+/// grows a deque, never shrinks it): kept as rows come, so the state's
+/// size is read without a walk and without measuring every frame a row
+/// passes through.
+#[inline]
+fn grown<T>(before: usize, after: usize) -> usize {
+    if before == after { 0 } else { deque_bytes::<T>(after) - deque_bytes::<T>(before) }
+}
+
+impl Partition {
+    /// What its frames hold on the heap.
+    fn heap_bytes(&self) -> usize {
+        if self.functions.capacity() == 0 {
+            return 0;
+        }
+        let frames: usize = self
+            .functions
+            .iter()
+            .map(|f| match f {
+                FunctionState::Float(x) => deque_bytes::<Option<f64>>(x.values.capacity()),
+                FunctionState::Int(x) => deque_bytes::<Option<i64>>(x.values.capacity()),
+                FunctionState::MinMaxFloat(x) => deque_bytes::<(u64, f64)>(x.deque.capacity()),
+                FunctionState::MinMaxInt(x) => deque_bytes::<(u64, i64)>(x.deque.capacity()),
+                FunctionState::RowNumber | FunctionState::CountStar => 0,
+            })
+            .sum();
+        self.functions.capacity() * size_of::<FunctionState>() + 16 + frames
+    }
 }
 
 /// Output column of one function: values at the selected rows.
@@ -119,11 +196,22 @@ enum Out {
 impl RowsOperator {
     pub fn new(plan: &RowsPlan) -> Self {
         Self {
-            specs: plan
-                .specs
-                .iter()
-                .map(|s| SpecState { spec: s.clone(), keys: GroupTable::default(), partitions: Vec::new() })
-                .collect(),
+            specs: plan.specs.clone(),
+            table: GroupTable::default(),
+            partitions: Vec::new(),
+            heap: 0,
+            dirty: DirtyPages::default(),
+            spilling: Spilling::default(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// The bytes before a key of spec `spec` in the table: none with one
+    /// spec (its keys are the PARTITION BY values, as before specs shared
+    /// a table), else the spec's number.
+    fn key_prefix(specs: usize, spec: usize, key: &mut Vec<u8>) {
+        if specs > 1 {
+            key.extend_from_slice(&u16::try_from(spec).unwrap_or(u16::MAX).to_be_bytes());
         }
     }
 
@@ -131,117 +219,159 @@ impl RowsOperator {
     /// columns (batch-length; unselected rows are NULL) to `batch_columns`,
     /// in intermediate-schema order.
     fn compute(&mut self, input: &BatchInput<'_>, outputs: &mut Vec<(usize, Column)>) -> Result<(), Error> {
-        let batch = input.batch;
-        let n = batch.len;
-        for spec in &mut self.specs {
-            let part_cols = spec
-                .spec
-                .partition_by
-                .iter()
-                .map(|e| eval(e, batch).map(|v| v.into_column(n)))
-                .collect::<Result<Vec<_>, _>>()?;
-            let args = spec
-                .spec
-                .functions
-                .iter()
-                .map(|f| f.arg.as_ref().map(|e| eval(e, batch).map(|v| v.into_column(n))).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
-            let refs: Vec<&Column> = part_cols.iter().map(AsRef::as_ref).collect();
-            let encoder = KeyEncoder::new(&refs);
-            let mut outs: Vec<Out> = spec
-                .spec
-                .functions
-                .iter()
-                .map(|f| match f.data_type {
-                    DataType::Double => Out::Float(vec![0.0; n], vec![false; n]),
-                    _ => Out::Int(vec![0; n], vec![false; n]),
-                })
-                .collect();
-            let frame = spec.spec.preceding;
-            let mut key = Vec::with_capacity(32);
-            let mut result: Result<(), Error> = Ok(());
-            input.selection.for_each(|r| {
-                key.clear();
-                encoder.encode(r, &mut key);
-                let (pid, new) = spec.keys.find_or_insert(&key);
-                let pid = pid as usize;
-                if new {
-                    if spec.partitions.len() <= pid {
-                        spec.partitions.resize_with(pid + 1, Partition::default);
-                    }
-                    spec.partitions[pid] = Partition {
-                        rows: 0,
-                        functions: spec
-                            .spec
-                            .functions
-                            .iter()
-                            .map(|f| new_state(f.kind, f.arg.as_ref().map(sluice_plan::PhysExpr::data_type)))
-                            .collect(),
-                    };
-                }
-                let part = &mut spec.partitions[pid];
-                let seq = part.rows;
-                part.rows += 1;
-                for ((state, arg), out) in part.functions.iter_mut().zip(&args).zip(&mut outs) {
-                    if let Err(e) = step(state, seq, frame, arg.as_deref(), r, out) {
-                        result = Err(e);
-                    }
-                }
-            });
-            result?;
-            for (f, out) in spec.spec.functions.iter().zip(outs) {
-                let col = match out {
-                    Out::Int(v, valid) => Column::new(f.data_type, ColumnData::Int(v), Some(valid)),
-                    Out::Float(v, valid) => Column::new(DataType::Double, ColumnData::Float(v), Some(valid)),
-                };
-                outputs.push((f.output, col));
-            }
-        }
+        let specs = std::mem::take(&mut self.specs);
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.clear();
+        input.selection.for_each(|r| rows.push(r));
+        let result = specs
+            .iter()
+            .enumerate()
+            .try_for_each(|(s, spec)| self.compute_spec(&specs, s, spec, input, &rows, outputs));
+        self.specs = specs;
+        self.rows = rows;
+        result?;
         outputs.sort_by_key(|(i, _)| *i);
         Ok(())
     }
 
-    fn partitions(&self) -> usize {
-        self.specs.iter().map(|s| s.keys.live()).sum()
-    }
-
-    fn state_bytes(&self) -> usize {
-        self.specs
+    fn compute_spec(
+        &mut self,
+        specs: &[RowsSpec],
+        s: usize,
+        spec: &RowsSpec,
+        input: &BatchInput<'_>,
+        rows: &[usize],
+        outputs: &mut Vec<(usize, Column)>,
+    ) -> Result<(), Error> {
+        let batch = input.batch;
+        let n = batch.len;
+        let part_cols = spec
+            .partition_by
             .iter()
-            .map(|s| {
-                s.keys.heap_bytes()
-                    + s.partitions
-                        .iter()
-                        .map(|p| {
-                            32 + p
-                                .functions
-                                .iter()
-                                .map(|f| match f {
-                                    FunctionState::Float(x) => x.values.capacity() * 16 + 40,
-                                    FunctionState::Int(x) => x.values.capacity() * 16 + 40,
-                                    FunctionState::MinMaxFloat(x) => x.deque.capacity() * 16 + 40,
-                                    FunctionState::MinMaxInt(x) => x.deque.capacity() * 16 + 40,
-                                    _ => 8,
-                                })
-                                .sum::<usize>()
-                        })
-                        .sum::<usize>()
+            .map(|e| eval(e, batch).map(|v| v.into_column(n)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let args = spec
+            .functions
+            .iter()
+            .map(|f| f.arg.as_ref().map(|e| eval(e, batch).map(|v| v.into_column(n))).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&Column> = part_cols.iter().map(AsRef::as_ref).collect();
+        let encoder = KeyEncoder::new(&refs);
+        self.with_spilling(|sp, op| {
+            sp.find_keys(op, rows, |r, key| {
+                Self::key_prefix(specs.len(), s, key);
+                encoder.encode(r, key);
+                true
             })
-            .sum()
+        })?;
+        if self.partitions.len() < self.table.capacity() {
+            self.partitions.resize_with(self.table.capacity(), Partition::default);
+        }
+        let mut outs: Vec<Out> = spec
+            .functions
+            .iter()
+            .map(|f| match f.data_type {
+                DataType::Double => Out::Float(vec![0.0; n], vec![false; n]),
+                _ => Out::Int(vec![0; n], vec![false; n]),
+            })
+            .collect();
+        let frame = spec.preceding;
+        for (i, &r) in rows.iter().enumerate() {
+            let gid = self.spilling.gids[i];
+            self.dirty.mark(self.spilling.stable(gid));
+            let part = &mut self.partitions[gid as usize];
+            if part.functions.is_empty() {
+                // A key new to the table (or an id a spill freed).
+                part.rows = 0;
+                part.functions = spec
+                    .functions
+                    .iter()
+                    .map(|f| new_state(f.kind, f.arg.as_ref().map(sluice_plan::PhysExpr::data_type)))
+                    .collect();
+                self.heap += part.heap_bytes();
+            }
+            let seq = part.rows;
+            part.rows += 1;
+            for ((state, arg), out) in part.functions.iter_mut().zip(&args).zip(&mut outs) {
+                step(state, seq, frame, arg.as_deref(), r, out, &mut self.heap)?;
+            }
+        }
+        for (f, out) in spec.functions.iter().zip(outs) {
+            let col = match out {
+                Out::Int(v, valid) => Column::new(f.data_type, ColumnData::Int(v), Some(valid)),
+                Out::Float(v, valid) => Column::new(DataType::Double, ColumnData::Float(v), Some(valid)),
+            };
+            outputs.push((f.output, col));
+        }
+        Ok(())
     }
 
+    /// The bytes the frames and their keys hold in memory, what spilling
+    /// keeps aside.
+    fn own_bytes(&self) -> usize {
+        self.table.heap_bytes() + self.partitions.capacity() * size_of::<Partition>() + self.heap
+    }
+
+    /// A whole checkpoint, per spec as they were written before specs
+    /// shared a table: each spec's keys (without their prefix) in a table
+    /// of their own, and their frames.
     fn to_state(&self) -> RowsStateRef<'_> {
-        RowsStateRef { specs: self.specs.iter().map(|s| (s.keys.to_state(), s.partitions.as_slice())).collect() }
+        let ids = u32::try_from(self.table.capacity()).unwrap_or(u32::MAX);
+        let frames = |gid: u32| self.partitions.get(gid as usize).unwrap_or(&NO_PARTITION);
+        if self.specs.len() == 1 {
+            let partitions = (0..ids).map(frames).collect();
+            return RowsStateRef { specs: vec![(self.table.to_state(), partitions)] };
+        }
+        let mut specs: Vec<(GroupTable, Vec<&Partition>)> =
+            self.specs.iter().map(|_| (GroupTable::default(), Vec::new())).collect();
+        for gid in 0..ids {
+            let Some((prefix, key)) = self.table.key_of(gid).and_then(|k| k.split_first_chunk::<2>()) else {
+                continue;
+            };
+            if let Some((table, partitions)) = specs.get_mut(usize::from(u16::from_be_bytes(*prefix))) {
+                let (id, _) = table.find_or_insert(key);
+                if partitions.len() <= id as usize {
+                    partitions.resize(id as usize + 1, &NO_PARTITION);
+                }
+                partitions[id as usize] = frames(gid);
+            }
+        }
+        RowsStateRef { specs: specs.into_iter().map(|(t, p)| (t.to_state(), p)).collect() }
     }
 
     fn restore_state(&mut self, state: RowsState) -> Result<(), Error> {
         if state.specs.len() != self.specs.len() {
             return Err(Error::Checkpoint("checkpoint does not match the query's window specs".into()));
         }
-        for (spec, (keys, partitions)) in self.specs.iter_mut().zip(state.specs) {
-            spec.keys = GroupTable::from_state(keys);
-            spec.partitions = partitions;
+        self.spilling.forget()?;
+        self.dirty.clear();
+        let specs = self.specs.len();
+        if specs == 1 {
+            let Some((keys, partitions)) = state.specs.into_iter().next() else { return Ok(()) };
+            self.table = GroupTable::from_state(keys);
+            self.partitions = partitions;
+        } else {
+            self.table = GroupTable::default();
+            self.partitions = Vec::new();
+            let mut key = Vec::new();
+            for (s, (keys, mut partitions)) in state.specs.into_iter().enumerate() {
+                let table = GroupTable::from_state(keys);
+                for gid in 0..u32::try_from(table.capacity()).unwrap_or(u32::MAX) {
+                    let Some(k) = table.key_of(gid) else { continue };
+                    key.clear();
+                    Self::key_prefix(specs, s, &mut key);
+                    key.extend_from_slice(k);
+                    let (id, _) = self.table.find_or_insert(&key);
+                    if self.partitions.len() <= id as usize {
+                        self.partitions.resize_with(id as usize + 1, Partition::default);
+                    }
+                    if let Some(p) = partitions.get_mut(gid as usize) {
+                        self.partitions[id as usize] = std::mem::take(p);
+                    }
+                }
+            }
         }
+        self.heap = self.partitions.iter().map(Partition::heap_bytes).sum();
         Ok(())
     }
 }
@@ -280,6 +410,8 @@ fn frame_len(frame: Option<u64>) -> Option<usize> {
     frame.map(|n| usize::try_from(n).unwrap_or(usize::MAX).saturating_add(1))
 }
 
+/// Steps one function's frame by row `row`; `heap` takes what its
+/// buffers grew by.
 fn step(
     state: &mut FunctionState,
     seq: u64,
@@ -287,6 +419,7 @@ fn step(
     arg: Option<&Column>,
     row: usize,
     out: &mut Out,
+    heap: &mut usize,
 ) -> Result<(), Error> {
     let arg_valid = arg.is_some_and(|c| c.is_valid(row));
     let write_int = |out: &mut Out, v: Option<i64>| {
@@ -314,7 +447,9 @@ fn step(
                 Some(ColumnData::Int(v)) if arg_valid => Some(v[row] as f64),
                 _ => None,
             };
+            let before = f.values.capacity();
             f.values.push_back(value);
+            *heap += grown::<Option<f64>>(before, f.values.capacity());
             if let Some(v) = value {
                 f.sum += v;
                 f.count += 1;
@@ -347,7 +482,9 @@ fn step(
                 Some(_) if arg_valid => Some(1),
                 _ => None,
             };
+            let before = f.values.capacity();
             f.values.push_back(value);
+            *heap += grown::<Option<i64>>(before, f.values.capacity());
             if let Some(v) = value {
                 f.sum += i128::from(v);
                 f.count += 1;
@@ -372,14 +509,14 @@ fn step(
                 Some(ColumnData::Float(v)) if arg_valid => Some(v[row]),
                 _ => None,
             };
-            write_float(out, x.push(seq, value, frame));
+            write_float(out, x.push(seq, value, frame, heap));
         }
         FunctionState::MinMaxInt(x) => {
             let value = match arg.map(|c| &c.data) {
                 Some(ColumnData::Int(v)) if arg_valid => Some(v[row]),
                 _ => None,
             };
-            write_int(out, x.push(seq, value, frame));
+            write_int(out, x.push(seq, value, frame, heap));
         }
     }
     Ok(())
@@ -395,23 +532,99 @@ impl Operator for RowsOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.state_bytes(), entries: self.partitions() }
-    }
-
-    /// Every PARTITION BY key's frame is visited.
-    fn state_size_walks(&self) -> bool {
-        true
-    }
-
-    fn state_entries(&self) -> usize {
-        self.partitions()
+        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.spilling.groups(&self.table) }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // It spilled: its checkpoints are heads and pages.
+            return Err(Error::Internal("a whole checkpoint of an OVER window that spilled".into()));
+        }
         write_state(OperatorTag::Rows, &self.to_state(), out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.restore_state(read_state(OperatorTag::Rows, bytes)?)
+    }
+
+    fn paged(&self) -> bool {
+        true
+    }
+
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.spilling.head(&self.table, ()) {
+            return write_state(OperatorTag::RowsSpilledHead, &head, out);
+        }
+        write_state(OperatorTag::RowsHead, &TableHead::of(&self.table), out)
+    }
+
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.heap = 0;
+        self.dirty.clear();
+        self.partitions = Vec::new();
+        self.table = GroupTable::default();
+        if let Some(head) = self.spilling.restore_either_head(
+            bytes,
+            OperatorTag::RowsSpilledHead as u32,
+            OperatorTag::RowsHead as u32,
+        )? {
+            self.partitions.resize_with(head.groups as usize, Partition::default);
+            self.table = head.table();
+        }
+        Ok(())
+    }
+
+    crate::spill::spilling_operator_methods!(plain);
+
+    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
+            return Ok(());
+        }
+        let (p, _): (RowsPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        restore_page_keys(&mut self.table, page, &p.keys)?;
+        let start = page_groups(page, usize::MAX).start;
+        for (i, frames) in p.partitions.into_iter().enumerate() {
+            if let Some(slot) = self.partitions.get_mut(start + i) {
+                self.heap += frames.heap_bytes();
+                *slot = frames;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PagedGroups for RowsOperator {
+    crate::spill::paged_groups_fields!();
+
+    fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let partitions = groups.clone().map(|g| self.partitions.get(g).unwrap_or(&NO_PARTITION)).collect();
+        write_page(&RowsPageRef { keys: page_keys(&self.table, groups), partitions }, out)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
+        let (p, _): (RowsPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        place_keys(&mut self.table, block, &p.keys)?;
+        let start = block as usize * BLOCK;
+        if self.partitions.len() < start + BLOCK {
+            self.partitions.resize_with(start + BLOCK, Partition::default);
+        }
+        for (i, frames) in p.partitions.into_iter().enumerate().take(BLOCK) {
+            self.heap += frames.heap_bytes();
+            self.partitions[start + i] = frames;
+        }
+        Ok(())
+    }
+
+    fn drop_groups(&mut self, groups: Range<usize>) {
+        for g in groups {
+            if let Some(frames) = self.partitions.get_mut(g) {
+                self.heap -= frames.heap_bytes();
+                *frames = Partition::default();
+            }
+        }
+    }
+
+    fn own_bytes(&self) -> usize {
+        RowsOperator::own_bytes(self)
     }
 }

@@ -7,15 +7,28 @@
 //! session of its key it overlaps (their accumulators merge too). Sessions
 //! the watermark had already closed when the record arrived are not merged
 //! into; a record whose own window is already closed is late.
+//!
+//! A key's open sessions live with the key in a group table, so the state
+//! pages and spills as an aggregate's does (`crate::pages`,
+//! `crate::spill`): a checkpoint writes the pages of keys whose sessions
+//! changed, and past its budget cold keys go to disk with their sessions.
+//! What stays in memory of a session on disk is its entry in the index of
+//! session ends (its end and its key's page id): the watermark reads its
+//! page back when it closes it.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
-use super::group_keys::{GroupTable, GroupTableState, KeyEncoder, decode_key_into};
+use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::pages::{
+    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+};
+use crate::spill::{PagedGroups, Spilling, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::Column;
 use sluice_plan::eval;
@@ -27,10 +40,15 @@ pub struct SessionOperator {
     gap_ms: i64,
     group_types: Vec<DataType>,
     /// Group key → key id.
-    keys: GroupTable,
-    /// Open sessions (slot ids) of each key id.
+    table: GroupTable,
+    /// Open sessions (slot ids) of each key id in memory.
     key_sessions: Vec<Vec<u32>>,
+    /// What the lists of `key_sessions` hold on the heap.
+    list_bytes: usize,
     sessions: Sessions,
+    /// Every open session, in memory or on disk, by (end, its key's id in
+    /// checkpoints): the order the watermark closes them in.
+    by_end: BTreeSet<(i64, u32)>,
     accs: Vec<Accumulator>,
     /// Sessions with changes to emit at the end of the batch (coalesced
     /// EMIT CHANGES), and a flag per slot so each is listed once.
@@ -40,23 +58,26 @@ pub struct SessionOperator {
     /// overlaps (reused, so no allocation per record).
     rows: Vec<usize>,
     overlapping: Vec<u32>,
-    key: Vec<u8>,
+    /// Pages changed since the last incremental checkpoint.
+    dirty: DirtyPages,
+    /// Where cold pages go once state passes its budget, and the key ids
+    /// of a batch's rows.
+    spilling: Spilling,
 }
 
-/// Session slots: bounds and owning key, with a free list and an index by end.
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// Session slots: bounds and owning key, with a free list.
+#[derive(Debug, Default)]
 struct Sessions {
     /// (start, end, key id) per slot; end == i64::MIN marks a free slot.
     slots: Vec<(i64, i64, u32)>,
     free: Vec<u32>,
     /// Released slots whose accumulator state is cleared before reuse.
     pending: Vec<u32>,
-    by_end: BTreeSet<(i64, u32)>,
 }
 
 impl Sessions {
     fn alloc(&mut self, start: i64, end: i64, key: u32) -> u32 {
-        let slot = match self.free.pop() {
+        match self.free.pop() {
             Some(s) => {
                 self.slots[s as usize] = (start, end, key);
                 s
@@ -65,23 +86,11 @@ impl Sessions {
                 self.slots.push((start, end, key));
                 u32::try_from(self.slots.len() - 1).unwrap_or(u32::MAX)
             }
-        };
-        self.by_end.insert((end, slot));
-        slot
-    }
-
-    fn set_bounds(&mut self, slot: u32, start: i64, end: i64) {
-        let s = &mut self.slots[slot as usize];
-        self.by_end.remove(&(s.1, slot));
-        s.0 = start;
-        s.1 = end;
-        self.by_end.insert((end, slot));
+        }
     }
 
     fn release(&mut self, slot: u32) {
-        let s = &mut self.slots[slot as usize];
-        self.by_end.remove(&(s.1, slot));
-        s.1 = i64::MIN;
+        self.slots[slot as usize].1 = i64::MIN;
         self.pending.push(slot);
     }
 
@@ -97,21 +106,70 @@ impl Sessions {
         }
         self.free.append(&mut self.pending);
     }
+
+    /// The open sessions' slots (end, slot), as whole checkpoints index them.
+    fn by_end(&self) -> BTreeSet<(i64, u32)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.1 != i64::MIN)
+            .map(|(slot, s)| (s.1, u32::try_from(slot).unwrap_or(u32::MAX)))
+            .collect()
+    }
 }
 
+/// The slots as whole checkpoints write them: with an index by end of
+/// slots (the layout before sessions were paged, still read and written).
 #[derive(Debug, Serialize)]
-pub struct SessionStateRef<'a> {
-    keys: GroupTableState,
-    key_sessions: &'a [Vec<u32>],
-    sessions: &'a Sessions,
-    accs: &'a [Accumulator],
+struct SessionsRef<'a> {
+    slots: &'a [(i64, i64, u32)],
+    free: &'a [u32],
+    pending: &'a [u32],
+    by_end: BTreeSet<(i64, u32)>,
 }
 
 #[derive(Debug, Deserialize)]
-pub struct SessionState {
+struct SessionsIn {
+    slots: Vec<(i64, i64, u32)>,
+    free: Vec<u32>,
+    pending: Vec<u32>,
+    #[serde(rename = "by_end")]
+    _by_end: BTreeSet<(i64, u32)>,
+}
+
+/// A whole checkpoint, written by reference...
+#[derive(Debug, Serialize)]
+struct SessionStateRef<'a> {
+    keys: GroupTableState,
+    key_sessions: &'a [Vec<u32>],
+    sessions: SessionsRef<'a>,
+    accs: &'a [Accumulator],
+}
+
+/// ...and read back owned.
+#[derive(Debug, Deserialize)]
+struct SessionState {
     keys: GroupTableState,
     key_sessions: Vec<Vec<u32>>,
-    sessions: Sessions,
+    sessions: SessionsIn,
+    accs: Vec<Accumulator>,
+}
+
+/// One page of an incremental checkpoint: its keys, each key's sessions
+/// (start, end), and the accumulators of those sessions in that order.
+#[derive(Serialize)]
+struct SessionPageRef {
+    keys: Vec<Option<Vec<u8>>>,
+    sessions: Vec<Vec<(i64, i64)>>,
+    accs: Vec<Accumulator>,
+}
+
+/// ...read back with the keys borrowed from the page's bytes.
+#[derive(Deserialize)]
+struct SessionPageIn<'a> {
+    #[serde(borrow)]
+    keys: Vec<Option<&'a [u8]>>,
+    sessions: Vec<Vec<(i64, i64)>>,
     accs: Vec<Accumulator>,
 }
 
@@ -122,15 +180,23 @@ impl SessionOperator {
             accs: plan.aggregates.iter().map(Accumulator::new).collect(),
             plan: plan.clone(),
             gap_ms,
-            keys: GroupTable::default(),
+            table: GroupTable::default(),
             key_sessions: Vec::new(),
+            list_bytes: 0,
             sessions: Sessions::default(),
+            by_end: BTreeSet::new(),
             touched: Vec::new(),
             is_touched: Vec::new(),
             rows: Vec::new(),
             overlapping: Vec::new(),
-            key: Vec::with_capacity(64),
+            dirty: DirtyPages::default(),
+            spilling: Spilling::default(),
         }
+    }
+
+    /// The id key `key_id` has in checkpoints and in the index by end.
+    fn stable(&self, key_id: u32) -> u32 {
+        self.spilling.stable(key_id)
     }
 
     fn fold_batch(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
@@ -154,7 +220,14 @@ impl SessionOperator {
         let mut overlapping = std::mem::take(&mut self.overlapping);
         rows.clear();
         input.selection.for_each(|r| rows.push(r));
-        let result = self.process_rows(&rows, &mut overlapping, input, &encoder, &args, out, late);
+        let result = self
+            .with_spilling(|s, op| {
+                s.find_keys(op, &rows, |r, key| {
+                    encoder.encode(r, key);
+                    true
+                })
+            })
+            .and_then(|()| self.process_rows(&rows, &mut overlapping, input, &args, out, late));
         self.rows = rows;
         self.overlapping = overlapping;
         result?;
@@ -169,26 +242,23 @@ impl SessionOperator {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn process_rows(
         &mut self,
         rows: &[usize],
         overlapping: &mut Vec<u32>,
         input: &BatchInput<'_>,
-        encoder: &KeyEncoder<'_>,
         args: &[Option<std::borrow::Cow<'_, Column>>],
         out: &mut Batch,
         late: &mut Vec<u32>,
     ) -> Result<(), Error> {
-        for &r in rows {
+        if self.key_sessions.len() < self.table.capacity() {
+            self.key_sessions.resize_with(self.table.capacity(), Vec::new);
+        }
+        for (i, &r) in rows.iter().enumerate() {
             let ts = input.event_times[r];
             let wm = input.watermark_before[r];
-            self.key.clear();
-            encoder.encode(r, &mut self.key);
-            let (key_id, _) = self.keys.find_or_insert(&self.key);
-            if self.key_sessions.len() <= key_id as usize {
-                self.key_sessions.resize_with(key_id as usize + 1, Vec::new);
-            }
+            let key_id = self.spilling.gids[i];
+            let id = self.stable(key_id);
             let (mut start, mut end) = (ts, ts.saturating_add(self.gap_ms));
             // Open, not yet closable sessions that overlap [ts, ts + gap).
             overlapping.clear();
@@ -198,13 +268,19 @@ impl SessionOperator {
             }));
             if overlapping.is_empty() && end <= wm {
                 late.push(u32::try_from(r).unwrap_or(u32::MAX));
-                if self.key_sessions[key_id as usize].is_empty() {
-                    self.keys.remove(key_id);
-                }
                 continue;
             }
+            self.dirty.mark(id);
             let slot = match overlapping.split_first() {
-                None => self.sessions.alloc(start, end, key_id),
+                None => {
+                    self.by_end.insert((end, id));
+                    let slot = self.sessions.alloc(start, end, key_id);
+                    let list = &mut self.key_sessions[key_id as usize];
+                    let before = list.capacity();
+                    list.push(slot);
+                    self.list_bytes += (list.capacity() - before) * 4;
+                    slot
+                }
                 Some((&keep, rest)) => {
                     for &s in rest {
                         let (s_start, s_end, _) = self.sessions.slots[s as usize];
@@ -216,13 +292,16 @@ impl SessionOperator {
                         self.drop_slot(key_id, s);
                     }
                     let (k_start, k_end, _) = self.sessions.slots[keep as usize];
-                    self.sessions.set_bounds(keep, start.min(k_start), end.max(k_end));
+                    let end = end.max(k_end);
+                    if end != k_end {
+                        self.by_end.remove(&(k_end, id));
+                        self.by_end.insert((end, id));
+                    }
+                    let s = &mut self.sessions.slots[keep as usize];
+                    (s.0, s.1) = (start.min(k_start), end);
                     keep
                 }
             };
-            if !self.key_sessions[key_id as usize].contains(&slot) {
-                self.key_sessions[key_id as usize].push(slot);
-            }
             let slots = self.sessions.slots.len();
             for (acc, arg) in self.accs.iter_mut().zip(args) {
                 acc.ensure(slots);
@@ -242,28 +321,65 @@ impl SessionOperator {
                 }
             }
         }
+        // A key made for late rows alone goes again — after the batch, as
+        // its later rows carry its id.
+        for (i, _) in rows.iter().enumerate() {
+            let key_id = self.spilling.gids[i];
+            if self.key_sessions[key_id as usize].is_empty() && self.table.is_live(key_id) {
+                self.remove_key(key_id);
+            }
+        }
         Ok(())
     }
 
-    /// Releases a session slot; its state is cleared by the next recycle.
+    /// Releases a session slot and its entry by end; its state is cleared
+    /// by the next recycle.
     fn drop_slot(&mut self, key_id: u32, slot: u32) {
+        let end = self.sessions.slots[slot as usize].1;
+        self.by_end.remove(&(end, self.stable(key_id)));
         self.key_sessions[key_id as usize].retain(|&s| s != slot);
         self.sessions.release(slot);
     }
 
+    /// Lets a key with no open session go.
+    fn remove_key(&mut self, key_id: u32) {
+        self.dirty.mark(self.stable(key_id));
+        self.table.remove(key_id);
+        let list = std::mem::take(&mut self.key_sessions[key_id as usize]);
+        self.list_bytes -= list.capacity() * 4;
+    }
+
     fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
         let mut closed = 0;
-        while let Some(&(end, slot)) = self.sessions.by_end.first() {
+        while let Some(&(end, id)) = self.by_end.first() {
             if end > watermark {
                 break;
             }
+            // A session on disk comes back with its key's page.
+            let key_id = if self.spilling.spilled_any() { self.with_spilling(|s, op| s.slot_of(op, id))? } else { id };
+            let slot = self
+                .key_sessions
+                .get(key_id as usize)
+                .and_then(|list| list.iter().copied().find(|&s| self.sessions.slots[s as usize].1 == end))
+                .ok_or_else(|| Error::Internal(format!("a session of key {id} ending at {end} is not open")))?;
             if emit {
                 self.emit_session(slot, out)?;
             }
-            let key_id = self.sessions.slots[slot as usize].2;
+            self.dirty.mark(id);
             self.drop_slot(key_id, slot);
             if self.key_sessions[key_id as usize].is_empty() {
-                self.keys.remove(key_id);
+                self.remove_key(key_id);
+                // A block whose keys are all gone is handed back at once,
+                // so closing sessions larger than memory holds a page of
+                // them at a time.
+                let block = key_id / PAGE_GROUPS;
+                if self.table.block_is_free(block)
+                    && let Some(pages) = &mut self.spilling.pages
+                {
+                    self.sessions.recycle(&mut self.accs);
+                    pages.evicted(block, false);
+                    self.table.evict_blocks(&[block]);
+                }
             }
             closed += 1;
         }
@@ -274,7 +390,7 @@ impl SessionOperator {
     fn emit_session(&self, slot: u32, out: &mut Batch) -> Result<(), Error> {
         let (start, end, key_id) = self.sessions.slots[slot as usize];
         let ng = self.group_types.len();
-        decode_key_into(self.keys.key(key_id), 0, &self.group_types, &mut out.columns[..ng])?;
+        decode_key_into(self.table.key(key_id), 0, &self.group_types, &mut out.columns[..ng])?;
         out.columns[ng].push_i64(start)?;
         out.columns[ng + 1].push_i64(end)?;
         for (acc, col) in self.accs.iter().zip(&mut out.columns[ng + 2..]) {
@@ -284,32 +400,91 @@ impl SessionOperator {
         Ok(())
     }
 
+    /// Open sessions, in memory and on disk.
     fn groups(&self) -> usize {
-        self.sessions.by_end.len()
+        self.by_end.len()
     }
 
-    fn state_bytes(&self) -> usize {
-        self.keys.heap_bytes()
-            + self.key_sessions.iter().map(|v| v.capacity() * 4 + 24).sum::<usize>()
+    /// The state's bytes in memory, what spilling keeps aside.
+    fn own_bytes(&self) -> usize {
+        self.table.heap_bytes()
+            + self.key_sessions.capacity() * size_of::<Vec<u32>>()
+            + self.list_bytes
             + self.sessions.slots.capacity() * 24
-            + self.sessions.by_end.len() * 40
+            + (self.sessions.free.capacity() + self.sessions.pending.capacity()) * 4
+            + self.by_end.len() * 40
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
+            + self.is_touched.capacity()
     }
 
+    /// A whole checkpoint, in the layout written before sessions were
+    /// paged.
     fn to_state(&self) -> SessionStateRef<'_> {
         SessionStateRef {
-            keys: self.keys.to_state(),
+            keys: self.table.to_state(),
             key_sessions: &self.key_sessions,
-            sessions: &self.sessions,
+            sessions: SessionsRef {
+                slots: &self.sessions.slots,
+                free: &self.sessions.free,
+                pending: &self.sessions.pending,
+                by_end: self.sessions.by_end(),
+            },
             accs: &self.accs,
         }
     }
 
-    fn restore_state(&mut self, state: SessionState) {
-        self.keys = GroupTable::from_state(state.keys);
+    fn restore_state(&mut self, state: SessionState) -> Result<(), Error> {
+        self.spilling.forget()?;
+        self.dirty.clear();
+        self.table = GroupTable::from_state(state.keys);
         self.key_sessions = state.key_sessions;
-        self.sessions = state.sessions;
+        self.list_bytes = self.key_sessions.iter().map(|l| l.capacity() * 4).sum();
+        let SessionsIn { slots, free, pending, .. } = state.sessions;
+        self.sessions = Sessions { slots, free, pending };
+        self.by_end = self.sessions.slots.iter().filter(|s| s.1 != i64::MIN).map(|s| (s.1, s.2)).collect();
         self.accs = state.accs;
+        self.touched.clear();
+        self.is_touched.clear();
+        Ok(())
+    }
+
+    /// Forgets every session (a restore of pages starts over).
+    fn clear(&mut self) {
+        self.key_sessions = Vec::new();
+        self.list_bytes = 0;
+        self.sessions = Sessions::default();
+        self.by_end.clear();
+        self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
+        self.touched.clear();
+        self.is_touched.clear();
+        self.dirty.clear();
+    }
+
+    /// Puts page `page`'s key ids `ids` (their keys already in the table)
+    /// back with their sessions, each filed by end under the page's id.
+    fn place_sessions(&mut self, page: u32, p: SessionPageIn<'_>, ids: Range<usize>) -> Result<(), Error> {
+        if self.key_sessions.len() < ids.end {
+            self.key_sessions.resize_with(ids.end, Vec::new);
+        }
+        let mut slots = Vec::new();
+        for ((key_id, bounds), i) in ids.zip(p.sessions).zip(0u32..) {
+            let key = u32::try_from(key_id).unwrap_or(u32::MAX);
+            let list = &mut self.key_sessions[key_id];
+            self.list_bytes -= list.capacity() * 4;
+            list.clear();
+            for (start, end) in bounds {
+                let slot = self.sessions.alloc(start, end, key);
+                list.push(slot);
+                slots.push(slot as usize);
+                self.by_end.insert((end, page * PAGE_GROUPS + i));
+            }
+            self.list_bytes += list.capacity() * 4;
+        }
+        for (acc, from) in self.accs.iter_mut().zip(p.accs) {
+            acc.ensure(self.sessions.slots.len());
+            acc.scatter(&slots.iter().copied(), from)?;
+        }
+        Ok(())
     }
 }
 
@@ -329,12 +504,12 @@ impl Operator for SessionOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.state_bytes(), entries: self.groups() }
+        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.groups() }
     }
 
-    /// Every key's session list is visited.
+    /// A string's MIN/MAX is measured string by string.
     fn state_size_walks(&self) -> bool {
-        true
+        self.accs.iter().any(Accumulator::heap_bytes_walks)
     }
 
     fn state_entries(&self) -> usize {
@@ -342,11 +517,105 @@ impl Operator for SessionOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // It spilled: its checkpoints are heads and pages.
+            return Err(Error::Internal("a whole checkpoint of session windows that spilled".into()));
+        }
         write_state(OperatorTag::Session, &self.to_state(), out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.restore_state(read_state(OperatorTag::Session, bytes)?);
+        self.restore_state(read_state(OperatorTag::Session, bytes)?)
+    }
+
+    fn paged(&self) -> bool {
+        true
+    }
+
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.spilling.head(&self.table, ()) {
+            return write_state(OperatorTag::SessionSpilledHead, &head, out);
+        }
+        write_state(OperatorTag::SessionHead, &TableHead::of(&self.table), out)
+    }
+
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.clear();
+        self.table = GroupTable::default();
+        if let Some(head) = self.spilling.restore_either_head(
+            bytes,
+            OperatorTag::SessionSpilledHead as u32,
+            OperatorTag::SessionHead as u32,
+        )? {
+            self.key_sessions.resize_with(head.groups as usize, Vec::new);
+            self.table = head.table();
+        }
+        Ok(())
+    }
+
+    crate::spill::spilling_operator_methods!(plain);
+
+    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
+            return Ok(());
+        }
+        let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        restore_page_keys(&mut self.table, page, &p.keys)?;
+        let ids = page_groups(page, self.table.capacity());
+        self.place_sessions(page, p, ids)
+    }
+}
+
+impl PagedGroups for SessionOperator {
+    crate::spill::paged_groups_fields!();
+
+    fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let lists = groups.clone().map(|g| self.key_sessions.get(g).map_or(&[][..], Vec::as_slice));
+        let sessions = lists
+            .clone()
+            .map(|l| {
+                l.iter().map(|&s| (self.sessions.slots[s as usize].0, self.sessions.slots[s as usize].1)).collect()
+            })
+            .collect();
+        let slots = lists.flatten().map(|&s| s as usize);
+        let accs = self.accs.iter().map(|a| a.gather(slots.clone())).collect::<Result<_, _>>()?;
+        write_page(&SessionPageRef { keys: page_keys(&self.table, groups), sessions, accs }, out)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
+        let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        place_keys(&mut self.table, block, &p.keys)?;
+        let start = block as usize * BLOCK;
+        self.place_sessions(page, p, start..start + BLOCK)
+    }
+
+    /// The sessions stay in the index by end: the watermark reads their
+    /// page back when it closes them.
+    fn drop_groups(&mut self, groups: Range<usize>) {
+        for g in groups {
+            if let Some(list) = self.key_sessions.get_mut(g) {
+                let list = std::mem::take(list);
+                self.list_bytes -= list.capacity() * 4;
+                for slot in list {
+                    self.sessions.release(slot);
+                }
+            }
+        }
+        self.sessions.recycle(&mut self.accs);
+    }
+
+    fn own_bytes(&self) -> usize {
+        SessionOperator::own_bytes(self)
+    }
+
+    /// A page restored straight to disk files its sessions by end.
+    fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        for (bounds, i) in p.sessions.iter().zip(0u32..) {
+            for &(_, end) in bounds {
+                self.by_end.insert((end, page * PAGE_GROUPS + i));
+            }
+        }
         Ok(())
     }
 }

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::group_keys::{BLOCK, GroupTable, hash_key};
-use crate::pages::{PAGE_GROUPS, check_complete, page_groups, read_page_and_rest};
+use crate::pages::{PAGE_GROUPS, TableHead, check_complete, page_groups, read_page_and_rest};
 
 /// Where an operator's spilled pages go: one store per operator, of the
 /// engine core that owns it (nothing shared across cores). Pages are kept
@@ -391,6 +391,67 @@ pub(crate) trait PagedGroups: Sized {
     }
 }
 
+/// The [`PagedGroups`] accessors of an operator whose group table is its
+/// field `table` and whose [`Spilling`] is its field `spilling`.
+macro_rules! paged_groups_fields {
+    () => {
+        fn table(&self) -> &crate::group_keys::GroupTable {
+            &self.table
+        }
+
+        fn table_mut(&mut self) -> &mut crate::group_keys::GroupTable {
+            &mut self.table
+        }
+
+        fn spilling_mut(&mut self) -> &mut crate::spill::Spilling {
+            &mut self.spilling
+        }
+    };
+}
+pub(crate) use paged_groups_fields;
+
+/// The [`crate::Operator`] methods every paged operator that spills
+/// implements alike: its pages flagged in its field `dirty`, its group
+/// table in `table`, its [`Spilling`] in `spilling`.
+macro_rules! spilling_operator_methods {
+    () => {
+        fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
+            self.dirty.take(all, self.spilling.ids(&self.table), out);
+        }
+
+        fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, crate::Error> {
+            self.spilling.snapshot_page(self, page, out)
+        }
+
+        fn attach_spill(
+            &mut self,
+            store: Box<dyn crate::spill::SpillStore>,
+            budget: usize,
+        ) -> Result<(), Box<dyn crate::spill::SpillStore>> {
+            self.spilling.spill = Some(crate::spill::Spill::new(store, budget));
+            Ok(())
+        }
+
+        fn spilled(&self) -> (usize, u64) {
+            self.spilling.spilled()
+        }
+    };
+    // An operator with nothing of its own to do once its pages are
+    // restored, nor beside spilling between batches.
+    (plain) => {
+        crate::spill::spilling_operator_methods!();
+
+        fn pages_restored(&mut self) -> Result<(), crate::Error> {
+            self.spilling.pages_restored(&self.table)
+        }
+
+        fn spill(&mut self) -> Result<(), crate::Error> {
+            self.with_spilling(|s, op| s.spill_cold(op))
+        }
+    };
+}
+pub(crate) use spilling_operator_methods;
+
 /// Gives the groups of block `block` (taken with
 /// [`GroupTable::take_block`]) the keys of a page read back; an id with
 /// none is handed to new groups.
@@ -576,6 +637,27 @@ impl Spilling {
         self.pages = Some(Box::new(PageMap::for_restore(head.pages, head.unused)));
         self.restore_groups = Some(head.groups);
         Ok(head.rest)
+    }
+
+    /// Restores an operator's head, as `crate::operator::write_state`
+    /// wrote it: one written once it spilled (tag `spilled`; its pages
+    /// follow, [`Spilling::restore_page`]), or else the head of its table
+    /// (tag `table`), returned for the operator to size its state by.
+    pub fn restore_either_head(&mut self, bytes: &[u8], spilled: u32, table: u32) -> Result<Option<TableHead>, Error> {
+        fn read<'a, S: Deserialize<'a>>(tag: u32, bytes: &'a [u8]) -> Result<S, Error> {
+            let ((found, state), _): ((u32, S), _) =
+                postcard::take_from_bytes(bytes).map_err(|e| Error::Checkpoint(format!("cannot read state: {e}")))?;
+            if found != tag {
+                return Err(Error::Checkpoint("checkpoint operator does not match the query".into()));
+            }
+            Ok(state)
+        }
+        self.forget()?;
+        if postcard::take_from_bytes::<u32>(bytes).is_ok_and(|(tag, _)| tag == spilled) {
+            self.restore_head(read::<SpilledHead<()>>(spilled, bytes)?)?;
+            return Ok(None);
+        }
+        read(table, bytes).map(Some)
     }
 
     /// The group of `key`: in memory, or in a page read back from disk.
@@ -985,9 +1067,14 @@ mod tests {
     }
 
     fn plan(sql: &str) -> Arc<sluice_plan::Plan> {
+        plan_late(sql, 0)
+    }
+
+    /// [`plan`] with rows up to `delay` ms out of order.
+    fn plan_late(sql: &str, delay: i64) -> Arc<sluice_plan::Plan> {
         let source = SourceSpec {
             partition_key: vec!["k".into()],
-            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: delay }),
             ..SourceSpec::table(
                 "t",
                 &[
@@ -1136,6 +1223,158 @@ mod tests {
             assert!(expected.0.len() > 20_000, "{n}: {} rows", expected.0.len());
             assert!(got.0 == expected.0, "top {n}: the spilling engine emitted other rows");
         }
+    }
+
+    /// OVER windows of ROWS frames — one spec, and two whose keys share
+    /// the operator's table — that spill give every row the values they
+    /// give it in memory, through checkpoints and restores.
+    #[test]
+    fn rows_windows_that_spill_give_every_row_what_they_give_it_in_memory() {
+        for sql in [
+            "SELECT k, v, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s, \
+             MAX(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS m FROM t",
+            "SELECT k, v, AVG(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 5 PRECEDING AND CURRENT ROW) AS a, \
+             MIN(k) OVER (PARTITION BY v ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS lo FROM t",
+        ] {
+            let (expected, got) = spills_and_agrees(sql);
+            assert_eq!(expected.0.len(), 60 * 500, "{sql}: a row out per row in");
+            assert!(got.0 == expected.0, "{sql}: the spilling engine gave rows other values");
+        }
+    }
+
+    /// Session windows that spill close every session they close in
+    /// memory, with the same bounds and values, through checkpoints and
+    /// restores: sessions on disk are closed by the watermark (their
+    /// pages read back), and sessions of hot keys grow and merge in
+    /// memory.
+    #[test]
+    fn session_windows_that_spill_close_every_session_they_close_in_memory() {
+        let sql = "SELECT k, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS m, COUNT(DISTINCT v) AS d, window_start, window_end \
+                   FROM t GROUP BY k, SESSION(ts, INTERVAL '10' MINUTE)";
+        let (expected, got) = spills_and_agrees(sql);
+        let sorted = |r: &Rows| {
+            let mut rows: Vec<_> = r.0.clone();
+            rows.sort();
+            rows
+        };
+        assert!(expected.0.len() > 10_000, "{} sessions closed", expected.0.len());
+        assert_eq!(sorted(&got), sorted(&expected));
+    }
+
+    /// Sessions of keys on disk merge: each of 6,000 keys opens two
+    /// sessions 15 minutes apart (rows up to an hour out of order are on
+    /// time), other keys push them to disk, then a row 7 minutes in
+    /// bridges each key's two — read back from disk, they merge into one
+    /// session, as in memory.
+    #[test]
+    fn sessions_on_disk_merge_when_a_row_bridges_them() {
+        let plan = plan_late(
+            "SELECT k, COUNT(*) AS n, SUM(v) AS s, window_start, window_end FROM t \
+             GROUP BY k, SESSION(ts, INTERVAL '10' MINUTE)",
+            3_600_000,
+        );
+        let rows = |keys: Range<i64>, ts: i64| {
+            let n = keys.end - keys.start;
+            let col = |t, v: Vec<i64>| Column::new(t, ColumnData::Int(v), None);
+            Batch::new(
+                vec![
+                    col(DataType::Bigint, keys.clone().collect()),
+                    col(DataType::Bigint, keys.map(|k| k % 7).collect()),
+                    col(DataType::Timestamp, vec![ts; usize::try_from(n).unwrap()]),
+                ],
+                usize::try_from(n).unwrap(),
+            )
+        };
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        let mut spill = spilling(&plan, 16 << 10);
+        let (mut expected, mut got) = (Rows::default(), Rows::default());
+        let mut feed = |batch: Batch, memory: &mut Engine, spill: &mut Engine| {
+            memory.process(&mut batch.clone(), &mut expected).unwrap();
+            spill.process(&mut { batch }, &mut got).unwrap();
+        };
+        feed(rows(0..6_000, 0), &mut memory, &mut spill);
+        feed(rows(0..6_000, 900_000), &mut memory, &mut spill);
+        for b in 0..20 {
+            feed(rows(100_000 + b * 1_000..100_000 + (b + 1) * 1_000, 900_000), &mut memory, &mut spill);
+        }
+        let on_disk = spill.stats().spilled_pages;
+        assert!(on_disk > 300, "the keys' pages went to disk: {on_disk}");
+        feed(rows(0..6_000, 420_000), &mut memory, &mut spill);
+        memory.finish(&mut expected).unwrap();
+        spill.finish(&mut got).unwrap();
+        let (mut a, mut b) = (expected.0, got.0);
+        a.sort();
+        b.sort();
+        assert_eq!(a.len(), 6_000 + 20_000, "one session per key: {}", a.len());
+        assert!(a == b, "the spilling engine closed other sessions");
+    }
+
+    /// A row emitted: whether it deletes, and its values.
+    type Emitted = (bool, String);
+
+    /// A whole checkpoint of `sql`'s operator — the only kind it wrote
+    /// before its state was paged — restores, is written again byte for
+    /// byte, and the operator then checkpoints in pages that restore too,
+    /// spilling: what an engine never restored emits after it, and what
+    /// the restored one does, each sorted.
+    fn restores_whole_then_in_pages(sql: &str) -> (Vec<Emitted>, Vec<Emitted>) {
+        let plan = plan(sql);
+        let mut memory = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        for b in 0..10 {
+            memory.process(&mut batch(b), &mut Rows::default()).unwrap();
+        }
+        let whole = memory.snapshot().unwrap();
+        let mut again = Engine::new(Arc::clone(&plan), EngineOptions::default());
+        again.restore(&whole).unwrap();
+        assert_eq!(again.snapshot().unwrap(), whole, "{sql}: written again as it was read");
+        let mut restored = spilling(&plan, 16 << 10);
+        restored.restore(&whole).unwrap();
+        let mut topic = Topic::default();
+        let mut tail = (Rows::default(), Rows::default());
+        for b in 10..30 {
+            memory.process(&mut batch(b), &mut tail.0).unwrap();
+            restored.process(&mut batch(b), &mut tail.1).unwrap();
+            if b == 19 {
+                topic.save(&mut restored);
+                assert!(
+                    topic.pages.len() > 30,
+                    "{sql}: every page written after a whole restore: {}",
+                    topic.pages.len()
+                );
+                restored = spilling(&plan, 16 << 10);
+                topic.restore(&mut restored);
+            }
+        }
+        assert!(restored.stats().spilled_pages > 0, "{sql}: it spilled");
+        memory.finish(&mut tail.0).unwrap();
+        restored.finish(&mut tail.1).unwrap();
+        let (mut a, mut b) = (tail.0.0, tail.1.0);
+        a.sort();
+        b.sort();
+        (a, b)
+    }
+
+    /// An OVER window's whole checkpoint restores (two specs, so their
+    /// keys move into one table) and it then checkpoints in pages.
+    #[test]
+    fn a_whole_checkpoint_of_a_rows_window_restores_and_then_checkpoints_in_pages() {
+        let (expected, got) = restores_whole_then_in_pages(
+            "SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s, \
+             MAX(k) OVER (PARTITION BY v ORDER BY ts ROWS BETWEEN 4 PRECEDING AND CURRENT ROW) AS m FROM t",
+        );
+        assert_eq!(expected.len(), 20 * 500);
+        assert!(got == expected, "the restored engine gave rows other values");
+    }
+
+    /// Session windows' whole checkpoint restores and they then
+    /// checkpoint in pages.
+    #[test]
+    fn a_whole_checkpoint_of_session_windows_restores_and_then_checkpoints_in_pages() {
+        let (expected, got) = restores_whole_then_in_pages(
+            "SELECT k, COUNT(*) AS n, SUM(v) AS s FROM t GROUP BY k, SESSION(ts, INTERVAL '10' MINUTE)",
+        );
+        assert!(expected.len() > 5_000, "{} sessions closed", expected.len());
+        assert!(got == expected, "the restored engine closed other sessions");
     }
 
     /// A restore into an engine whose budget is smaller than the state

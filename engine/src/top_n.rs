@@ -28,7 +28,7 @@ use crate::group_keys::BLOCK;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use crate::pages::{DirtyPages, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
-use crate::spill::{PagedGroups, Spill, SpillStore, SpilledHead, Spilling, place_keys};
+use crate::spill::{PagedGroups, Spilling, place_keys};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
 
@@ -364,29 +364,20 @@ impl Operator for TopNOperator {
         self.slots = 0;
         self.heap = 0;
         self.dirty.clear();
-        self.spilling.forget()?;
-        let spilled =
-            postcard::take_from_bytes::<u32>(bytes).is_ok_and(|(tag, _)| tag == OperatorTag::TopNSpilledHead as u32);
-        if spilled {
-            let head: SpilledHead<()> = read_state(OperatorTag::TopNSpilledHead, bytes)?;
-            self.spilling.restore_head(head)?;
-            self.kept = Vec::new();
-            self.table = GroupTable::default();
-            return Ok(());
+        self.kept = Vec::new();
+        self.table = GroupTable::default();
+        if let Some(head) = self.spilling.restore_either_head(
+            bytes,
+            OperatorTag::TopNSpilledHead as u32,
+            OperatorTag::TopNHead as u32,
+        )? {
+            self.kept = vec![Vec::new(); head.groups as usize];
+            self.table = head.table();
         }
-        let head: TableHead = read_state(OperatorTag::TopNHead, bytes)?;
-        self.kept = vec![Vec::new(); head.groups as usize];
-        self.table = head.table();
         Ok(())
     }
 
-    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.dirty.take(all, self.spilling.ids(&self.table), out);
-    }
-
-    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.spilling.snapshot_page(self, page, out)
-    }
+    crate::spill::spilling_operator_methods!(plain);
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
@@ -407,37 +398,10 @@ impl Operator for TopNOperator {
         }
         Ok(())
     }
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.spilling.pages_restored(&self.table)
-    }
-
-    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
-        self.spilling.spill = Some(Spill::new(store, budget));
-        Ok(())
-    }
-
-    fn spill(&mut self) -> Result<(), Error> {
-        self.with_spilling(|s, op| s.spill_cold(op))
-    }
-
-    fn spilled(&self) -> (usize, u64) {
-        self.spilling.spilled()
-    }
 }
 
 impl PagedGroups for TopNOperator {
-    fn table(&self) -> &GroupTable {
-        &self.table
-    }
-
-    fn table_mut(&mut self) -> &mut GroupTable {
-        &mut self.table
-    }
-
-    fn spilling_mut(&mut self) -> &mut Spilling {
-        &mut self.spilling
-    }
+    crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let kept = groups.clone().map(|g| self.kept.get(g).map_or(&[][..], Vec::as_slice)).collect();

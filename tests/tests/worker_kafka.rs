@@ -2619,6 +2619,7 @@ fn the_state_limit_bounds_a_cores_partitions_together() {
         reason.contains("the state of core 0 (8 partition engine(s))"),
         "the core's bound, not one partition's: {reason}"
     );
+    assert!(reason.contains(&format!("the largest, reading {topic} partition ")), "names its largest engine: {reason}");
     let metrics = worker.get("/metrics").map(|(_, b)| b).unwrap_or_default();
     let largest: f64 =
         metric_values(&metrics, "sluice_state_bytes_largest_partition").iter().map(|(_, v)| *v).fold(0.0, f64::max);

@@ -28,12 +28,14 @@ pub enum Error {
     /// `spec.engine.stateMemoryLimit`, the state one core may hold (what
     /// the pod's memory is sized from): the core stops before the kernel
     /// kills the pod, and a restart would only restore the same state.
+    /// `largest` names the partition engine holding the most of it.
     #[error(
         "the state of core {core} ({partitions} partition engine(s)) is {used} bytes, over \
-         spec.engine.stateMemoryLimit ({limit} bytes), the state one core may hold: raise it (the worker pods' \
-         memory is sized from it), spread the partitions over more cores or workers, or shorten windows"
+         spec.engine.stateMemoryLimit ({limit} bytes), the state one core may hold; {largest}: raise it (the \
+         worker pods' memory is sized from it), spread the partitions over more cores or workers, or shorten \
+         windows"
     )]
-    StateLimit { core: usize, partitions: usize, used: usize, limit: usize },
+    StateLimit { core: usize, partitions: usize, used: usize, limit: usize, largest: String },
     /// The state a core spilled to disk outgrew its share of the worker's
     /// volume (half of it, split across the worker's cores; the other
     /// half is the checkpoint copy's): the core stops before the kubelet

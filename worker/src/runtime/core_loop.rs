@@ -648,12 +648,14 @@ impl<'a> Core<'a> {
             m.dead_letter_late.inc_by(totals.late);
         }
         let now = crate::clock::now_ms();
-        let (mut entries, mut bytes, mut largest) = (0usize, 0usize, 0usize);
+        let (mut entries, mut bytes, mut largest, mut largest_slot) = (0usize, 0usize, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
             let stats = p.engine.stats();
             entries += stats.state_entries;
             bytes += stats.state_bytes;
-            largest = largest.max(stats.state_bytes);
+            if stats.state_bytes > largest {
+                (largest, largest_slot) = (stats.state_bytes, slot);
+            }
             let Some(pm) = m.partitions.get(slot) else { continue };
             if let Some(lag) = self.source.lag(slot) {
                 pm.consumer_lag.set(lag);
@@ -689,11 +691,21 @@ impl<'a> Core<'a> {
         // One bound for the core's partitions together: the pod's memory is
         // sized per core from it (each engine also stops at it alone).
         if bytes > self.state_limit {
+            let p = &self.parts[largest_slot];
+            let stats = p.engine.stats();
             return Err(Error::StateLimit {
                 core: self.setup.core,
                 partitions: self.parts.len(),
                 used: bytes,
                 limit: self.state_limit,
+                largest: format!(
+                    "the largest, reading {} partition {}, holds {largest} bytes in memory ({} entries, {} bytes \
+                     spilled to disk)",
+                    p.topic(),
+                    p.partition,
+                    stats.state_entries,
+                    stats.spilled_bytes
+                ),
             });
         }
         Ok(())

@@ -239,6 +239,11 @@ impl PartitionPipeline {
         Ok(())
     }
 
+    /// The topic the partition reads (a source's, or a repartition's).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
     /// Whether the partition's checkpoints are incremental ([`Engine::paged`]).
     pub fn paged(&self) -> bool {
         self.engine.paged()
