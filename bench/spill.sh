@@ -35,8 +35,8 @@ bids=$((events * 46 / 50))
 # The query: `pairs` is the issue's GROUP BY of (auction, bidder) over
 # bids (every pair a group; it grows without end); `distinct` counts each
 # auction's distinct bidders (every pair a value of its auction's set);
-# `sessions` each (auction, bidder) pair's sessions of bids less than a
-# minute apart; `rows` each bid's average of its bidder's last 10 bids on
+# `sessions` each (auction, bidder) pair's sessions of bids less than
+# 30 minutes apart; `rows` each bid's average of its bidder's last 10 bids on
 # its auction (a ROWS frame per pair, kept for good); q* are Nexmark's
 # manifests with their sources replaced by the generator (as
 # bench/nexmark.sh runs them, one partition each) and their sink by a file:
@@ -53,7 +53,7 @@ manifest() { # query limit out
   local sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top FROM bid GROUP BY auction, bidder"
   case "$1" in
     distinct) sql="SELECT auction, COUNT(DISTINCT bidder) AS bidders, COUNT(*) AS n FROM bid GROUP BY auction" ;;
-    sessions) sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top, window_start, window_end FROM bid GROUP BY auction, bidder, SESSION(dateTime, INTERVAL '1' MINUTE)" ;;
+    sessions) sql="SELECT auction, bidder, COUNT(*) AS n, MAX(price) AS top, window_start, window_end FROM bid GROUP BY auction, bidder, SESSION(dateTime, INTERVAL '30' MINUTE)" ;;
     rows) sql="SELECT auction, bidder, price, AVG(price) OVER (PARTITION BY auction, bidder ORDER BY dateTime ROWS BETWEEN 9 PRECEDING AND CURRENT ROW) AS avg10 FROM bid" ;;
   esac
   cat <<YAML

@@ -28,7 +28,7 @@ use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSi
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{PagedGroups, Spilling, place_keys};
+use crate::spill::{FOLD_AT, PAGE_ENTRY, PageIs, PagedGroups, Spilling, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::Column;
 use sluice_plan::eval;
@@ -355,6 +355,16 @@ impl SessionOperator {
             if end > watermark {
                 break;
             }
+            if id & PAGE_ENTRY != 0 {
+                // A page on disk whose first session may close: read
+                // back, its sessions are filed by end again, each.
+                self.by_end.remove(&(end, id));
+                let page = id & !PAGE_ENTRY;
+                if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+                    self.with_spilling(|s, op| s.read_back(op, page))?;
+                }
+                continue;
+            }
             // A session on disk comes back with its key's page.
             let key_id = if self.spilling.spilled_any() { self.with_spilling(|s, op| s.slot_of(op, id))? } else { id };
             let slot = self
@@ -400,9 +410,37 @@ impl SessionOperator {
         Ok(())
     }
 
-    /// Open sessions, in memory and on disk.
+    /// Keys with open sessions, in memory and on disk.
     fn groups(&self) -> usize {
-        self.by_end.len()
+        self.spilling.groups(&self.table)
+    }
+
+    /// Folds the index by end's entries for keys on disk into one entry
+    /// per page, at its earliest end (`crate::spill::PAGE_ENTRY`).
+    fn fold_ends(&mut self) {
+        let Some(pages) = &self.spilling.pages else { return };
+        let mut entries: Vec<(i64, u32)> = std::mem::take(&mut self.by_end)
+            .into_iter()
+            .filter_map(|(end, id)| {
+                if id & PAGE_ENTRY != 0 {
+                    return (pages.where_is(id & !PAGE_ENTRY) == PageIs::Spilled).then_some((end, id));
+                }
+                match pages.where_is(id / PAGE_GROUPS) {
+                    PageIs::Spilled => Some((end, (id / PAGE_GROUPS) | PAGE_ENTRY)),
+                    PageIs::InBlock(_) => Some((end, id)),
+                    PageIs::Unused | PageIs::Missing => None,
+                }
+            })
+            .collect();
+        // A page's earliest first; a key in memory keeps every session's.
+        entries.sort_unstable_by_key(|&(end, id)| (id, end));
+        entries.dedup_by(|next, kept| next.1 == kept.1 && next.1 & PAGE_ENTRY != 0);
+        self.by_end = entries.into_iter().collect();
+    }
+
+    /// Open sessions in memory.
+    fn sessions_in_memory(&self) -> usize {
+        self.sessions.slots.len() - self.sessions.free.len() - self.sessions.pending.len()
     }
 
     /// The state's bytes in memory, what spilling keeps aside.
@@ -553,7 +591,19 @@ impl Operator for SessionOperator {
         Ok(())
     }
 
-    crate::spill::spilling_operator_methods!(plain);
+    crate::spill::spilling_operator_methods!();
+
+    fn pages_restored(&mut self) -> Result<(), Error> {
+        self.spilling.pages_restored(&self.table)
+    }
+
+    fn spill(&mut self) -> Result<(), Error> {
+        self.with_spilling(|s, op| s.spill_cold(op))?;
+        if self.by_end.len() > 2 * self.sessions_in_memory() + FOLD_AT {
+            self.fold_ends();
+        }
+        Ok(())
+    }
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
@@ -608,13 +658,11 @@ impl PagedGroups for SessionOperator {
         SessionOperator::own_bytes(self)
     }
 
-    /// A page restored straight to disk files its sessions by end.
+    /// A page restored straight to disk is filed by its earliest end.
     fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        for (bounds, i) in p.sessions.iter().zip(0u32..) {
-            for &(_, end) in bounds {
-                self.by_end.insert((end, page * PAGE_GROUPS + i));
-            }
+        if let Some(end) = p.sessions.iter().flatten().map(|&(_, end)| end).min() {
+            self.by_end.insert((end, page | PAGE_ENTRY));
         }
         Ok(())
     }

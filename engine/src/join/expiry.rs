@@ -4,9 +4,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::{JoinOperator, PAGE_ENTRY};
+use super::JoinOperator;
 use crate::pages::PAGE_GROUPS;
-use crate::spill::PageIs;
+use crate::spill::{PAGE_ENTRY, PageIs};
 
 impl JoinOperator {
     /// Folds the heap's entries for keys on disk into one entry per page

@@ -45,7 +45,7 @@ use crate::operator::{
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{PageIs, PagedGroups, SpilledHead, Spilling, place_keys};
+use crate::spill::{FOLD_AT, PAGE_ENTRY, PageIs, PagedGroups, SpilledHead, Spilling, place_keys};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
@@ -254,16 +254,6 @@ struct Pair {
     left: u32,
     right: u32,
 }
-
-/// Marks an entry of the expiry heap as a page's (on disk), not a key's.
-const PAGE_ENTRY: u32 = 1 << 31;
-
-/// Entries past twice the keys in memory, beyond which the expiry heap
-/// is folded (`JoinOperator::fold_expiry`); in tests, soon.
-#[cfg(not(test))]
-const FOLD_AT: usize = 1 << 16;
-#[cfg(test)]
-const FOLD_AT: usize = 64;
 
 #[derive(Debug)]
 pub struct JoinOperator {
