@@ -12,9 +12,9 @@
 //! pages and spills as an aggregate's does (`crate::pages`,
 //! `crate::spill`): a checkpoint writes the pages of keys whose sessions
 //! changed, and past its budget cold keys go to disk with their sessions.
-//! What stays in memory of a session on disk is its entry in the index of
-//! session ends (its end and its key's page id): the watermark reads its
-//! page back when it closes it.
+//! What stays in memory of the sessions on disk is an entry per page in
+//! the index of session ends, at the page's earliest end
+//! (`crate::spill::PAGE_ENTRY`): the watermark reads the page back then.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -46,8 +46,10 @@ pub struct SessionOperator {
     /// What the lists of `key_sessions` hold on the heap.
     list_bytes: usize,
     sessions: Sessions,
-    /// Every open session, in memory or on disk, by (end, its key's id in
-    /// checkpoints): the order the watermark closes them in.
+    /// Every open session by (end, its key's id in checkpoints): the
+    /// order the watermark closes them in. Once folded (`fold_ends`), the
+    /// sessions of a page on disk are one entry, (its earliest end, the
+    /// page | `PAGE_ENTRY`).
     by_end: BTreeSet<(i64, u32)>,
     accs: Vec<Accumulator>,
     /// Sessions with changes to emit at the end of the batch (coalesced
