@@ -17,7 +17,9 @@ use super::accumulators::Accumulator;
 use super::agg_args::{Selected, eval_args};
 use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
+use crate::operator::{
+    BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
+};
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
@@ -342,7 +344,7 @@ impl AggregateOperator {
 
     /// Closes the windows that end at or before `watermark`, emitting them
     /// when `emit` (EMIT FINAL) and freeing their state.
-    pub(crate) fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    pub(crate) fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<usize, Error> {
         let mut closed = Vec::new();
         while let Some(entry) = self.open_by_end.first_entry() {
             if *entry.key() > watermark {
@@ -358,7 +360,8 @@ impl AggregateOperator {
         }
         if emit {
             for &g in &closed {
-                self.emit_group(g, out)?;
+                self.emit_group(g, out.rows)?;
+                out.drain_if_full()?;
             }
         }
         self.free(&closed);
@@ -371,12 +374,13 @@ impl AggregateOperator {
     /// a window larger than memory holds a page of it at a time, not the
     /// whole window. (Not with HAVING's bits: they are settled after the
     /// batch, by slot, and a slot must not change hands before.)
-    fn close_spilled(&mut self, closed: &[u32], emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    fn close_spilled(&mut self, closed: &[u32], emit: bool, out: &mut Closed<'_>) -> Result<usize, Error> {
         let hand_back = !self.shown.tracking();
         for &id in closed {
             let slot = self.with_spilling(|s, op| s.slot_of(op, id))?;
             if emit {
-                self.emit_group(slot, out)?;
+                self.emit_group(slot, out.rows)?;
+                out.drain_if_full()?;
             }
             self.free(&[slot]);
             let block = slot / PAGE_GROUPS;
@@ -392,7 +396,7 @@ impl AggregateOperator {
     }
 
     /// Closes every open window (end of a bounded run).
-    pub(crate) fn close_all(&mut self, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    pub(crate) fn close_all(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<usize, Error> {
         self.close_windows(i64::MAX, emit, out)
     }
 
@@ -594,17 +598,17 @@ impl Operator for AggregateOperator {
         self.fold_batch(input, out.rows, out.late)
     }
 
-    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn on_watermark(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         if self.plan.window.is_some() {
-            self.close_windows(watermark, emit, rows)?;
+            self.close_windows(watermark, emit, out)?;
         }
         Ok(())
     }
 
-    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn finish(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         // Without a window, groups never close: nothing more to say.
         if self.plan.window.is_some() {
-            self.close_all(emit, rows)?;
+            self.close_all(emit, out)?;
         }
         Ok(())
     }

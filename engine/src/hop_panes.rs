@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::accumulators::Accumulator;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef, open_window_group};
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use sluice_plan::{AggregatePlan, Batch, EmitMode, Selection, TimeWindow};
+use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use sluice_plan::{AggregatePlan, EmitMode, Selection, TimeWindow};
 
 #[derive(Debug)]
 pub struct HopPaneOperator {
@@ -95,7 +95,7 @@ impl HopPaneOperator {
     /// Closes every window ending at or before `watermark`, in order of
     /// their ends: merges its panes into its groups, emits them when
     /// `emit`, then lets go of the panes no open window still needs.
-    fn close(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<(), Error> {
+    fn close(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         if watermark <= self.closed_through {
             return Ok(());
         }
@@ -187,12 +187,12 @@ impl Operator for HopPaneOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.close(watermark, emit, rows)
+    fn on_watermark(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.close(watermark, emit, out)
     }
 
-    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.close(i64::MAX, emit, rows)
+    fn finish(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.close(i64::MAX, emit, out)
     }
 
     fn state_size(&self) -> StateSize {
@@ -240,7 +240,7 @@ impl Operator for HopPaneOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_plan::{AggFunc, AggregateCall, DataType, PhysExpr};
+    use sluice_plan::{AggFunc, AggregateCall, Batch, DataType, PhysExpr};
 
     /// (key, value) rows; per key and window COUNT(*), SUM(value), MAX(value).
     const TYPES: [DataType; 2] = [DataType::Bigint, DataType::Bigint];
@@ -287,7 +287,7 @@ mod tests {
         let mut out = Batch::empty(&OUT);
         let (mut columns, mut late) = (Vec::new(), Vec::new());
         op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
-        op.on_watermark(after, true, &mut out).unwrap();
+        op.on_watermark(after, true, &mut Closed::new(&mut out)).unwrap();
         let mut emitted: Vec<String> = (0..out.len)
             .map(|r| format!("{:?}", (0..6).map(|c| out.columns[c].scalar(r)).collect::<Vec<_>>()))
             .collect();
@@ -358,8 +358,8 @@ mod tests {
             }
         }
         let mut rest = (Batch::empty(&OUT), Batch::empty(&OUT));
-        windows.finish(true, &mut rest.0).unwrap();
-        panes.finish(true, &mut rest.1).unwrap();
+        windows.finish(true, &mut Closed::new(&mut rest.0)).unwrap();
+        panes.finish(true, &mut Closed::new(&mut rest.1)).unwrap();
         assert_eq!(rest.0.len, rest.1.len);
         assert!(partial > 20, "only {partial} rows found some of their windows closed");
         assert_eq!(panes.state_size().entries, 0, "every pane and window let go");

@@ -33,6 +33,6 @@ mod upsert_aggregate;
 
 pub use error::Error;
 pub use executor::{Engine, EngineOptions, EngineStats};
-pub use operator::{BatchInput, Operator, OperatorOutput, StateSize};
+pub use operator::{BatchInput, Closed, Operator, OperatorOutput, StateSize};
 pub use output::{EmittedRows, Output};
 pub use spill::SpillStore;

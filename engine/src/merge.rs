@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 use super::aggregate::int_values;
 use crate::Error;
 use crate::group_keys::KeyEncoder;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
+use crate::operator::{
+    BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
+};
 use crate::shown::judge;
 use sluice_plan::{AggFunc, Batch, Column, DataType, MergeCall, MergePlan, Scalar};
 
@@ -334,19 +336,21 @@ impl Operator for MergeOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    /// Its rows are not drained: HAVING settles which groups were shown
+    /// only once they are all emitted.
+    fn on_watermark(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         if self.plan.window.is_some() && watermark > self.watermark {
             self.watermark = watermark;
-            self.close(Some(watermark), emit, rows)?;
+            self.close(Some(watermark), emit, out.rows)?;
         }
         Ok(())
     }
 
-    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn finish(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         // Without a window the one group never closes: its changes were
         // all emitted already.
         if self.plan.window.is_some() {
-            self.close(None, emit, rows)?;
+            self.close(None, emit, out.rows)?;
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::accumulators::Accumulator;
 use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
@@ -351,7 +351,7 @@ impl SessionOperator {
         self.list_bytes -= list.capacity() * 4;
     }
 
-    fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Batch) -> Result<usize, Error> {
+    fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<usize, Error> {
         let mut closed = 0;
         while let Some(&(end, id)) = self.by_end.first() {
             if end > watermark {
@@ -375,7 +375,8 @@ impl SessionOperator {
                 .and_then(|list| list.iter().copied().find(|&s| self.sessions.slots[s as usize].1 == end))
                 .ok_or_else(|| Error::Internal(format!("a session of key {id} ending at {end} is not open")))?;
             if emit {
-                self.emit_session(slot, out)?;
+                self.emit_session(slot, out.rows)?;
+                out.drain_if_full()?;
             }
             self.dirty.mark(id);
             self.drop_slot(key_id, slot);
@@ -533,13 +534,13 @@ impl Operator for SessionOperator {
         self.fold_batch(input, out.rows, out.late)
     }
 
-    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.close_windows(watermark, emit, rows)?;
+    fn on_watermark(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.close_windows(watermark, emit, out)?;
         Ok(())
     }
 
-    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.close_windows(i64::MAX, emit, rows)?;
+    fn finish(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.close_windows(i64::MAX, emit, out)?;
         Ok(())
     }
 

@@ -36,7 +36,7 @@ use crate::Error;
 use crate::aggregate::int_values;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::join::{Joined, Row, Store, bools, eval_keys, push_joined_at, residual_passes};
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use sluice_plan::{Batch, Column, DataType, JoinKind, Scalar, TableJoinPlan, TableVersion};
 
 /// One version of a key's table row: from `time` on, the row in `slot`
@@ -330,7 +330,7 @@ impl Operator for TableJoinOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn on_watermark(&mut self, watermark: i64, _emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         if !self.as_of() {
             return Ok(());
         }
@@ -350,7 +350,7 @@ impl Operator for TableJoinOperator {
         }
         if !self.pairs.is_empty() {
             let stream = std::mem::replace(&mut self.stream, Store::new(&[]));
-            let emitted = self.emit(&stream.columns, &|s| stream.time[s as usize], rows);
+            let emitted = self.emit(&stream.columns, &|s| stream.time[s as usize], out.rows);
             self.stream = stream;
             emitted?;
         }
@@ -391,11 +391,11 @@ impl Operator for TableJoinOperator {
         Ok(())
     }
 
-    fn finish(&mut self, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn finish(&mut self, _emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         if self.as_of() {
             // The end of a bounded input: every waiting row joins the
             // version valid at its time.
-            self.on_watermark(i64::MAX, true, rows)?;
+            self.on_watermark(i64::MAX, true, out)?;
         }
         Ok(())
     }

@@ -21,8 +21,10 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
 use crate::last_per_key::LastPerKey;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state};
-use sluice_plan::{AggFunc, AggregatePlan, Batch, Column, PhysExpr, Scalar, Selection, eval};
+use crate::operator::{
+    BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
+};
+use sluice_plan::{AggFunc, AggregatePlan, Column, PhysExpr, Scalar, Selection, eval};
 
 #[derive(Debug)]
 pub struct UpsertAggregateOperator {
@@ -128,12 +130,12 @@ impl Operator for UpsertAggregateOperator {
         Ok(())
     }
 
-    fn on_watermark(&mut self, watermark: i64, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.inner.on_watermark(watermark, emit, rows)
+    fn on_watermark(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.inner.on_watermark(watermark, emit, out)
     }
 
-    fn finish(&mut self, emit: bool, rows: &mut Batch) -> Result<(), Error> {
-        self.inner.finish(emit, rows)
+    fn finish(&mut self, emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
+        self.inner.finish(emit, out)
     }
 
     fn state_size(&self) -> StateSize {
@@ -186,7 +188,7 @@ impl Operator for UpsertAggregateOperator {
 mod tests {
     use super::*;
     use crate::operator::run_emitting_changes;
-    use sluice_plan::{AggregateCall, DataType};
+    use sluice_plan::{AggregateCall, Batch, DataType};
 
     /// Input (auction, category, final); per category AVG(final) and COUNT(*).
     const TYPES: [DataType; 3] = [DataType::Bigint, DataType::Bigint, DataType::Double];

@@ -40,7 +40,7 @@ use crate::Error;
 use crate::aggregate::int_values;
 use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{
-    BatchInput, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
+    BatchInput, Closed, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
 };
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
@@ -589,7 +589,7 @@ impl Operator for JoinOperator {
         self.emit_pairs(out.rows)
     }
 
-    fn on_watermark(&mut self, watermark: i64, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn on_watermark(&mut self, watermark: i64, _emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         while let Some(&Reverse((at, id))) = self.expiry.peek() {
             if at >= watermark {
                 break;
@@ -636,7 +636,8 @@ impl Operator for JoinOperator {
                     list.partition_point(|&s| Self::expires(&self.plan, right, store.time[s as usize]) < watermark);
                 for &slot in &list[..gone] {
                     if !store.matched[slot as usize] {
-                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
+                        push_unmatched(&self.plan, right, store.row(slot), out.rows)?;
+                        out.drain_if_full()?;
                     }
                 }
                 list.drain(..gone);
@@ -685,7 +686,7 @@ impl Operator for JoinOperator {
         watermark.saturating_sub(self.plan.upper.max(0))
     }
 
-    fn finish(&mut self, _emit: bool, rows: &mut Batch) -> Result<(), Error> {
+    fn finish(&mut self, _emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
         // An outer join's unmatched rows on disk come back, a page at a
         // time, to be emitted.
         let unmatched = self.plan.kind.keeps_unmatched(false) || self.plan.kind.keeps_unmatched(true);
@@ -694,7 +695,7 @@ impl Operator for JoinOperator {
             for page in spilled {
                 let block = self.with_spilling(|s, op| s.slot_of(op, page * PAGE_GROUPS))? / PAGE_GROUPS;
                 let start = block as usize * BLOCK;
-                self.push_unmatched_of(start..start + BLOCK, rows)?;
+                self.push_unmatched_of(start..start + BLOCK, out)?;
                 self.drop_groups(start..start + BLOCK);
                 if let Some(pages) = &mut self.spilling.pages {
                     pages.evicted(block, false);
@@ -702,7 +703,7 @@ impl Operator for JoinOperator {
                 self.table.evict_blocks(&[block]);
             }
         }
-        self.push_unmatched_of(0..self.keys.len(), rows)?;
+        self.push_unmatched_of(0..self.keys.len(), out)?;
         self.stores.iter_mut().for_each(Store::clear);
         self.keys.clear();
         self.table = GroupTable::default();
@@ -892,14 +893,15 @@ impl JoinOperator {
 
     /// Appends the kept rows of keys `groups` that never matched (for an
     /// outer join's end).
-    fn push_unmatched_of(&self, groups: std::ops::Range<usize>, rows: &mut Batch) -> Result<(), Error> {
+    fn push_unmatched_of(&self, groups: std::ops::Range<usize>, out: &mut Closed<'_>) -> Result<(), Error> {
         let n = self.keys.len();
         for entry in &self.keys[groups.start.min(n)..groups.end.min(n)] {
             for right in [false, true] {
                 let store = &self.stores[usize::from(right)];
                 for &slot in &entry[usize::from(right)] {
                     if !store.matched[slot as usize] {
-                        push_unmatched(&self.plan, right, store.row(slot), rows)?;
+                        push_unmatched(&self.plan, right, store.row(slot), out.rows)?;
+                        out.drain_if_full()?;
                     }
                 }
             }

@@ -99,8 +99,8 @@ fn a_join_restored_from_pages_emits_what_one_never_restored_does() {
         }
     }
     let (mut rest_a, mut rest_b) = (Batch::empty(&TYPES), Batch::empty(&TYPES));
-    whole.finish(true, &mut rest_a).unwrap();
-    paged.finish(true, &mut rest_b).unwrap();
+    whole.finish(true, &mut Closed::new(&mut rest_a)).unwrap();
+    paged.finish(true, &mut Closed::new(&mut rest_b)).unwrap();
     let (mut a, mut b) = (pairs(&rest_a), pairs(&rest_b));
     a.sort_by_key(|p| format!("{p:?}"));
     b.sort_by_key(|p| format!("{p:?}"));
@@ -517,8 +517,8 @@ fn a_join_that_spills_emits_what_one_in_memory_does() {
             }
         }
         let (mut rest_a, mut rest_b) = (Batch::empty(&TYPES), Batch::empty(&TYPES));
-        memory.finish(true, &mut rest_a).unwrap();
-        spill.finish(true, &mut rest_b).unwrap();
+        memory.finish(true, &mut Closed::new(&mut rest_a)).unwrap();
+        spill.finish(true, &mut Closed::new(&mut rest_b)).unwrap();
         let (mut a, mut b) = (pairs(&rest_a), pairs(&rest_b));
         a.sort_by_key(|p| format!("{p:?}"));
         b.sort_by_key(|p| format!("{p:?}"));

@@ -591,13 +591,13 @@ impl<'a> Core<'a> {
         for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
-                let (from, sink, flushed) = (p.upstream, &mut stage.sink, &mut written);
-                let mut flush = |emitted: &mut Emitted, dead: &mut dyn DeadLetterSink| {
-                    let (records, bytes, rejected) = send(sink, from, emitted, dead)?;
-                    *flushed = (flushed.0 + records, flushed.1 + bytes, flushed.2 + rejected);
-                    Ok(())
-                };
-                p.process(&stage.encoder, &mut stage.emitted, &mut flush, self.dead_letter.as_mut())?;
+                let from = p.upstream;
+                p.process(
+                    &stage.encoder,
+                    &mut stage.emitted,
+                    &mut flush_to(&mut stage.sink, from, &mut written),
+                    self.dead_letter.as_mut(),
+                )?;
                 let c = std::mem::take(&mut p.counters);
                 if c.records > 0 {
                     p.last_input = started;
@@ -717,7 +717,8 @@ impl<'a> Core<'a> {
     /// written, and a stage writing to a repartition topic says the end
     /// downstream.
     fn end_inputs(&mut self) -> Result<(), Error> {
-        let (mut records, mut bytes) = (0, 0);
+        // Records, bytes and dead letters written, mid-finish included.
+        let mut written = (0u64, 0u64, 0u64);
         for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
@@ -728,16 +729,22 @@ impl<'a> Core<'a> {
                 if p.ended || !ended {
                     continue;
                 }
-                p.finish(&stage.encoder, &mut stage.emitted)?;
+                let from = p.upstream;
+                p.finish(
+                    &stage.encoder,
+                    &mut stage.emitted,
+                    &mut flush_to(&mut stage.sink, from, &mut written),
+                    self.dead_letter.as_mut(),
+                )?;
                 let (r, b, rejected) = write(stage, p, self.dead_letter.as_mut())?;
-                self.summary.dead_lettered += rejected;
-                records += r;
-                bytes += b;
+                written = (written.0 + r, written.1 + b, written.2 + rejected);
                 if let StageSink::Exchange(x) = &mut stage.sink {
                     x.mark(Frame::Watermark { from: p.upstream, at: END })?;
                 }
             }
         }
+        let (records, bytes, rejected) = written;
+        self.summary.dead_lettered += rejected;
         self.summary.records_out += records;
         self.setup.metrics.records_out.inc_by(records);
         self.setup.metrics.bytes_out.inc_by(bytes);
@@ -910,6 +917,20 @@ fn write(
         p.marked = Some(w);
     }
     Ok(written)
+}
+
+/// A partition's mid-batch flush ([`Flush`]): sends to its stage's sink
+/// and adds what was written to `written` (records, bytes, dead letters).
+fn flush_to<'a>(
+    sink: &'a mut StageSink,
+    from: u32,
+    written: &'a mut (u64, u64, u64),
+) -> impl FnMut(&mut Emitted, &mut dyn DeadLetterSink) -> Result<(), Error> + 'a {
+    move |emitted, dead| {
+        let (records, bytes, rejected) = send(sink, from, emitted, dead)?;
+        *written = (written.0 + records, written.1 + bytes, written.2 + rejected);
+        Ok(())
+    }
 }
 
 /// Sends a partition's results (`from`: its number upstream of an

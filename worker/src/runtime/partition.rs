@@ -441,8 +441,16 @@ impl PartitionPipeline {
         Ok(())
     }
 
-    /// Closes every window (end of a bounded run).
-    pub fn finish(&mut self, encoder: &RowEncoder, out: &mut Emitted) -> Result<(), Error> {
+    /// Closes every window (end of a bounded run): its results go to
+    /// `flush` past the bound as they come, as a batch's do — every
+    /// session or window still open closes here at once.
+    pub fn finish(
+        &mut self,
+        encoder: &RowEncoder,
+        out: &mut Emitted,
+        flush: Flush<'_>,
+        dead_letter: &mut dyn DeadLetterSink,
+    ) -> Result<(), Error> {
         let mut sink = BatchOutput {
             encoder,
             out,
@@ -451,10 +459,14 @@ impl PartitionPipeline {
             emitted: &mut self.emitted,
             newest: crate::clock::now_ms(),
             late: &mut self.late_rows,
-            flush: None,
+            flush: Some((flush, dead_letter)),
             failed: None,
         };
-        self.engine.finish(&mut sink)?;
+        let finished = self.engine.finish(&mut sink);
+        if let Some(failed) = sink.failed.take() {
+            return Err(failed);
+        }
+        finished?;
         self.dirty = true;
         self.ended = true;
         Ok(())
@@ -724,5 +736,54 @@ mod tests {
         assert_eq!(dead.0.len(), 1, "{:?}", dead.0);
         assert!(dead.0[0].contains("has no key"), "{:?}", dead.0);
         assert_eq!(part.counters.malformed, 1);
+    }
+
+    /// Every window still open closes when a bounded input ends: past the
+    /// bound, its results go to the sink as they come (every row once, in
+    /// order), not all held until the end.
+    #[test]
+    fn windows_closed_at_the_end_of_the_input_are_written_past_the_bound() {
+        use sluice_crds::EventTimeSpec;
+        use sluice_formats::encode::{BinaryEncoder, RowEncoder};
+
+        use super::{Emitted, FLUSH_ROWS};
+
+        let source = SourceSpec {
+            event_time: Some(EventTimeSpec { column: "ts".into(), watermark_delay_millis: 0 }),
+            ..SourceSpec::table("t", &[("k", ColumnType::Bigint, true), ("ts", ColumnType::Timestamp, true)])
+        };
+        let sql = "SELECT k, COUNT(*) AS n FROM t GROUP BY k, SESSION(ts, INTERVAL '1' MINUTE)";
+        let plan = Arc::new(sluice_sql::plan_dataflow(sql, &[source], 1).unwrap().stages[0].plan.clone());
+        let keys = 2 * FLUSH_ROWS + 1_000;
+        let mut part = PartitionPipeline::new(&plan, "t".into(), 0, EngineOptions::default(), keys, None);
+        let (encoder, mut out, mut dead) = (RowEncoder::Binary(BinaryEncoder), Emitted::default(), Reasons::default());
+        for k in 0..keys {
+            let payload = format!(r#"{{"k":{k},"ts":1000}}"#);
+            let record = Record {
+                slot: 0,
+                offset: k as i64,
+                timestamp_ms: 5,
+                payload: payload.as_bytes(),
+                key: None,
+                headers: None,
+            };
+            part.push(&record, &mut dead).unwrap();
+        }
+        let mut written = Vec::new();
+        part.process(&encoder, &mut out, &mut |_: &mut Emitted, _: &mut dyn DeadLetterSink| Ok(()), &mut dead).unwrap();
+        assert!(out.rows.is_empty(), "no session closed before the end");
+        let mut flush = |e: &mut Emitted, _: &mut dyn DeadLetterSink| {
+            written.push((e.rows.len(), e.seqs[0], *e.seqs.last().unwrap()));
+            Ok(())
+        };
+        part.finish(&encoder, &mut out, &mut flush, &mut dead).unwrap();
+        assert_eq!(written.len(), 2, "{written:?}");
+        let mut next = 1;
+        for (n, first, last) in &written {
+            assert!(*n < FLUSH_ROWS + FLUSH_ROWS / 8, "past the bound by a chunk of the engine's at most: {n}");
+            assert_eq!((*first, *last), (next, next + *n as i64 - 1), "in order, every row once");
+            next += *n as i64;
+        }
+        assert_eq!(next - 1 + out.rows.len() as i64, keys as i64, "the rest held");
     }
 }
