@@ -19,6 +19,7 @@ mod last_per_key;
 mod merge;
 mod operator;
 mod output;
+mod page_due;
 mod pages;
 mod rows_changelog;
 mod rows_window;

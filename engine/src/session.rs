@@ -12,9 +12,8 @@
 //! pages and spills as an aggregate's does (`crate::pages`,
 //! `crate::spill`): a checkpoint writes the pages of keys whose sessions
 //! changed, and past its budget cold keys go to disk with their sessions.
-//! What stays in memory of the sessions on disk is an entry per page in
-//! the index of session ends, at the page's earliest end
-//! (`crate::spill::PAGE_ENTRY`): the watermark reads the page back then.
+//! What stays in memory of the sessions on disk is each page's earliest
+//! end (`crate::page_due`): the watermark reads the page back then.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -25,10 +24,11 @@ use super::accumulators::Accumulator;
 use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::page_due::PageDue;
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{FOLD_AT, PAGE_ENTRY, PageIs, PagedGroups, Spilling, place_keys};
+use crate::spill::{FOLD_AT, PageIs, PagedGroups, Spilling, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::Column;
 use sluice_plan::eval;
@@ -48,9 +48,10 @@ pub struct SessionOperator {
     sessions: Sessions,
     /// Every open session by (end, its key's id in checkpoints): the
     /// order the watermark closes them in. Once folded (`fold_ends`), the
-    /// sessions of a page on disk are one entry, (its earliest end, the
-    /// page | `PAGE_ENTRY`).
+    /// sessions of a page on disk are in `on_disk` instead.
     by_end: BTreeSet<(i64, u32)>,
+    /// The earliest end of each page on disk.
+    on_disk: PageDue,
     accs: Vec<Accumulator>,
     /// Sessions with changes to emit at the end of the batch (coalesced
     /// EMIT CHANGES), and a flag per slot so each is listed once.
@@ -187,6 +188,7 @@ impl SessionOperator {
             list_bytes: 0,
             sessions: Sessions::default(),
             by_end: BTreeSet::new(),
+            on_disk: PageDue::default(),
             touched: Vec::new(),
             is_touched: Vec::new(),
             rows: Vec::new(),
@@ -353,20 +355,23 @@ impl SessionOperator {
 
     fn close_windows(&mut self, watermark: i64, emit: bool, out: &mut Closed<'_>) -> Result<usize, Error> {
         let mut closed = 0;
-        while let Some(&(end, id)) = self.by_end.first() {
-            if end > watermark {
-                break;
-            }
-            if id & PAGE_ENTRY != 0 {
-                // A page on disk whose first session may close: read
-                // back, its sessions are filed by end again, each.
-                self.by_end.remove(&(end, id));
-                let page = id & !PAGE_ENTRY;
-                if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
-                    self.with_spilling(|s, op| s.read_back(op, page))?;
+        let mut due = Vec::new();
+        loop {
+            let next = self.by_end.first().copied().filter(|&(end, _)| end <= watermark);
+            if self.on_disk.first().is_some_and(|at| at <= watermark && next.is_none_or(|(end, _)| at <= end)) {
+                // Pages on disk whose first session may close, before
+                // any later session closes: read back (a run of pages at
+                // most), their sessions are filed by end again, each.
+                due.clear();
+                self.on_disk.take_run(watermark, &mut due);
+                for &page in &due {
+                    if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+                        self.with_spilling(|s, op| s.read_back(op, page))?;
+                    }
                 }
                 continue;
             }
+            let Some((end, id)) = next else { break };
             // A session on disk comes back with its key's page.
             let key_id = if self.spilling.spilled_any() { self.with_spilling(|s, op| s.slot_of(op, id))? } else { id };
             let slot = self
@@ -418,27 +423,19 @@ impl SessionOperator {
         self.spilling.groups(&self.table)
     }
 
-    /// Folds the index by end's entries for keys on disk into one entry
-    /// per page, at its earliest end (`crate::spill::PAGE_ENTRY`).
+    /// Moves the index by end's entries for keys on disk to `on_disk`,
+    /// their page's earliest end.
     fn fold_ends(&mut self) {
         let Some(pages) = &self.spilling.pages else { return };
-        let mut entries: Vec<(i64, u32)> = std::mem::take(&mut self.by_end)
-            .into_iter()
-            .filter_map(|(end, id)| {
-                if id & PAGE_ENTRY != 0 {
-                    return (pages.where_is(id & !PAGE_ENTRY) == PageIs::Spilled).then_some((end, id));
-                }
-                match pages.where_is(id / PAGE_GROUPS) {
-                    PageIs::Spilled => Some((end, (id / PAGE_GROUPS) | PAGE_ENTRY)),
-                    PageIs::InBlock(_) => Some((end, id)),
-                    PageIs::Unused | PageIs::Missing => None,
-                }
-            })
-            .collect();
-        // A page's earliest first; a key in memory keeps every session's.
-        entries.sort_unstable_by_key(|&(end, id)| (id, end));
-        entries.dedup_by(|next, kept| next.1 == kept.1 && next.1 & PAGE_ENTRY != 0);
-        self.by_end = entries.into_iter().collect();
+        let on_disk = &mut self.on_disk;
+        self.by_end.retain(|&(end, id)| match pages.where_is(id / PAGE_GROUPS) {
+            PageIs::Spilled => {
+                on_disk.file(id / PAGE_GROUPS, end);
+                false
+            }
+            PageIs::InBlock(_) => true,
+            PageIs::Unused | PageIs::Missing => false,
+        });
     }
 
     /// Open sessions in memory.
@@ -454,6 +451,7 @@ impl SessionOperator {
             + self.sessions.slots.capacity() * 24
             + (self.sessions.free.capacity() + self.sessions.pending.capacity()) * 4
             + self.by_end.len() * 40
+            + self.on_disk.heap_bytes()
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
             + self.is_touched.capacity()
     }
@@ -483,6 +481,7 @@ impl SessionOperator {
         let SessionsIn { slots, free, pending, .. } = state.sessions;
         self.sessions = Sessions { slots, free, pending };
         self.by_end = self.sessions.slots.iter().filter(|s| s.1 != i64::MIN).map(|s| (s.1, s.2)).collect();
+        self.on_disk.clear();
         self.accs = state.accs;
         self.touched.clear();
         self.is_touched.clear();
@@ -495,6 +494,7 @@ impl SessionOperator {
         self.list_bytes = 0;
         self.sessions = Sessions::default();
         self.by_end.clear();
+        self.on_disk.clear();
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
         self.touched.clear();
         self.is_touched.clear();
@@ -600,9 +600,15 @@ impl Operator for SessionOperator {
         self.spilling.pages_restored(&self.table)
     }
 
+    /// The index by end is folded once its entries of keys on disk pass
+    /// a quarter of those in memory (and `FOLD_AT / 4`): at 40 bytes an
+    /// entry, twice the live ones (a join's heap's rule, 16 bytes an
+    /// entry) took a third of the budget at the peak. A fold visits the
+    /// index once, for at least a fifth of it removed.
     fn spill(&mut self) -> Result<(), Error> {
         self.with_spilling(|s, op| s.spill_cold(op))?;
-        if self.by_end.len() > 2 * self.sessions_in_memory() + FOLD_AT {
+        let live = self.sessions_in_memory();
+        if self.by_end.len() > live + live / 4 + FOLD_AT / 4 {
             self.fold_ends();
         }
         Ok(())
@@ -638,6 +644,7 @@ impl PagedGroups for SessionOperator {
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         place_keys(&mut self.table, block, &p.keys)?;
+        self.on_disk.forget(page);
         let start = block as usize * BLOCK;
         self.place_sessions(page, p, start..start + BLOCK)
     }
@@ -665,7 +672,7 @@ impl PagedGroups for SessionOperator {
     fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         if let Some(end) = p.sessions.iter().flatten().map(|&(_, end)| end).min() {
-            self.by_end.insert((end, page | PAGE_ENTRY));
+            self.on_disk.file(page, end);
         }
         Ok(())
     }

@@ -57,16 +57,12 @@ pub trait SpillStore: Send + std::fmt::Debug {
     fn disk_bytes(&self) -> u64;
 }
 
-/// Marks an entry of an index by time — a join's expiry heap, session
-/// windows' ends — as a page's on disk rather than a key's: the entries
-/// of keys on disk fold into one per page (at the page's earliest), which
-/// reads the page back when its time comes. An index kept an entry per
-/// key on disk (it cannot take one out when a key goes), and past a few
-/// million keys on disk it held more memory than the keys in memory.
-pub(crate) const PAGE_ENTRY: u32 = 1 << 31;
-
-/// Entries past twice those of keys in memory beyond which such an index
-/// is folded; in tests, soon.
+/// Entries past twice those of keys in memory beyond which an index by
+/// time (a join's expiry heap, session windows' ends) moves the entries
+/// of keys on disk to their pages' times (`crate::page_due`): such an
+/// index keeps a key's entries when the key goes to disk (a heap cannot
+/// take one out), and past a few million keys on disk it held more
+/// memory than the keys in memory. In tests, soon.
 pub(crate) const FOLD_AT: usize = if cfg!(test) { 64 } else { 1 << 16 };
 
 /// Blocks in memory at or under which the clock evicts none in use
@@ -1311,9 +1307,9 @@ mod tests {
         }
         let on_disk = spill.stats().spilled_pages;
         assert!(on_disk > 300, "the keys' pages went to disk: {on_disk}");
-        // What stays in memory of a session on disk is folded into one
-        // entry per page of the index by end (1.8 MB here; 2.9 MB with
-        // an entry per session, against 5.7 MB in memory).
+        // What stays in memory of a session on disk is its page's
+        // earliest end (1.7 MB here; 2.9 MB with an entry per session in
+        // the index by end, against 5.7 MB in memory).
         let (held, all) = (spill.stats().state_bytes, memory.stats().state_bytes);
         assert!(held * 5 < all * 2, "the spilling engine holds {held} bytes, the other {all}");
         feed(rows(0..6_000, 420_000), &mut memory, &mut spill);
@@ -1324,6 +1320,39 @@ mod tests {
         b.sort();
         assert_eq!(a.len(), 6_000 + 20_000, "one session per key: {}", a.len());
         assert!(a == b, "the spilling engine closed other sessions");
+    }
+
+    /// What stays in memory of sessions on disk is a few bytes a key: each
+    /// page's earliest end (8 bytes per 8 keys) and the store's filter of
+    /// keys, not an entry per page in an ordered index (40 bytes per 8
+    /// keys), which grew with the keys on disk past any budget.
+    #[test]
+    fn sessions_on_disk_cost_a_few_bytes_a_key() {
+        let plan = plan_late("SELECT k, COUNT(*) AS n FROM t GROUP BY k, SESSION(ts, INTERVAL '10' MINUTE)", 3_600_000);
+        let rows = |keys: Range<i64>| {
+            let n = usize::try_from(keys.end - keys.start).unwrap();
+            let col = |t, v: Vec<i64>| Column::new(t, ColumnData::Int(v), None);
+            Batch::new(
+                vec![
+                    col(DataType::Bigint, keys.collect()),
+                    col(DataType::Bigint, vec![1; n]),
+                    col(DataType::Timestamp, vec![0; n]),
+                ],
+                n,
+            )
+        };
+        let mut spill = spilling(&plan, 16 << 10);
+        let mut got = Rows::default();
+        let keys = 200_000;
+        for b in 0..keys / 1_000 {
+            spill.process(&mut rows(b * 1_000..(b + 1) * 1_000), &mut got).unwrap();
+        }
+        let (held, pages) = (spill.stats().state_bytes, spill.stats().spilled_pages);
+        assert!(pages * 8 > keys as usize * 9 / 10, "nearly every key went to disk: {pages} pages");
+        // 0.80 MB; 1.52 MB with an entry per page in the index by end.
+        assert!(held < 5 * keys as usize, "{held} bytes held for {keys} keys, {pages} pages on disk");
+        spill.finish(&mut got).unwrap();
+        assert_eq!(got.0.len(), keys as usize, "every session closed once");
     }
 
     /// A row emitted: whether it deletes, and its values.

@@ -1,40 +1,37 @@
 //! When a join's kept rows may go: one entry per key in a heap by time
-//! (`JoinOperator::expiry`), and for keys on disk one per page.
+//! (`JoinOperator::expiry`), and for keys on disk their page's earliest
+//! (`JoinOperator::on_disk`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::JoinOperator;
 use crate::pages::PAGE_GROUPS;
-use crate::spill::{PAGE_ENTRY, PageIs};
+use crate::spill::PageIs;
 
 impl JoinOperator {
-    /// Folds the heap's entries for keys on disk into one entry per page
-    /// (at the page's earliest), drops entries no key needs (one per key
-    /// in memory is kept: the one `scheduled` names), and gives the
-    /// heap's room back. A key keeps its entry when it goes to disk (the
-    /// heap cannot take one out), so without this the heap held an entry
-    /// per key on disk — at q9's 100 M events, 5.5 M entries and 128 MiB,
-    /// more than the join's rows in memory.
+    /// Moves the heap's entries for keys on disk to `on_disk` (their
+    /// page's earliest time, 8 bytes a page), drops entries no key needs
+    /// (one per key in memory is kept: the one `scheduled` names), and
+    /// gives the heap's room back. A key keeps its entry when it goes to
+    /// disk (the heap cannot take one out), so without this the heap held
+    /// an entry per key on disk — at q9's 100 M events, 5.5 M entries and
+    /// 128 MiB, more than the join's rows in memory.
     pub(super) fn fold_expiry(&mut self) {
         let Some(pages) = &self.spilling.pages else { return };
         let mut entries = std::mem::take(&mut self.expiry).into_vec();
-        entries.retain_mut(|Reverse((at, id))| {
-            if *id & PAGE_ENTRY != 0 {
-                return pages.where_is(*id & !PAGE_ENTRY) == PageIs::Spilled;
+        let on_disk = &mut self.on_disk;
+        entries.retain(|&Reverse((at, id))| match pages.where_is(id / PAGE_GROUPS) {
+            PageIs::Spilled => {
+                on_disk.file(id / PAGE_GROUPS, at);
+                false
             }
-            match pages.where_is(*id / PAGE_GROUPS) {
-                PageIs::Spilled => {
-                    *id = (*id / PAGE_GROUPS) | PAGE_ENTRY;
-                    true
-                }
-                PageIs::InBlock(_) => {
-                    pages.slot(*id).and_then(|g| self.scheduled.get(g as usize)).is_some_and(|due| *due == Some(*at))
-                }
-                PageIs::Unused | PageIs::Missing => false,
+            PageIs::InBlock(_) => {
+                pages.slot(id).and_then(|g| self.scheduled.get(g as usize)).is_some_and(|due| *due == Some(at))
             }
+            PageIs::Unused | PageIs::Missing => false,
         });
-        // Per key or page, its earliest entry.
+        // Per key, its earliest entry.
         entries.sort_unstable_by_key(|Reverse((at, id))| (*id, *at));
         entries.dedup_by_key(|Reverse((_, id))| *id);
         entries.shrink_to_fit();

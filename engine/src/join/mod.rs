@@ -42,10 +42,11 @@ use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{
     BatchInput, Closed, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
 };
+use crate::page_due::PageDue;
 use crate::pages::{
     DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{FOLD_AT, PAGE_ENTRY, PageIs, PagedGroups, SpilledHead, Spilling, place_keys};
+use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, place_keys};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
@@ -274,6 +275,9 @@ pub struct JoinOperator {
     /// entry per row kept the heap as large as the rows, a key on disk
     /// included, and read the key back once per row.)
     scheduled: Vec<Option<i64>>,
+    /// For keys on disk, their page's earliest time for a row to go
+    /// (`JoinOperator::fold_expiry` moves their entries there).
+    on_disk: PageDue,
     pairs: Vec<Pair>,
     /// Candidate pairs, joined, when a residual condition must pass first.
     candidates: Batch,
@@ -296,6 +300,7 @@ impl JoinOperator {
             keys: Vec::new(),
             expiry: BinaryHeap::new(),
             scheduled: Vec::new(),
+            on_disk: PageDue::default(),
             pairs: Vec::new(),
             candidates: Batch::new(types.iter().map(|t| Column::with_capacity(*t, 0)).collect(), 0),
             passed: Vec::new(),
@@ -590,20 +595,24 @@ impl Operator for JoinOperator {
     }
 
     fn on_watermark(&mut self, watermark: i64, _emit: bool, out: &mut Closed<'_>) -> Result<(), Error> {
-        while let Some(&Reverse((at, id))) = self.expiry.peek() {
-            if at >= watermark {
-                break;
-            }
-            self.expiry.pop();
-            if id & PAGE_ENTRY != 0 {
-                // A page on disk comes back; its keys, filed again as
-                // they are read, are visited by their own entries.
-                let page = id & !PAGE_ENTRY;
-                if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
-                    self.with_spilling(|s, op| s.read_back(op, page))?;
+        let mut due = Vec::new();
+        loop {
+            let next = self.expiry.peek().map(|e| e.0).filter(|&(at, _)| at < watermark);
+            if self.on_disk.first().is_some_and(|at| at < watermark && next.is_none_or(|(n, _)| at <= n)) {
+                // Pages on disk (a run at most) come back; their keys,
+                // filed again as they are read, are visited by their own
+                // entries.
+                due.clear();
+                self.on_disk.take_run(watermark - 1, &mut due);
+                for &page in &due {
+                    if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+                        self.with_spilling(|s, op| s.read_back(op, page))?;
+                    }
                 }
                 continue;
             }
+            let Some((at, id)) = next else { break };
+            self.expiry.pop();
             // A key on disk comes back to let its rows go.
             let gid = match self.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
                 None => id,
@@ -709,6 +718,7 @@ impl Operator for JoinOperator {
         self.table = GroupTable::default();
         self.expiry.clear();
         self.scheduled.clear();
+        self.on_disk.clear();
         self.spilling.forget()
     }
 
@@ -805,6 +815,7 @@ impl PagedGroups for JoinOperator {
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         place_keys(&mut self.table, block, &p.keys)?;
+        self.on_disk.forget(page);
         let start = block as usize * BLOCK;
         for (i, rows) in p.rows.into_iter().enumerate().take(BLOCK) {
             let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
@@ -832,10 +843,10 @@ impl PagedGroups for JoinOperator {
                     .min()
             })
             .collect();
-        // One entry for the page: the watermark reads it back when its
-        // first row may go, and its keys schedule themselves then.
+        // The page's time: the watermark reads it back when its first
+        // row may go, and its keys schedule themselves then.
         if let Some(at) = firsts.into_iter().flatten().min() {
-            self.expiry.push(Reverse((at, page | PAGE_ENTRY)));
+            self.on_disk.file(page, at);
         }
         Ok(())
     }
@@ -886,6 +897,7 @@ impl JoinOperator {
             + self.keys.capacity() * size_of::<[Vec<u32>; 2]>()
             + self.scheduled.capacity() * size_of::<Option<i64>>()
             + self.expiry.capacity() * size_of::<(i64, u32)>()
+            + self.on_disk.heap_bytes()
             + self.table.live() * per_key
             + rows * size_of::<u32>();
         self.table.heap_bytes() + bytes
@@ -933,6 +945,7 @@ impl JoinOperator {
         self.keys.clear();
         self.expiry.clear();
         self.scheduled.clear();
+        self.on_disk.clear();
         self.dirty.clear();
         self.spilling.forget()
     }
