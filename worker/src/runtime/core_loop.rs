@@ -162,7 +162,9 @@ fn attach_spill(
     // across the worker's cores.
     let cores = u64::from(setup.config.spec.cores_per_worker.max(1).unsigned_abs());
     let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
-    let db = SpillDb::open(&dir, disk_budget)
+    let db = setup
+        .store_threads
+        .open(|| SpillDb::open(&dir, disk_budget))
         .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
     let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
     let mut any = false;
@@ -298,7 +300,7 @@ impl<'a> Core<'a> {
                         &input.topic,
                         input.total,
                         setup.health.drain.clone(),
-                        local.as_deref().map(|dir| (dir, budget)),
+                        local.as_deref().map(|dir| (dir, budget, setup.store_threads)),
                     )?;
                     stores.push((input_slots[i].clone(), store));
                 }

@@ -17,7 +17,7 @@ use sluice_crds::WorkerConfig;
 use super::core_loop::{CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{LocalEnds, channels};
-use super::setup::CoreSetup;
+use super::setup::{CoreSetup, StoreThreads};
 use super::topology::Topology;
 use crate::Error;
 use crate::metrics::Metrics;
@@ -143,6 +143,7 @@ pub fn run_job(
         None => None,
     };
     let mut threads = Vec::new();
+    let cores = per_core.len();
     for (core, core_inputs) in per_core.into_iter().enumerate() {
         if core_inputs.iter().all(|i| i.partitions.is_empty()) {
             // An idle core is trivially "assigned and consuming".
@@ -152,10 +153,12 @@ pub fn run_job(
         }
         let labels: Vec<(&str, i32)> =
             core_inputs.iter().flat_map(|i| i.partitions.iter().map(move |&p| (i.topic.as_str(), p))).collect();
+        let stores = StoreThreads::place(core, cores, &cpus);
         let setup = CoreSetup {
             core,
             ordinal: options.ordinal,
-            pin_to: (!cpus.is_empty()).then(|| cpus[core % cpus.len()]),
+            pin_to: stores.engine,
+            store_threads: stores,
             dataflow: Arc::clone(&dataflow),
             config: Arc::clone(&config),
             metrics: metrics.core(core, &labels),

@@ -18,6 +18,8 @@ pub struct CoreSetup {
     /// The worker's ordinal (its StatefulSet index).
     pub ordinal: i32,
     pub pin_to: Option<core_affinity::CoreId>,
+    /// Where the background threads of this core's on-disk stores run.
+    pub store_threads: StoreThreads,
     pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
     /// What this core reads, in stage order: per stage, stage 0's source
@@ -38,6 +40,52 @@ pub struct CoreSetup {
     pub registry: Option<Arc<crate::registry::Registry>>,
     /// A preview's budget of printed rows (see `RunOptions::preview`).
     pub preview: Option<Arc<crate::sink::RowBudget>>,
+}
+
+/// The CPU the background threads of a core's on-disk stores (the spill
+/// store's and the local checkpoint copy's flushes and compactions) run
+/// on. A thread inherits the CPUs of the thread that starts it, so a store
+/// opened on a pinned engine thread compacts on the engine's own CPU and
+/// takes its time from the engine: a spilling Nexmark q18 lost 11 s of its
+/// 41 s to its store's compactions (docs/benchmarks.md, "State larger than
+/// memory: the store off the engine's CPU"). Where the worker has CPUs no
+/// engine is pinned to (a pod given more CPUs than `coresPerWorker`), the
+/// stores' threads go there, spread over them by core; where it has none,
+/// they stay on the core's own CPU, so one core's compactions never take
+/// time from another core's engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreThreads {
+    /// The CPU to start them on (`None`: wherever the thread that opens
+    /// the store may run).
+    pub cpu: Option<core_affinity::CoreId>,
+    /// The CPU of the engine's thread, to return to once they are started.
+    pub engine: Option<core_affinity::CoreId>,
+}
+
+impl StoreThreads {
+    /// Where core `core` of `cores` pins its engine, and where its stores'
+    /// threads go, among the worker's `cpus` (empty: nothing is pinned).
+    pub fn place(core: usize, cores: usize, cpus: &[core_affinity::CoreId]) -> Self {
+        let engine = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
+        let spare = cpus.get(cores..).unwrap_or_default();
+        let cpu = if spare.is_empty() { engine } else { Some(spare[core % spare.len()]) };
+        Self { cpu, engine }
+    }
+
+    /// Runs `open`, which starts a store's background threads, on the
+    /// stores' CPU, then returns the calling engine thread to its own.
+    pub fn open<R>(self, open: impl FnOnce() -> R) -> R {
+        let Some(cpu) = self.cpu.filter(|&cpu| Some(cpu) != self.engine) else { return open() };
+        let moved = core_affinity::set_for_current(cpu);
+        let out = open();
+        if moved
+            && let Some(engine) = self.engine
+            && !core_affinity::set_for_current(engine)
+        {
+            tracing::warn!(cpu = engine.id, "could not pin the engine thread back to its CPU");
+        }
+        out
+    }
 }
 
 impl CoreSetup {
@@ -69,5 +117,77 @@ impl CoreSetup {
     /// branch source that keeps state (a windowed side of a join).
     pub(super) fn state_topic(&self, i: usize) -> String {
         super::topology::state_topic(&self.inputs, i, &self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core_affinity::CoreId;
+
+    use super::StoreThreads;
+    use crate::runtime::spill_store::SpillDb;
+
+    fn ids(n: usize) -> Vec<CoreId> {
+        (0..n).map(|id| CoreId { id }).collect()
+    }
+
+    #[test]
+    fn stores_compact_on_the_cpus_no_engine_holds_else_on_their_own_core() {
+        let at = |core, cores, cpus: usize| {
+            let t = StoreThreads::place(core, cores, &ids(cpus));
+            (t.engine.map(|c| c.id), t.cpu.map(|c| c.id))
+        };
+        // One engine on two CPUs: its store works on the other.
+        assert_eq!(at(0, 1, 2), (Some(0), Some(1)));
+        // Every CPU holds an engine: each store stays on its own core's.
+        assert_eq!(at(0, 2, 2), (Some(0), Some(0)));
+        assert_eq!(at(1, 2, 2), (Some(1), Some(1)));
+        // Four engines on six CPUs: the stores share the two spare ones.
+        assert_eq!(
+            (0..4).map(|c| at(c, 4, 6)).collect::<Vec<_>>(),
+            [(Some(0), Some(4)), (Some(1), Some(5)), (Some(2), Some(4)), (Some(3), Some(5))]
+        );
+        // More engines than CPUs: they wrap, and so do their stores.
+        assert_eq!(at(3, 3, 2), (Some(1), Some(1)));
+        // Nothing pinned (`pinCores: false`, or no CPU list).
+        assert_eq!(at(0, 1, 0), (None, None));
+    }
+
+    /// The CPUs a thread of this process may run on, from /proc.
+    fn allowed(task: &str) -> String {
+        let status = std::fs::read_to_string(format!("/proc/self/task/{task}/status")).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_owned()
+    }
+
+    #[test]
+    fn a_store_opened_by_a_pinned_engine_starts_its_threads_on_the_store_cpu() {
+        let cpus = core_affinity::get_core_ids().unwrap_or_default();
+        if cpus.len() < 2 {
+            eprintln!("one CPU: nothing to place elsewhere");
+            return;
+        }
+        let (engine, store) = (cpus[0], cpus[1]);
+        let dir = std::env::temp_dir().join(format!("sluice-store-threads-{}", std::process::id()));
+        std::thread::spawn(move || {
+            assert!(core_affinity::set_for_current(engine));
+            let threads = StoreThreads { cpu: Some(store), engine: Some(engine) };
+            let db = threads.open(|| SpillDb::open(&dir, None)).unwrap();
+            let me = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            let me = me.split_whitespace().next().unwrap().to_owned();
+            assert_eq!(allowed(&me), engine.id.to_string(), "the engine thread is back on its CPU");
+            let on_store = std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|t| t.ok()?.file_name().into_string().ok())
+                .filter(|t| {
+                    std::fs::read_to_string(format!("/proc/self/task/{t}/comm")).unwrap_or_default().trim()
+                        == "fjall:worker"
+                })
+                .filter(|t| allowed(t) == store.id.to_string())
+                .count();
+            assert!(on_store > 0, "the store's threads run on CPU {}", store.id);
+            drop(db);
+        })
+        .join()
+        .unwrap();
     }
 }

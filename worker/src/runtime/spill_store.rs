@@ -15,6 +15,7 @@ use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
 
 use fjall::compaction::Leveled;
+use fjall::config::CompressionPolicy;
 use fjall::{
     CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, OwnedWriteBatch as WriteBatch,
 };
@@ -85,6 +86,13 @@ impl SpillDb {
                 .manual_journal_persist(true)
                 .compaction_strategy(std::sync::Arc::new(Leveled::default().with_table_target_size(TABLE)))
                 .with_kv_separation(Some(KvSeparationOptions::default().separation_threshold(SEPARATE)))
+                // Tables not compressed: compaction rewrites them level
+                // after level, and LZ4 there cost a spilling q18 a sixth of
+                // its rate for a fifth less disk. Blob files (a join's
+                // pages, written once) keep it: a join's rows compress to
+                // about 60 % (docs/benchmarks.md, "State larger than
+                // memory: the store off the engine's CPU").
+                .data_block_compression_policy(CompressionPolicy::all(CompressionType::None))
         })?;
         Ok(DiskSpill {
             keyspace,
