@@ -163,8 +163,8 @@ fn attach_spill(
     let cores = u64::from(setup.config.spec.cores_per_worker.max(1).unsigned_abs());
     let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
     let db = setup
-        .store_threads
-        .open(|| SpillDb::open(&dir, disk_budget))
+        .cpus
+        .open_store(|| SpillDb::open(&dir, disk_budget))
         .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
     let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
     let mut any = false;
@@ -181,7 +181,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(30);
 
 /// Runs one core until its source is exhausted (bounded) or shutdown.
 pub fn run_core(setup: &CoreSetup) -> Result<CoreSummary, Error> {
-    if let Some(id) = setup.pin_to
+    if let Some(id) = setup.cpus.engine
         && !core_affinity::set_for_current(id)
     {
         tracing::warn!(core = setup.core, cpu = id.id, "could not pin thread to its CPU");
@@ -300,7 +300,7 @@ impl<'a> Core<'a> {
                         &input.topic,
                         input.total,
                         setup.health.drain.clone(),
-                        local.as_deref().map(|dir| (dir, budget, setup.store_threads)),
+                        local.as_deref().map(|dir| (dir, budget, setup.cpus)),
                     )?;
                     stores.push((input_slots[i].clone(), store));
                 }

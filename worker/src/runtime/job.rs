@@ -17,7 +17,7 @@ use sluice_crds::WorkerConfig;
 use super::core_loop::{CoreSummary, run_core};
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{LocalEnds, channels};
-use super::setup::{CoreSetup, StoreThreads};
+use super::setup::{CoreCpus, CoreSetup};
 use super::topology::Topology;
 use crate::Error;
 use crate::metrics::Metrics;
@@ -153,12 +153,10 @@ pub fn run_job(
         }
         let labels: Vec<(&str, i32)> =
             core_inputs.iter().flat_map(|i| i.partitions.iter().map(move |&p| (i.topic.as_str(), p))).collect();
-        let stores = StoreThreads::place(core, cores, &cpus);
         let setup = CoreSetup {
             core,
             ordinal: options.ordinal,
-            pin_to: stores.engine,
-            store_threads: stores,
+            cpus: CoreCpus::place(core, cores, &cpus),
             dataflow: Arc::clone(&dataflow),
             config: Arc::clone(&config),
             metrics: metrics.core(core, &labels),

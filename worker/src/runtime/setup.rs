@@ -17,9 +17,8 @@ pub struct CoreSetup {
     pub core: usize,
     /// The worker's ordinal (its StatefulSet index).
     pub ordinal: i32,
-    pub pin_to: Option<core_affinity::CoreId>,
-    /// Where the background threads of this core's on-disk stores run.
-    pub store_threads: StoreThreads,
+    /// The CPUs of the core's engine thread and of its stores' threads.
+    pub cpus: CoreCpus,
     pub dataflow: Arc<Dataflow>,
     pub config: Arc<WorkerConfig>,
     /// What this core reads, in stage order: per stage, stage 0's source
@@ -42,9 +41,9 @@ pub struct CoreSetup {
     pub preview: Option<Arc<crate::sink::RowBudget>>,
 }
 
-/// The CPU the background threads of a core's on-disk stores (the spill
-/// store's and the local checkpoint copy's flushes and compactions) run
-/// on. A thread inherits the CPUs of the thread that starts it, so a store
+/// The CPU a core's engine thread is pinned to, and the one the
+/// background threads of its on-disk stores (the spill store's and the
+/// local checkpoint copy's flushes and compactions) run on. A thread inherits the CPUs of the thread that starts it, so a store
 /// opened on a pinned engine thread compacts on the engine's own CPU and
 /// takes its time from the engine: a spilling Nexmark q18 lost 11 s of its
 /// 41 s to its store's compactions (docs/benchmarks.md, "State larger than
@@ -54,28 +53,28 @@ pub struct CoreSetup {
 /// they stay on the core's own CPU, so one core's compactions never take
 /// time from another core's engine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StoreThreads {
-    /// The CPU to start them on (`None`: wherever the thread that opens
-    /// the store may run).
-    pub cpu: Option<core_affinity::CoreId>,
-    /// The CPU of the engine's thread, to return to once they are started.
+pub struct CoreCpus {
+    /// The engine thread's (`None`: not pinned).
     pub engine: Option<core_affinity::CoreId>,
+    /// The stores' threads' (`None`: wherever the thread that opens the
+    /// store may run).
+    pub stores: Option<core_affinity::CoreId>,
 }
 
-impl StoreThreads {
+impl CoreCpus {
     /// Where core `core` of `cores` pins its engine, and where its stores'
     /// threads go, among the worker's `cpus` (empty: nothing is pinned).
     pub fn place(core: usize, cores: usize, cpus: &[core_affinity::CoreId]) -> Self {
         let engine = (!cpus.is_empty()).then(|| cpus[core % cpus.len()]);
         let spare = cpus.get(cores..).unwrap_or_default();
-        let cpu = if spare.is_empty() { engine } else { Some(spare[core % spare.len()]) };
-        Self { cpu, engine }
+        let stores = if spare.is_empty() { engine } else { Some(spare[core % spare.len()]) };
+        Self { engine, stores }
     }
 
     /// Runs `open`, which starts a store's background threads, on the
     /// stores' CPU, then returns the calling engine thread to its own.
-    pub fn open<R>(self, open: impl FnOnce() -> R) -> R {
-        let Some(cpu) = self.cpu.filter(|&cpu| Some(cpu) != self.engine) else { return open() };
+    pub fn open_store<R>(self, open: impl FnOnce() -> R) -> R {
+        let Some(cpu) = self.stores.filter(|&cpu| Some(cpu) != self.engine) else { return open() };
         let moved = core_affinity::set_for_current(cpu);
         let out = open();
         if moved
@@ -124,7 +123,7 @@ impl CoreSetup {
 mod tests {
     use core_affinity::CoreId;
 
-    use super::StoreThreads;
+    use super::CoreCpus;
     use crate::runtime::spill_store::SpillDb;
 
     fn ids(n: usize) -> Vec<CoreId> {
@@ -134,8 +133,8 @@ mod tests {
     #[test]
     fn stores_compact_on_the_cpus_no_engine_holds_else_on_their_own_core() {
         let at = |core, cores, cpus: usize| {
-            let t = StoreThreads::place(core, cores, &ids(cpus));
-            (t.engine.map(|c| c.id), t.cpu.map(|c| c.id))
+            let t = CoreCpus::place(core, cores, &ids(cpus));
+            (t.engine.map(|c| c.id), t.stores.map(|c| c.id))
         };
         // One engine on two CPUs: its store works on the other.
         assert_eq!(at(0, 1, 2), (Some(0), Some(1)));
@@ -153,9 +152,10 @@ mod tests {
         assert_eq!(at(0, 1, 0), (None, None));
     }
 
-    /// The CPUs a thread of this process may run on, from /proc.
+    /// The CPUs a thread of this process may run on (`task`: its
+    /// directory under /proc).
     fn allowed(task: &str) -> String {
-        let status = std::fs::read_to_string(format!("/proc/self/task/{task}/status")).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("{task}/status")).unwrap_or_default();
         status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_owned()
     }
 
@@ -170,18 +170,13 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-store-threads-{}", std::process::id()));
         std::thread::spawn(move || {
             assert!(core_affinity::set_for_current(engine));
-            let threads = StoreThreads { cpu: Some(store), engine: Some(engine) };
-            let db = threads.open(|| SpillDb::open(&dir, None)).unwrap();
-            let me = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-            let me = me.split_whitespace().next().unwrap().to_owned();
-            assert_eq!(allowed(&me), engine.id.to_string(), "the engine thread is back on its CPU");
+            let cpus = CoreCpus { engine: Some(engine), stores: Some(store) };
+            let db = cpus.open_store(|| SpillDb::open(&dir, None)).unwrap();
+            assert_eq!(allowed("/proc/thread-self"), engine.id.to_string(), "the engine thread is back on its CPU");
             let on_store = std::fs::read_dir("/proc/self/task")
                 .unwrap()
-                .filter_map(|t| t.ok()?.file_name().into_string().ok())
-                .filter(|t| {
-                    std::fs::read_to_string(format!("/proc/self/task/{t}/comm")).unwrap_or_default().trim()
-                        == "fjall:worker"
-                })
+                .filter_map(|t| Some(t.ok()?.path().to_str()?.to_owned()))
+                .filter(|t| std::fs::read_to_string(format!("{t}/comm")).unwrap_or_default().trim() == "fjall:worker")
                 .filter(|t| allowed(t) == store.id.to_string())
                 .count();
             assert!(on_store > 0, "the store's threads run on CPU {}", store.id);

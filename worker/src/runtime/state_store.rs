@@ -38,7 +38,7 @@ use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::local_state::{HeadMark, LocalState};
-use super::setup::StoreThreads;
+use super::setup::CoreCpus;
 use super::state_pages::{self, PageId, PageKey, Scan};
 use crate::Error;
 use crate::sink::{CoreProducer, DrainDeadline};
@@ -119,7 +119,7 @@ impl StateStore {
         source_topic: &str,
         partitions: i32,
         drain: DrainDeadline,
-        local: Option<(&std::path::Path, Option<u64>, StoreThreads)>,
+        local: Option<(&std::path::Path, Option<u64>, CoreCpus)>,
     ) -> Result<Self, Error> {
         let laid_out = crate::kafka::create_topic(
             config,
@@ -144,7 +144,7 @@ impl StateStore {
             });
         }
         let mut store = Self::with_clients(config, producer, topic, source_topic, READ_TIMEOUT, drain)?;
-        store.local = local.and_then(|(dir, budget, threads)| match threads.open(|| LocalState::open(dir, budget)) {
+        store.local = local.and_then(|(dir, budget, cpus)| match cpus.open_store(|| LocalState::open(dir, budget)) {
             Ok(local) => Some(local),
             Err(e) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot open the local state copy; restores read the state topic");
