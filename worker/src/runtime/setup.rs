@@ -159,6 +159,13 @@ mod tests {
         status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or_default().trim().to_owned()
     }
 
+    /// This process's threads (their directories under /proc).
+    fn tasks() -> std::collections::BTreeSet<String> {
+        std::fs::read_dir("/proc/self/task")
+            .map(|d| d.filter_map(|t| Some(t.ok()?.path().to_str()?.to_owned())).collect())
+            .unwrap_or_default()
+    }
+
     #[test]
     fn a_store_opened_by_a_pinned_engine_starts_its_threads_on_the_store_cpu() {
         let cpus = core_affinity::get_core_ids().unwrap_or_default();
@@ -171,15 +178,22 @@ mod tests {
         std::thread::spawn(move || {
             assert!(core_affinity::set_for_current(engine));
             let cpus = CoreCpus { engine: Some(engine), stores: Some(store) };
+            let before = tasks();
             let db = cpus.open_store(|| SpillDb::open(&dir, None)).unwrap();
             assert_eq!(allowed("/proc/thread-self"), engine.id.to_string(), "the engine thread is back on its CPU");
-            let on_store = std::fs::read_dir("/proc/self/task")
-                .unwrap()
-                .filter_map(|t| Some(t.ok()?.path().to_str()?.to_owned()))
-                .filter(|t| std::fs::read_to_string(format!("{t}/comm")).unwrap_or_default().trim() == "fjall:worker")
-                .filter(|t| allowed(t) == store.id.to_string())
-                .count();
-            assert!(on_store > 0, "the store's threads run on CPU {}", store.id);
+            // A thread's CPUs are its creator's from the moment it exists,
+            // but it names itself only once it first runs (on a busy machine,
+            // later): wait for the name, not for the CPUs.
+            let started: Vec<String> = tasks().difference(&before).cloned().collect();
+            let on_store = |t: &String| {
+                std::fs::read_to_string(format!("{t}/comm")).unwrap_or_default().trim() == "fjall:worker"
+                    && allowed(t) == store.id.to_string()
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !started.iter().any(on_store) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(started.iter().any(on_store), "the store's worker thread runs on CPU {}", store.id);
             drop(db);
         })
         .join()
