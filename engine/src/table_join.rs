@@ -402,10 +402,7 @@ impl Operator for TableJoinOperator {
 
     fn state_size(&self) -> StateSize {
         let rows = self.state_entries();
-        let bytes = [&self.table, &self.stream]
-            .iter()
-            .map(|s| s.columns.iter().map(Column::heap_bytes).sum::<usize>() + s.time.capacity() * 9)
-            .sum::<usize>()
+        let bytes = [&self.table, &self.stream].iter().map(|s| s.bytes()).sum::<usize>()
             + self.versions.iter().map(|v| v.capacity() * size_of::<Version>()).sum::<usize>()
             + self.versions.capacity() * size_of::<Vec<Version>>()
             + self.waiting.capacity() * size_of::<Waiting>();

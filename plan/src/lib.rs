@@ -39,7 +39,7 @@ pub mod time_zone;
 mod types;
 
 pub use batch::{Batch, Selection};
-pub use column::{Column, ColumnData, StrData, broadcast};
+pub use column::{Column, ColumnData, StrData, broadcast, retain_rows};
 pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};

@@ -106,6 +106,12 @@ impl Store {
         self.live = 0;
     }
 
+    /// The bytes of its slots, let go or not (see `Column::written_bytes`:
+    /// what of its vectors' room is written, so held in memory).
+    pub(crate) fn bytes(&self) -> usize {
+        self.columns.iter().map(Column::written_bytes).sum::<usize>() + self.time.len() * 9
+    }
+
     pub(crate) fn row(&self, slot: u32) -> Row<'_> {
         Row { columns: &self.columns, index: slot as usize, time: self.time[slot as usize] }
     }
@@ -117,10 +123,10 @@ impl Store {
             moved[old as usize] = u32::try_from(new).unwrap_or(u32::MAX);
         }
         for c in &mut self.columns {
-            *c = c.take(live);
+            c.retain_rows(live);
         }
-        self.time = live.iter().map(|&s| self.time[s as usize]).collect();
-        self.matched = live.iter().map(|&s| self.matched[s as usize]).collect();
+        sluice_plan::retain_rows(&mut self.time, live);
+        sluice_plan::retain_rows(&mut self.matched, live);
         moved
     }
 }
@@ -874,13 +880,7 @@ impl PagedGroups for JoinOperator {
     /// store compacts — counting it, a store waiting for its compaction
     /// would spill at every batch.
     fn row_bytes(&self) -> usize {
-        self.stores
-            .iter()
-            .map(|s| {
-                let bytes = s.columns.iter().map(Column::heap_bytes).sum::<usize>() + s.time.capacity() * 9;
-                bytes / s.time.len().max(1) * s.live
-            })
-            .sum()
+        self.stores.iter().map(|s| s.bytes() / s.time.len().max(1) * s.live).sum()
     }
 }
 
@@ -892,8 +892,7 @@ impl JoinOperator {
         // allocation of its own: a 16-byte allocator header and room for
         // at least four slots) and its scheduled expiry; per row a slot.
         let per_key = 2 * (16 + 4 * size_of::<u32>());
-        let bytes = self.stores.iter().flat_map(|s| &s.columns).map(Column::heap_bytes).sum::<usize>()
-            + self.stores.iter().map(|s| s.time.capacity() * 9).sum::<usize>()
+        let bytes = self.stores.iter().map(Store::bytes).sum::<usize>()
             + self.keys.capacity() * size_of::<[Vec<u32>; 2]>()
             + self.scheduled.capacity() * size_of::<Option<i64>>()
             + self.expiry.capacity() * size_of::<(i64, u32)>()
