@@ -43,8 +43,9 @@ pub struct CoreSetup {
 
 /// The CPU a core's engine thread is pinned to, and the one the
 /// background threads of its on-disk stores (the spill store's and the
-/// local checkpoint copy's flushes and compactions) run on. A thread inherits the CPUs of the thread that starts it, so a store
-/// opened on a pinned engine thread compacts on the engine's own CPU and
+/// local checkpoint copy's flushes and compactions) run on. A thread
+/// inherits the CPUs of the thread that starts it, so a store opened on a
+/// pinned engine thread compacts on the engine's own CPU and
 /// takes its time from the engine: a spilling Nexmark q18 lost 11 s of its
 /// 41 s to its store's compactions (docs/benchmarks.md, "State larger than
 /// memory: the store off the engine's CPU"). Where the worker has CPUs no
