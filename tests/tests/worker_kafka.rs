@@ -258,6 +258,14 @@ fn expected_per_symbol(range: std::ops::Range<u64>) -> BTreeMap<String, (i64, i6
 
 const BY_SYMBOL: &str = "SELECT symbol, COUNT(*) AS n, SUM(qty) AS qty FROM trades GROUP BY symbol";
 
+/// The last `(n, qty)` per symbol that [`BY_SYMBOL`] wrote to `out`.
+fn per_symbol_results(out: &str) -> BTreeMap<String, (i64, i64)> {
+    final_per_key(&kafka::consume_all(out, Duration::from_secs(60)))
+        .values()
+        .map(|v| (v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap())))
+        .collect()
+}
+
 #[test]
 fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic() {
     let (topic, out) = (unique_name("trades"), unique_name("per-symbol"));
@@ -269,20 +277,19 @@ fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic(
     let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &group]);
     assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
     assert!(w.log().contains("records in: 20000"), "{}", w.log());
-    let got: BTreeMap<String, (i64, i64)> = final_per_key(&kafka::consume_all(&out, Duration::from_secs(60)))
-        .values()
-        .map(|v| (v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap())))
-        .collect();
+    let got = per_symbol_results(&out);
     assert_eq!(got, expected_per_symbol(0..20_000));
-    // The rows crossed the job's repartition topic, which has as many
-    // partitions as the source, packed many to a record, and its reader
-    // committed past them.
+    // The rows bound for the other core crossed the job's repartition
+    // topic (it has as many partitions as the source), packed many to a
+    // record, and its reader committed past them; those bound for a
+    // partition their own core reads (about half, on two cores) were
+    // handed over in process.
     let repartition = format!("{group}.repartition-1");
     let committed = kafka::committed_offsets(&group, &repartition, 4);
     let crossed: i64 = committed.values().sum();
     assert!(
-        (20_000 / 64..20_000).contains(&crossed),
-        "20,000 rows and the markers were read from {repartition} in packs: {committed:?}"
+        (20_000 / 2 / 64 / 2..20_000 / 2).contains(&crossed),
+        "about half the 20,000 rows and the markers were read from {repartition} in packs: {committed:?}"
     );
     // What the reader committed past was deleted (the purge at the end of
     // the run), as Kafka Streams purges its repartition topics.
@@ -290,6 +297,63 @@ fn a_group_by_keyed_differently_from_the_topic_goes_through_a_repartition_topic(
         let (low, high) = kafka::watermarks(&repartition, *p);
         assert_eq!((low, high), (*offset, *offset), "{repartition}/{p}: purged up to the commit");
     }
+}
+
+/// Rows a core writes to a repartition partition it reads itself skip the
+/// broker — but only once it has read what the topic already held for
+/// that partition. Here worker 1 of two (one core each) is frozen, so the
+/// partitions of the repartition topic it owns fill with worker 0's rows,
+/// whose source offsets worker 0 commits; both are then killed, and one
+/// worker of one core takes over every partition. Its first stage must not
+/// hand over a row before those left in the topic are read (they would be
+/// dropped as replays, their numbers being lower): the totals are exact,
+/// and everything it wrote itself went through no topic (the repartition
+/// topic did not grow).
+#[test]
+fn a_core_reads_its_repartition_backlog_before_it_hands_its_own_rows_over_in_process() {
+    let (topic, out) = (unique_name("trades"), unique_name("per-symbol"));
+    kafka::create_topic(&topic, 4);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let m = manifest(&unique_name("backlog"), BY_SYMBOL, &topic, &out, "");
+    let configs: Vec<_> = (0..2).map(|o| config_file(&worker_config(&m, 4, 2, 1, o, &group))).collect();
+    let mut first = Worker::serve(&configs[0], &[]);
+    let mut frozen = Worker::serve(&configs[1], &[]);
+    first.wait_ready(Duration::from_secs(60));
+    frozen.wait_ready(Duration::from_secs(60));
+    frozen.signal("STOP");
+    produce_trades(&topic, 0..10_000, 4);
+    // Worker 0 checkpoints its sources to their ends.
+    let mine: Vec<i32> =
+        owners(&[&first]).keys().filter(|(t, _)| *t == topic).filter_map(|(_, p)| p.parse().ok()).collect();
+    assert_eq!(mine.len(), 2, "worker 0 owns two of the four partitions");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while mine
+        .iter()
+        .any(|p| kafka::committed_offsets(&group, &topic, 4).get(p) != Some(&kafka::watermarks(&topic, *p).1))
+    {
+        assert!(Instant::now() < deadline, "worker 0 never committed its partitions:\n{}", first.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let repartition = format!("{group}.repartition-1");
+    let committed = kafka::committed_offsets(&group, &repartition, 4);
+    let ends: Vec<i64> = (0..4).map(|p| kafka::watermarks(&repartition, p).1).collect();
+    let backlog: i64 = (0..4).map(|p| ends[p as usize] - committed.get(&p).copied().unwrap_or(0)).sum();
+    assert!(backlog > 0, "the frozen worker's repartition partitions hold worker 0's rows: {ends:?} {committed:?}");
+    for w in [&first, &frozen] {
+        w.signal("KILL");
+    }
+    let _ = first.wait(Duration::from_secs(10));
+    let _ = frozen.wait(Duration::from_secs(10));
+    produce_trades(&topic, 10_000..20_000, 4);
+    let file = write_temp("job.yaml", &m);
+    let mut one = Worker::run(&file, &["--bounded", "--cores", "1", "--group", &group]);
+    assert!(one.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", one.log());
+    assert!(one.log().contains("reading the exchange partitions this core owns up to their ends"), "{}", one.log());
+    let got = per_symbol_results(&out);
+    assert_eq!(got, expected_per_symbol(0..20_000));
+    let after: Vec<i64> = (0..4).map(|p| kafka::watermarks(&repartition, p).1).collect();
+    assert_eq!(after, ends, "the one core's rows and markers went to no topic");
 }
 
 /// UNION ALL of two Kafka topics (4 and 2 partitions) feeding a GROUP BY:
@@ -314,10 +378,7 @@ fn a_union_all_of_two_topics_feeds_one_re_keyed_aggregate() {
     let mut w = Worker::run(&path, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
     assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
     assert!(w.log().contains("records in: 17000"), "{}", w.log());
-    let got: BTreeMap<String, (i64, i64)> = final_per_key(&kafka::consume_all(&out, Duration::from_secs(60)))
-        .values()
-        .map(|v| (v["symbol"].as_str().unwrap().to_owned(), (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap())))
-        .collect();
+    let got = per_symbol_results(&out);
     let mut expected = expected_per_symbol(0..12_000);
     for (k, (n, q)) in expected_per_symbol(0..5_000) {
         let e = expected.entry(k).or_default();

@@ -166,6 +166,22 @@ pub fn committed(config: &ClientConfig, group: &str, topics: &[(&str, &[i32])]) 
     Ok(committed.elements().iter().map(|e| e.metadata().to_owned()).collect())
 }
 
+/// Creates a repartition topic (or finds it) with the partition count the
+/// job expects. Records are deleted by the purge, not by retention: one
+/// expiring before the next stage read it would be lost.
+pub fn open_repartition_topic(client: &ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
+    let laid_out = create_topic(client, topic, partitions, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])?;
+    if laid_out != partitions {
+        return Err(Error::Config(format!(
+            "repartition topic {topic} has {laid_out} partitions but this job needs {partitions} (the largest \
+             source partition count, or spec.engine.repartitionPartitions, changed): rows of a key would reach \
+             other partitions than its state. Nothing was consumed. Rename the job (a new consumer group and \
+             internal topics) or delete its consumer group and internal topics to start over"
+        )));
+    }
+    Ok(())
+}
+
 /// Creates `topic` with `partitions` partitions and the given topic configs
 /// unless it exists; returns how many partitions it has. An existing topic
 /// is never grown: for an internal topic laid out per source partition, a

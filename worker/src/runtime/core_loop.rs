@@ -24,6 +24,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use sluice_crds::Delivery;
 
+use super::direct;
 use super::health::CoreStatus;
 use super::local_exchange::{ExchangeInputChannel, LocalExchangeWriter, LocalStagedSource};
 use super::outputs::{Writes, dead_letter, job_sink, sink_encoder, transactional_producer};
@@ -34,40 +35,16 @@ use super::spill_store::SpillDb;
 use super::state_group::{group_members, restore_group, snapshot_group};
 use super::state_pages::PageId;
 use super::state_store::StateStore;
+use super::summary::CoreSummary;
 use super::topology::{Layout, topic_inputs};
 use crate::Error;
 use crate::frame::{END, Frame};
-use crate::kafka::{client_config, create_topic, delete_records};
+use crate::kafka::{client_config, delete_records};
 use crate::sink::{CoreProducer, DeadLetterSink, ExchangeOutput, ExchangeSink, Sink, producer_config};
 use crate::source::{CommittedPosition, KafkaSource, LocalSources, PollEnd, Source, local_source};
 use sluice_engine::EngineOptions;
 use sluice_formats::encode::{BinaryEncoder, RowEncoder};
 use sluice_plan::StageOutput;
-
-/// What a core did, for the end-of-run summary.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct CoreSummary {
-    pub records_in: u64,
-    pub records_out: u64,
-    pub dead_lettered: u64,
-    pub late: u64,
-    /// The most state the core held after any batch (`Engine::stats`).
-    pub peak_state_bytes: u64,
-    /// The most state the core had spilled to disk.
-    pub peak_spilled_bytes: u64,
-}
-
-impl CoreSummary {
-    /// Adds another core's (peaks add up: an upper bound on the job's).
-    pub fn add(&mut self, o: &CoreSummary) {
-        self.records_in += o.records_in;
-        self.records_out += o.records_out;
-        self.dead_lettered += o.dead_lettered;
-        self.late += o.late;
-        self.peak_state_bytes += o.peak_state_bytes;
-        self.peak_spilled_bytes += o.peak_spilled_bytes;
-    }
-}
 
 /// Where a stage's results go.
 enum StageSink {
@@ -94,6 +71,10 @@ struct StageRun {
     slots: Range<usize>,
     /// What its partitions emitted, before it is written.
     emitted: Emitted,
+    /// Per partition of the exchange it writes, the slots of this core
+    /// that read it and take its frames in process (none until
+    /// [`Core::catch_up`] allows: see `super::direct`).
+    here: Vec<Vec<usize>>,
 }
 
 struct Core<'a> {
@@ -134,45 +115,10 @@ struct Core<'a> {
     /// Where the partitions' operators spill state past their budget
     /// (with a state directory); it lives as long as the core.
     spill: Option<SpillDb>,
-}
-
-/// The state the core's partition engines may keep in memory together
-/// before they spill, as a share of `stateMemoryLimit`: the rest is room
-/// for what a batch brings in before the next spill and for what the
-/// gauge reads late.
-const SPILL_SHARE: (usize, usize) = (3, 4);
-
-/// With a state directory (the worker's volume, `--state-dir`), gives
-/// each partition engine whose operator can spill an even share of the
-/// core's memory budget and a store on the volume: past its share, cold
-/// state goes to disk instead of stopping the job at the limit. Without
-/// one, state stays in memory and the limit stops the job.
-fn attach_spill(
-    setup: &CoreSetup,
-    parts: &mut [PartitionPipeline],
-    state_limit: usize,
-) -> Result<Option<SpillDb>, Error> {
-    let Some(dir) = setup.config.worker.state_dir.as_ref() else { return Ok(None) };
-    if parts.is_empty() {
-        return Ok(None);
-    }
-    let (slot, slots) = setup.slot();
-    let dir = std::path::Path::new(dir).join("spill").join(format!("engine-{slot}-of-{slots}"));
-    // Half the volume is the checkpoint copy's; the other half is split
-    // across the worker's cores.
-    let cores = u64::from(setup.config.spec.cores_per_worker.max(1).unsigned_abs());
-    let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
-    let db = setup
-        .cpus
-        .open_store(|| SpillDb::open(&dir, disk_budget))
-        .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
-    let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
-    let mut any = false;
-    for (i, part) in parts.iter_mut().enumerate() {
-        let store = db.store(i).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
-        any |= part.engine.attach_spill(Box::new(store), budget);
-    }
-    Ok(any.then_some(db))
+    /// Exchanges this core reads partitions of that its own upstream
+    /// partitions write: handed over in process once their topics' backlog
+    /// is read (see `super::direct`).
+    direct: Option<direct::Direct>,
 }
 
 /// How often a repartition topic is purged below the committed offsets
@@ -231,7 +177,7 @@ impl<'a> Core<'a> {
                 parts.push(part);
             }
         }
-        let spill = attach_spill(setup, &mut parts, state_limit)?;
+        let spill = super::spill_store::attach(setup, &mut parts, state_limit)?;
         let multi_stage = setup.dataflow.has_exchange();
         let mut stores = Vec::new();
         let mut exchange_client = None;
@@ -276,7 +222,11 @@ impl<'a> Core<'a> {
                     transaction = Some(transactional_producer(setup, &client, Writes::Internal)?);
                 }
                 for s in 1..stages.len() {
-                    open_repartition_topic(&client, &config.repartition_topic(s), setup.exchange_partitions)?;
+                    crate::kafka::open_repartition_topic(
+                        &client,
+                        &config.repartition_topic(s),
+                        setup.exchange_partitions,
+                    )?;
                 }
                 let (slot, slots) = setup.slot();
                 // Half the volume (a store needs room to compact), shared
@@ -341,6 +291,7 @@ impl<'a> Core<'a> {
                 }
             }
         };
+        let shared = readers.is_some();
         // A source more than one plan reads is read once for all of them.
         let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match readers {
             None => (source, positions),
@@ -449,8 +400,18 @@ impl<'a> Core<'a> {
                 StageOutput::Sink => sink_encoder(setup, &stage.plan, &names, &keys)?,
                 StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
             };
-            runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default() });
+            runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default(), here: Vec::new() });
         }
+        // On a cluster, rows a core's partition writes to an exchange
+        // partition the same core reads skip the broker (a preview's
+        // exchanges are in process already; a topic two plans read is
+        // shared by slot mappings the shortcut does not follow).
+        let direct = match &exchange_client {
+            Some(_) if multi_stage && !shared => {
+                direct::Direct::plan(&setup.inputs, &input_slots, stages, setup.exchange_partitions)
+            }
+            _ => None,
+        };
         let dead_letter = dead_letter(setup, transaction.as_ref().filter(|_| exactly_once))?;
         let purge = match &exchange_client {
             Some(client) if multi_stage => {
@@ -459,7 +420,7 @@ impl<'a> Core<'a> {
             }
             _ => None,
         };
-        Ok(Self {
+        Self {
             setup,
             commits: setup.commits(),
             last_refresh: Instant::now(),
@@ -478,7 +439,31 @@ impl<'a> Core<'a> {
             transaction,
             summary: CoreSummary::default(),
             spill,
-        })
+            direct: None,
+        }
+        .with_direct(direct)
+    }
+
+    /// Starts handing over in process what this core's partitions write to
+    /// exchange partitions it reads — at once, or once it caught up with
+    /// its sources held (see `super::direct`).
+    fn with_direct(mut self, direct: Option<direct::Direct>) -> Result<Self, Error> {
+        let Some(mut direct) = direct else { return Ok(self) };
+        if direct.start(self.setup.core, self.source.as_mut(), &self.parts)? {
+            read_here(&mut self.stages, &direct);
+        }
+        self.direct = Some(direct);
+        Ok(self)
+    }
+
+    /// While the sources are held: whether the catch-up ended, and then
+    /// the handover starts.
+    fn catch_up(&mut self) -> Result<(), Error> {
+        let Some(direct) = &mut self.direct else { return Ok(()) };
+        if direct.catch_up(self.setup.core, self.source.as_mut(), &self.parts)? {
+            read_here(&mut self.stages, direct);
+        }
+        Ok(())
     }
 
     fn run(&mut self) -> Result<(), Error> {
@@ -551,6 +536,7 @@ impl<'a> Core<'a> {
             }
             span.record("records", collected);
             self.process_batch()?;
+            self.catch_up()?;
             self.end_inputs()?;
             if !idle_after.is_zero() {
                 self.mark_idle(idle_after)?;
@@ -616,6 +602,9 @@ impl<'a> Core<'a> {
                 out_records += records;
                 out_bytes += bytes;
             }
+            // The next stage's partitions on this core take theirs before
+            // they run, in this batch.
+            hand_over(stage, &mut self.parts, self.dead_letter.as_mut())?;
         }
         totals.malformed += written.2;
         out_records += written.0;
@@ -728,7 +717,9 @@ impl<'a> Core<'a> {
                     None => self.source_done,
                     Some(x) => x.ended(),
                 };
-                if p.ended || !ended {
+                // Rows handed over in process since the batch ran are
+                // processed first (by the next batch).
+                if p.ended || !ended || p.has_pending() {
                     continue;
                 }
                 let from = p.upstream;
@@ -744,6 +735,7 @@ impl<'a> Core<'a> {
                     x.mark(Frame::Watermark { from: p.upstream, at: END })?;
                 }
             }
+            hand_over(stage, &mut self.parts, self.dead_letter.as_mut())?;
         }
         let (records, bytes, rejected) = written;
         self.summary.dead_lettered += rejected;
@@ -765,6 +757,7 @@ impl<'a> Core<'a> {
                     tracing::info!(partition = p.partition, idle_for = ?after, "partition idle: it no longer holds back the watermark after the shuffle");
                 }
             }
+            hand_over(stage, &mut self.parts, self.dead_letter.as_mut())?;
         }
         Ok(())
     }
@@ -787,6 +780,12 @@ impl<'a> Core<'a> {
 
     fn try_checkpoint(&mut self) -> Result<(), Error> {
         let started = Instant::now();
+        // What was handed over in process after the batch ran (markers, a
+        // bounded run's last rows) is in no state yet, but its upstream's
+        // offsets are about to be committed.
+        if self.parts.iter().any(PartitionPipeline::has_pending) {
+            self.process_batch()?;
+        }
         for stage in &mut self.stages {
             stage.sink.flush()?;
         }
@@ -818,9 +817,11 @@ impl<'a> Core<'a> {
                     for &c in &self.companions[slot] {
                         self.parts[c].metadata.clone_from(&metadata);
                         self.parts[c].dirty = false;
+                        self.parts[c].saved_uncommitted = true;
                     }
                     self.parts[slot].metadata = metadata;
                     self.parts[slot].dirty = false;
+                    self.parts[slot].saved_uncommitted = true;
                 }
             }
         }
@@ -831,7 +832,7 @@ impl<'a> Core<'a> {
             .iter()
             .enumerate()
             .filter_map(|(slot, p)| {
-                let next = to_commit(p.next_offset, p.committed_offset, refresh)?;
+                let next = to_commit(p.next_offset, p.committed_offset, refresh || p.saved_uncommitted)?;
                 Some((slot, next, p.metadata.clone()))
             })
             .collect();
@@ -863,6 +864,7 @@ impl<'a> Core<'a> {
         if committed {
             for (slot, offset, _) in positions {
                 self.parts[slot].committed_offset = Some(offset);
+                self.parts[slot].saved_uncommitted = false;
             }
             self.setup.metrics.checkpoints.inc();
             self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
@@ -921,6 +923,28 @@ fn write(
     Ok(written)
 }
 
+/// Sets each stage's output to keep the frames of the partitions this
+/// core reads.
+fn read_here(stages: &mut [StageRun], direct: &direct::Direct) {
+    for (stage, here) in stages.iter_mut().zip(&direct.stages) {
+        if let (StageSink::Exchange(x), Some(here)) = (&mut stage.sink, here) {
+            x.read_here(&direct::partitions(here));
+            stage.here.clone_from(here);
+        }
+    }
+}
+
+/// Hands what `stage` wrote to exchange partitions of this core over to
+/// their pipelines (see `super::direct`).
+fn hand_over(
+    stage: &mut StageRun,
+    parts: &mut [PartitionPipeline],
+    dead: &mut dyn DeadLetterSink,
+) -> Result<(), Error> {
+    let (StageSink::Exchange(x), false) = (&mut stage.sink, stage.here.is_empty()) else { return Ok(()) };
+    direct::hand_over(x.as_mut(), &stage.here, parts, dead)
+}
+
 /// A partition's mid-batch flush ([`Flush`]): sends to its stage's sink
 /// and adds what was written to `written` (records, bytes, dead letters).
 fn flush_to<'a>(
@@ -959,28 +983,14 @@ fn send(
     }
 }
 
-/// Creates a repartition topic (or finds it) with the partition count the
-/// job expects. Records are deleted by the purge, not by retention: one
-/// expiring before the next stage read it would be lost.
-fn open_repartition_topic(client: &rdkafka::ClientConfig, topic: &str, partitions: i32) -> Result<(), Error> {
-    let laid_out = create_topic(client, topic, partitions, &[("cleanup.policy", "delete"), ("retention.ms", "-1")])?;
-    if laid_out != partitions {
-        return Err(Error::Config(format!(
-            "repartition topic {topic} has {laid_out} partitions but this job needs {partitions} (the largest \
-             source partition count, or spec.engine.repartitionPartitions, changed): rows of a key would reach \
-             other partitions than its state. Nothing was consumed. Rename the job (a new consumer group and \
-             internal topics) or delete its consumer group and internal topics to start over"
-        )));
-    }
-    Ok(())
-}
-
 /// The offset to commit for a partition at a checkpoint: its position when
-/// it moved, and also when it did not but a refresh is due — Kafka expires a
-/// standalone group's offsets some time after their last commit, and an idle
-/// partition would otherwise lose its committed offset and state pointer.
-fn to_commit(next: Option<i64>, committed: Option<i64>, refresh: bool) -> Option<i64> {
-    next.filter(|n| refresh || committed != Some(*n))
+/// it moved, and also when it did not but `again` — a refresh is due (Kafka
+/// expires a standalone group's offsets some time after their last commit,
+/// and an idle partition would otherwise lose its committed offset and
+/// state pointer), or its state was saved anew (fed in process, it changes
+/// without reading its topic: the commit is what points at the new state).
+fn to_commit(next: Option<i64>, committed: Option<i64>, again: bool) -> Option<i64> {
+    next.filter(|n| again || committed != Some(*n))
 }
 
 #[cfg(test)]

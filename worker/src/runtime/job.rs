@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use sluice_crds::WorkerConfig;
 
-use super::core_loop::{CoreSummary, run_core};
+use super::core_loop::run_core;
 use super::health::{CoreStatus, Health};
 use super::local_exchange::{LocalEnds, channels};
 use super::setup::{CoreCpus, CoreSetup};
+use super::summary::CoreSummary;
 use super::topology::Topology;
 use crate::Error;
 use crate::metrics::Metrics;

@@ -3,6 +3,7 @@
 //! checkpoint), plus process-wide health and shutdown signalling.
 
 mod core_loop;
+mod direct;
 pub mod exchange;
 mod health;
 mod job;
@@ -16,6 +17,7 @@ mod spill_store;
 mod state_group;
 mod state_pages;
 mod state_store;
+mod summary;
 mod tombstone;
 pub mod topology;
 

@@ -41,6 +41,11 @@ pub struct PartitionPipeline {
     pub metadata: String,
     /// State changed since the last checkpoint.
     pub dirty: bool,
+    /// `metadata` points at a state saved since the last commit: the next
+    /// commit carries it even if the offset did not move (a partition fed
+    /// in process by its own core's upstream changes state without reading
+    /// its topic).
+    pub saved_uncommitted: bool,
     late_policy: LateRecordPolicy,
     /// Encodes late rows for the dead-letter output.
     late_encoder: JsonEncoder,
@@ -132,6 +137,7 @@ impl PartitionPipeline {
             committed_offset: None,
             metadata: String::new(),
             dirty: false,
+            saved_uncommitted: false,
             late_encoder: JsonEncoder::new(&used, &[]),
             late_rows: Vec::new(),
             counters: BatchCounters::default(),
@@ -270,6 +276,23 @@ impl PartitionPipeline {
     /// rows), or dead-letters it with the reason; the rows it added.
     pub fn push(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
         self.next_offset = Some(record.offset + 1);
+        self.accept(record, dead_letter)
+    }
+
+    /// Decodes a record of the exchange this partition reads that an
+    /// upstream partition of the same core handed over in process
+    /// (`super::direct`): the same frames as the repartition topic's, but
+    /// not read from it, so the partition's offset in the topic stays.
+    pub fn push_direct(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
+        self.accept(record, dead_letter)
+    }
+
+    /// Rows or markers in the batch that the engine has not processed yet.
+    pub fn has_pending(&self) -> bool {
+        self.batch.len > 0 || !self.marks.is_empty()
+    }
+
+    fn accept(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
         self.counters.bytes += record.payload.len() as u64;
         let Some(exchange) = &mut self.exchange else {
             self.counters.records += 1;

@@ -21,6 +21,49 @@ use fjall::{
 };
 use sluice_engine::{Error as EngineError, SpillStore};
 
+use super::partition::PartitionPipeline;
+use super::setup::CoreSetup;
+use crate::Error;
+
+/// The state the core's partition engines may keep in memory together
+/// before they spill, as a share of `stateMemoryLimit`: the rest is room
+/// for what a batch brings in before the next spill and for what the
+/// gauge reads late.
+const SPILL_SHARE: (usize, usize) = (3, 4);
+
+/// With a state directory (the worker's volume, `--state-dir`), gives
+/// each partition engine whose operator can spill an even share of the
+/// core's memory budget and a store on the volume: past its share, cold
+/// state goes to disk instead of stopping the job at the limit. Without
+/// one, state stays in memory and the limit stops the job.
+pub(super) fn attach(
+    setup: &CoreSetup,
+    parts: &mut [PartitionPipeline],
+    state_limit: usize,
+) -> Result<Option<SpillDb>, Error> {
+    let Some(dir) = setup.config.worker.state_dir.as_ref() else { return Ok(None) };
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let (slot, slots) = setup.slot();
+    let dir = Path::new(dir).join("spill").join(format!("engine-{slot}-of-{slots}"));
+    // Half the volume is the checkpoint copy's; the other half is split
+    // across the worker's cores.
+    let cores = u64::from(setup.config.spec.cores_per_worker.max(1).unsigned_abs());
+    let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
+    let db = setup
+        .cpus
+        .open_store(|| SpillDb::open(&dir, disk_budget))
+        .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
+    let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
+    let mut any = false;
+    for (i, part) in parts.iter_mut().enumerate() {
+        let store = db.store(i).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
+        any |= part.engine.attach_spill(Box::new(store), budget);
+    }
+    Ok(any.then_some(db))
+}
+
 /// Memory the store may use besides the state the engines account for:
 /// each keyspace's write buffer and the block cache shared by the core's
 /// keyspaces (docs/operations.md, "State larger than memory").

@@ -485,6 +485,46 @@ mod tests {
     }
 
     #[test]
+    fn a_core_hands_over_the_first_exchange_where_it_owns_an_upstream_and_the_partition() {
+        use crate::runtime::direct::Direct;
+        let (flow, t) = wired(REKEYED, &[orders()], Some(4));
+        let mut inputs = t.inputs;
+        inputs[0].partitions = vec![0, 2];
+        inputs[1].partitions = vec![1, 3];
+        let slots = Layout::new(&inputs, &flow).unwrap().input_slots;
+        let d = Direct::plan(&inputs, &slots, &flow.stages, 4).unwrap();
+        // Exchange partitions 1 and 3 are this core's slots 2 and 3.
+        assert_eq!(d.stages, [Some(vec![vec![], vec![2], vec![], vec![3]]), None]);
+        assert_eq!(d.exchange_slots(), [2, 3]);
+        assert_eq!(d.sources, [0, 1]);
+        // Nothing to hand over without an upstream partition, or without an
+        // exchange partition, of this core's.
+        let mut none = inputs.clone();
+        none[0].partitions.clear();
+        assert_eq!(Direct::plan(&none, &Layout::new(&none, &flow).unwrap().input_slots, &flow.stages, 4), None);
+        let mut none = inputs;
+        none[1].partitions.clear();
+        assert_eq!(Direct::plan(&none, &Layout::new(&none, &flow).unwrap().input_slots, &flow.stages, 4), None);
+        // A join's two sources are both upstream of its exchange: both held.
+        let (flow, t) = wired(JOIN, &[orders(), customers()], None);
+        let mut inputs = t.inputs;
+        inputs[0].partitions = vec![0, 1, 2];
+        inputs[1].partitions = vec![1];
+        inputs[2].partitions = vec![0];
+        let slots = Layout::new(&inputs, &flow).unwrap().input_slots;
+        let d = Direct::plan(&inputs, &slots, &flow.stages, 3).unwrap();
+        assert_eq!(d.stages, [Some(vec![vec![4], vec![], vec![]]), None]);
+        assert_eq!(d.sources, [0, 1, 2, 3]);
+        // A query of one stage has no exchange.
+        let flow = plan_dataflow("SELECT order_id FROM orders", &[orders()], 3).unwrap();
+        let t = Topology::new(&flow, &[orders()], |_| Some(3), None, |s| s.to_string()).unwrap();
+        let mut inputs = t.inputs;
+        inputs[0].partitions = vec![0];
+        let slots = Layout::new(&inputs, &flow).unwrap().input_slots;
+        assert_eq!(Direct::plan(&inputs, &slots, &flow.stages, 3), None);
+    }
+
+    #[test]
     fn a_source_two_plans_read_is_read_once_for_both_stateful_plan_first() {
         let (flow, t) = wired(REKEYED, &[orders()], Some(4));
         // Stage 0's source read again beside it by a plan that keeps state.

@@ -9,7 +9,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 
 use super::producer::CoreProducer;
-use super::{DeadLetter, DeadLetterSink, ExchangeOutput, Sink};
+use super::{DeadLetter, DeadLetterSink, ExchangeOutput, KeptFrame, Sink};
 use crate::Error;
 use crate::frame::{Frame, Packer};
 use sluice_formats::encode::EncodedRows;
@@ -105,6 +105,19 @@ pub struct ExchangeSink {
     packer: Packer,
     /// The marker being written (reused: no allocation per marker).
     frame: Vec<u8>,
+    /// Per partition, whether this core reads it and takes its frames in
+    /// process ([`ExchangeOutput::read_here`]), and the frames kept for it
+    /// (each its timestamp, `i64`, its length, `u32`, little-endian, then
+    /// its bytes).
+    here: Vec<bool>,
+    kept: Vec<Vec<u8>>,
+}
+
+/// Appends a frame kept for a partition read here (see `ExchangeSink::kept`).
+fn keep(kept: &mut Vec<u8>, timestamp: i64, frame: &[u8]) {
+    kept.extend_from_slice(&timestamp.to_le_bytes());
+    kept.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(u32::MAX).to_le_bytes());
+    kept.extend_from_slice(frame);
 }
 
 impl std::fmt::Debug for ExchangeSink {
@@ -125,14 +138,21 @@ impl ExchangeSink {
 
     pub fn new(out: Arc<CoreProducer>, topic: &str, partitions: i32) -> Result<Self, Error> {
         out.warm(topic)?;
+        Ok(Self::unwarmed(out, topic, partitions))
+    }
+
+    /// Without first learning the topic's leaders (tests, with no broker).
+    fn unwarmed(out: Arc<CoreProducer>, topic: &str, partitions: i32) -> Self {
         let partitions = partitions.max(1);
-        Ok(Self {
+        Self {
             out,
             topic: topic.to_owned(),
             partitions,
             packer: Packer::new(usize::try_from(partitions).unwrap_or(1)),
             frame: Vec::new(),
-        })
+            here: Vec::new(),
+            kept: Vec::new(),
+        }
     }
 }
 
@@ -145,11 +165,15 @@ impl ExchangeOutput for ExchangeSink {
         timestamps: &[i64],
         dead: &mut dyn DeadLetterSink,
     ) -> Result<u64, Error> {
-        let (out, topic) = (&self.out, &self.topic);
+        let (out, topic, here, kept) = (&self.out, &self.topic, &self.here, &mut self.kept);
         let mut rejected = 0;
         // The keys chose the partitions; they are not written (the rows
         // hold their columns), which saves their bytes twice over the broker.
         self.packer.pack(from, rows, seqs, timestamps, &mut |p, pack, ts, single| {
+            if here.get(p).copied().unwrap_or(false) {
+                keep(&mut kept[p], ts, pack);
+                return Ok(());
+            }
             let partition = i32::try_from(p).unwrap_or(0);
             let mut record =
                 BaseRecord::<[u8], [u8], usize>::with_opaque_to(topic, 0).partition(partition).payload(pack);
@@ -185,6 +209,11 @@ impl ExchangeOutput for ExchangeSink {
         self.frame.clear();
         marker.write(&mut self.frame);
         for p in 0..self.partitions {
+            let i = usize::try_from(p).unwrap_or(0);
+            if self.here.get(i).copied().unwrap_or(false) {
+                keep(&mut self.kept[i], 0, &self.frame);
+                continue;
+            }
             self.out.send(
                 BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, 0).partition(p).payload(&self.frame),
             )?;
@@ -198,6 +227,36 @@ impl ExchangeOutput for ExchangeSink {
 
     fn flush(&mut self) -> Result<(), Error> {
         self.out.flush()
+    }
+
+    fn read_here(&mut self, partitions: &[usize]) {
+        let n = usize::try_from(self.partitions).unwrap_or(1);
+        self.here.resize(n, false);
+        self.kept.resize_with(n, Vec::new);
+        for &p in partitions {
+            if let Some(h) = self.here.get_mut(p) {
+                *h = true;
+            }
+        }
+    }
+
+    fn take_local(&mut self, f: &mut KeptFrame<'_>) -> Result<(), Error> {
+        for (p, kept) in self.kept.iter_mut().enumerate() {
+            let mut at = 0;
+            while at + 12 <= kept.len() {
+                let mut ts = [0u8; 8];
+                ts.copy_from_slice(&kept[at..at + 8]);
+                let mut len = [0u8; 4];
+                len.copy_from_slice(&kept[at + 8..at + 12]);
+                let start = at + 12;
+                let end = start.saturating_add(usize::try_from(u32::from_le_bytes(len)).unwrap_or(usize::MAX));
+                let end = end.min(kept.len());
+                f(p, i64::from_le_bytes(ts), &kept[start..end])?;
+                at = end;
+            }
+            kept.clear();
+        }
+        Ok(())
     }
 }
 
@@ -320,8 +379,7 @@ mod tests {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", "127.0.0.1:1").set("message.max.bytes", "70000");
         let out = CoreProducer::new(&producer_config(config), "x", None, DrainDeadline::default()).unwrap();
-        let mut sink =
-            ExchangeSink { out, topic: "x".into(), partitions: 1, packer: Packer::new(1), frame: Vec::new() };
+        let mut sink = ExchangeSink::unwarmed(out, "x", 1);
         let mut rows = EncodedRows::default();
         for value in [vec![b'a'; 10], vec![b'b'; 100_000], vec![b'c'; 10]] {
             rows.values.extend_from_slice(&value);
@@ -333,5 +391,48 @@ mod tests {
         assert!(dead.0[0].0.contains("intermediate row not written"), "{}", dead.0[0].0);
         assert!(dead.0[0].0.contains("a record of 100"), "{}", dead.0[0].0);
         assert_eq!(dead.0[0].1, vec![b'b'; 100_000], "the row alone");
+    }
+
+    /// Frames for a partition read here are kept, in order and with their
+    /// timestamps, for the core's own pipeline, and handed over once; the
+    /// other partitions' go to the producer.
+    #[test]
+    fn frames_for_a_partition_read_here_are_kept_in_order_and_handed_over_once() {
+        use crate::frame::parse_frame;
+        let config = producer_config(ExchangeSink::config(ClientConfig::new()));
+        let out = CoreProducer::new(&config, "x", None, DrainDeadline::default()).unwrap();
+        let mut sink = ExchangeSink::unwarmed(out, "x", 2);
+        let mut rows = EncodedRows::default();
+        for value in [b"aa".as_slice(), b"b", b"ccc"] {
+            rows.values.extend_from_slice(value);
+            rows.value_ends.push(rows.values.len());
+            rows.keys.extend_from_slice(b"k");
+            rows.key_ends.push(rows.keys.len());
+        }
+        let here = usize::try_from(sluice_crds::partition_for_key(Some(b"k"), 2)).unwrap();
+        // A partition the topic does not have is ignored.
+        sink.read_here(&[here, 7]);
+        let mut dead = Collected::default();
+        sink.send(3, &rows, &[10, 11, 12], &[500, 400, 600], &mut dead).unwrap();
+        sink.mark(Frame::Watermark { from: 3, at: 77 }).unwrap();
+        let mut got = Vec::new();
+        sink.take_local(&mut |p, ts, frame| {
+            let f = parse_frame(frame).unwrap();
+            let rows: Vec<(i64, Vec<u8>)> =
+                f.rows().map(|r| r.map(|(seq, row)| (seq, row.to_vec())).unwrap()).collect();
+            got.push((p, ts, f.from(), rows, matches!(f, Frame::Watermark { at: 77, .. })));
+            Ok(())
+        })
+        .unwrap();
+        let packed = vec![(10, b"aa".to_vec()), (11, b"b".to_vec()), (12, b"ccc".to_vec())];
+        assert_eq!(got, [(here, 400, 3, packed, false), (here, 0, 3, vec![], true)]);
+        let mut again = 0;
+        sink.take_local(&mut |_, _, _| {
+            again += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(again, 0, "handed over once");
+        assert!(dead.0.is_empty());
     }
 }

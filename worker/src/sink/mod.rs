@@ -24,6 +24,10 @@ use sluice_formats::encode::EncodedRows;
 /// topic ([`ExchangeSink`]), or channels in a local run. Rows go to the
 /// partition their key hashes to, markers to every partition (see
 /// `crate::runtime::exchange`).
+/// A frame kept for a partition read here: partition, record timestamp,
+/// frame (see [`ExchangeOutput::take_local`]).
+pub type KeptFrame<'a> = dyn FnMut(usize, i64, &[u8]) -> Result<(), Error> + 'a;
+
 pub trait ExchangeOutput: Send {
     /// Queues the rows upstream partition `from` emitted, with their
     /// sequence numbers and timestamps. A row the topic can never take
@@ -43,6 +47,18 @@ pub trait ExchangeOutput: Send {
     fn poll(&mut self) -> Result<(), Error>;
     /// Waits until everything queued is delivered.
     fn flush(&mut self) -> Result<(), Error>;
+    /// From now on, frames for these partitions (the ones this core reads
+    /// itself) are kept for [`ExchangeOutput::take_local`] instead of
+    /// written. Outputs that have no such shortcut ignore it.
+    fn read_here(&mut self, partitions: &[usize]) {
+        let _ = partitions;
+    }
+    /// Hands each frame kept for a partition read here to `f` (partition,
+    /// record timestamp, frame), in the order written, and forgets them.
+    fn take_local(&mut self, f: &mut KeptFrame<'_>) -> Result<(), Error> {
+        let _ = f;
+        Ok(())
+    }
 }
 
 pub trait Sink: Send {

@@ -147,6 +147,8 @@ pub struct KafkaSource {
     /// The high watermark captured at start, per slot of a bounded input.
     end_offsets: Vec<Option<i64>>,
     done: Vec<bool>,
+    /// Slots held ([`Source::hold`]): their records are dropped.
+    held: Vec<bool>,
 }
 
 impl std::fmt::Debug for KafkaSource {
@@ -278,7 +280,8 @@ impl KafkaSource {
             slot_of.push(of);
         }
         let topics = names.iter().map(|t| (*t).to_owned()).collect();
-        Ok((Self { consumer, slots, topics, slot_of, end_offsets, done }, positions))
+        let held = vec![false; slots.len()];
+        Ok((Self { consumer, slots, topics, slot_of, end_offsets, done, held }, positions))
     }
 
     /// Whether every bounded slot reached its end offset.
@@ -293,7 +296,7 @@ impl KafkaSource {
     /// bounded run already has everything up to its end offset; returns its
     /// weight (0 if not delivered).
     fn deliver(
-        slot_of: &[Vec<Option<usize>>],
+        (slot_of, held): (&[Vec<Option<usize>>], &[bool]),
         (ends, done): (&[Option<i64>], &mut [bool]),
         m: Fetched<'_>,
         f: &mut Deliver<'_>,
@@ -304,6 +307,9 @@ impl KafkaSource {
         else {
             return 0;
         };
+        if held[slot] {
+            return 0;
+        }
         if let Some(end) = ends[slot] {
             if m.offset >= end {
                 done[slot] = true;
@@ -338,7 +344,7 @@ impl KafkaSource {
                         headers: Some(&headers),
                     };
                     let bounds = (&self.end_offsets[..], &mut self.done[..]);
-                    n += Self::deliver(&self.slot_of, bounds, fetched, f);
+                    n += Self::deliver((&self.slot_of, &self.held), bounds, fetched, f);
                 }
                 Err(KafkaError::PartitionEOF(_)) => {}
                 Err(e) => self.consumer_error(e.rdkafka_error_code(), &e)?,
@@ -364,7 +370,8 @@ impl KafkaSource {
     /// to `frame::PACK_MAX_ROWS` rows), and each batch may pass `want`
     /// by at most [`CONSUME_STEP`] messages.
     fn consume(&mut self, want: usize, wait: Duration, f: &mut Deliver<'_>) -> Result<usize, Error> {
-        let (slot_of, ends, done) = (&self.slot_of, &self.end_offsets[..], &mut self.done[..]);
+        let (slot_of, held) = (&self.slot_of[..], &self.held[..]);
+        let (ends, done) = (&self.end_offsets[..], &mut self.done[..]);
         let mut delivered = 0;
         let mut wait = wait;
         let mut error = None;
@@ -373,7 +380,7 @@ impl KafkaSource {
             let step = (want - delivered).min(CONSUME_STEP);
             let result = self.consumer.consume(step, wait, &mut |m| {
                 fetched += 1;
-                delivered += Self::deliver(slot_of, (ends, &mut *done), m, f);
+                delivered += Self::deliver((slot_of, held), (ends, &mut *done), m, f);
             });
             if let Err((_, code)) = result {
                 error = Some(code);
@@ -399,6 +406,11 @@ impl KafkaSource {
         }
         let positions = self.consumer.consumer().position().map_err(|e| Error::kafka("consumer position", e))?;
         for (slot, (topic, p)) in self.slots.iter().enumerate() {
+            // A held slot's consumer reads on and drops what it reads:
+            // its position says nothing of what was delivered.
+            if self.held[slot] {
+                continue;
+            }
             if let (Some(end), Some(Offset::Offset(o))) =
                 (self.end_offsets[slot], positions.find_partition(topic, *p).map(|e| e.offset()))
                 && o >= end
@@ -456,6 +468,65 @@ impl Source for KafkaSource {
     fn lag(&self, slot: usize) -> Option<i64> {
         let v = self.consumer.consumer().context().lag.get(slot)?.load(Ordering::Relaxed);
         (v >= 0).then_some(v)
+    }
+
+    fn end_offsets(&mut self, slots: &[usize]) -> Result<Vec<i64>, Error> {
+        slots
+            .iter()
+            .map(|&slot| {
+                let (topic, p) = self.slot(slot)?;
+                let (_, high) = self
+                    .consumer
+                    .consumer()
+                    .fetch_watermarks(topic, p, METADATA_TIMEOUT)
+                    .map_err(|e| Error::kafka(format!("offsets of {topic}/{p}"), e))?;
+                Ok(high)
+            })
+            .collect()
+    }
+
+    fn reached(&mut self, ends: &[(usize, i64)]) -> Result<bool, Error> {
+        let positions = self.consumer.consumer().position().map_err(|e| Error::kafka("consumer position", e))?;
+        for &(slot, end) in ends {
+            let (topic, p) = self.slot(slot)?;
+            match positions.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) if o >= end => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    fn hold(&mut self, slots: &[usize]) -> Result<(), Error> {
+        for &slot in slots {
+            self.slot(slot)?;
+            self.held[slot] = true;
+        }
+        Ok(())
+    }
+
+    /// A seek discards what was fetched before it (librdkafka drops the
+    /// partition's messages of an older fetch version), so nothing held is
+    /// delivered after it.
+    fn release(&mut self, at: &[(usize, i64)]) -> Result<(), Error> {
+        for &(slot, offset) in at {
+            let (topic, p) = self.slot(slot)?;
+            self.consumer
+                .consumer()
+                .seek(topic, p, Offset::Offset(offset), METADATA_TIMEOUT)
+                .map_err(|e| Error::kafka(format!("seek {topic}/{p} to {offset}"), e))?;
+            self.held[slot] = false;
+        }
+        Ok(())
+    }
+}
+
+impl KafkaSource {
+    fn slot(&self, slot: usize) -> Result<(&str, i32), Error> {
+        self.slots
+            .get(slot)
+            .map(|(t, p)| (t.as_str(), *p))
+            .ok_or_else(|| Error::Internal(format!("slot {slot} of a consumer of {} slots", self.slots.len())))
     }
 }
 

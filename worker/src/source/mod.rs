@@ -83,4 +83,32 @@ pub trait Source: Send {
         let _ = slot;
         None
     }
+
+    /// The offset past the last record of each slot now (Kafka's high
+    /// watermark). Only a Kafka source has them.
+    fn end_offsets(&mut self, slots: &[usize]) -> Result<Vec<i64>, Error> {
+        let _ = slots;
+        Err(Error::Internal("end offsets of a source without offsets".into()))
+    }
+
+    /// Whether the consumer's position in each `(slot, offset)` has reached
+    /// the offset (past records it skipped, such as transaction markers).
+    fn reached(&mut self, ends: &[(usize, i64)]) -> Result<bool, Error> {
+        let _ = ends;
+        Err(Error::Internal("positions of a source without offsets".into()))
+    }
+
+    /// Delivers nothing of these slots until [`Source::release`], which
+    /// goes back to the offsets given it: what arrives meanwhile is dropped,
+    /// to be read again.
+    fn hold(&mut self, slots: &[usize]) -> Result<(), Error> {
+        let _ = slots;
+        Err(Error::Internal("holding a source that cannot seek".into()))
+    }
+
+    /// Reads each held slot on from the offset given (where it was held).
+    fn release(&mut self, at: &[(usize, i64)]) -> Result<(), Error> {
+        let _ = at;
+        Err(Error::Internal("releasing a source that cannot seek".into()))
+    }
 }
