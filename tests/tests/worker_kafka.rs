@@ -1931,6 +1931,42 @@ fn exactly_once_covers_the_repartition_topic_of_a_re_keyed_count() {
     exactly_once_counts_through_kills("symbol", 5, &[1], |group, _| format!("{group}.repartition-1"));
 }
 
+/// Exactly once with every row handed over in process: running counts per
+/// symbol over trades keyed by trader on one worker of one core, so every
+/// row's repartition partition is its own core's. Killed with SIGKILL well
+/// into a checkpoint interval and restarted, it emits every symbol's
+/// counts 1, 2, … n once and in order (what it handed over is committed
+/// with the source offsets it came from, or not at all), and no record
+/// ever reached the repartition topic.
+#[test]
+fn exactly_once_a_one_core_re_keyed_count_hands_its_rows_over_and_survives_kill_nine() {
+    let (trades, out, group, m) = exactly_once_counts_job("symbol");
+    let config = config_file(&worker_config(&m, 4, 1, 1, 0, &group));
+    let mut worker = Worker::serve(&config, &[]);
+    worker.wait_ready(Duration::from_secs(60));
+    let producer = produce_trades_slowly_to(&trades, 12_000, 300, Duration::from_millis(150));
+    // Past two checkpoints with input: each must commit the new state
+    // pointer of the repartition partitions, whose offsets never move.
+    let committed = || kafka::committed_offsets(&group, &trades, 4).values().sum::<i64>();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = 0;
+    for _ in 0..2 {
+        while committed() <= seen {
+            assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", worker.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        seen = committed();
+    }
+    let mut worker = kill_nine_mid_run(worker, &config, &group, &trades, &producer, Duration::from_millis(1000));
+    producer.finish();
+    assert_every_count_once(&out, "symbol", 5);
+    let repartition = format!("{group}.repartition-1");
+    let ends: Vec<i64> = (0..4).map(|p| kafka::watermarks(&repartition, p).1).collect();
+    assert_eq!(ends, [0; 4], "nothing went through {repartition}");
+    worker.signal("TERM");
+    assert!(worker.wait(Duration::from_secs(30)).success(), "{}", worker.log());
+}
+
 /// Exactly once, a zombie: worker 1 is frozen (SIGSTOP) well into a
 /// checkpoint interval, a replacement with its identity starts (its
 /// transactional id fences the frozen one's) and runs, then the frozen
