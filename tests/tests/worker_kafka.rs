@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{SourcePartitions, assign};
+use sluice_e2e::jobs::wait_until;
 use sluice_e2e::kafka::{self, Record};
 use sluice_e2e::worker::{Worker, config_file, metric_values, worker_config, write_temp};
 use sluice_e2e::{copy_dir, harness, unique_name};
@@ -327,14 +328,10 @@ fn a_core_reads_its_repartition_backlog_before_it_hands_its_own_rows_over_in_pro
     let mine: Vec<i32> =
         owners(&[&first]).keys().filter(|(t, _)| *t == topic).filter_map(|(_, p)| p.parse().ok()).collect();
     assert_eq!(mine.len(), 2, "worker 0 owns two of the four partitions");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while mine
-        .iter()
-        .any(|p| kafka::committed_offsets(&group, &topic, 4).get(p) != Some(&kafka::watermarks(&topic, *p).1))
-    {
-        assert!(Instant::now() < deadline, "worker 0 never committed its partitions:\n{}", first.log());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let at_end = |p: &i32| kafka::committed_offsets(&group, &topic, 4).get(p) == Some(&kafka::watermarks(&topic, *p).1);
+    wait_until("worker 0 to commit its partitions to their ends", Duration::from_secs(60), || {
+        mine.iter().all(at_end).then_some(())
+    });
     let repartition = format!("{group}.repartition-1");
     let committed = kafka::committed_offsets(&group, &repartition, 4);
     let ends: Vec<i64> = (0..4).map(|p| kafka::watermarks(&repartition, p).1).collect();
@@ -1948,14 +1945,10 @@ fn exactly_once_a_one_core_re_keyed_count_hands_its_rows_over_and_survives_kill_
     // Past two checkpoints with input: each must commit the new state
     // pointer of the repartition partitions, whose offsets never move.
     let committed = || kafka::committed_offsets(&group, &trades, 4).values().sum::<i64>();
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen = 0;
     for _ in 0..2 {
-        while committed() <= seen {
-            assert!(Instant::now() < deadline, "no checkpoint within 60 s:\n{}", worker.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        seen = committed();
+        seen =
+            wait_until("a checkpoint with input", Duration::from_secs(60), || Some(committed()).filter(|&c| c > seen));
     }
     let mut worker = kill_nine_mid_run(worker, &config, &group, &trades, &producer, Duration::from_millis(1000));
     producer.finish();

@@ -923,14 +923,14 @@ fn write(
     Ok(written)
 }
 
-/// Sets each stage's output to keep the frames of the partitions this
-/// core reads.
+/// Sets the first stage's output to keep the frames of the partitions
+/// this core reads.
 fn read_here(stages: &mut [StageRun], direct: &direct::Direct) {
-    for (stage, here) in stages.iter_mut().zip(&direct.stages) {
-        if let (StageSink::Exchange(x), Some(here)) = (&mut stage.sink, here) {
-            x.read_here(&direct::partitions(here));
-            stage.here.clone_from(here);
-        }
+    if let Some(stage) = stages.first_mut()
+        && let StageSink::Exchange(x) = &mut stage.sink
+    {
+        x.read_here(&direct::partitions(&direct.here));
+        stage.here.clone_from(&direct.here);
     }
 }
 

@@ -49,12 +49,11 @@ use sluice_plan::{Stage, StageOutput};
 use super::partition::PartitionPipeline;
 
 /// A core's handover plan, and its catch-up while it lasts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Direct {
-    /// Per stage: for the exchange it writes, per partition, the slots of
-    /// this core reading it (empty: another core's); `None` for a stage
-    /// whose rows go through the topic.
-    pub stages: Vec<Option<Vec<Vec<usize>>>>,
+    /// For the exchange the first stage writes, per partition, the slots
+    /// of this core reading it (empty: another core's).
+    pub here: Vec<Vec<usize>>,
     /// Source slots: held while catching up.
     pub sources: Vec<usize>,
     /// While catching up: the exchange slots behind and the offset each
@@ -85,20 +84,18 @@ impl Direct {
         if !(upstream && owned) {
             return None;
         }
-        let mut per_stage = vec![None; stages.len()];
-        per_stage[0] = Some(here);
         let sources = inputs
             .iter()
             .zip(input_slots)
             .filter(|(i, _)| i.source.is_some())
             .flat_map(|(_, slots)| slots.clone())
             .collect();
-        Some(Self { stages: per_stage, sources, behind: Vec::new(), held: Vec::new() })
+        Some(Self { here, sources, behind: Vec::new(), held: Vec::new() })
     }
 
     /// The slots of the exchange partitions handed over to, each once.
     pub fn exchange_slots(&self) -> Vec<usize> {
-        let mut slots: Vec<usize> = self.stages.iter().flatten().flatten().flatten().copied().collect();
+        let mut slots: Vec<usize> = self.here.iter().flatten().copied().collect();
         slots.sort_unstable();
         slots.dedup();
         slots

@@ -494,7 +494,7 @@ mod tests {
         let slots = Layout::new(&inputs, &flow).unwrap().input_slots;
         let d = Direct::plan(&inputs, &slots, &flow.stages, 4).unwrap();
         // Exchange partitions 1 and 3 are this core's slots 2 and 3.
-        assert_eq!(d.stages, [Some(vec![vec![], vec![2], vec![], vec![3]]), None]);
+        assert_eq!(d.here, [vec![], vec![2], vec![], vec![3]]);
         assert_eq!(d.exchange_slots(), [2, 3]);
         assert_eq!(d.sources, [0, 1]);
         // Nothing to hand over without an upstream partition, or without an
@@ -513,7 +513,7 @@ mod tests {
         inputs[2].partitions = vec![0];
         let slots = Layout::new(&inputs, &flow).unwrap().input_slots;
         let d = Direct::plan(&inputs, &slots, &flow.stages, 3).unwrap();
-        assert_eq!(d.stages, [Some(vec![vec![4], vec![], vec![]]), None]);
+        assert_eq!(d.here, [vec![4], vec![], vec![]]);
         assert_eq!(d.sources, [0, 1, 2, 3]);
         // A query of one stage has no exchange.
         let flow = plan_dataflow("SELECT order_id FROM orders", &[orders()], 3).unwrap();
