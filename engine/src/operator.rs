@@ -182,6 +182,11 @@ pub enum OperatorTag {
     SessionHead = 22,
     /// Session windows' head once they spilled.
     SessionSpilledHead = 23,
+    /// What a stream–table join's incremental checkpoint writes beside
+    /// its pages (`TableJoin` is its whole checkpoint before them, still read).
+    TableJoinHead = 24,
+    /// A stream–table join's head once it spilled.
+    TableJoinSpilledHead = 25,
 }
 
 pub trait Operator: std::fmt::Debug + Send {

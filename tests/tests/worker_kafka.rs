@@ -2484,6 +2484,106 @@ fn exactly_once_with_a_state_larger_than_its_memory_emits_every_count_once_throu
     spill_through_kill_nine(true);
 }
 
+/// A stream enriched with the latest row of a table of 30,000 symbols
+/// under a 1 MiB state limit (the table alone takes several times that in
+/// memory): the table's cold keys go to the worker's volume and a trade
+/// of a symbol on disk reads its key back. A second version of a sixth of
+/// the symbols arrives between two runs of trades; the worker is killed
+/// with SIGKILL mid-run and restores its table (pages past half its budget
+/// straight to disk). Every trade comes out with the version current when
+/// it was read — at least once, never a wrong or missing name.
+#[test]
+fn a_table_larger_than_its_memory_spills_to_the_volume_and_enriches_exactly_after_kill_nine() {
+    const SYMBOLS: u64 = 30_000;
+    let (trades, symbols, out) = (unique_name("trades"), unique_name("symbols"), unique_name("enriched"));
+    kafka::create_topic(&trades, 1);
+    kafka::create_topic_with(&symbols, 1, &[("cleanup.policy", "compact")]);
+    kafka::create_topic(&out, 1);
+    let group = unique_name("g");
+    let sql = "SELECT t.trader, s.name FROM trades t LEFT JOIN symbols s ON t.symbol = s.symbol";
+    let extra = "    stateMemoryLimit: 1Mi\n    batchMaxRecords: 256\n";
+    let m = manifest(&unique_name("spill-table"), sql, &trades, &out, extra);
+    let m = m.replace("  sink:", &format!("{}  sink:", kafka_table("symbols", &symbols, "symbol", "name")));
+    let cfg = config_file(&worker_config(&m, 1, 1, 1, 0, &group));
+    let dir = std::env::temp_dir().join(unique_name("sluice-spill-table-volume"));
+    let dir_s = dir.display().to_string();
+    let env = [("SLUICE_WORKER__STATE_DIR", dir_s.as_str())];
+    let version = |k: u64, v: u32| -> (String, Option<String>, i32, i64) {
+        let name = format!(r#"{{"symbol":"S{k}","name":"S{k}-v{v}","ts":1000}}"#);
+        (format!("S{k}"), Some(name), 0, 1_000)
+    };
+    let mut expected: BTreeMap<String, String> = BTreeMap::new();
+    let mut names: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut next_trade = 0u64;
+    let mut produce_trades = |n: u64, names: &BTreeMap<u64, u32>| {
+        let lines: Vec<String> = (next_trade..next_trade + n)
+            .map(|i| {
+                let symbol = (i * 7_919) % SYMBOLS;
+                expected.insert(format!("T{i}"), format!("S{symbol}-v{}", names[&symbol]));
+                format!(r#"{{"trader":"T{i}","symbol":"S{symbol}","price":1.0,"qty":1,"ts":{}}}"#, 1_000 + i)
+            })
+            .collect();
+        next_trade += n;
+        let records: Vec<_> = lines.iter().map(|v| (None, v.as_bytes(), Some(0))).collect();
+        kafka::produce(&trades, &records);
+        next_trade
+    };
+    let spilled = |w: &Worker| -> f64 {
+        let text = w.get("/metrics").map(|(_, b)| b).unwrap_or_default();
+        metric_values(&text, "sluice_state_spilled_bytes").iter().map(|(_, v)| *v).fold(0.0, f64::max)
+    };
+    let checkpointed = |w: &Worker, topic: &str, at: i64| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while kafka::committed_positions(&group, topic, 1).get(&0).is_none_or(|(o, _)| *o < at) {
+            assert!(Instant::now() < deadline, "{topic} not checkpointed through {at}:\n{}", w.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let mut worker = Worker::serve(&cfg, &env);
+    worker.wait_ready(Duration::from_secs(60));
+    publish(&symbols, &(0..SYMBOLS).map(|k| version(k, 1)).collect());
+    names.extend((0..SYMBOLS).map(|k| (k, 1)));
+    checkpointed(&worker, &symbols, 30_000);
+    let read = produce_trades(10_000, &names);
+    checkpointed(&worker, &trades, i64::try_from(read).unwrap());
+    let most = spilled(&worker);
+    assert!(most > 256.0 * 1024.0, "the table went to disk: {most} bytes");
+    // A second version of every sixth symbol, read and checkpointed
+    // before the trades that see it.
+    publish(&symbols, &(0..SYMBOLS).step_by(6).map(|k| version(k, 2)).collect());
+    names.extend((0..SYMBOLS).step_by(6).map(|k| (k, 2)));
+    checkpointed(&worker, &symbols, 35_000);
+    produce_trades(10_000, &names);
+    std::thread::sleep(Duration::from_millis(300));
+    worker.signal("KILL");
+    let _ = worker.wait(Duration::from_secs(10));
+    produce_trades(5_000, &names);
+    let mut second = Worker::serve(&cfg, &env);
+    second.wait_ready(Duration::from_secs(60));
+    let named = |records: &[Record]| -> BTreeMap<String, BTreeSet<String>> {
+        let mut by_trader: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in records {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            let name = v["name"].as_str().unwrap_or("NULL").to_owned();
+            by_trader.entry(v["trader"].as_str().unwrap_or_default().to_owned()).or_default().insert(name);
+        }
+        by_trader
+    };
+    let results = wait_for_output(&out, Duration::from_secs(120), |r| named(r).len() >= expected.len());
+    let got = named(&results);
+    let wrong: Vec<_> = expected
+        .iter()
+        .filter(|(t, name)| got.get(*t).is_none_or(|n| n.len() != 1 || !n.contains(*name)))
+        .take(5)
+        .collect();
+    assert!(wrong.is_empty(), "trades without their one right name (of {}): {wrong:?}", expected.len());
+    assert_eq!(got.len(), expected.len(), "every trade, no other");
+    assert!(spilled(&second) > 0.0, "the restored table spilled too");
+    second.signal("TERM");
+    assert!(second.wait(Duration::from_secs(30)).success(), "{}", second.log());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn spill_through_kill_nine(exactly_once: bool) {
     let (topic, out) = (unique_name("spill"), unique_name("spill-totals"));
     kafka::create_topic(&topic, 1);
