@@ -2,10 +2,13 @@
 # Checkpoint bytes against state size, and restore time, through the real broker.
 #
 #   bash bench/checkpoints.sh                        # 10, 100 and 1000 MiB of state, release build
-#   bash bench/checkpoints.sh --sizes 10,100 --rate 5000 --seconds 20 [--hot H] [--profile dev]
+#   bash bench/checkpoints.sh --sizes 10,100 --rate 5000 --seconds 20 [--hot H] [--profile dev] [--query table]
 #
 # For each state size S, on one partition and one core:
 #   SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k
+# or, with --query table, a stream enriched with the latest row of t, a
+# table keyed by k (its state is the table; an update replaces a row):
+#   SELECT s.k, t.v FROM s JOIN t ON s.k = t.k
 # checkpointing every second (the default interval). Keys 0‥K are produced
 # until the engine's state gauge (sluice_state_bytes) reads about S; then
 # R updates per second for T seconds, of keys drawn uniformly over all K
@@ -29,6 +32,7 @@ RATE=5000
 SECONDS_UPDATING=20
 HOT=0
 PROFILE=release
+QUERY=groupby
 while [ $# -gt 0 ]; do
   case "$1" in
     --sizes) SIZES=$2; shift ;;
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_UPDATING=$2; shift ;;
     --hot) HOT=$2; shift ;;
     --profile) PROFILE=$2; shift ;;
+    --query) QUERY=$2; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -85,21 +90,41 @@ for size in "${SIZE_LIST[@]}"; do
   $PY topic "$BOOTSTRAP" "$in" 1
   $PY topic "$BOOTSTRAP" "$out" 1
   manifest="$OUT/checkpoints-$size.yaml"
+  columns='        columns:
+          - { name: k, type: bigint, required: true }
+          - { name: v, type: bigint, required: true }'
+  case "$QUERY" in
+    groupby)
+      sql="SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k"
+      sources="    - name: t
+      kafka: { bootstrapServers: \"$BOOTSTRAP\", topic: $in }
+      schema:
+$columns
+      partitionKey: [k]" ;;
+    table)
+      $PY topic "$BOOTSTRAP" "$in-stream" 1
+      sql="SELECT s.k, t.v FROM s JOIN t ON s.k = t.k"
+      sources="    - name: s
+      kafka: { bootstrapServers: \"$BOOTSTRAP\", topic: $in-stream }
+      schema:
+$columns
+      partitionKey: [k]
+    - name: t
+      kafka: { bootstrapServers: \"$BOOTSTRAP\", topic: $in }
+      table: { primaryKey: [k] }
+      schema:
+$columns" ;;
+    *) echo "unknown query $QUERY (groupby or table)" >&2; exit 2 ;;
+  esac
   cat >"$manifest" <<EOF
 apiVersion: sluice.dev/v1alpha1
 kind: StreamJob
 metadata:
   name: checkpoints-$size
 spec:
-  sql: SELECT k, COUNT(*) AS n, SUM(v) AS total FROM t GROUP BY k
+  sql: $sql
   sources:
-    - name: t
-      kafka: { bootstrapServers: "$BOOTSTRAP", topic: $in }
-      schema:
-        columns:
-          - { name: k, type: bigint, required: true }
-          - { name: v, type: bigint, required: true }
-      partitionKey: [k]
+$sources
   sink:
     kafka: { bootstrapServers: "$BOOTSTRAP", topic: $out }
   engine:
@@ -155,7 +180,7 @@ EOF
 done
 
 {
-  echo "Checkpoint bytes against state size: one partition, one core, checkpoints every 1 s, $RATE updates/s for ${SECONDS_UPDATING}s $( [ "$HOT" -gt 0 ] && echo "of the first $HOT keys" || echo "uniform over all keys"), profile $PROFILE, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "Checkpoint bytes against state size ($QUERY): one partition, one core, checkpoints every 1 s, $RATE updates/s for ${SECONDS_UPDATING}s $( [ "$HOT" -gt 0 ] && echo "of the first $HOT keys" || echo "uniform over all keys"), profile $PROFILE, $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   echo "| state asked (MiB) | keys | state held (MiB) | building wrote (MiB) | per checkpoint while updating (KiB) | per second (KiB) | per checkpoint ÷ state | restore from volume (s) | volume read (MiB) | restore from topic (s) | topic read (MiB) | topic rate (MiB/s) |"
   echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
