@@ -14,35 +14,52 @@
 //! changes none of the columns kept emits nothing. A key's row is kept as
 //! one run of bytes (`sluice_plan::row_bytes`): one allocation per key,
 //! not one per value and string, for tables of millions of rows.
+//!
+//! The keys' rows are the table, as large as the database's: they are kept
+//! in pages of 8 keys, so a checkpoint writes the keys that changed, and
+//! past the memory budget cold keys go to disk (`crate::spill`), read back
+//! when a version of them comes.
 
-use std::collections::HashMap;
-
-use serde::{Deserialize, Serialize};
+use serde::ser::SerializeSeq;
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
+use crate::group_keys::{BLOCK, GroupTable};
 use crate::join::bools;
 use crate::last_per_key::LastPerKey;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::pages::{DirtyPages, KeyedPage, KeyedPageIn, TableHead, page_keys, read_page_and_rest, write_page};
+use crate::spill::{PagedGroups, Spilling, place_keys, restore_keyed_page};
 use sluice_plan::row_bytes::{self, AsScalars};
-use sluice_plan::{Batch, ChangelogPlan, Scalar, eval};
+use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, ScalarRef, eval};
 
 #[derive(Debug)]
 pub struct ChangelogOperator {
     plan: ChangelogPlan,
     /// The retraction marker's column, after the source's.
     retract: usize,
-    /// Per key (encoded): its last row's kept columns, in `plan.kept`
-    /// order, as bytes.
-    last: HashMap<Vec<u8>, Box<[u8]>>,
-    /// What `last` holds, kept as it changes (read after every batch).
+    /// The keys (encoded) by id.
+    table: GroupTable,
+    /// Per key id: its last row's kept columns, in `plan.kept` order, as
+    /// bytes (`None`: an id without a row).
+    rows: Vec<Option<Box<[u8]>>>,
+    /// What the rows hold, with a 16-byte allocator header each, kept as
+    /// they change (read after every batch).
     bytes: usize,
     latest: LastPerKey,
     /// A row being encoded (scratch).
     row: Vec<u8>,
+    /// Positions of the batch's rows that count (scratch).
+    counted: Vec<usize>,
+    /// Pages changed since the last incremental checkpoint.
+    dirty: DirtyPages,
+    /// Where cold keys go once state passes its budget (`crate::spill`),
+    /// and the key ids of a batch's rows.
+    spilling: Spilling,
 }
 
-/// A checkpoint, written by reference (each row as the scalars it holds,
-/// the layout of rows kept as `Vec<Scalar>`)...
+/// A whole checkpoint, written by reference (each row as the scalars it
+/// holds, the layout of rows kept as `Vec<Scalar>`)...
 #[derive(Serialize)]
 struct StateRef<'a> {
     last: Vec<(&'a [u8], AsScalars<'a>)>,
@@ -54,10 +71,29 @@ struct State {
     last: Vec<(Vec<u8>, Vec<Scalar>)>,
 }
 
-/// What a key's entry holds outside the map's slots: the key's and the
-/// row's bytes, with a 16-byte allocator header each.
-fn entry_bytes(key: &[u8], row: &[u8]) -> usize {
-    key.len() + row.len() + 32
+/// A page's rows read back, with strings borrowed from its bytes (as a
+/// [`KeyedPageIn`]; [`RowsOut`] writes them).
+type PageIn<'a> = KeyedPageIn<'a, Vec<Option<Vec<ScalarRef<'a>>>>>;
+
+/// The rows of keys `groups`, one per key id (`None` for an id without).
+struct RowsOut<'a> {
+    rows: &'a [Option<Box<[u8]>>],
+    groups: std::ops::Range<usize>,
+}
+
+impl Serialize for RowsOut<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.groups.len()))?;
+        for g in self.groups.clone() {
+            seq.serialize_element(&self.rows.get(g).and_then(Option::as_deref).map(AsScalars))?;
+        }
+        seq.end()
+    }
+}
+
+/// What a row holds: its bytes and an allocator header.
+fn row_size(row: &[u8]) -> usize {
+    row.len() + 16
 }
 
 impl ChangelogOperator {
@@ -66,11 +102,58 @@ impl ChangelogOperator {
         Self {
             plan: plan.clone(),
             retract: columns,
-            last: HashMap::new(),
+            table: GroupTable::default(),
+            rows: Vec::new(),
             bytes: 0,
             latest: LastPerKey::default(),
             row: Vec::new(),
+            counted: Vec::new(),
+            dirty: DirtyPages::default(),
+            spilling: Spilling::default(),
         }
+    }
+
+    /// Key `gid`'s row is `row` (`None`: it has none).
+    fn set_row(&mut self, gid: u32, row: Option<Box<[u8]>>) -> Option<Box<[u8]>> {
+        let g = gid as usize;
+        if self.rows.len() <= g {
+            self.rows.resize_with(g + 1, || None);
+        }
+        self.bytes += row.as_deref().map_or(0, row_size);
+        let old = std::mem::replace(&mut self.rows[g], row);
+        self.bytes -= old.as_deref().map_or(0, row_size);
+        old
+    }
+
+    /// Lets go of key `gid` (deleted): its id is handed out again, and a
+    /// block of keys all gone is handed back for the next page read back.
+    fn let_go(&mut self, gid: u32) {
+        if self.table.key_of(gid).is_none() {
+            return;
+        }
+        self.dirty.mark(self.spilling.stable(gid));
+        self.set_row(gid, None);
+        self.spilling.remove_group(&mut self.table, gid);
+    }
+
+    /// Files key `g`'s row from a checkpoint or a page read back.
+    fn restore_row(&mut self, g: usize, row: Option<Vec<ScalarRef<'_>>>) {
+        let row = row.map(|values| {
+            let mut bytes = Vec::new();
+            for value in values {
+                row_bytes::push(value, &mut bytes);
+            }
+            bytes.into_boxed_slice()
+        });
+        self.set_row(u32::try_from(g).unwrap_or(u32::MAX), row);
+    }
+
+    fn clear(&mut self) -> Result<(), Error> {
+        self.table = GroupTable::default();
+        self.rows.clear();
+        self.bytes = 0;
+        self.dirty.clear();
+        self.spilling.forget()
     }
 }
 
@@ -94,17 +177,106 @@ impl Operator for ChangelogOperator {
         let batch = input.batch;
         self.latest.select(&self.plan.key, batch, &input.selection)?;
         let deleted = eval(&self.plan.deleted, batch)?.into_column(batch.len);
-        let deletes = bools(&deleted).ok_or_else(|| Error::Internal("the deletion marker is not BOOLEAN".into()))?;
-        for i in 0..self.latest.keep.len() {
-            let at = self.latest.keep[i] as usize;
-            let r = self.latest.rows[at] as usize;
-            let key = self.latest.key(at);
+        // The keys of the rows that count: in memory, read back from disk,
+        // or new.
+        let latest = std::mem::take(&mut self.latest);
+        let mut counted = std::mem::take(&mut self.counted);
+        counted.clear();
+        counted.extend(latest.keep.iter().map(|&at| at as usize));
+        let found = self.with_spilling(|s, op| {
+            s.find_keys(op, &counted, |at, key| {
+                key.extend_from_slice(latest.key(at));
+                true
+            })
+        });
+        self.counted = counted;
+        let processed = found.and_then(|()| self.apply(batch, &latest, &deleted, out.rows));
+        self.latest = latest;
+        processed
+    }
+
+    fn state_size(&self) -> StateSize {
+        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.table.live() }
+    }
+
+    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // It spilled: its checkpoints are heads and pages.
+            return Err(Error::Internal("a whole checkpoint of a changelog that spilled".into()));
+        }
+        let last = (0..self.table.capacity())
+            .filter_map(|g| {
+                let gid = u32::try_from(g).unwrap_or(u32::MAX);
+                let row = self.rows.get(g)?.as_deref()?;
+                Some((self.table.key_of(gid)?, AsScalars(row)))
+            })
+            .collect();
+        write_state(OperatorTag::Changelog, &StateRef { last }, out)
+    }
+
+    /// A whole checkpoint, as every release wrote before checkpoints were
+    /// incremental (the next checkpoint writes every page).
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        let state: State = read_state(OperatorTag::Changelog, bytes)?;
+        self.clear()?;
+        for (key, values) in state.last {
+            let (gid, _) = self.table.find_or_insert(&key);
+            let mut row = Vec::new();
+            row_bytes::push_scalars(&values, &mut row);
+            self.set_row(gid, Some(row.into_boxed_slice()));
+        }
+        Ok(())
+    }
+
+    fn paged(&self) -> bool {
+        true
+    }
+
+    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.spilling.head(&self.table, ()) {
+            return write_state(OperatorTag::ChangelogSpilledHead, &head, out);
+        }
+        write_state(OperatorTag::ChangelogHead, &TableHead::of(&self.table), out)
+    }
+
+    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.clear()?;
+        if let Some(head) = self.spilling.restore_either_head(
+            bytes,
+            OperatorTag::ChangelogSpilledHead as u32,
+            OperatorTag::ChangelogHead as u32,
+        )? {
+            self.table = head.table();
+        }
+        Ok(())
+    }
+
+    crate::spill::spilling_operator_methods!(plain);
+
+    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        restore_keyed_page(self, page, bytes, |op, g, row: Option<Vec<ScalarRef<'_>>>| {
+            op.restore_row(g, row);
+            Ok(())
+        })
+    }
+}
+
+impl ChangelogOperator {
+    /// Emits the signed rows of `batch`'s rows that count (their keys
+    /// found: `Spilling::gids`, in the order of `latest.keep`).
+    fn apply(&mut self, batch: &Batch, latest: &LastPerKey, deleted: &Column, out: &mut Batch) -> Result<(), Error> {
+        let deletes = bools(deleted).ok_or_else(|| Error::Internal("the deletion marker is not BOOLEAN".into()))?;
+        let retract = self.retract;
+        for (i, &at) in latest.keep.iter().enumerate() {
+            let r = latest.rows[at as usize] as usize;
+            let gid = self.spilling.gids[i];
             let delete = deleted.is_valid(r) && deletes.get(r).copied().unwrap_or(false);
             if delete {
-                if let Some(old) = self.last.remove(key) {
-                    self.bytes -= entry_bytes(key, &old);
-                    push(&self.plan.kept, self.retract, &old, true, out.rows)?;
+                // A delete of a key never seen says nothing.
+                if let Some(Some(old)) = self.rows.get(gid as usize) {
+                    push(&self.plan.kept, retract, old, true, out)?;
                 }
+                self.let_go(gid);
                 continue;
             }
             self.row.clear();
@@ -112,60 +284,76 @@ impl Operator for ChangelogOperator {
                 row_bytes::push_cell(&batch.columns[c], r, &mut self.row);
             }
             // Bytes compare as the values do, but for doubles: -0.0 after
-            // 0.0 is a change here, NaN after the same NaN is not. One
-            // lookup per row; a known key's row is replaced in place.
-            let (kept, retract) = (&self.plan.kept, self.retract);
-            match self.last.get_mut(key) {
-                Some(old) if **old == *self.row => {}
-                Some(old) => {
-                    push(kept, retract, old, true, out.rows)?;
-                    push(kept, retract, &self.row, false, out.rows)?;
-                    self.bytes = self.bytes + self.row.len() - old.len();
+            // 0.0 is a change here, NaN after the same NaN is not. A known
+            // key's row is replaced in place.
+            let kept = &self.plan.kept;
+            let grown = match self.rows.get_mut(gid as usize) {
+                Some(Some(old)) if **old == *self.row => continue,
+                Some(Some(old)) => {
+                    push(kept, retract, old, true, out)?;
+                    push(kept, retract, &self.row, false, out)?;
+                    let grown = self.row.len().wrapping_sub(old.len());
                     *old = self.row.as_slice().into();
+                    Some(grown)
                 }
+                _ => {
+                    push(kept, retract, &self.row, false, out)?;
+                    None
+                }
+            };
+            match grown {
+                Some(grown) => self.bytes = self.bytes.wrapping_add(grown),
                 None => {
-                    push(kept, retract, &self.row, false, out.rows)?;
-                    self.bytes += entry_bytes(key, &self.row);
-                    self.last.insert(key.to_vec(), self.row.as_slice().into());
+                    let row = self.row.as_slice().into();
+                    self.set_row(gid, Some(row));
                 }
             }
+            self.dirty.mark(self.spilling.stable(gid));
+        }
+        Ok(())
+    }
+}
+
+impl PagedGroups for ChangelogOperator {
+    crate::spill::paged_groups_fields!();
+
+    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        let keys = page_keys(&self.table, groups.clone());
+        write_page(&KeyedPage { keys, groups: RowsOut { rows: &self.rows, groups } }, out)
+    }
+
+    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
+        let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
+        place_keys(&mut self.table, block, &p.keys)?;
+        let start = block as usize * BLOCK;
+        for (i, row) in p.groups.into_iter().enumerate().take(BLOCK) {
+            self.restore_row(start + i, row);
         }
         Ok(())
     }
 
-    fn state_size(&self) -> StateSize {
-        // The map's slots as allocated: a slot and a control byte per
-        // bucket, a bucket per 7/8 of a slot it can hold (at a million
-        // keys the slots are as much as the rows).
-        let slots = self.last.capacity() * (size_of::<(Vec<u8>, Box<[u8]>)>() + 1) * 8 / 7;
-        StateSize { bytes: self.bytes + slots, entries: self.last.len() }
+    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
+        for g in groups {
+            if self.rows.get(g).is_some_and(Option::is_some) {
+                self.set_row(u32::try_from(g).unwrap_or(u32::MAX), None);
+            }
+        }
     }
 
-    fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let last = self.last.iter().map(|(k, v)| (k.as_slice(), AsScalars(v))).collect();
-        write_state(OperatorTag::Changelog, &StateRef { last }, out)
+    fn own_bytes(&self) -> usize {
+        self.table.heap_bytes() + self.rows.capacity() * size_of::<Option<Box<[u8]>>>() + self.bytes
     }
 
-    fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: State = read_state(OperatorTag::Changelog, bytes)?;
-        self.last = state
-            .last
-            .into_iter()
-            .map(|(key, values)| {
-                let mut row = Vec::new();
-                row_bytes::push_scalars(&values, &mut row);
-                (key, row.into_boxed_slice())
-            })
-            .collect();
-        self.bytes = self.last.iter().map(|(k, v)| entry_bytes(k, v)).sum();
-        Ok(())
+    /// The rows: a table's rows grow on keys it holds (a longer version).
+    fn row_bytes(&self) -> usize {
+        self.bytes
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::run_emitting_changes;
+    use crate::operator::{checkpoint_pages as checkpoint, restore_pages as restored, run_emitting_changes};
     use sluice_plan::{DataType, PhysExpr};
 
     /// Source (id, customer, amount, note, __deleted); the query reads
@@ -260,15 +448,114 @@ mod tests {
         struct Before {
             last: Vec<(Vec<u8>, Vec<Scalar>)>,
         }
-        let (key, _) = op.last.iter().next().unwrap();
-        let written = Before {
-            last: vec![(key.clone(), vec![Scalar::Bigint(1), Scalar::String("ann".into()), Scalar::Bigint(10)])],
-        };
+        let key = op.table.key_of(0).unwrap().to_vec();
+        let written =
+            Before { last: vec![(key, vec![Scalar::Bigint(1), Scalar::String("ann".into()), Scalar::Bigint(10)])] };
         let saved = op.snapshot(Vec::new()).unwrap();
         assert_eq!(saved, write_state(OperatorTag::Changelog, &written, Vec::new()).unwrap());
         let mut back = operator();
         back.restore(&saved).unwrap();
-        assert_eq!(back.state_size(), op.state_size());
+        assert_eq!((back.bytes, back.state_size().entries), (op.bytes, op.state_size().entries));
         assert_eq!(run(&mut back, &[(1, "bob", 10, false)]), [row(1, "ann", 10, true), row(1, "bob", 10, false)]);
+    }
+
+    /// A seeded round of versions and deletes of `keys` keys (a third on
+    /// 10 hot keys), customers drawn from 5.
+    fn round(seed: &mut u64, keys: i64, n: usize) -> Vec<(i64, &'static str, i64, bool)> {
+        const CUSTOMERS: [&str; 5] = ["ann", "bob", "cy", "dee", "eve"];
+        let mut next = |m: u64| {
+            *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            i64::try_from((*seed >> 33) % m).unwrap()
+        };
+        (0..n)
+            .map(|_| {
+                let id = if next(3) == 0 { next(10) } else { next(u64::try_from(keys).unwrap()) };
+                let delete = next(8) == 0;
+                (id, CUSTOMERS[usize::try_from(next(5)).unwrap()], next(4), delete)
+            })
+            .collect()
+    }
+
+    /// Incremental checkpoints: a changelog restored every few batches
+    /// from a head and the pages written so far takes back what one never
+    /// restored does; a checkpoint writes the pages of the keys that
+    /// changed, not all.
+    #[test]
+    fn a_changelog_restored_from_pages_signs_what_one_never_restored_does() {
+        let (mut whole, mut paged) = (operator(), operator());
+        let mut pages = std::collections::BTreeMap::new();
+        let (mut seed, mut fewest_dirty, mut retracted) = (0xc4a9_u64, usize::MAX, 0);
+        for r in 0..60 {
+            let rows = round(&mut seed, 400, 30);
+            let a = run(&mut whole, &rows);
+            assert_eq!(a, run(&mut paged, &rows), "round {r}");
+            retracted += a.iter().filter(|row| row.3).count();
+            let head = paged.snapshot_head(Vec::new()).unwrap();
+            let mut dirty = Vec::new();
+            paged.take_dirty_pages(false, &mut dirty);
+            fewest_dirty = fewest_dirty.min(dirty.len());
+            for page in dirty {
+                pages.insert(page, paged.snapshot_page(page, Vec::new()).unwrap());
+            }
+            if r % 4 == 3 {
+                paged = restored(operator(), &head, &pages);
+            }
+        }
+        assert!(retracted > 300, "{retracted} rows taken back");
+        assert_eq!(whole.state_size().entries, paged.state_size().entries);
+        assert!(fewest_dirty < pages.len() / 2, "{fewest_dirty} of {} pages written", pages.len());
+    }
+
+    /// A whole checkpoint, as every release wrote before checkpoints were
+    /// incremental, restores; the next checkpoint writes every page, and a
+    /// changelog restored from those goes on as the one never restored.
+    #[test]
+    fn a_whole_checkpoint_of_an_earlier_release_restores_into_pages() {
+        let mut first = operator();
+        let mut seed = 0x01d_u64;
+        for _ in 0..20 {
+            run(&mut first, &round(&mut seed, 300, 30));
+        }
+        let mut from_whole = operator();
+        from_whole.restore(&first.snapshot(Vec::new()).unwrap()).unwrap();
+        let mut pages = std::collections::BTreeMap::new();
+        let head = checkpoint(&mut from_whole, &mut pages, true);
+        let mut second = restored(operator(), &head, &pages);
+        for r in 20..40 {
+            let rows = round(&mut seed, 300, 30);
+            assert_eq!(run(&mut first, &rows), run(&mut second, &rows), "round {r}");
+        }
+    }
+
+    /// State larger than memory: under a budget far below the table it
+    /// keeps, a changelog moves cold keys to disk and reads each back when
+    /// a version or a delete of it comes — taking back what one in memory
+    /// does, through checkpoints of its pages and restores into a new
+    /// operator with an empty store.
+    #[test]
+    fn a_changelog_that_spills_signs_what_one_in_memory_does() {
+        use crate::spill::MemorySpill;
+        let spilling = || {
+            let mut op = operator();
+            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10).unwrap();
+            op
+        };
+        let (mut memory, mut spill) = (operator(), spilling());
+        let mut pages = std::collections::BTreeMap::new();
+        let (mut seed, mut most_spilled, mut most_state, mut in_memory) = (0x5b11_u64, 0, 0, 0);
+        for r in 0..80 {
+            let rows = round(&mut seed, 6_000, 200);
+            assert_eq!(run(&mut memory, &rows), run(&mut spill, &rows), "round {r}");
+            spill.spill().unwrap();
+            most_spilled = most_spilled.max(spill.spilled().0);
+            most_state = most_state.max(spill.state_size().bytes);
+            in_memory = in_memory.max(memory.state_size().bytes);
+            let head = checkpoint(&mut spill, &mut pages, false);
+            if r % 10 == 9 {
+                spill = restored(spilling(), &head, &pages);
+            }
+        }
+        assert!(most_spilled > 100, "{most_spilled} pages on disk at most");
+        assert!(most_state * 3 < in_memory, "it held at most {most_state} bytes, in memory {in_memory}");
     }
 }

@@ -445,6 +445,12 @@ impl Engine {
         self.operator.attach_spill(store, budget).is_ok()
     }
 
+    /// Whether the engine's state can spill ([`Engine::attach_spill`]
+    /// takes a store).
+    pub fn spills(&self) -> bool {
+        self.operator.spills()
+    }
+
     /// Serialises the engine's state (see [`Engine::restore`]), headed by
     /// the fingerprint of the state it holds ([`state_fingerprint`]).
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {

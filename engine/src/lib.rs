@@ -15,6 +15,7 @@ mod executor;
 mod group_keys;
 mod hop_panes;
 mod join;
+mod key_filter;
 mod last_per_key;
 mod merge;
 mod operator;

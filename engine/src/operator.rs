@@ -187,6 +187,11 @@ pub enum OperatorTag {
     TableJoinHead = 24,
     /// A stream–table join's head once it spilled.
     TableJoinSpilledHead = 25,
+    /// What a table's changelog stage writes beside its pages
+    /// (`Changelog` is its whole checkpoint before them, still read).
+    ChangelogHead = 26,
+    /// A table's changelog stage's head once it spilled.
+    ChangelogSpilledHead = 27,
 }
 
 pub trait Operator: std::fmt::Debug + Send {
@@ -292,6 +297,14 @@ pub trait Operator: std::fmt::Debug + Send {
         Err(store)
     }
 
+    /// Whether [`Operator::attach_spill`] takes a store: the runtime
+    /// splits the memory budget among the operators that do (one that
+    /// keeps nothing, or a whole state bounded by the limit alone, needs
+    /// no share).
+    fn spills(&self) -> bool {
+        false
+    }
+
     /// Between batches: moves cold state to disk if it is past its budget.
     fn spill(&mut self) -> Result<(), Error> {
         Ok(())
@@ -346,6 +359,40 @@ pub fn read_state_and_rest<'a, S: Deserialize<'a>>(tag: OperatorTag, bytes: &'a 
 
 /// Runs one batch through `op` as the engine would, every row having seen
 /// `watermark`, then the watermark: what it emitted and the late rows.
+#[cfg(test)]
+/// Writes `op`'s head and the pages it changed since the last call (every
+/// page when `all`) into `pages` — the latest of each, as the compacted
+/// state topic keeps them — and returns the head.
+#[cfg(test)]
+pub(crate) fn checkpoint_pages(
+    op: &mut dyn Operator,
+    pages: &mut std::collections::BTreeMap<u32, Vec<u8>>,
+    all: bool,
+) -> Vec<u8> {
+    let head = op.snapshot_head(Vec::new()).unwrap_or_else(|e| panic!("head: {e}"));
+    let mut dirty = Vec::new();
+    op.take_dirty_pages(all, &mut dirty);
+    for page in dirty {
+        pages.insert(page, op.snapshot_page(page, Vec::new()).unwrap_or_else(|e| panic!("page {page}: {e}")));
+    }
+    head
+}
+
+/// Restores `op` from a head and its pages, as a restart reads them.
+#[cfg(test)]
+pub(crate) fn restore_pages<T: Operator>(
+    mut op: T,
+    head: &[u8],
+    pages: &std::collections::BTreeMap<u32, Vec<u8>>,
+) -> T {
+    op.restore_head(head).unwrap_or_else(|e| panic!("head: {e}"));
+    for (&page, bytes) in pages {
+        op.restore_page(page, bytes).unwrap_or_else(|e| panic!("page {page}: {e}"));
+    }
+    op.pages_restored().unwrap_or_else(|e| panic!("pages: {e}"));
+    op
+}
+
 #[cfg(test)]
 pub(crate) fn run_at_watermark(
     op: &mut dyn Operator,

@@ -108,6 +108,22 @@ pub fn restore_page_keys<K: AsRef<[u8]>>(table: &mut GroupTable, page: u32, keys
     Ok(())
 }
 
+/// A page of keyed state as it is written: the keys of its groups
+/// ([`page_keys`]), then what the operator keeps per group...
+#[derive(Serialize)]
+pub struct KeyedPage<R> {
+    pub keys: Vec<Option<Vec<u8>>>,
+    pub groups: R,
+}
+
+/// ...read back with the keys borrowed from the page's bytes.
+#[derive(Deserialize)]
+pub struct KeyedPageIn<'a, R> {
+    #[serde(borrow)]
+    pub keys: Vec<Option<&'a [u8]>>,
+    pub groups: R,
+}
+
 /// Appends a page's state to `out`.
 pub fn write_page<T: Serialize>(state: &T, out: Vec<u8>) -> Result<Vec<u8>, Error> {
     postcard::to_extend(state, out).map_err(|e| Error::Checkpoint(format!("cannot serialise state page: {e}")))

@@ -29,7 +29,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::group_keys::{BLOCK, GroupTable, hash_key};
-use crate::pages::{PAGE_GROUPS, TableHead, check_complete, page_groups, read_page_and_rest};
+use crate::key_filter::KeyFilter;
+use crate::pages::{
+    KeyedPageIn, PAGE_GROUPS, TableHead, check_complete, page_groups, read_page_and_rest, restore_page_keys,
+};
 
 /// Where an operator's spilled pages go: one store per operator, of the
 /// engine core that owns it (nothing shared across cores). Pages are kept
@@ -305,7 +308,8 @@ impl Spill {
         }
         self.store.put_page(page, bytes, &mut { keys })?;
         if full {
-            self.keys.rebuild(self.groups, self.store.as_ref())?;
+            let store = &self.store;
+            self.keys.rebuild(self.groups, |f| store.for_each_key(f))?;
         }
         Ok(())
     }
@@ -443,6 +447,10 @@ macro_rules! spilling_operator_methods {
         fn spilled(&self) -> (usize, u64) {
             self.spilling.spilled()
         }
+
+        fn spills(&self) -> bool {
+            true
+        }
     };
     // An operator with nothing of its own to do once its pages are
     // restored, nor beside spilling between batches.
@@ -459,6 +467,28 @@ macro_rules! spilling_operator_methods {
     };
 }
 pub(crate) use spilling_operator_methods;
+
+/// Restores page `page` of a checkpoint of a [`KeyedPageIn`] whose groups
+/// are `G`s: through the operator's spill store when its head spilled
+/// ([`Spilling::restore_page`]), else into the table's ids of that page —
+/// their keys set, and each group's entry handed to `entry` with its id.
+pub(crate) fn restore_keyed_page<'b, T: PagedGroups, G: Deserialize<'b>>(
+    op: &mut T,
+    page: u32,
+    bytes: &'b [u8],
+    mut entry: impl FnMut(&mut T, usize, G) -> Result<(), Error>,
+) -> Result<(), Error> {
+    if op.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
+        return Ok(());
+    }
+    let (p, _): (KeyedPageIn<'b, Vec<G>>, _) = read_page_and_rest(page, bytes)?;
+    restore_page_keys(op.table_mut(), page, &p.keys)?;
+    let start = page_groups(page, usize::MAX).start;
+    for (i, group) in p.groups.into_iter().enumerate() {
+        entry(op, start + i, group)?;
+    }
+    Ok(())
+}
 
 /// Gives the groups of block `block` (taken with
 /// [`GroupTable::take_block`]) the keys of a page read back; an id with
@@ -535,6 +565,23 @@ impl Spilling {
     pub fn touch(&mut self, slot: u32) {
         if let Some(pages) = &mut self.pages {
             pages.touch(slot);
+        }
+    }
+
+    /// Takes group `gid` out of `table` (it holds nothing). A block whose
+    /// groups are all gone is handed back at once for the next page read
+    /// back: where the watermark or deletions read pages back to let
+    /// their keys go, blocks kept until the clock evicted them grew the
+    /// table a block per page read (at q9's 100 M events, 2 M ids for
+    /// 64 K keys).
+    pub fn remove_group(&mut self, table: &mut GroupTable, gid: u32) {
+        table.remove(gid);
+        let block = gid / PAGE_GROUPS;
+        if table.block_is_free(block)
+            && let Some(pages) = &mut self.pages
+        {
+            pages.evicted(block, false);
+            table.evict_blocks(&[block]);
         }
     }
 
@@ -837,88 +884,6 @@ impl Spilling {
     }
 }
 
-/// Which keys may be on disk: a Bloom filter of the spilled groups' keys,
-/// so that a key never seen before — most keys, for a GROUP BY whose keys
-/// keep coming — is made a new group without a lookup in the store (one
-/// cost half the time of such a run before it was there). One 64-bit word
-/// per key's probe (a cache line read), four bits set in it; about eight
-/// bits per key. Keys read back leave their bits (a Bloom filter cannot
-/// take one out): they only cost a lookup that finds nothing. The filter
-/// is built anew from the store's keys once as many keys were added as it
-/// was sized for, at twice the keys then on disk — so it follows the
-/// state on disk, and stale bits go.
-#[derive(Debug, Default)]
-struct KeyFilter {
-    words: Vec<u64>,
-    /// Keys it was sized for, and keys added since it was built.
-    capacity: usize,
-    added: usize,
-}
-
-const FILTER_BITS_PER_KEY: usize = 8;
-const FILTER_MIN_KEYS: usize = 1 << 13;
-
-impl KeyFilter {
-    /// The word and the bits of a key's hash.
-    #[inline]
-    fn probe(&self, hash: u64) -> (usize, u64) {
-        // The high bits pick the word (a multiply-shift into range), the
-        // bits of a second mix pick four bits in it.
-        let word = ((u128::from(hash) * self.words.len() as u128) >> 64) as usize;
-        let mut h = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut bits = 0u64;
-        for _ in 0..4 {
-            bits |= 1 << (h >> 58);
-            h = h.wrapping_shl(6);
-        }
-        (word, bits)
-    }
-
-    /// Whether a key of `hash` may be on disk (never false for one that is).
-    #[inline]
-    fn may_contain(&self, hash: u64) -> bool {
-        if self.words.is_empty() {
-            return false;
-        }
-        let (word, bits) = self.probe(hash);
-        self.words[word] & bits == bits
-    }
-
-    /// Files a key going to disk. False when the filter is full: it must
-    /// be rebuilt ([`KeyFilter::rebuild`]) before it is asked again.
-    fn insert(&mut self, hash: u64) -> bool {
-        if self.words.is_empty() {
-            self.size_for(0);
-        }
-        let (word, bits) = self.probe(hash);
-        self.words[word] |= bits;
-        self.added += 1;
-        self.added <= self.capacity
-    }
-
-    fn size_for(&mut self, keys: usize) {
-        self.capacity = (keys * 2).max(FILTER_MIN_KEYS);
-        self.words = vec![0; (self.capacity * FILTER_BITS_PER_KEY).div_ceil(64)];
-        self.added = 0;
-    }
-
-    /// Builds the filter anew for the `keys` keys in `store`.
-    fn rebuild(&mut self, keys: usize, store: &dyn SpillStore) -> Result<(), Error> {
-        self.size_for(keys);
-        store.for_each_key(&mut |key| {
-            self.insert(hash_key(key));
-        })
-    }
-
-    fn clear(&mut self) {
-        *self = Self::default();
-    }
-
-    fn heap_bytes(&self) -> usize {
-        self.words.capacity() * 8
-    }
-}
-
 /// A store in memory, for the engine's own tests of spilling. As the
 /// worker's store may, it applies a page's removal only at its next
 /// write: reads before then still find the page and its keys.
@@ -1022,7 +987,7 @@ mod tests {
             store.keys.insert(key(i), 0);
             if !filter.insert(hash_key(&key(i))) {
                 full_at.get_or_insert(i);
-                filter.rebuild(store.keys.len(), &store).unwrap();
+                filter.rebuild(store.keys.len(), |f| store.for_each_key(f)).unwrap();
             }
         }
         assert_eq!(full_at, Some(1 << 13), "full once as many keys came as it was sized for");

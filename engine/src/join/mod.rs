@@ -44,9 +44,9 @@ use crate::operator::{
 };
 use crate::page_due::PageDue;
 use crate::pages::{
-    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
 };
-use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, place_keys};
+use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, place_keys, restore_keyed_page};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
@@ -174,21 +174,10 @@ struct JoinStateIn<'a> {
     keys: Vec<KeyRows<'a>>,
 }
 
-/// The keys of one page of an incremental checkpoint and their kept rows...
-#[derive(Serialize)]
-struct JoinPage<'a> {
-    keys: Vec<Option<Vec<u8>>>,
-    rows: KeysOut<'a>,
-}
-
-/// ...read back with the keys and strings borrowed from the page's bytes.
-#[derive(Deserialize)]
-struct JoinPageIn<'a> {
-    #[serde(borrow)]
-    keys: Vec<Option<&'a [u8]>>,
-    #[serde(borrow)]
-    rows: Vec<KeyRows<'a>>,
-}
+/// The keys of one page of an incremental checkpoint and their kept
+/// rows, read back with keys and strings borrowed from the page's bytes
+/// ([`KeysOut`] writes the rows).
+type JoinPageIn<'a> = KeyedPageIn<'a, Vec<KeyRows<'a>>>;
 
 /// The kept rows of keys `groups`, written as a list of [`KeyRows`].
 struct KeysOut<'a> {
@@ -663,19 +652,7 @@ impl Operator for JoinOperator {
                 if let Some(due) = self.scheduled.get_mut(g) {
                     *due = None;
                 }
-                self.table.remove(gid);
-                // A block whose keys are all gone is handed back at once
-                // for the next page read back: the watermark reads pages
-                // back to let their rows go, and with blocks kept until
-                // the clock evicted them the table grew a block per page
-                // read (at q9's 100 M events, 2 M ids for 64 K keys).
-                let block = gid / PAGE_GROUPS;
-                if self.table.block_is_free(block)
-                    && let Some(pages) = &mut self.spilling.pages
-                {
-                    pages.evicted(block, false);
-                    self.table.evict_blocks(&[block]);
-                }
+                self.spilling.remove_group(&mut self.table, gid);
             } else if let Some(next) = self.next_expiry(g) {
                 self.schedule(g, id, next);
             }
@@ -779,16 +756,9 @@ impl Operator for JoinOperator {
     crate::spill::spilling_operator_methods!();
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
-            return Ok(());
-        }
-        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
-        let start = page_groups(page, usize::MAX).start;
-        for (i, rows) in p.rows.into_iter().enumerate() {
-            self.restore_key_rows(start + i, u32::try_from(start + i).unwrap_or(u32::MAX), rows)?;
-        }
-        Ok(())
+        restore_keyed_page(self, page, bytes, |op, g, rows: KeyRows<'_>| {
+            op.restore_key_rows(g, u32::try_from(g).unwrap_or(u32::MAX), rows)
+        })
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
@@ -814,7 +784,7 @@ impl PagedGroups for JoinOperator {
     crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let page = JoinPage { keys: page_keys(&self.table, groups.clone()), rows: KeysOut { op: self, groups } };
+        let page = KeyedPage { keys: page_keys(&self.table, groups.clone()), groups: KeysOut { op: self, groups } };
         write_page(&page, out)
     }
 
@@ -823,7 +793,7 @@ impl PagedGroups for JoinOperator {
         place_keys(&mut self.table, block, &p.keys)?;
         self.on_disk.forget(page);
         let start = block as usize * BLOCK;
-        for (i, rows) in p.rows.into_iter().enumerate().take(BLOCK) {
+        for (i, rows) in p.groups.into_iter().enumerate().take(BLOCK) {
             let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
             self.restore_key_rows(start + i, id, rows)?;
         }
@@ -839,7 +809,7 @@ impl PagedGroups for JoinOperator {
         let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         let this = &*self;
         let firsts: Vec<Option<i64>> = p
-            .rows
+            .groups
             .iter()
             .map(|rows| {
                 [false, true]

@@ -49,9 +49,9 @@ use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::join::{Joined, Row, Store, bools, eval_keys, push_joined_at, residual_passes};
 use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use crate::pages::{
-    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
 };
-use crate::spill::{PageIs, PagedGroups, SpilledHead, SpilledHeadRef, Spilling, place_keys};
+use crate::spill::{PageIs, PagedGroups, SpilledHead, SpilledHeadRef, Spilling, place_keys, restore_keyed_page};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, DataType, JoinKind, Scalar, ScalarRef, TableJoinPlan, TableVersion};
 
@@ -136,22 +136,10 @@ impl Serialize for WaitingOut<'_> {
     }
 }
 
-/// One page of an incremental checkpoint (or of the spill store): its
-/// keys, and per key its versions and its waiting rows' count...
-#[derive(Serialize)]
-struct PageOut<'a> {
-    keys: Vec<Option<Vec<u8>>>,
-    entries: EntriesOut<'a>,
-}
-
-/// ...read back with keys and strings borrowed from the page's bytes.
-#[derive(Deserialize)]
-struct PageIn<'a> {
-    #[serde(borrow)]
-    keys: Vec<Option<&'a [u8]>>,
-    #[serde(borrow)]
-    entries: Vec<EntryIn<'a>>,
-}
+/// A page (of a checkpoint, or of the spill store) read back: per key,
+/// its versions and its waiting rows' count ([`EntriesOut`] writes them),
+/// strings borrowed from its bytes.
+type PageIn<'a> = KeyedPageIn<'a, Vec<EntryIn<'a>>>;
 
 #[derive(Deserialize)]
 struct EntryIn<'a> {
@@ -376,14 +364,7 @@ impl TableJoinOperator {
             self.rows.live -= versions.iter().filter(|v| v.slot.is_some()).count();
             *versions = Vec::new();
         }
-        self.table.remove(gid);
-        let block = gid / PAGE_GROUPS;
-        if self.table.block_is_free(block)
-            && let Some(pages) = &mut self.spilling.pages
-        {
-            pages.evicted(block, false);
-            self.table.evict_blocks(&[block]);
-        }
+        self.spilling.remove_group(&mut self.table, gid);
     }
 
     /// Compacts a store once most of its slots were let go.
@@ -799,16 +780,9 @@ impl Operator for TableJoinOperator {
     crate::spill::spilling_operator_methods!();
 
     fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
-            return Ok(());
-        }
-        let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
-        let start = page_groups(page, usize::MAX).start;
-        for (i, entry) in p.entries.into_iter().enumerate() {
-            self.restore_entry(start + i, u32::try_from(start + i).unwrap_or(u32::MAX), entry)?;
-        }
-        Ok(())
+        restore_keyed_page(self, page, bytes, |op, g, entry: EntryIn<'_>| {
+            op.restore_entry(g, u32::try_from(g).unwrap_or(u32::MAX), entry)
+        })
     }
 
     fn pages_restored(&mut self) -> Result<(), Error> {
@@ -831,7 +805,7 @@ impl PagedGroups for TableJoinOperator {
     crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let page = PageOut { keys: page_keys(&self.table, groups.clone()), entries: EntriesOut { op: self, groups } };
+        let page = KeyedPage { keys: page_keys(&self.table, groups.clone()), groups: EntriesOut { op: self, groups } };
         write_page(&page, out)
     }
 
@@ -839,7 +813,7 @@ impl PagedGroups for TableJoinOperator {
         let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
         place_keys(&mut self.table, block, &p.keys)?;
         let start = block as usize * BLOCK;
-        for (i, entry) in p.entries.into_iter().enumerate().take(BLOCK) {
+        for (i, entry) in p.groups.into_iter().enumerate().take(BLOCK) {
             let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
             self.restore_entry(start + i, id, entry)?;
         }
@@ -853,7 +827,7 @@ impl PagedGroups for TableJoinOperator {
             return Ok(());
         }
         let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        for (i, entry) in p.entries.iter().enumerate() {
+        for (i, entry) in p.groups.iter().enumerate() {
             let versions = &entry.versions;
             let to_go = versions.len() > 1 || versions.first().is_some_and(|(_, row)| row.is_none());
             if let (true, Some((last, _))) = (to_go, versions.last()) {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::operator::run_at_watermark;
+use crate::operator::{checkpoint_pages as checkpoint, restore_pages as restored, run_at_watermark};
 use sluice_plan::{CmpOp, PhysExpr};
 
 /// Layout: stream (k, v), table (k, v), __right, __time, __deleted.
@@ -211,31 +211,6 @@ impl Rounds {
             .collect();
         (rows, self.time - 15)
     }
-}
-
-/// Writes `op`'s head and the pages it changed since the last call into
-/// `pages` (the latest of each, as the compacted state topic keeps them).
-fn checkpoint(op: &mut TableJoinOperator, pages: &mut std::collections::BTreeMap<u32, Vec<u8>>, all: bool) -> Vec<u8> {
-    let head = op.snapshot_head(Vec::new()).unwrap();
-    let mut dirty = Vec::new();
-    op.take_dirty_pages(all, &mut dirty);
-    for page in dirty {
-        pages.insert(page, op.snapshot_page(page, Vec::new()).unwrap());
-    }
-    head
-}
-
-fn restored(
-    mut op: TableJoinOperator,
-    head: &[u8],
-    pages: &std::collections::BTreeMap<u32, Vec<u8>>,
-) -> TableJoinOperator {
-    op.restore_head(head).unwrap();
-    for (&page, bytes) in pages {
-        op.restore_page(page, bytes).unwrap();
-    }
-    op.pages_restored().unwrap();
-    op
 }
 
 const MODES: [TableVersion; 2] = [TableVersion::Latest, TableVersion::AsOfEventTime];

@@ -31,18 +31,30 @@ use crate::Error;
 /// gauge reads late.
 const SPILL_SHARE: (usize, usize) = (3, 4);
 
+/// The share of the core's memory budget each of `spilling` partition
+/// engines whose state can spill keeps in memory. Only those count: a
+/// core of a join on one core owns its source partitions too (their
+/// engines project rows and keep nothing), and an even share over all of
+/// them left half the budget unused while the join read its keys back
+/// from disk.
+fn spill_budget(state_limit: usize, spilling: usize) -> usize {
+    state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / spilling.max(1)
+}
+
 /// With a state directory (the worker's volume, `--state-dir`), gives
 /// each partition engine whose operator can spill an even share of the
-/// core's memory budget and a store on the volume: past its share, cold
-/// state goes to disk instead of stopping the job at the limit. Without
-/// one, state stays in memory and the limit stops the job.
+/// core's memory budget ([`spill_budget`]) and a store on the volume:
+/// past its share, cold state goes to disk instead of stopping the job
+/// at the limit. Without one, state stays in memory and the limit stops
+/// the job.
 pub(super) fn attach(
     setup: &CoreSetup,
     parts: &mut [PartitionPipeline],
     state_limit: usize,
 ) -> Result<Option<SpillDb>, Error> {
     let Some(dir) = setup.config.worker.state_dir.as_ref() else { return Ok(None) };
-    if parts.is_empty() {
+    let spilling = parts.iter().filter(|p| p.engine.spills()).count();
+    if spilling == 0 {
         return Ok(None);
     }
     let (slot, slots) = setup.slot();
@@ -55,13 +67,17 @@ pub(super) fn attach(
         .cpus
         .open_store(|| SpillDb::open(&dir, disk_budget))
         .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
-    let budget = state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / parts.len();
-    let mut any = false;
-    for (i, part) in parts.iter_mut().enumerate() {
+    let budget = spill_budget(state_limit, spilling);
+    for (i, part) in parts.iter_mut().enumerate().filter(|(_, p)| p.engine.spills()) {
         let store = db.store(i).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
-        any |= part.engine.attach_spill(Box::new(store), budget);
+        if !part.engine.attach_spill(Box::new(store), budget) {
+            return Err(Error::Internal(format!(
+                "partition {}'s engine says it spills but took no store",
+                part.partition
+            )));
+        }
     }
-    Ok(any.then_some(db))
+    Ok(Some(db))
 }
 
 /// Memory the store may use besides the state the engines account for:
@@ -308,6 +324,28 @@ impl SpillStore for DiskSpill {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A join's first stage projects its sources' rows and keeps nothing:
+    /// its engines take no share of the budget, the join's take it all.
+    #[test]
+    fn the_budget_is_shared_by_the_engines_whose_state_spills_only() {
+        use sluice_crds::{ColumnType, FileSource, SourceSpec};
+        use sluice_engine::{Engine, EngineOptions};
+        use std::sync::Arc;
+        let source = |name: &str| SourceSpec {
+            file: Some(FileSource { path: format!("/data/{name}.jsonl") }),
+            ..SourceSpec::table(name, &[("k", ColumnType::Bigint, true), ("v", ColumnType::Bigint, true)])
+        };
+        let sql = "SELECT a.v, b.v AS w FROM a JOIN b ON a.k = b.k";
+        let flow = sluice_sql::plan_dataflow(sql, &[source("a"), source("b")], 4).unwrap();
+        let spills = |p: &sluice_plan::Plan| Engine::new(Arc::new(p.clone()), EngineOptions::default()).spills();
+        let stages: Vec<bool> = flow.stages.iter().map(|s| spills(&s.plan)).collect();
+        let branches: Vec<bool> = flow.branches.iter().map(|b| spills(&b.plan)).collect();
+        assert_eq!((stages, branches), (vec![false, true], vec![false]), "the sources' projections, then the join");
+        // One core owning 16 partitions of each source and 16 of the join:
+        // the join's 16 engines share three quarters of the budget.
+        assert_eq!(spill_budget(1 << 30, 16), 48 << 20);
+    }
 
     #[test]
     fn pages_and_keys_go_to_disk_and_come_back_and_a_new_store_starts_empty() {
