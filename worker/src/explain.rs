@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use sluice_crds::{Delivery, SinkSpec, SourceSpec, StartFrom, WorkerConfig};
+use sluice_crds::{Delivery, LocalStateVolume, SinkSpec, SourceSpec, StartFrom, WorkerConfig};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_plan::{
     AggregateCall, Dataflow, EmitMode, JoinKind, OperatorPlan, PhysExpr, Plan, RowsFunctionKind, Scalar, StageOutput,
@@ -565,9 +565,13 @@ fn state(plan: &Plan, topology: &Topology, i: usize, config: &WorkerConfig) -> S
     } else {
         "whole checkpoints (all of it each time)"
     };
-    format!(
-        "{kept}; {how} to {}; bounded by stateMemoryLimit {} per core",
-        state_topic(&topology.inputs, i, config),
-        config.spec.engine.state_memory_limit
-    )
+    // With the worker's volume (the default), state that spills is not
+    // bounded by the limit: past its share the cold keys go to disk.
+    let limit = &config.spec.engine.state_memory_limit;
+    let bound = if engine.spills() && config.spec.engine.local_state.volume != LocalStateVolume::None {
+        format!("in memory up to its share of stateMemoryLimit {limit} per core, colder keys on the worker's volume")
+    } else {
+        format!("bounded by stateMemoryLimit {limit} per core")
+    };
+    format!("{kept}; {how} to {}; {bound}", state_topic(&topology.inputs, i, config))
 }
