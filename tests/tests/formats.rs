@@ -999,6 +999,97 @@ spec:
     assert!(tombstones >= 1, "dee's deletion is a tombstone");
 }
 
+/// An aggregate over a CDC table larger than its memory: 60,000 orders
+/// under a 1 MiB state limit (their last rows, the changelog stage's
+/// state, take several times that), with a volume (`--state-dir`) — the
+/// stage moves cold orders there and reads each back when a version or a
+/// delete of it comes. The inserts in one bounded run, then updates
+/// (moving orders between customers) and deletes in a second, restored
+/// from the first's checkpoint with its pages past the budget going
+/// straight to disk: the totals, read to the end of the compacted topic,
+/// are those of every order's last version.
+#[test]
+fn an_aggregate_over_a_cdc_table_larger_than_its_memory_spills_and_stays_exact() {
+    const ORDERS: i64 = 60_000;
+    let (orders, totals) = (unique_name("cdc-big-orders"), unique_name("cdc-big-totals"));
+    kafka::create_topic(&orders, 1);
+    kafka::create_topic_with(&totals, 1, &[("cleanup.policy", "compact")]);
+    let customers = ["ann", "bob", "cy", "dee", "eve", "fay", "gus"];
+    let mut inserts: Vec<OrderChange<'_>> = Vec::new();
+    for id in 0..ORDERS {
+        inserts.push(("c", id, Some((customers[(id % 7) as usize], id % 90 + 1))));
+    }
+    let mut changes: Vec<OrderChange<'_>> = Vec::new();
+    for i in 0..20_000 {
+        let id = (i * 7_919) % ORDERS;
+        changes.push(("u", id, Some((customers[((id + i) % 5) as usize], i % 40 + 3))));
+    }
+    for i in 0..5_000 {
+        changes.push(("d", (i * 104_729 + 11) % ORDERS, None));
+    }
+    let mut latest: BTreeMap<i64, Option<(&str, i64)>> = BTreeMap::new();
+    for &(op, id, row) in inserts.iter().chain(&changes) {
+        latest.insert(id, if op == "d" { None } else { row });
+    }
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (customer, amount) in latest.values().flatten() {
+        let e = expected.entry((*customer).to_owned()).or_default();
+        e.0 += 1;
+        e.1 += amount;
+    }
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: cdc-big
+spec:
+  sql: SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      format: debezium-json
+      table: {{ primaryKey: [id] }}
+      partitionKey: [id]
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: customer, type: string }}
+          - {{ name: amount, type: bigint }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {totals} }}
+  engine:
+    stateMemoryLimit: 1Mi
+    batchMaxRecords: 256
+"#,
+        bootstrap = harness().bootstrap,
+    );
+    let m = write_temp("cdc-big.yaml", &manifest);
+    let (group, dir) = (unique_name("g"), std::env::temp_dir().join(unique_name("sluice-cdc-volume")));
+    let encode = |part: &[OrderChange<'_>]| -> Vec<(Vec<u8>, Vec<u8>, i32)> {
+        part.iter()
+            .map(|&(op, id, row)| (format!("{{\"id\":{id}}}").into_bytes(), order_change(op, id, row), 0))
+            .collect()
+    };
+    for part in [&inserts, &changes] {
+        kafka::produce(&orders, &with_tombstones(&encode(part)));
+        let args = ["--bounded", "--cores", "1", "--group", &group, "--state-dir", dir.to_str().unwrap()];
+        let mut w = Worker::run(&m, &args);
+        assert!(w.wait(Duration::from_secs(180)).success(), "worker failed:\n{}", w.log());
+        // In memory the orders' rows take several times the limit (the
+        // core would stop at it); spilling, the state stays under it.
+        let log = w.log();
+        let peak: f64 = log
+            .split("peak state: ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|mib| mib.parse().ok())
+            .unwrap_or_else(|| panic!("no peak state in the run's summary:\n{log}"));
+        assert!(peak < 1.0, "the state stayed under its 1 MiB limit: {peak} MiB\n{log}");
+    }
+    assert_eq!(materialize(&totals, false), expected);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `format: raw`: each value as it is (log lines, not JSON) in one string
 /// column, the record's key beside it; a value that is not UTF-8 is a
 /// dead letter.
