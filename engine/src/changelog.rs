@@ -24,12 +24,12 @@ use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
-use crate::group_keys::{BLOCK, GroupTable};
+use crate::group_keys::GroupTable;
 use crate::join::bools;
 use crate::last_per_key::LastPerKey;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, KeyedPage, KeyedPageIn, TableHead, page_keys, read_page_and_rest, write_page};
-use crate::spill::{PagedGroups, Spilling, place_keys, restore_keyed_page};
+use crate::pages::{DirtyPages, KeyedPage, TableHead, page_keys, write_page};
+use crate::spill::{PagedGroups, Spilling, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, ScalarRef, eval};
 
@@ -71,10 +71,6 @@ struct State {
     last: Vec<(Vec<u8>, Vec<Scalar>)>,
 }
 
-/// A page's rows read back, with strings borrowed from its bytes (as a
-/// [`KeyedPageIn`]; [`RowsOut`] writes them).
-type PageIn<'a> = KeyedPageIn<'a, Vec<Option<Vec<ScalarRef<'a>>>>>;
-
 /// The rows of keys `groups`, one per key id (`None` for an id without).
 struct RowsOut<'a> {
     rows: &'a [Option<Box<[u8]>>],
@@ -114,7 +110,7 @@ impl ChangelogOperator {
     }
 
     /// Key `gid`'s row is `row` (`None`: it has none).
-    fn set_row(&mut self, gid: u32, row: Option<Box<[u8]>>) -> Option<Box<[u8]>> {
+    fn set_row(&mut self, gid: u32, row: Option<Box<[u8]>>) {
         let g = gid as usize;
         if self.rows.len() <= g {
             self.rows.resize_with(g + 1, || None);
@@ -122,7 +118,6 @@ impl ChangelogOperator {
         self.bytes += row.as_deref().map_or(0, row_size);
         let old = std::mem::replace(&mut self.rows[g], row);
         self.bytes -= old.as_deref().map_or(0, row_size);
-        old
     }
 
     /// Lets go of key `gid` (deleted): its id is handed out again, and a
@@ -286,24 +281,16 @@ impl ChangelogOperator {
             // Bytes compare as the values do, but for doubles: -0.0 after
             // 0.0 is a change here, NaN after the same NaN is not. A known
             // key's row is replaced in place.
-            let kept = &self.plan.kept;
-            let grown = match self.rows.get_mut(gid as usize) {
+            match self.rows.get_mut(gid as usize) {
                 Some(Some(old)) if **old == *self.row => continue,
                 Some(Some(old)) => {
-                    push(kept, retract, old, true, out)?;
-                    push(kept, retract, &self.row, false, out)?;
-                    let grown = self.row.len().wrapping_sub(old.len());
+                    push(&self.plan.kept, retract, old, true, out)?;
+                    push(&self.plan.kept, retract, &self.row, false, out)?;
+                    self.bytes = self.bytes - old.len() + self.row.len();
                     *old = self.row.as_slice().into();
-                    Some(grown)
                 }
                 _ => {
-                    push(kept, retract, &self.row, false, out)?;
-                    None
-                }
-            };
-            match grown {
-                Some(grown) => self.bytes = self.bytes.wrapping_add(grown),
-                None => {
+                    push(&self.plan.kept, retract, &self.row, false, out)?;
                     let row = self.row.as_slice().into();
                     self.set_row(gid, Some(row));
                 }
@@ -323,13 +310,10 @@ impl PagedGroups for ChangelogOperator {
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
-        let start = block as usize * BLOCK;
-        for (i, row) in p.groups.into_iter().enumerate().take(BLOCK) {
-            self.restore_row(start + i, row);
-        }
-        Ok(())
+        load_keyed_page(self, page, bytes, block, |op, g, _, row: Option<Vec<ScalarRef<'_>>>| {
+            op.restore_row(g, row);
+            Ok(())
+        })
     }
 
     fn drop_groups(&mut self, groups: std::ops::Range<usize>) {

@@ -490,6 +490,27 @@ pub(crate) fn restore_keyed_page<'b, T: PagedGroups, G: Deserialize<'b>>(
     Ok(())
 }
 
+/// Loads page `page` (a [`KeyedPageIn`] whose groups are `G`s) into block
+/// `block` of the table ([`PagedGroups::load_page`]): its keys placed, and
+/// each group's entry handed to `entry` with its slot and its id in
+/// checkpoints.
+pub(crate) fn load_keyed_page<'b, T: PagedGroups, G: Deserialize<'b>>(
+    op: &mut T,
+    page: u32,
+    bytes: &'b [u8],
+    block: u32,
+    mut entry: impl FnMut(&mut T, usize, u32, G) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let (p, _): (KeyedPageIn<'b, Vec<G>>, _) = read_page_and_rest(page, bytes)?;
+    place_keys(op.table_mut(), block, &p.keys)?;
+    let start = block as usize * BLOCK;
+    for (i, group) in p.groups.into_iter().enumerate().take(BLOCK) {
+        let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
+        entry(op, start + i, id, group)?;
+    }
+    Ok(())
+}
+
 /// Gives the groups of block `block` (taken with
 /// [`GroupTable::take_block`]) the keys of a page read back; an id with
 /// none is handed to new groups.

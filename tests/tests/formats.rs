@@ -834,6 +834,36 @@ fn with_tombstones(changes: &[(Vec<u8>, Vec<u8>, i32)]) -> Vec<kafka::Outgoing<'
     records
 }
 
+/// A job reading `orders`, a Debezium JSON topic of orders `(id,
+/// customer, amount)` keyed by `id`, as a table, writing `sql`'s results
+/// to `sink` in `format`; `extra` is appended to its spec.
+fn cdc_orders_manifest(name: &str, sql: &str, orders: &str, sink: &str, format: &str, extra: &str) -> String {
+    format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: {sql}
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      format: debezium-json
+      table: {{ primaryKey: [id] }}
+      partitionKey: [id]
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: customer, type: string }}
+          - {{ name: amount, type: bigint }}
+  sink:
+    format: {format}
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {sink} }}
+{extra}"#,
+        bootstrap = harness().bootstrap,
+    )
+}
+
 /// Reads `topic` to its end as an upsert consumer does (a compacted topic
 /// keeps the same): the last value per key, a tombstone — or, read as
 /// Debezium events, a `d` — removing it.
@@ -941,7 +971,6 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
             (format!("{{\"id\":{id}}}").into_bytes(), order_change(op, id, row), i32::try_from(id % 2).unwrap())
         })
         .collect();
-    let h = harness();
     let having = unique_name("cdc-over-bar");
     kafka::create_topic_with(&having, 1, &[("cleanup.policy", "compact")]);
     let all = "SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer".to_owned();
@@ -956,30 +985,7 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
     for (round, part) in [&encoded[..300], &encoded[300..]].into_iter().enumerate() {
         kafka::produce(&orders, &with_tombstones(part));
         for (sink, format, group, sql) in &jobs {
-            let manifest = format!(
-                r#"apiVersion: sluice.dev/v1alpha1
-kind: StreamJob
-metadata:
-  name: cdc-agg
-spec:
-  sql: {sql}
-  sources:
-    - name: orders
-      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
-      format: debezium-json
-      table: {{ primaryKey: [id] }}
-      partitionKey: [id]
-      schema:
-        columns:
-          - {{ name: id, type: bigint, required: true }}
-          - {{ name: customer, type: string }}
-          - {{ name: amount, type: bigint }}
-  sink:
-    format: {format}
-    kafka: {{ bootstrapServers: "{bootstrap}", topic: {sink} }}
-"#,
-                bootstrap = h.bootstrap,
-            );
+            let manifest = cdc_orders_manifest("cdc-agg", sql, &orders, sink, format, "");
             let m = write_temp("cdc-agg.yaml", &manifest);
             let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", group]);
             assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
@@ -1037,32 +1043,9 @@ fn an_aggregate_over_a_cdc_table_larger_than_its_memory_spills_and_stays_exact()
         e.0 += 1;
         e.1 += amount;
     }
-    let manifest = format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: StreamJob
-metadata:
-  name: cdc-big
-spec:
-  sql: SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer
-  sources:
-    - name: orders
-      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
-      format: debezium-json
-      table: {{ primaryKey: [id] }}
-      partitionKey: [id]
-      schema:
-        columns:
-          - {{ name: id, type: bigint, required: true }}
-          - {{ name: customer, type: string }}
-          - {{ name: amount, type: bigint }}
-  sink:
-    kafka: {{ bootstrapServers: "{bootstrap}", topic: {totals} }}
-  engine:
-    stateMemoryLimit: 1Mi
-    batchMaxRecords: 256
-"#,
-        bootstrap = harness().bootstrap,
-    );
+    let sql = "SELECT customer, COUNT(*) AS orders, SUM(amount) AS total FROM orders GROUP BY customer";
+    let engine = "  engine:\n    stateMemoryLimit: 1Mi\n    batchMaxRecords: 256\n";
+    let manifest = cdc_orders_manifest("cdc-big", sql, &orders, &totals, "json", engine);
     let m = write_temp("cdc-big.yaml", &manifest);
     let (group, dir) = (unique_name("g"), std::env::temp_dir().join(unique_name("sluice-cdc-volume")));
     let encode = |part: &[OrderChange<'_>]| -> Vec<(Vec<u8>, Vec<u8>, i32)> {

@@ -46,7 +46,7 @@ use crate::page_due::PageDue;
 use crate::pages::{
     DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
 };
-use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, place_keys, restore_keyed_page};
+use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
@@ -789,15 +789,8 @@ impl PagedGroups for JoinOperator {
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
         self.on_disk.forget(page);
-        let start = block as usize * BLOCK;
-        for (i, rows) in p.groups.into_iter().enumerate().take(BLOCK) {
-            let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
-            self.restore_key_rows(start + i, id, rows)?;
-        }
-        Ok(())
+        load_keyed_page(self, page, bytes, block, |op, g, id, rows: KeyRows<'_>| op.restore_key_rows(g, id, rows))
     }
 
     /// A key on disk is visited by the watermark when its first row may

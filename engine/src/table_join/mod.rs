@@ -45,13 +45,13 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
 use crate::aggregate::int_values;
-use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
+use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::join::{Joined, Row, Store, bools, eval_keys, push_joined_at, residual_passes};
 use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use crate::pages::{
     DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
 };
-use crate::spill::{PageIs, PagedGroups, SpilledHead, SpilledHeadRef, Spilling, place_keys, restore_keyed_page};
+use crate::spill::{PageIs, PagedGroups, SpilledHead, Spilling, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::RowCells;
 use sluice_plan::{Batch, Column, DataType, JoinKind, Scalar, ScalarRef, TableJoinPlan, TableVersion};
 
@@ -750,7 +750,6 @@ impl Operator for TableJoinOperator {
     fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let waiting = WaitingOut { op: self };
         if let Some(head) = self.spilling.head(&self.table, waiting) {
-            let head: SpilledHeadRef<'_, WaitingOut<'_>> = head;
             return write_state(OperatorTag::TableJoinSpilledHead, &head, out);
         }
         write_state(OperatorTag::TableJoinHead, &HeadOut { table: TableHead::of(&self.table), waiting }, out)
@@ -810,14 +809,7 @@ impl PagedGroups for TableJoinOperator {
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
-        let start = block as usize * BLOCK;
-        for (i, entry) in p.groups.into_iter().enumerate().take(BLOCK) {
-            let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
-            self.restore_entry(start + i, id, entry)?;
-        }
-        Ok(())
+        load_keyed_page(self, page, bytes, block, |op, g, id, entry: EntryIn<'_>| op.restore_entry(g, id, entry))
     }
 
     /// A key on disk whose versions the watermark will let go is visited
