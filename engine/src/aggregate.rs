@@ -37,6 +37,10 @@ pub struct AggregateOperator {
     group_types: Vec<DataType>,
     pub(crate) table: GroupTable,
     pub(crate) accs: Vec<Accumulator>,
+    /// The accumulators a group's row shows: the first `visible` of
+    /// `accs` (the rest are kept for an operator built on this one, as
+    /// the signed aggregate keeps each group's row count).
+    visible: usize,
     /// (start, end) of each group's window.
     pub(crate) bounds: Vec<(i64, i64)>,
     /// The zone whose wall clock tumbling and hopping windows follow
@@ -117,7 +121,7 @@ struct AggregatePageIn<'a> {
 #[derive(Debug, Serialize)]
 pub struct AggregateStateRef<'a> {
     table: GroupTableState,
-    accs: &'a [Accumulator],
+    pub(crate) accs: &'a [Accumulator],
     bounds: &'a [(i64, i64)],
     open_by_end: &'a BTreeMap<i64, Vec<u32>>,
 }
@@ -126,7 +130,7 @@ pub struct AggregateStateRef<'a> {
 #[derive(Debug, Deserialize)]
 pub struct AggregateState {
     table: GroupTableState,
-    accs: Vec<Accumulator>,
+    pub(crate) accs: Vec<Accumulator>,
     bounds: Vec<(i64, i64)>,
     open_by_end: BTreeMap<i64, Vec<u32>>,
 }
@@ -136,6 +140,7 @@ impl AggregateOperator {
         Self {
             group_types: plan.group_exprs.iter().map(sluice_plan::PhysExpr::data_type).collect(),
             accs: plan.aggregates.iter().map(Accumulator::new).collect(),
+            visible: plan.aggregates.len(),
             plan: plan.clone(),
             table: GroupTable::default(),
             bounds: Vec::new(),
@@ -153,6 +158,47 @@ impl AggregateOperator {
             spilling: Spilling::default(),
             pending: Vec::new(),
             pending_keys: Vec::new(),
+        }
+    }
+
+    /// An aggregate that also keeps `hidden` — folded, taken back, paged
+    /// and spilled with the others, never shown in a group's row.
+    pub(crate) fn with_hidden(plan: &AggregatePlan, hidden: &[sluice_plan::AggregateCall]) -> Self {
+        let mut all = plan.clone();
+        all.aggregates.extend_from_slice(hidden);
+        Self { visible: plan.aggregates.len(), ..Self::new(&all) }
+    }
+
+    /// The group of key `key`, in memory or read back from disk; `None`
+    /// when this operator holds no such group.
+    pub(crate) fn find_group(&mut self, key: &[u8]) -> Result<Option<u32>, Error> {
+        match self.table.find(key) {
+            Some(g) => Ok(Some(g)),
+            None if self.spilling.spilled_any() => self.with_spilling(|s, op| s.find(op, key)),
+            None => Ok(None),
+        }
+    }
+
+    /// Notes that group `g` changed outside a fold (its page is written at
+    /// the next checkpoint, and it counts as used for eviction).
+    pub(crate) fn changed(&mut self, g: u32) {
+        self.spilling.touch(g);
+        self.dirty.mark(self.stable(g));
+    }
+
+    /// Deletes group `g`, which holds nothing any more: its key and
+    /// accumulators go, and a block left without groups is handed back
+    /// (not while HAVING's bits wait to be settled by slot).
+    pub(crate) fn delete_group(&mut self, g: u32) {
+        self.dirty.mark(self.stable(g));
+        self.shown.forget(g);
+        for acc in &mut self.accs {
+            acc.reset(g as usize);
+        }
+        if self.shown.tracking() {
+            self.table.remove(g);
+        } else {
+            self.spilling.remove_group(&mut self.table, g);
         }
     }
 
@@ -424,7 +470,7 @@ impl AggregateOperator {
             out.columns[ng + 1].push_i64(end)?;
             next += 2;
         }
-        for (acc, col) in self.accs.iter().zip(&mut out.columns[next..]) {
+        for (acc, col) in self.accs[..self.visible].iter().zip(&mut out.columns[next..]) {
             acc.emit(g as usize, col)?;
         }
         out.len += 1;
@@ -449,6 +495,22 @@ impl AggregateOperator {
             + self.shown.heap_bytes()
             + self.pending.capacity() * size_of::<Pending>()
             + self.pending_keys.capacity()
+    }
+
+    /// A whole checkpoint under `tag`: the state `wrap` makes of this
+    /// aggregate's, then HAVING's bits.
+    pub(crate) fn snapshot_as<'a, S: Serialize>(
+        &'a self,
+        tag: OperatorTag,
+        wrap: impl FnOnce(AggregateStateRef<'a>) -> S,
+        out: Vec<u8>,
+    ) -> Result<Vec<u8>, Error> {
+        if self.spilling.spilled_any() {
+            // Only a paged operator spills, and its checkpoints are heads
+            // and pages.
+            return Err(Error::Internal("a whole checkpoint of an aggregate that spilled".into()));
+        }
+        self.write_shown(write_state(tag, &wrap(self.to_state()), out)?)
     }
 
     pub(crate) fn to_state(&self) -> AggregateStateRef<'_> {
@@ -626,12 +688,7 @@ impl Operator for AggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
-            // Only a paged operator spills, and its checkpoints are heads
-            // and pages.
-            return Err(Error::Internal("a whole checkpoint of an aggregate that spilled".into()));
-        }
-        self.write_shown(write_state(OperatorTag::Aggregate, &self.to_state(), out)?)
+        self.snapshot_as(OperatorTag::Aggregate, |state| state, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {

@@ -337,7 +337,9 @@ impl PagedGroups for ChangelogOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::{checkpoint_pages as checkpoint, restore_pages as restored, run_emitting_changes};
+    use crate::operator::{
+        agrees_through_page_restores, checkpoint_pages as checkpoint, restore_pages as restored, run_emitting_changes,
+    };
     use sluice_plan::{DataType, PhysExpr};
 
     /// Source (id, customer, amount, note, __deleted); the query reads
@@ -466,28 +468,21 @@ mod tests {
     /// changed, not all.
     #[test]
     fn a_changelog_restored_from_pages_signs_what_one_never_restored_does() {
-        let (mut whole, mut paged) = (operator(), operator());
-        let mut pages = std::collections::BTreeMap::new();
-        let (mut seed, mut fewest_dirty, mut retracted) = (0xc4a9_u64, usize::MAX, 0);
-        for r in 0..60 {
-            let rows = round(&mut seed, 400, 30);
-            let a = run(&mut whole, &rows);
-            assert_eq!(a, run(&mut paged, &rows), "round {r}");
-            retracted += a.iter().filter(|row| row.3).count();
-            let head = paged.snapshot_head(Vec::new()).unwrap();
-            let mut dirty = Vec::new();
-            paged.take_dirty_pages(false, &mut dirty);
-            fewest_dirty = fewest_dirty.min(dirty.len());
-            for page in dirty {
-                pages.insert(page, paged.snapshot_page(page, Vec::new()).unwrap());
-            }
-            if r % 4 == 3 {
-                paged = restored(operator(), &head, &pages);
-            }
-        }
-        assert!(retracted > 300, "{retracted} rows taken back");
-        assert_eq!(whole.state_size().entries, paged.state_size().entries);
-        assert!(fewest_dirty < pages.len() / 2, "{fewest_dirty} of {} pages written", pages.len());
+        let (mut seed, mut retracted) = (0xc4a9_u64, 0);
+        let seen = agrees_through_page_restores(
+            operator,
+            None,
+            (60, 4),
+            || round(&mut seed, 400, 30),
+            |op, rows| {
+                let out = run(op, rows);
+                retracted += out.iter().filter(|row| row.3).count();
+                out
+            },
+        );
+        assert!(retracted > 600, "{retracted} rows taken back by the two");
+        assert_eq!(seen.entries.0, seen.entries.1);
+        assert!(seen.fewest_written < seen.pages / 2, "{seen:?}");
     }
 
     /// A whole checkpoint, as every release wrote before checkpoints were
@@ -518,28 +513,15 @@ mod tests {
     /// operator with an empty store.
     #[test]
     fn a_changelog_that_spills_signs_what_one_in_memory_does() {
-        use crate::spill::MemorySpill;
-        let spilling = || {
-            let mut op = operator();
-            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10).unwrap();
-            op
-        };
-        let (mut memory, mut spill) = (operator(), spilling());
-        let mut pages = std::collections::BTreeMap::new();
-        let (mut seed, mut most_spilled, mut most_state, mut in_memory) = (0x5b11_u64, 0, 0, 0);
-        for r in 0..80 {
-            let rows = round(&mut seed, 6_000, 200);
-            assert_eq!(run(&mut memory, &rows), run(&mut spill, &rows), "round {r}");
-            spill.spill().unwrap();
-            most_spilled = most_spilled.max(spill.spilled().0);
-            most_state = most_state.max(spill.state_size().bytes);
-            in_memory = in_memory.max(memory.state_size().bytes);
-            let head = checkpoint(&mut spill, &mut pages, false);
-            if r % 10 == 9 {
-                spill = restored(spilling(), &head, &pages);
-            }
-        }
-        assert!(most_spilled > 100, "{most_spilled} pages on disk at most");
-        assert!(most_state * 3 < in_memory, "it held at most {most_state} bytes, in memory {in_memory}");
+        let mut seed = 0x5b11_u64;
+        let seen = agrees_through_page_restores(
+            operator,
+            Some(16 << 10),
+            (80, 10),
+            || round(&mut seed, 6_000, 200),
+            |op, rows| run(op, rows),
+        );
+        assert!(seen.most_spilled > 100, "{seen:?}");
+        assert!(seen.most_state * 3 < seen.in_memory, "{seen:?}");
     }
 }

@@ -369,13 +369,88 @@ pub(crate) fn checkpoint_pages(
     pages: &mut std::collections::BTreeMap<u32, Vec<u8>>,
     all: bool,
 ) -> Vec<u8> {
+    checkpoint_counting(op, pages, all).0
+}
+
+/// [`checkpoint_pages`], and how many pages it wrote.
+#[cfg(test)]
+pub(crate) fn checkpoint_counting(
+    op: &mut dyn Operator,
+    pages: &mut std::collections::BTreeMap<u32, Vec<u8>>,
+    all: bool,
+) -> (Vec<u8>, usize) {
     let head = op.snapshot_head(Vec::new()).unwrap_or_else(|e| panic!("head: {e}"));
     let mut dirty = Vec::new();
     op.take_dirty_pages(all, &mut dirty);
+    let written = dirty.len();
     for page in dirty {
         pages.insert(page, op.snapshot_page(page, Vec::new()).unwrap_or_else(|e| panic!("page {page}: {e}")));
     }
-    head
+    (head, written)
+}
+
+/// What [`agrees_through_page_restores`] saw of the operator it
+/// checkpointed.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct PagedRun {
+    /// The fewest pages one checkpoint wrote (after the first).
+    pub fewest_written: usize,
+    /// Pages the last checkpoint left in the topic.
+    pub pages: usize,
+    /// The most pages it held on disk, and the most state in memory.
+    pub most_spilled: usize,
+    pub most_state: usize,
+    /// The most state of the one never checkpointed.
+    pub in_memory: usize,
+    /// Entries held at the end by either.
+    pub entries: (usize, usize),
+}
+
+/// Runs `rounds` rounds of input from `next` through two operators made by
+/// `make` — one never checkpointed, one checkpointed in pages after each
+/// round and restored from its head and the pages written so far every
+/// `every` rounds, spilling past `spill` bytes (into a new, empty store at
+/// each restore) when given — and asserts that each round `run` gives the
+/// same output from both.
+#[cfg(test)]
+pub(crate) fn agrees_through_page_restores<T: Operator, I, O: PartialEq + std::fmt::Debug>(
+    make: impl Fn() -> T,
+    spill: Option<usize>,
+    (rounds, every): (usize, usize),
+    mut next: impl FnMut() -> I,
+    mut run: impl FnMut(&mut T, &I) -> O,
+) -> PagedRun {
+    let checkpointed = || {
+        let mut op = make();
+        if let Some(budget) = spill {
+            assert!(op.attach_spill(Box::new(crate::spill::MemorySpill::default()), budget).is_ok());
+        }
+        op
+    };
+    let (mut whole, mut paged) = (make(), checkpointed());
+    let mut pages = std::collections::BTreeMap::new();
+    let mut seen = PagedRun { fewest_written: usize::MAX, ..PagedRun::default() };
+    for r in 0..rounds {
+        let input = next();
+        assert_eq!(run(&mut whole, &input), run(&mut paged, &input), "round {r}");
+        if spill.is_some() {
+            paged.spill().unwrap_or_else(|e| panic!("spill: {e}"));
+        }
+        seen.most_spilled = seen.most_spilled.max(paged.spilled().0);
+        seen.most_state = seen.most_state.max(paged.state_size().bytes);
+        seen.in_memory = seen.in_memory.max(whole.state_size().bytes);
+        let (head, written) = checkpoint_counting(&mut paged, &mut pages, false);
+        if r > 0 {
+            seen.fewest_written = seen.fewest_written.min(written);
+        }
+        if r % every == every - 1 {
+            paged = restore_pages(checkpointed(), &head, &pages);
+        }
+    }
+    seen.pages = pages.len();
+    seen.entries = (whole.state_size().entries, paged.state_size().entries);
+    seen
 }
 
 /// Restores `op` from a head and its pages, as a restart reads them.

@@ -1005,11 +1005,12 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
     assert!(tombstones >= 1, "dee's deletion is a tombstone");
 }
 
-/// An aggregate over a CDC table larger than its memory: 60,000 orders
-/// under a 1 MiB state limit (their last rows, the changelog stage's
-/// state, take several times that), with a volume (`--state-dir`) — the
-/// stage moves cold orders there and reads each back when a version or a
-/// delete of it comes. The inserts in one bounded run, then updates
+/// An aggregate over a CDC table larger than its memory: 60,000 orders of
+/// 20,000 customers under a 1 MiB state limit (their last rows, the
+/// changelog stage's state, take several times that, and the totals
+/// more than it), with a volume (`--state-dir`) — each stage moves cold
+/// keys there and reads each back when a version or a delete of it
+/// comes, an order's or a customer's. The inserts in one bounded run, then updates
 /// (moving orders between customers) and deletes in a second, restored
 /// from the first's checkpoint with its pages past the budget going
 /// straight to disk: the totals, read to the end of the compacted topic,
@@ -1020,15 +1021,16 @@ fn an_aggregate_over_a_cdc_table_larger_than_its_memory_spills_and_stays_exact()
     let (orders, totals) = (unique_name("cdc-big-orders"), unique_name("cdc-big-totals"));
     kafka::create_topic(&orders, 1);
     kafka::create_topic_with(&totals, 1, &[("cleanup.policy", "compact")]);
-    let customers = ["ann", "bob", "cy", "dee", "eve", "fay", "gus"];
+    // 20,000 customers: the totals, too, take more than the limit.
+    let customers: Vec<String> = (0..20_000).map(|c| format!("c{c}")).collect();
     let mut inserts: Vec<OrderChange<'_>> = Vec::new();
     for id in 0..ORDERS {
-        inserts.push(("c", id, Some((customers[(id % 7) as usize], id % 90 + 1))));
+        inserts.push(("c", id, Some((customers[(id % 20_000) as usize].as_str(), id % 90 + 1))));
     }
     let mut changes: Vec<OrderChange<'_>> = Vec::new();
     for i in 0..20_000 {
         let id = (i * 7_919) % ORDERS;
-        changes.push(("u", id, Some((customers[((id + i) % 5) as usize], i % 40 + 3))));
+        changes.push(("u", id, Some((customers[((id + i) % 15_000) as usize].as_str(), i % 40 + 3))));
     }
     for i in 0..5_000 {
         changes.push(("d", (i * 104_729 + 11) % ORDERS, None));
