@@ -125,7 +125,7 @@ mod tests {
     use core_affinity::CoreId;
 
     use super::CoreCpus;
-    use crate::runtime::spill_store::SpillDb;
+    use crate::runtime::spill_store::{MEMTABLE, SpillDb};
 
     fn ids(n: usize) -> Vec<CoreId> {
         (0..n).map(|id| CoreId { id }).collect()
@@ -180,7 +180,7 @@ mod tests {
             assert!(core_affinity::set_for_current(engine));
             let cpus = CoreCpus { engine: Some(engine), stores: Some(store) };
             let before = tasks();
-            let db = cpus.open_store(|| SpillDb::open(&dir, None)).unwrap();
+            let db = cpus.open_store(|| SpillDb::open(&dir, None, MEMTABLE)).unwrap();
             assert_eq!(allowed("/proc/thread-self"), engine.id.to_string(), "the engine thread is back on its CPU");
             // A thread's CPUs are its creator's from the moment it exists,
             // but it names itself only once it first runs (on a busy machine,

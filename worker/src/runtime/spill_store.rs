@@ -41,6 +41,22 @@ fn spill_budget(state_limit: usize, spilling: usize) -> usize {
     state_limit / SPILL_SHARE.1 * SPILL_SHARE.0 / spilling.max(1)
 }
 
+/// The write buffer of each of a core's `spilling` stores: the core's
+/// [`WRITE_BUFFER_SHARE`] of `stateMemoryLimit` (within
+/// [`WRITE_BUFFER_CORE`]) shared by them, at least [`MEMTABLE`] each.
+/// A store writes its buffer to disk when it is full, and each write is a
+/// new table the store's thread compacts: a spilling q20 (30 M events,
+/// 1 GiB) ran at 201 K records/s with 4 MiB buffers, 290–316 K with 16
+/// MiB and 377 K with 32 MiB, the store's thread compacting less
+/// (docs/benchmarks.md, "The store's write buffer"). The buffer and the
+/// four that may wait for their flush stay within the quarter of the
+/// limit that state does not take ([`SPILL_SHARE`]), past one store per
+/// core at least [`MEMTABLE`] each, as before.
+fn write_buffer(state_limit: usize, spilling: usize) -> u64 {
+    let core = (state_limit as u64 / WRITE_BUFFER_SHARE).clamp(MEMTABLE, WRITE_BUFFER_CORE);
+    (core / spilling.max(1) as u64).max(MEMTABLE)
+}
+
 /// With a state directory (the worker's volume, `--state-dir`), gives
 /// each partition engine whose operator can spill an even share of the
 /// core's memory budget ([`spill_budget`]) and a store on the volume:
@@ -65,11 +81,12 @@ pub(super) fn attach(
     let disk_budget = setup.config.worker.state_dir_bytes.map(|b| b / 2 / cores);
     let db = setup
         .cpus
-        .open_store(|| SpillDb::open(&dir, disk_budget))
+        .open_store(|| SpillDb::open(&dir, disk_budget, write_buffer(state_limit, 1)))
         .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
     let budget = spill_budget(state_limit, spilling);
+    let buffer = write_buffer(state_limit, spilling);
     for (i, part) in parts.iter_mut().enumerate().filter(|(_, p)| p.engine.spills()) {
-        let store = db.store(i).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
+        let store = db.store(i, buffer).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
         if !part.engine.attach_spill(Box::new(store), budget) {
             return Err(Error::Internal(format!(
                 "partition {}'s engine says it spills but took no store",
@@ -81,20 +98,30 @@ pub(super) fn attach(
 }
 
 /// Memory the store may use besides the state the engines account for:
-/// each keyspace's write buffer and the block cache shared by the core's
-/// keyspaces (docs/operations.md, "State larger than memory").
+/// each keyspace's write buffer (at least this; see [`write_buffer`])
+/// and the block cache shared by the core's keyspaces
+/// (docs/operations.md, "State larger than memory").
 pub const MEMTABLE: u64 = 4 << 20;
 pub const CACHE: u64 = 8 << 20;
+/// A core's write buffers take 1/32 of its `stateMemoryLimit`, up to
+/// [`WRITE_BUFFER_CORE`]: with the four that may wait for their flush,
+/// 5/32 of the limit, inside the quarter state does not take.
+const WRITE_BUFFER_SHARE: u64 = 32;
+const WRITE_BUFFER_CORE: u64 = 32 << 20;
 /// Tables of at most this size: compaction holds a table's keys' hashes
 /// in memory while it writes its filter (8 bytes a key), which at the
 /// store's default 64 MiB took 33 MB at the peak of a 10 M-event run.
 const TABLE: u64 = 8 << 20;
 /// The write buffer size at which the store would seal it itself: never
-/// reached while [`DiskSpill::written`] seals it at [`MEMTABLE`] (see
-/// there for why).
-const MEMTABLE_FALLBACK: u64 = 64 << 20;
-/// The journal kept before memtables are flushed (the store's least).
-const JOURNAL: u64 = 64 << 20;
+/// reached while [`DiskSpill::written`] seals it at its size (see there
+/// for why).
+const MEMTABLE_FALLBACK: u64 = 2 * WRITE_BUFFER_CORE;
+/// The journal kept before write buffers are flushed: at least the
+/// store's least, and room for a full buffer and the four waiting
+/// (past it the store flushes early, to shorten the journal).
+fn journal(buffer: u64) -> u64 {
+    (64 << 20).max(6 * buffer)
+}
 /// Pages of at least this size go to the store's blob files, written once
 /// at flush, and compaction moves only a pointer to them: a join's pages
 /// (a key with every row it keeps, often many KiB) were rewritten at each
@@ -118,7 +145,8 @@ impl std::fmt::Debug for SpillDb {
 impl SpillDb {
     /// Opens an empty store in `dir` (what an earlier run left there is
     /// removed first).
-    pub fn open(dir: &Path, budget: Option<u64>) -> fjall::Result<Self> {
+    /// `buffer`: the largest write buffer of its stores.
+    pub fn open(dir: &Path, budget: Option<u64>, buffer: u64) -> fjall::Result<Self> {
         if dir.exists() {
             std::fs::remove_dir_all(dir)?;
         }
@@ -126,7 +154,7 @@ impl SpillDb {
         let db = Database::builder(dir)
             .worker_threads(1)
             .cache_size(CACHE)
-            .max_journaling_size(JOURNAL)
+            .max_journaling_size(journal(buffer))
             .manual_journal_persist(true)
             .temporary(true)
             // The journal is never read (the store is wiped when it
@@ -137,8 +165,9 @@ impl SpillDb {
         Ok(Self { db, dir: dir.to_owned(), budget })
     }
 
-    /// The store of partition engine `slot` of the core.
-    pub fn store(&self, slot: usize) -> fjall::Result<DiskSpill> {
+    /// The store of partition engine `slot` of the core, writing to disk
+    /// `buffer` bytes at a time.
+    pub fn store(&self, slot: usize, buffer: u64) -> fjall::Result<DiskSpill> {
         let keyspace = self.db.keyspace(&format!("s{slot}"), || {
             KeyspaceCreateOptions::default()
                 .max_memtable_size(MEMTABLE_FALLBACK)
@@ -161,6 +190,7 @@ impl SpillDb {
             held_puts: Cell::new(false),
             scratch: RefCell::new(Vec::with_capacity(64)),
             unrotated: Cell::new(0),
+            buffer,
         })
     }
 }
@@ -173,7 +203,7 @@ pub struct DiskSpill {
     /// few thousand, each with its groups' keys) go to the store as one
     /// batch — one journal write and one check of the write buffer, where
     /// each write alone took the journal's lock and made its checks —
-    /// applied before anything is read, and at [`MEMTABLE`] bytes.
+    /// applied before anything is read, and at `buffer` bytes.
     held: RefCell<Option<WriteBatch>>,
     held_bytes: Cell<u64>,
     /// Whether the writes held include a page or key written (not only
@@ -191,6 +221,8 @@ pub struct DiskSpill {
     /// Bytes written to the active write buffer since this store last
     /// sealed it ([`DiskSpill::written`]).
     unrotated: Cell<u64>,
+    /// The write buffer's size ([`write_buffer`]).
+    buffer: u64,
 }
 
 impl std::fmt::Debug for DiskSpill {
@@ -220,7 +252,7 @@ fn group_key(key: &[u8]) -> Vec<u8> {
 
 impl DiskSpill {
     /// Counts `bytes` written, and seals the write buffer once they reach
-    /// [`MEMTABLE`]. Left to itself, the store asks its one background
+    /// its size. Left to itself, the store asks its one background
     /// thread to seal a full buffer with a message on every write past
     /// the size (dropped when its queue of 1,000 is full); that thread
     /// then queues the flush with a blocking send to its own queue — which
@@ -234,7 +266,7 @@ impl DiskSpill {
     /// core wait instead of memory growing.
     fn written(&self, bytes: u64) -> Result<(), EngineError> {
         self.unrotated.set(self.unrotated.get() + bytes);
-        if self.unrotated.get() >= MEMTABLE {
+        if self.unrotated.get() >= self.buffer {
             self.unrotated.set(0);
             self.keyspace.rotate_memtable().map_err(|e| disk(&e))?;
         }
@@ -251,7 +283,7 @@ impl DiskSpill {
     fn hold(&self, bytes: usize, write: impl FnOnce(&mut WriteBatch, &Keyspace)) -> Result<(), EngineError> {
         write(self.held.borrow_mut().get_or_insert_with(|| self.db.batch()), &self.keyspace);
         self.held_bytes.set(self.held_bytes.get() + bytes as u64);
-        if self.held_bytes.get() >= MEMTABLE {
+        if self.held_bytes.get() >= self.buffer {
             self.apply()?;
         }
         Ok(())
@@ -347,12 +379,27 @@ mod tests {
         assert_eq!(spill_budget(1 << 30, 16), 48 << 20);
     }
 
+    /// A core's write buffers: 1/32 of its limit, up to 32 MiB, shared by
+    /// its spilling engines, at least 4 MiB each.
+    #[test]
+    fn a_cores_write_buffers_take_a_32nd_of_its_limit_shared_by_its_stores() {
+        const MIB: usize = 1 << 20;
+        assert_eq!(write_buffer(1 << 30, 1), 32 << 20, "q20 under 1 GiB");
+        assert_eq!(write_buffer(4 << 30, 1), 32 << 20, "no more than 32 MiB");
+        assert_eq!(write_buffer(256 * MIB, 1), 8 << 20, "the default limit");
+        assert_eq!(write_buffer(1 << 30, 2), 16 << 20);
+        assert_eq!(write_buffer(1 << 30, 16), 4 << 20, "never under 4 MiB");
+        assert_eq!(write_buffer(MIB, 1), 4 << 20);
+        // With the four waiting: within the quarter state does not take.
+        assert!(5 * write_buffer(1 << 30, 1) <= (1 << 30) / 4);
+    }
+
     #[test]
     fn pages_and_keys_go_to_disk_and_come_back_and_a_new_store_starts_empty() {
         let dir = std::env::temp_dir().join(format!("sluice-spill-test-{}", std::process::id()));
-        let db = SpillDb::open(&dir, None).unwrap();
-        let mut a = db.store(0).unwrap();
-        let mut b = db.store(1).unwrap();
+        let db = SpillDb::open(&dir, None, MEMTABLE).unwrap();
+        let mut a = db.store(0, MEMTABLE).unwrap();
+        let mut b = db.store(1, MEMTABLE).unwrap();
         let keys: [&[u8]; 2] = [b"alpha", b"beta"];
         a.put_page(7, b"page seven", &mut keys.iter().copied()).unwrap();
         b.put_page(7, b"another seven", &mut std::iter::empty()).unwrap();
@@ -374,8 +421,8 @@ mod tests {
         assert_eq!(b.page(7).unwrap(), None);
         a.put_page(1, b"left behind", &mut std::iter::empty()).unwrap();
         drop((a, b, db));
-        let db = SpillDb::open(&dir, None).unwrap();
-        assert_eq!(db.store(0).unwrap().page(1).unwrap(), None, "a store opens empty");
+        let db = SpillDb::open(&dir, None, MEMTABLE).unwrap();
+        assert_eq!(db.store(0, MEMTABLE).unwrap().page(1).unwrap(), None, "a store opens empty");
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -387,8 +434,8 @@ mod tests {
     #[test]
     fn writes_faster_than_the_store_flushes_keep_its_write_buffer_bounded() {
         let dir = std::env::temp_dir().join(format!("sluice-spill-burst-{}", std::process::id()));
-        let db = SpillDb::open(&dir, None).unwrap();
-        let mut store = db.store(0).unwrap();
+        let db = SpillDb::open(&dir, None, MEMTABLE).unwrap();
+        let mut store = db.store(0, MEMTABLE).unwrap();
         let page = vec![7u8; 16 << 10];
         let mut most = 0;
         for p in 0..6_000u32 {
