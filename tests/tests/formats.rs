@@ -1010,11 +1010,11 @@ fn an_aggregate_over_a_cdc_topic_takes_updates_and_deletes_back_and_upserts_its_
 /// changelog stage's state, take several times that, and the totals
 /// more than it), with a volume (`--state-dir`) — each stage moves cold
 /// keys there and reads each back when a version or a delete of it
-/// comes, an order's or a customer's. The inserts in one bounded run, then updates
-/// (moving orders between customers) and deletes in a second, restored
-/// from the first's checkpoint with its pages past the budget going
-/// straight to disk: the totals, read to the end of the compacted topic,
-/// are those of every order's last version.
+/// comes, an order's or a customer's. The inserts in one bounded run,
+/// then updates (moving orders between customers) and deletes in a
+/// second, restored from the first's checkpoint with its pages past the
+/// budget going straight to disk: the totals, read to the end of the
+/// compacted topic, are those of every order's last version.
 #[test]
 fn an_aggregate_over_a_cdc_table_larger_than_its_memory_spills_and_stays_exact() {
     const ORDERS: i64 = 60_000;
