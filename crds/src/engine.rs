@@ -92,7 +92,7 @@ pub enum LocalStateVolume {
 /// Granularity of `EMIT CHANGES` output.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum EmitChangesMode {
-    /// One update per changed group per batch (the latest value): far less output.
+    /// One update per changed group (or top-N rank) per batch, the latest value: far less output.
     #[default]
     Coalesced,
     /// One update for every input record, as ksqlDB does.

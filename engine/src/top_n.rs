@@ -11,6 +11,15 @@
 //! `ORDER BY ts DESC` keeps its latest. NULL sorts after every value
 //! ascending and before every value descending, as in PostgreSQL.
 //!
+//! Emission follows `spec.engine.emitChanges`, as an aggregate's EMIT
+//! CHANGES does. `Coalesced` (the default): after each batch, each key it
+//! changed emits the ranks from the best one that changed to its last,
+//! with the rows holding them then — one row per changed (key, rank), not
+//! one per rank each row pushed down. A hot key taking many rows in a
+//! batch (Nexmark q19's auctions) writes its top N once, not once per row;
+//! the last row per (key, rank) is the same either way. `PerRecord`: the
+//! ranks each row pushed down, as it arrives.
+//!
 //! Keys are found through the same group table as aggregates (no
 //! allocation for a key already seen); a row is copied into state only
 //! when it enters a top N, as one run of bytes (`sluice_plan::row_bytes`):
@@ -20,6 +29,8 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::ops::Range;
 
+use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
@@ -111,6 +122,11 @@ pub struct TopNOperator {
     /// Where cold pages go once state passes its budget (`crate::spill`),
     /// and the key ids of a batch's rows.
     spilling: Spilling,
+    /// The keys a batch changed, in the order it first changed them, each
+    /// with the best rank it changed (coalesced emission; scratch).
+    changed: Vec<(u32, u32)>,
+    /// Where each changed key is in `changed` (scratch).
+    changed_at: HashMap<u32, usize>,
 }
 
 /// A full checkpoint, written by reference...
@@ -206,6 +222,8 @@ impl TopNOperator {
             encoded: Vec::new(),
             dirty: DirtyPages::default(),
             spilling: Spilling::default(),
+            changed: Vec::new(),
+            changed_at: HashMap::default(),
         }
     }
 
@@ -317,10 +335,32 @@ impl Operator for TopNOperator {
                 self.rows += 1;
             }
             list.insert(at, kept);
-            for rank in at..self.kept[gid].len() {
-                self.emit(gid, rank, out.rows)?;
+            if input.per_record {
+                for rank in at..self.kept[gid].len() {
+                    self.emit(gid, rank, out.rows)?;
+                }
+                continue;
+            }
+            let at = u32::try_from(at).unwrap_or(u32::MAX);
+            match self.changed_at.entry(self.spilling.gids[i]) {
+                Entry::Occupied(e) => {
+                    let best = &mut self.changed[*e.get()].1;
+                    *best = (*best).min(at);
+                }
+                Entry::Vacant(e) => {
+                    e.insert(self.changed.len());
+                    self.changed.push((self.spilling.gids[i], at));
+                }
             }
         }
+        // Coalesced: each changed key's ranks as the batch left them.
+        for &(gid, from) in &self.changed {
+            for rank in from as usize..self.kept[gid as usize].len() {
+                self.emit(gid as usize, rank, out.rows)?;
+            }
+        }
+        self.changed.clear();
+        self.changed_at.clear();
         Ok(())
     }
 
@@ -501,5 +541,81 @@ mod tests {
         assert_eq!(compare(&Scalar::Double(f64::NEG_INFINITY), &Scalar::Null), Ordering::Less);
         assert_eq!(compare(&Scalar::String("b".into()), &Scalar::String("ab".into())), Ordering::Greater);
         assert_eq!(compare(&Scalar::Timestamp(5), &Scalar::Timestamp(5)), Ordering::Equal);
+    }
+}
+
+#[cfg(test)]
+mod emission {
+    use super::TopNOperator;
+    use crate::operator::{BatchInput, Operator, OperatorOutput};
+    use sluice_plan::{Batch, Column, DataType, PhysExpr, Scalar, Selection, TopNPlan};
+
+    /// Top 3 by price per auction, over (auction, price).
+    fn operator() -> TopNOperator {
+        let column = |index| PhysExpr::Column { index, data_type: DataType::Bigint };
+        let plan = TopNPlan {
+            partition_by: vec![column(0)],
+            order_by: column(1),
+            descending: true,
+            limit: 3,
+            then_by: vec![],
+        };
+        TopNOperator::new(&plan, &[true, true])
+    }
+
+    /// Runs one batch of (auction, price): the (auction, price, rank) rows
+    /// emitted.
+    fn run(op: &mut TopNOperator, rows: &[(i64, i64)], per_record: bool) -> Vec<(i64, i64, i64)> {
+        let (auctions, prices) = rows.iter().copied().unzip();
+        let batch = Batch::new(
+            vec![Column::ints(DataType::Bigint, auctions), Column::ints(DataType::Bigint, prices)],
+            rows.len(),
+        );
+        let zeros = vec![0; rows.len()];
+        let input = BatchInput {
+            batch: &batch,
+            selection: Selection::All(rows.len()),
+            event_times: &zeros,
+            watermark_before: &zeros,
+            per_record,
+            emit_changes: true,
+            upstreams: &[],
+        };
+        let mut out = Batch::empty(&[DataType::Bigint; 3]);
+        let (mut columns, mut late) = (Vec::new(), Vec::new());
+        op.process(&input, &mut OperatorOutput::new(&mut out, &mut columns, &mut late)).unwrap();
+        let int = |c: usize, r| match out.columns[c].scalar(r) {
+            Scalar::Bigint(v) => v,
+            other => panic!("{other:?}"),
+        };
+        (0..out.len).map(|r| (int(0, r), int(1, r), int(2, r))).collect()
+    }
+
+    /// A hot key taking many rows in one batch emits each rank it changed
+    /// once, holding the row it ends the batch with; per record, every row
+    /// that enters emits the ranks it pushed down. The last row per
+    /// (key, rank) is the same.
+    #[test]
+    fn coalesced_ranks_are_emitted_once_a_batch_as_the_batch_left_them() {
+        let first = [(7, 10), (7, 20), (8, 5), (7, 30), (7, 1), (7, 25)];
+        let second = [(8, 4), (7, 22), (7, 21), (8, 6)];
+        let mut coalesced = operator();
+        assert_eq!(
+            run(&mut coalesced, &first, false),
+            [(7, 30, 1), (7, 25, 2), (7, 20, 3), (8, 5, 1)],
+            "auction 7's ranks 1–3 and auction 8's rank 1, in the order the batch first changed them"
+        );
+        // Auction 8 changed first (rank 2, then rank 1); 22 takes auction
+        // 7's rank 3 and 21 ranks below its top 3.
+        assert_eq!(run(&mut coalesced, &second, false), [(8, 6, 1), (8, 5, 2), (8, 4, 3), (7, 22, 3)]);
+        let mut per_record = operator();
+        let rows: Vec<_> = [run(&mut per_record, &first, true), run(&mut per_record, &second, true)].concat();
+        assert_eq!(rows.len(), 14, "{rows:?}");
+        let last = |rows: &[(i64, i64, i64)]| {
+            rows.iter().map(|&(k, v, rank)| ((k, rank), v)).collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let mut again = operator();
+        let coalesced_rows: Vec<_> = [run(&mut again, &first, false), run(&mut again, &second, false)].concat();
+        assert_eq!(last(&coalesced_rows), last(&rows));
     }
 }

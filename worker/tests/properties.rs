@@ -157,6 +157,12 @@ proptest! {
                  WINDOW TUMBLING (ts, INTERVAL '5' SECOND) EMIT CHANGES",
                 vec!["trader", "window_start"],
             ),
+            (PAGED_TOP_N, vec!["trader", "rn"]),
+            (
+                "SELECT trader, price, ts, rn FROM (SELECT trader, price, ts, \
+                 ROW_NUMBER() OVER (PARTITION BY trader ORDER BY ts) AS rn FROM trades) AS first WHERE rn = 1",
+                vec!["trader", "rn"],
+            ),
         ];
         for (sql, key) in queries {
             let (per_record, _) = run(sql, EmitChangesMode::PerRecord, &records, &cuts, false);
