@@ -21,7 +21,8 @@ use crate::operator::{
     BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
 };
 use crate::pages::{
-    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    DirtyPages, PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys,
+    write_page,
 };
 use crate::shown::Shown;
 use crate::spill::{PagedGroups, SpilledHead, Spilling, place_keys};
@@ -102,8 +103,8 @@ struct AggregateHead {
 /// The groups of one page: each one's key (`None` when free), window and
 /// accumulators...
 #[derive(Debug, Serialize)]
-struct AggregatePage {
-    keys: Vec<Option<Vec<u8>>>,
+struct AggregatePage<'a> {
+    keys: PageKeys<'a>,
     bounds: Vec<(i64, i64)>,
     accs: Vec<Accumulator>,
 }

@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
+use crate::pages::{
+    DirtyPages, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+};
 use crate::spill::{PagedGroups, Spilling, place_keys};
 use sluice_plan::eval;
 use sluice_plan::{AggFunc, DataType, RowsFunctionKind, RowsPlan, RowsSpec};
@@ -136,7 +138,7 @@ struct RowsState {
 /// written by reference...
 #[derive(Serialize)]
 struct RowsPageRef<'a> {
-    keys: Vec<Option<Vec<u8>>>,
+    keys: PageKeys<'a>,
     partitions: Vec<&'a Partition>,
 }
 

@@ -26,7 +26,8 @@ use crate::Error;
 use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
 use crate::page_due::PageDue;
 use crate::pages::{
-    DirtyPages, PAGE_GROUPS, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    DirtyPages, PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys,
+    write_page,
 };
 use crate::spill::{FOLD_AT, PageIs, PagedGroups, Spilling, place_keys};
 use sluice_plan::Batch;
@@ -161,8 +162,8 @@ struct SessionState {
 /// One page of an incremental checkpoint: its keys, each key's sessions
 /// (start, end), and the accumulators of those sessions in that order.
 #[derive(Serialize)]
-struct SessionPageRef {
-    keys: Vec<Option<Vec<u8>>>,
+struct SessionPageRef<'a> {
+    keys: PageKeys<'a>,
     sessions: Vec<Vec<(i64, i64)>>,
     accs: Vec<Accumulator>,
 }

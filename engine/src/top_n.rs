@@ -38,7 +38,9 @@ use crate::Error;
 use crate::group_keys::BLOCK;
 use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
+use crate::pages::{
+    DirtyPages, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+};
 use crate::spill::{PagedGroups, Spilling, place_keys};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
@@ -147,7 +149,7 @@ struct TopNState {
 /// written by reference...
 #[derive(Serialize)]
 struct TopNPageRef<'a> {
-    keys: Vec<Option<Vec<u8>>>,
+    keys: PageKeys<'a>,
     kept: Vec<&'a [Kept]>,
 }
 
