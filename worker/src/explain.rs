@@ -502,6 +502,14 @@ fn emits(plan: &Plan, config: &WorkerConfig) -> String {
         _ if matches!(&plan.operator, OperatorPlan::Rows(r) if !r.upsert_key.is_empty()) => {
             "upserts per input key, once per batch: each changed row's frame, its own and those after it".to_owned()
         }
+        _ if matches!(plan.operator, OperatorPlan::TopN(_)) => format!(
+            "upserts keyed by the key and rank: {}",
+            match value_name(&config.spec.engine.emit_changes).as_str() {
+                "PerRecord" => "as each row enters its key's top N, the ranks it pushed down",
+                _ =>
+                    "after each batch, each rank the batch changed, with the row holding it then (at most one per rank a batch)",
+            }
+        ),
         _ if matches!(plan.operator, OperatorPlan::Changelog(_)) => {
             "signed rows: for each new version, the key's previous row taken back (retract TRUE), then the new row"
                 .to_owned()
