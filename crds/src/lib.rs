@@ -25,6 +25,7 @@ mod pod_template;
 mod quantity;
 mod registry;
 mod registry_columns;
+mod schema_references;
 mod sink;
 mod source;
 mod status;
@@ -48,8 +49,13 @@ pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use registry::{
     RegistryAccess, RegistryAuthentication, RegistryTls, SchemaRegistrySpec, SubjectNameStrategy, error_with_causes,
+    subject_path_segment,
 };
-pub use registry_columns::{ResolvedSchema, SubjectSchema, avro_columns, requested_version};
+pub use registry_columns::{
+    REGISTRY_MAX_COLUMN_NAME, REGISTRY_MAX_COLUMNS, REGISTRY_MAX_DEPTH, REGISTRY_MAX_FIELDS_WALKED, ResolvedSchema,
+    SubjectSchema, avro_columns, avro_columns_with, requested_version,
+};
+pub use schema_references::{MAX_REFERENCE_DEPTH, MAX_REFERENCES, ReferenceWalk, SchemaReference, schema_references};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec, camel_case};
 pub use source::{
     ColumnSpec, ColumnType, DECIMAL_MAX_PRECISION, DatagenScenario, DatagenSource, EventTimeSpec, FileSource,

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeSet;
 
+use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -20,12 +21,18 @@ use crate::{KafkaTls, PasswordSecret};
 /// The Schema Registry writer schemas are fetched from: Confluent's REST
 /// API, which Confluent Schema Registry, Apicurio Registry (at
 /// `/apis/ccompat/v7`) and Karapace serve.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.authentication) || self.url.startsWith('https://')").message("authentication needs an https:// URL: over http:// the password would cross the network as it is (spec.schemaRegistry.authentication)").field_path(".url"))]
 pub struct SchemaRegistrySpec {
     /// Base URL of the API, `http://host:port[/path]` or `https://…` (for
-    /// Apicurio: `http://host:8080/apis/ccompat/v7`).
+    /// Apicurio: `http://host:8080/apis/ccompat/v7`): no query, fragment or
+    /// user; `https://` when `authentication` is set.
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://[^\s]+$"))]
+    #[x_kube(
+        validation = Rule::new("!self.matches('[?#]')").message("a base URL takes no query (`?`) or fragment (`#`): the clients append the API's paths to it"),
+        validation = Rule::new("!self.matches('^https?://[^/]*@')").message("a user in the URL (`user@host`) is not accepted: name the credentials in spec.schemaRegistry.authentication, from a Secret")
+    )]
     pub url: String,
     /// The subject an Avro sink registers its writer schema under, as
     /// Confluent's serializers name it: `TopicName` (the default,
@@ -119,13 +126,39 @@ impl SchemaRegistrySpec {
     }
 
     /// Why the connection cannot be used as written: a URL that is neither
-    /// `http://` nor `https://`, `tls` on a plain-text URL, a Secret name
-    /// or key Kubernetes would not accept (each is read as a path under the
+    /// `http://` nor `https://`; one with a query, a fragment or a user
+    /// (the clients append `/subjects/…` and `/schemas/…` to a base URL:
+    /// a query would turn those into requests of the author's choosing,
+    /// and a user in the URL is a credential outside any Secret);
+    /// `authentication` over `http://` (the password would cross the
+    /// network as it is); `tls` on a plain-text URL; a Secret name or key
+    /// Kubernetes would not accept (each is read as a path under the
     /// secrets directory, so one must never step out of it).
     pub fn access_problem(&self) -> Option<String> {
         let rest = self.url.strip_prefix("https://").or_else(|| self.url.strip_prefix("http://"));
-        if rest.is_none_or(str::is_empty) {
+        let Some(rest) = rest.filter(|r| !r.is_empty()) else {
             return Some(format!("spec.schemaRegistry.url: `{}` is not an http:// or https:// URL", self.url));
+        };
+        if self.url.contains(['?', '#']) {
+            return Some(
+                "spec.schemaRegistry.url: a base URL takes no query (`?`) or fragment (`#`): the clients append \
+                 the API's paths to it"
+                    .into(),
+            );
+        }
+        if rest.split('/').next().is_some_and(|authority| authority.contains('@')) {
+            return Some(
+                "spec.schemaRegistry.url: a user in the URL (`user@host`) is not accepted: name the credentials in \
+                 spec.schemaRegistry.authentication, from a Secret"
+                    .into(),
+            );
+        }
+        if self.authentication.is_some() && !self.url.starts_with("https://") {
+            return Some(
+                "spec.schemaRegistry.url: authentication needs an https:// URL: over http:// the password would \
+                 cross the network as it is (spec.schemaRegistry.authentication)"
+                    .into(),
+            );
         }
         if self.tls.is_some() && !self.url.starts_with("https://") {
             return Some("spec.schemaRegistry.tls: the URL is http://; tls applies to an https:// URL".into());
@@ -169,6 +202,22 @@ impl SchemaRegistrySpec {
         }
         Ok(access)
     }
+}
+
+/// A subject as one URL path segment: anything but unreserved characters
+/// percent-encoded, so a subject (topic names hold `.`, `_`, `-`) cannot
+/// add a path, a query or a fragment to a registry request.
+pub fn subject_path_segment(subject: &str) -> String {
+    subject
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// An error with its causes, `: `-joined: a TLS failure's reason
@@ -228,7 +277,9 @@ mod tests {
     #[test]
     fn what_cannot_be_used_is_refused_with_the_field() {
         let problem = |s: SchemaRegistrySpec| s.access_problem().unwrap_or_default();
-        assert!(problem(spec("http://registry:8080")).contains("tls applies to an https:// URL"));
+        let mut plain = spec("http://registry:8080");
+        plain.authentication = None;
+        assert!(problem(plain).contains("tls applies to an https:// URL"));
         assert!(problem(spec("ftp://registry")).contains("not an http:// or https:// URL"));
         assert!(problem(spec("https://")).contains("not an http:// or https:// URL"));
         let mut s = spec("https://r");
@@ -237,5 +288,39 @@ mod tests {
         let mut s = spec("https://r");
         s.tls.as_mut().unwrap().trusted_certificates[0].secret_name = "../x".into();
         assert!(problem(s).contains("is not a Secret name"));
+    }
+
+    /// A password is sent only over TLS: `authentication` with an
+    /// `http://` URL is refused, naming both fields.
+    #[test]
+    fn authentication_over_plain_http_is_refused() {
+        let mut s = spec("http://registry:8081");
+        s.tls = None;
+        let p = s.access_problem().unwrap_or_default();
+        assert!(p.starts_with("spec.schemaRegistry.url: authentication needs an https:// URL"), "{p}");
+        assert!(p.contains("spec.schemaRegistry.authentication"), "{p}");
+        s.authentication = None;
+        assert_eq!(s.access_problem(), None, "without a password, http:// is allowed");
+        s.url = "HTTP://registry:8081".into();
+        assert!(s.access_problem().is_some(), "only lower-case schemes are recognised");
+    }
+
+    /// A base URL is a base: no query or fragment the clients' paths would
+    /// be appended to, no user outside the Secrets.
+    #[test]
+    fn a_url_with_a_query_fragment_or_user_is_refused() {
+        for (url, why) in [
+            ("https://internal/admin?q=", "no query"),
+            ("https://registry:8081/#", "fragment"),
+            ("https://registry:8081/apis?x=1#y", "no query"),
+            ("https://admin:hunter2@registry:8081", "a user in the URL"),
+            ("https://user@registry/apis", "a user in the URL"),
+        ] {
+            let p = spec(url).access_problem().unwrap_or_default();
+            assert!(p.starts_with("spec.schemaRegistry.url: ") && p.contains(why), "{url}: {p}");
+            assert!(!p.contains("hunter2"), "{p}");
+        }
+        assert_eq!(spec("https://registry:8081/apis/ccompat/v7").access_problem(), None);
+        assert_eq!(spec("https://registry/a@b").access_problem(), None, "an @ in the path is a path");
     }
 }

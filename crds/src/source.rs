@@ -17,7 +17,7 @@ use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
     validation = Rule::new("!has(self.partitionKey) || has(self.schema.registry) || self.partitionKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every partitionKey column must be declared in schema.columns"),
     validation = Rule::new("!has(self.eventTime) || has(self.schema.registry) || self.schema.columns.exists(c, c.name == self.eventTime.column)").message("eventTime.column must be declared in schema.columns"),
     validation = Rule::new("!has(self.table) || has(self.schema.registry) || self.table.primaryKey.all(k, self.schema.columns.exists(c, c.name == k))").message("every table.primaryKey column must be declared in schema.columns"),
-    validation = Rule::new("!has(self.keyFormat) || has(self.schema.registry) || self.schema.columns.exists(c, has(c.metadata) && c.metadata == 'key')").message("keyFormat is set but no column reads the key: declare the key's fields as columns with metadata: key")
+    validation = Rule::new("!has(self.keyFormat) || has(self.schema.registry) || has(self.table) || self.schema.columns.exists(c, has(c.metadata) && c.metadata == 'key')").message("keyFormat is set but no column reads the key: declare the key's fields as columns with metadata: key")
 )]
 pub struct SourceSpec {
     /// Table name used in the SQL FROM clause.
@@ -434,12 +434,29 @@ pub struct ColumnSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 249))]
     pub header: Option<String>,
+    /// Avro sources: the names (paths, as `name`) this field had in
+    /// earlier versions of the writer's schema — Avro's field aliases. A
+    /// record written without a field of the column's name fills it from
+    /// the first alias its schema has, as Avro's schema resolution does.
+    /// Columns derived from a registry subject carry the schema's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub aliases: Vec<String>,
+    /// Avro sources: the value a record written without this field (nor
+    /// any alias of it) reads, as text of the column's type (`0`, `XNAS`,
+    /// `true`, `2024-01-01T00:00:00Z`) — Avro's field default, so a field
+    /// added with a default reads that default, not NULL, from records
+    /// written before it. Columns derived from a registry subject carry
+    /// the schema's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub default: Option<String>,
 }
 
 impl ColumnSpec {
     /// A column read from the record's value.
     pub fn field(name: impl Into<String>, type_: ColumnType, required: bool) -> Self {
-        Self { name: name.into(), type_, required, metadata: None, header: None }
+        Self { name: name.into(), type_, required, metadata: None, header: None, aliases: Vec::new(), default: None }
     }
 }
 

@@ -90,8 +90,10 @@ impl StreamJobSpec {
                         key.name()
                     ));
                 }
+                // A table's tombstones read its primary key from the key.
                 if !s.schema.columns.iter().any(|c| c.metadata == Some(crate::RecordMetadata::Key))
                     && s.schema.registry.is_none()
+                    && s.table.is_none()
                 {
                     problems.push(format!(
                         "{at}.keyFormat: no column reads the key (declare the key's fields as columns with \

@@ -16,7 +16,7 @@ use super::hop_panes::HopPaneOperator;
 use super::join::JoinOperator;
 use super::merge::MergeOperator;
 use super::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag};
-use super::output::{EmittedRows, Output};
+use super::output::Output;
 use super::rows_changelog::RowsChangelogOperator;
 use super::rows_window::RowsOperator;
 use super::session::SessionOperator;
@@ -26,6 +26,7 @@ use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
 use super::upsert_aggregate::UpsertAggregateOperator;
 use crate::Error;
+use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Selection};
 use sluice_plan::{
     EmitMode, OperatorPlan, OutputColumn, Partitioning, Plan, TimeWindow, plan_fingerprint, state_fingerprint,
@@ -671,7 +672,8 @@ mod tests {
     use sluice_plan::Batch;
 
     use super::{Engine, EngineOptions};
-    use crate::{EmittedRows, Output};
+    use crate::Output;
+    use sluice_plan::EmittedRows;
 
     struct Discard;
     impl Output for Discard {

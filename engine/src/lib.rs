@@ -36,5 +36,5 @@ mod upsert_aggregate;
 pub use error::Error;
 pub use executor::{Engine, EngineOptions, EngineStats};
 pub use operator::{BatchInput, Closed, Operator, OperatorOutput, StateSize};
-pub use output::{EmittedRows, Output};
+pub use output::Output;
 pub use spill::SpillStore;

@@ -1021,7 +1021,8 @@ mod tests {
     use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
     use sluice_plan::{Batch, Column, ColumnData, DataType, Value};
 
-    use crate::{EmittedRows, Engine, EngineOptions, Output};
+    use crate::{Engine, EngineOptions, Output};
+    use sluice_plan::EmittedRows;
 
     /// Every row emitted, as text, in order.
     #[derive(Default)]

@@ -21,6 +21,7 @@ pub mod partitions;
 pub mod reclaim;
 pub mod reconcile;
 pub mod registry;
+pub mod registry_http;
 pub mod render;
 pub mod rescale;
 pub mod status;

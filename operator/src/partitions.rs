@@ -155,7 +155,7 @@ pub async fn client_properties(
     match security {
         Ok(security) => {
             props.extend(security.into_iter().map(|p| (p.key.to_owned(), (p.value, p.secret))));
-            if let Some(problem) = cleartext_credentials(&props) {
+            if let Some(problem) = cleartext_credentials(&props).or_else(|| unverified_tls_credentials(&props)) {
                 return Ok(Err(invalid(problem)));
             }
             Ok(Ok(props))
@@ -182,6 +182,36 @@ fn cleartext_credentials(props: &Properties) -> Option<String> {
     Some(format!(
         "a SASL password (from {from}) would go over a connection without TLS (security.protocol {protocol}): the \
          operator never sends credentials unencrypted; add `tls` to the connection"
+    ))
+}
+
+/// Why the operator will not connect with `props`: a SASL password sent
+/// over TLS whose certificate or host-name check a property turns off
+/// (`enable.ssl.certificate.verification=false`,
+/// `ssl.endpoint.identification.algorithm=none`). Without the check,
+/// whoever answers at the address — or on the path to it — is taken for
+/// the broker and receives the password (PLAIN's as it is; SCRAM's proof,
+/// to be guessed at offline). The operator does not weaken its own checks
+/// for a job: such a job is refused before anything connects.
+fn unverified_tls_credentials(props: &Properties) -> Option<String> {
+    let (_, password_from) = props.get("sasl.password")?;
+    let origin =
+        |secret: &Option<String>| secret.as_deref().map_or_else(|| "the spec".to_owned(), |s| format!("Secret `{s}`"));
+    let set = |key: &str, check_off: fn(&str) -> bool| props.get(key).filter(|(value, _)| check_off(value.trim()));
+    let off = |v: &str| ["false", "f", "0"].iter().any(|off| v.eq_ignore_ascii_case(off));
+    let (key, (_, from)) = match set("enable.ssl.certificate.verification", off) {
+        Some(p) => ("enable.ssl.certificate.verification", p),
+        None => (
+            "ssl.endpoint.identification.algorithm",
+            set("ssl.endpoint.identification.algorithm", |v| !v.eq_ignore_ascii_case("https"))?,
+        ),
+    };
+    let from = origin(from);
+    Some(format!(
+        "a SASL password (from {}) would go to a broker whose certificate is not checked (`{key}` from {from} turns \
+         the check off): the operator never sends credentials over TLS it does not verify; remove the property \
+         and trust the broker's CA with `tls.trustedCertificates`",
+        origin(password_from)
     ))
 }
 
@@ -280,6 +310,45 @@ mod tests {
         assert!(cleartext_credentials(&Properties::new()).is_none(), "no password, nothing to protect");
     }
 
+    /// A password goes only where the broker's certificate and host name
+    /// are checked: a job that turns either check off, in `properties` or
+    /// through its `secretRef` Secret, is refused, naming the property
+    /// and where it came from, never a value.
+    #[test]
+    fn a_password_is_never_sent_over_tls_that_is_not_verified() {
+        let with = |extra: &[(&str, &str, Option<&str>)]| {
+            let mut props = Properties::from([
+                ("sasl.password".to_owned(), ("p4ss".to_owned(), Some("app-user".to_owned()))),
+                ("security.protocol".to_owned(), ("SASL_SSL".to_owned(), None)),
+                ("sasl.mechanism".to_owned(), ("SCRAM-SHA-512".to_owned(), None)),
+            ]);
+            for (k, v, secret) in extra {
+                props.insert((*k).to_owned(), ((*v).to_owned(), secret.map(str::to_owned)));
+            }
+            unverified_tls_credentials(&props)
+        };
+        let refused = with(&[("enable.ssl.certificate.verification", "false", None)]).unwrap();
+        assert!(refused.contains("`enable.ssl.certificate.verification` from the spec"), "{refused}");
+        assert!(refused.contains("Secret `app-user`") && !refused.contains("p4ss"), "{refused}");
+        for off in ["FALSE", "0", " f "] {
+            assert!(with(&[("enable.ssl.certificate.verification", off, None)]).is_some(), "{off}");
+        }
+        let refused = with(&[("ssl.endpoint.identification.algorithm", "none", Some("kafka-props"))]).unwrap();
+        assert!(refused.contains("`ssl.endpoint.identification.algorithm` from Secret `kafka-props`"), "{refused}");
+        assert!(with(&[("ssl.endpoint.identification.algorithm", "", None)]).is_some(), "empty is none");
+        assert_eq!(with(&[]), None, "librdkafka's defaults check both");
+        assert_eq!(
+            with(&[
+                ("enable.ssl.certificate.verification", "true", None),
+                ("ssl.endpoint.identification.algorithm", "HTTPS", None)
+            ]),
+            None
+        );
+        // Without a password nothing is sent that a check protects.
+        let props = Properties::from([("enable.ssl.certificate.verification".to_owned(), ("false".to_owned(), None))]);
+        assert_eq!(unverified_tls_credentials(&props), None);
+    }
+
     /// A Secret value the client rejects never appears in the status
     /// message (which also becomes the Warning event's note).
     #[test]
@@ -326,5 +395,20 @@ mod tests {
         let invalid = lookup(&kube, "prod", &spec, timeout).await.unwrap();
         let Err(Blocked::Invalid(invalid)) = invalid else { panic!("{invalid:?}") };
         assert!(invalid.message.contains("without TLS"), "{}", invalid.message);
+
+        // So is a password over TLS the job tells the client not to check.
+        let source = spec.sources[0].kafka.as_mut().unwrap();
+        source.properties = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.password", "p"),
+            ("enable.ssl.certificate.verification", "false"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .into();
+        let invalid = lookup(&kube, "prod", &spec, timeout).await.unwrap();
+        let Err(Blocked::Invalid(invalid)) = invalid else { panic!("{invalid:?}") };
+        assert_eq!(invalid.reason, reasons::INVALID_SPEC);
+        assert!(invalid.message.contains("certificate is not checked"), "{}", invalid.message);
     }
 }

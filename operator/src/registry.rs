@@ -15,9 +15,14 @@ use kube::Api;
 
 use sluice_crds::{ResolvedSchema, StreamJobSpec, SubjectSchema, reasons, requested_version};
 
+use crate::registry_http::{client, fetch, unavailable};
 use crate::validate::{Blocked, Invalid};
 
-const TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest the columns of one job may take to derive. The derivation
+/// is bounded (`sluice_crds::REGISTRY_MAX_COLUMNS` and its kin) and runs
+/// on a blocking thread, so no schema can stall the reconcile loop, which
+/// serves every job; past this it is refused as the job's.
+pub const DERIVE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `spec` with the columns of its registry subjects derived; unchanged
 /// when it names none. The registry's credentials and CA certificates are
@@ -46,6 +51,8 @@ pub async fn resolve(
         return Ok((spec.clone(), Vec::new()));
     }
     let invalid = |message: String| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
+    // Before any Secret is read or any connection made: a URL with a
+    // query or a user, or a password over http://, is refused here.
     if let Some(problem) = registry.access_problem() {
         return Err(invalid(problem));
     }
@@ -68,80 +75,163 @@ pub async fn resolve(
             invalid(format!("spec.schemaRegistry: Secret {secret} in namespace {namespace} has no key `{key}`"))
         })
     })?;
-    let mut builder = reqwest::Client::builder().timeout(TIMEOUT);
-    for pem in &access.trusted_certificates {
-        let certificate = reqwest::Certificate::from_pem(pem.as_bytes())
-            .map_err(|e| invalid(format!("spec.schemaRegistry.tls: a trusted certificate is not PEM ({e})")))?;
-        builder = builder.add_root_certificate(certificate);
-    }
-    let client = builder.build().map_err(|e| unavailable(&url, &e.to_string()))?;
+    let client = client(&access)?;
     let user = access.basic_auth.as_ref();
     let mut found: HashMap<(String, Option<u32>), Result<SubjectSchema, String>> = HashMap::new();
     for (subject, version) in wanted {
         let answer = fetch(&client, user, &url, &subject, version).await?;
         found.insert((subject, version), answer);
     }
-    spec.with_registry_columns(|subject, version| {
-        found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
-    })
-    .map_err(|message| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message }))
+    derive(spec.clone(), found, DERIVE_DEADLINE).await
 }
 
-fn unavailable(url: &str, why: &str) -> Blocked {
-    Blocked::Unavailable(Invalid {
-        reason: reasons::REGISTRY_UNREACHABLE,
-        message: format!("the schema registry at {url} did not answer: {why}"),
-    })
-}
-
-/// `GET <url>/subjects/<subject>/versions/<version|latest>`: the schema,
-/// `Ok(Err)` when the registry has no such subject or version.
-async fn fetch(
-    client: &reqwest::Client,
-    user: Option<&(String, String)>,
-    url: &str,
-    subject: &str,
-    version: Option<u32>,
-) -> Result<Result<SubjectSchema, String>, Blocked> {
-    let v = version.map_or_else(|| "latest".to_owned(), |v| v.to_string());
-    let segment: String = subject
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                char::from(b).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
+/// The columns derived from the registry's answers, off the async runtime
+/// and within `deadline`.
+async fn derive(
+    spec: StreamJobSpec,
+    found: HashMap<(String, Option<u32>), Result<SubjectSchema, String>>,
+    deadline: Duration,
+) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Blocked> {
+    let invalid = |message: String| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
+    let derived = off_runtime(deadline, move || {
+        spec.with_registry_columns(|subject, version| {
+            found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
         })
-        .collect();
-    let mut request = client
-        .get(format!("{url}/subjects/{segment}/versions/{v}"))
-        .header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
-    if let Some((user, password)) = user {
-        request = request.basic_auth(user, Some(password));
+    })
+    .await;
+    match derived {
+        Some(Ok(derived)) => derived.map_err(invalid),
+        Some(Err(e)) => Err(invalid(format!("spec.schemaRegistry: deriving the columns failed (a bug): {e}"))),
+        None => Err(invalid(format!(
+            "spec.schemaRegistry: deriving the columns from the registry's schemas took longer than {deadline:?}; \
+             declare the source's columns instead"
+        ))),
     }
-    let response = request.send().await.map_err(|e| unavailable(url, &sluice_crds::error_with_causes(&e)))?;
-    let status = response.status();
-    if matches!(status.as_u16(), 401 | 403) {
-        return Err(unavailable(
-            url,
-            &format!("HTTP {status}: the registry refused the credentials (spec.schemaRegistry.authentication)"),
-        ));
+}
+
+/// `work` on a blocking thread: the async runtime, which runs every job's
+/// reconcile, never walks a schema itself. `None` past `deadline` (the
+/// thread then finishes on its own and its answer is dropped);
+/// `Some(Err)` if it panicked.
+async fn off_runtime<T: Send + 'static>(
+    deadline: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<Result<T, tokio::task::JoinError>> {
+    tokio::time::timeout(deadline, tokio::task::spawn_blocking(work)).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::registry_http::test_server::{Answer, serve};
+
+    fn job(url: &str, authentication: &str) -> StreamJobSpec {
+        let job: sluice_crds::StreamJob = serde_saphyr::from_str(&format!(
+            r"
+apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata: {{ name: j }}
+spec:
+  sql: SELECT * FROM orders
+  schemaRegistry: {{ url: '{url}' {authentication} }}
+  sources:
+    - name: orders
+      format: avro
+      kafka: {{ bootstrapServers: 'kafka:9092', topic: orders }}
+      schema: {{ registry: {{ subject: orders-value }} }}
+  sink: {{ kafka: {{ bootstrapServers: 'kafka:9092', topic: out }} }}
+"
+        ))
+        .unwrap();
+        job.spec
     }
-    let body = response.text().await.map_err(|e| unavailable(url, &e.to_string()))?;
-    if status.as_u16() == 404 {
-        return Ok(Err(format!("the schema registry at {url} has no version {v} of it")));
+
+    /// No API server: a job that names no Secret never asks it.
+    fn kube() -> kube::Client {
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap()
     }
-    if !status.is_success() {
-        return Err(unavailable(url, &format!("HTTP {status}: {}", body.chars().take(200).collect::<String>())));
+
+    fn answer(schema: &str) -> Answer {
+        let body = serde_json::json!({ "subject": "orders-value", "id": 7, "version": 3, "schema": schema });
+        Answer::json(200, &body.to_string())
     }
-    let json: serde_json::Value =
-        serde_json::from_str(&body).map_err(|e| unavailable(url, &format!("an answer that is not JSON: {e}")))?;
-    let number = |k: &str| json.get(k).and_then(serde_json::Value::as_u64).and_then(|n| u32::try_from(n).ok());
-    let text = json.get("schema").and_then(serde_json::Value::as_str);
-    let (Some(id), Some(version), Some(text)) = (number("id"), number("version"), text) else {
-        return Err(unavailable(url, &format!("an answer without id, version and schema: {body:.200}")));
-    };
-    let kind = json.get("schemaType").and_then(serde_json::Value::as_str).unwrap_or("AVRO").to_owned();
-    Ok(Ok(SubjectSchema { id, version, kind, text: text.to_owned() }))
+
+    #[tokio::test]
+    async fn columns_come_from_the_subjects_schema() {
+        let server = serve(|_| {
+            answer(
+                r#"{"type":"record","name":"O","fields":[{"name":"id","type":"long"},{"name":"v","type":"string"}]}"#,
+            )
+        })
+        .await;
+        let (spec, resolved) = resolve(&kube(), "prod", &job(&server.url, "")).await.unwrap();
+        let names: Vec<&str> = spec.sources[0].schema.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["id", "v"]);
+        assert_eq!((resolved[0].version, resolved[0].id), (3, 7));
+        assert_eq!(server.requests(), ["/subjects/orders-value/versions/latest"]);
+    }
+
+    /// A URL with a query, a fragment or a user, and a password over
+    /// `http://`, are refused before a Secret is read or a request made:
+    /// the registry never hears of them.
+    #[tokio::test]
+    async fn a_url_that_could_be_turned_against_the_operator_is_refused_before_any_request() {
+        let server = serve(|_| Answer::json(200, "{}")).await;
+        let password = ", authentication: { username: u, passwordSecret: { secretName: s, key: p } }";
+        for (url, auth, says) in [
+            (format!("{}/admin?q=", server.url), "", "takes no query"),
+            (format!("{}/#x", server.url), "", "takes no query"),
+            (server.url.replace("http://", "http://admin:pw@"), "", "a user in the URL"),
+            (server.url.clone(), password, "authentication needs an https:// URL"),
+        ] {
+            let Err(Blocked::Invalid(e)) = resolve(&kube(), "prod", &job(&url, auth)).await else {
+                panic!("{url} was not refused")
+            };
+            assert_eq!(e.reason, reasons::INVALID_SPEC);
+            assert!(e.message.starts_with("spec.schemaRegistry.url: ") && e.message.contains(says), "{}", e.message);
+        }
+        assert!(server.requests().is_empty(), "{:?}", server.requests());
+    }
+
+    /// The issue's schema: 24 records each holding two fields of the one
+    /// before, 3 KB that derived 2^24 columns and took the operator (and
+    /// every tenant's jobs) down. Now the job is refused, quickly, with the
+    /// limit and the subject.
+    #[tokio::test]
+    async fn a_schema_that_would_exhaust_the_operator_is_refused_quickly() {
+        let mut fields = r#"{"name":"a","type":"long"},{"name":"b","type":"long"}"#.to_owned();
+        let mut schema = String::new();
+        for i in 0..24 {
+            let record = format!(r#"{{"type":"record","name":"R{i}","fields":[{fields}]}}"#);
+            fields = format!(r#"{{"name":"x","type":{record}}},{{"name":"y","type":"R{i}"}}"#);
+            schema = format!(r#"{{"type":"record","name":"Top","fields":[{fields}]}}"#);
+        }
+        let server = serve(move |_| answer(&schema)).await;
+        let started = Instant::now();
+        let Err(Blocked::Invalid(e)) = resolve(&kube(), "prod", &job(&server.url, "")).await else { panic!() };
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+        assert!(e.message.contains("subject orders-value version 3") && e.message.contains("10000 columns"), "{e:?}");
+    }
+
+    /// Work handed off the runtime leaves it free, and is given up at the
+    /// deadline: a reconcile of another job goes on meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn derivation_runs_off_the_runtime_and_is_given_up_at_its_deadline() {
+        let started = Instant::now();
+        let ticks = tokio::spawn(async {
+            let mut n = 0;
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                n += 1;
+            }
+            n
+        });
+        let slow = off_runtime(Duration::from_millis(200), || std::thread::sleep(Duration::from_secs(3))).await;
+        assert!(slow.is_none(), "given up");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert_eq!(ticks.await.unwrap(), 5, "the runtime kept running while the work ran");
+        assert_eq!(off_runtime(Duration::from_secs(5), || 42).await.map(Result::ok), Some(Some(42)));
+    }
 }

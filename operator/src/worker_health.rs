@@ -189,6 +189,37 @@ mod tests {
         assert_eq!(restarting(503, "failed: x"), None);
     }
 
+    /// What a pod answers is read up to the limit and for a second at
+    /// most: a worker (or whatever listens at its address) that streams
+    /// without end, or never answers, cannot hold the operator's memory
+    /// or its reconcile.
+    #[tokio::test]
+    async fn a_pods_answer_is_read_up_to_its_limit_and_for_a_second() {
+        use crate::registry_http::test_server::{Answer, serve};
+        let head = "HTTP/1.0 503 X\r\n\r\nfailed: ".to_owned();
+        let server = serve(move |_| Answer::Endless { head: head.clone(), chunked: false }).await;
+        let port = i32::from(server.url.rsplit_once(':').unwrap().1.parse::<u16>().unwrap());
+        let started = std::time::Instant::now();
+        let (code, body) = readyz("127.0.0.1", port).await.unwrap();
+        assert_eq!(code, 503);
+        assert!(body.len() < 64 * 1024, "{}", body.len());
+        assert_eq!(failure(code, &body).map(|r| r.len()), Some(MAX_REASON), "the reason is cut to 1 KiB");
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+
+        // A listener that accepts and never answers.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = i32::from(silent.local_addr().unwrap().port());
+        let hold = tokio::spawn(async move {
+            let conn = silent.accept().await;
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            drop(conn);
+        });
+        let started = std::time::Instant::now();
+        assert_eq!(readyz("127.0.0.1", port).await, None);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        hold.abort();
+    }
+
     #[test]
     fn a_finished_worker_is_told_from_a_running_one() {
         assert_eq!(finished(200, "finished: records in: 200000\n").as_deref(), Some("records in: 200000"));

@@ -252,11 +252,22 @@ pub fn literal(x: f64) -> Option<(i128, u8, u8)> {
     })
 }
 
+/// The arithmetic [`arith`] does: the IR's `ArithOp`, which this module,
+/// below the IR (types use it), does not name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+}
+
 /// `a op b` for `a` at scale `sa` and `b` at `sb`, as a value of
 /// `DECIMAL(p, s)`; `None` on overflow or a zero divisor.
 #[inline]
-pub fn arith(op: crate::ArithOp, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8) -> Option<i128> {
-    use crate::ArithOp::*;
+pub fn arith(op: Op, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8) -> Option<i128> {
+    use Op::*;
     if !small(a, sa, b, sb) {
         return arith_wide(op, a, sa, b, sb, p, s);
     }
@@ -283,8 +294,8 @@ pub fn arith(op: crate::ArithOp, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8)
 }
 
 /// [`arith`] in 256 bits: operands of up to 38 digits at scales up to 38.
-fn arith_wide(op: crate::ArithOp, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8) -> Option<i128> {
-    use crate::ArithOp::*;
+fn arith_wide(op: Op, a: i128, sa: u8, b: i128, sb: u8, p: u8, s: u8) -> Option<i128> {
+    use Op::*;
     let to_scale = |v: I256, at: u8| {
         if s >= at {
             fit_wide(v.checked_mul(pow10_wide(u32::from(s - at)))?, p)
@@ -365,7 +376,7 @@ pub fn cmp(a: i128, sa: u8, b: i128, sb: u8) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ArithOp;
+    use Op as ArithOp;
 
     #[test]
     fn text_is_read_exactly_and_rounded_half_away_from_zero() {

@@ -375,6 +375,13 @@ fn arith(op: ArithOp, data_type: DataType, l: &Value<'_>, r: &Value<'_>, n: usiz
         }
         DataType::Decimal(p, s) => {
             let ((a, sa), (b, sb)) = (dec_side(l)?, dec_side(r)?);
+            let op = match op {
+                ArithOp::Add => crate::decimal::Op::Add,
+                ArithOp::Sub => crate::decimal::Op::Sub,
+                ArithOp::Mul => crate::decimal::Op::Mul,
+                ArithOp::Div => crate::decimal::Op::Div,
+                ArithOp::Mod => crate::decimal::Op::Mod,
+            };
             let (rows, validity) = apply_dec(&a, &b, n, |x, y| crate::decimal::arith(op, x, sa, y, sb, p, s));
             Ok(Column::decimals(data_type, rows, validity))
         }

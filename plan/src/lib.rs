@@ -23,6 +23,7 @@ mod column;
 mod cse;
 mod dataflow;
 pub mod decimal;
+mod emitted;
 mod error;
 pub mod eval;
 mod expr;
@@ -41,6 +42,7 @@ mod types;
 pub use batch::{Batch, Selection};
 pub use column::{Column, ColumnData, StrData, broadcast, retain_rows};
 pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
+pub use emitted::EmittedRows;
 pub use error::{Error, SqlError};
 pub use eval::{Value, eval, filter_rows, fold_constant};
 pub use expr::{

@@ -1222,3 +1222,280 @@ spec:
     assert_eq!(got, want, "caught up:\n{}", w.log());
     assert!(kafka::consume_all(&dlq, Duration::from_secs(2)).is_empty(), "nothing dead-lettered for an outage");
 }
+
+/// Writes `events` (`key`, value or `None` for a tombstone, CreateTime)
+/// with `tests/clients/avro_upsert_produce.py`: Avro `long` keys and Avro
+/// values by confluent-kafka's serializers, tombstones with null values.
+fn produce_avro_upserts(topic: &str, events: &[(i64, Option<serde_json::Value>, i64)]) {
+    use std::io::Write;
+    let h = harness();
+    let mut child = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_upsert_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, topic])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the Python producer");
+    let mut stdin = child.stdin.take().unwrap();
+    for (key, value, ts) in events {
+        writeln!(stdin, "{}", serde_json::json!({ "key": key, "value": value, "ts": ts })).unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "avro_upsert_produce.py failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A table source in Avro with Avro keys, written by confluent-kafka's
+/// serializers, whose deletions are tombstones (a key, a null value): as
+/// the table of an aggregate, a deleted row's values leave the totals; as
+/// the table of an event-time join, an order after a deletion finds no
+/// row. No tombstone is a dead letter (each once was, and the row stayed).
+#[test]
+fn tombstones_of_an_avro_table_delete_its_rows_in_an_aggregate_and_a_join() {
+    let (customers, orders) = (unique_name("avro-upserts"), unique_name("avro-upsert-orders"));
+    let (totals, joined, dlq) =
+        (unique_name("avro-upsert-totals"), unique_name("avro-upsert-joined"), unique_name("avro-upsert-dlq"));
+    kafka::create_topic(&customers, 1);
+    kafka::create_topic(&orders, 2);
+    for t in [&totals, &joined, &dlq] {
+        kafka::create_topic(t, 1);
+    }
+    let row = |id: i64, name: &str, v: i64, at: i64| {
+        Some(serde_json::json!({ "id": id, "name": name, "v": v, "updated": at }))
+    };
+    // Customer 1 is deleted at 5,000 and customer 2 at 7,000.
+    let events = [
+        (1, row(1, "Ann", 10, 1_000), 1_000),
+        (2, row(2, "Bob", 20, 1_000), 1_000),
+        (3, row(3, "Cid", 30, 1_500), 1_500),
+        (1, None, 5_000),
+        (3, row(3, "Cyd", 35, 6_000), 6_000),
+        (2, None, 7_000),
+    ];
+    produce_avro_upserts(&customers, &events);
+    // (order, customer, time)
+    let placed = [(10, 1, 2_000), (11, 2, 3_000), (12, 1, 6_000), (13, 2, 8_000), (14, 3, 9_000)];
+    let values: Vec<Vec<u8>> =
+        placed.iter().map(|(o, c, t)| format!(r#"{{"id":{o},"customer_id":{c},"ts":{t}}}"#).into_bytes()).collect();
+    let records: Vec<kafka::Outgoing<'_>> =
+        values.iter().enumerate().map(|(i, v)| (None, v.as_slice(), Some(i32::try_from(i % 2).unwrap()))).collect();
+    kafka::produce(&orders, &records);
+    let h = harness();
+    let manifest = |name: &str, sql: &str, out: &str| {
+        format!(
+            r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    {sql}
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: customer_id, type: bigint, required: true }}
+          - {{ name: ts, type: timestamp, required: true }}
+      eventTime: {{ column: ts, watermarkDelayMillis: 0 }}
+    - name: customers
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {customers} }}
+      format: avro
+      keyFormat: avro
+      table: {{ primaryKey: [id] }}
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: name, type: string }}
+          - {{ name: v, type: bigint }}
+          - {{ name: updated, type: timestamp, required: true }}
+      eventTime: {{ column: updated, watermarkDelayMillis: 0 }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+            name = unique_name(name),
+            registry = h.registry_url,
+            bootstrap = h.bootstrap,
+        )
+    };
+    let run = |yaml: &str| {
+        let m = write_temp("avro-upserts.yaml", yaml);
+        let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+        assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+        assert!(w.log().contains("dead-lettered: 0"), "no tombstone is a dead letter:\n{}", w.log());
+    };
+    run(&manifest("avro-upsert-totals", "SELECT COUNT(*) AS n, SUM(v) AS s FROM customers", &totals));
+    let last = kafka::consume_all(&totals, Duration::from_secs(60)).pop().expect("the totals");
+    let last: serde_json::Value = serde_json::from_slice(&last.value).unwrap();
+    assert_eq!(last, serde_json::json!({ "n": 1, "s": 35 }), "only customer 3 is left, at its last version");
+
+    let sql = "SELECT o.id AS order_id, c.name AS customer FROM orders o \
+               LEFT JOIN customers FOR SYSTEM_TIME AS OF o.ts AS c ON o.customer_id = c.id";
+    run(&manifest("avro-upsert-join", sql, &joined));
+    let mut expected = BTreeMap::new();
+    for &(order, customer, at) in &placed {
+        let mut name = None;
+        for (key, value, ts) in &events {
+            if *key == customer && *ts <= at {
+                name = value.as_ref().map(|v| v["name"].as_str().unwrap().to_owned());
+            }
+        }
+        expected.insert(order, name);
+    }
+    let got: BTreeMap<i64, Option<String>> = kafka::consume_all(&joined, Duration::from_secs(60))
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            (v["order_id"].as_i64().unwrap(), v["customer"].as_str().map(str::to_owned))
+        })
+        .collect();
+    assert_eq!(got, expected, "an order after its customer's tombstone finds no customer");
+    assert!(kafka::consume_all(&dlq, Duration::from_secs(5)).is_empty(), "no dead letters");
+}
+
+/// The columns of a subject whose schema references a shared type,
+/// written by confluent-kafka's AvroSerializer with the client's own
+/// schema references, under three versions interleaved across partitions:
+/// a field renamed with an alias (`units` → `quantity`) and a field added
+/// with a default. Every quantity is read whichever name wrote it, the
+/// shared type's fields are columns, a record written before `venue`
+/// existed reads its default — every total exact, no dead letter.
+#[test]
+fn a_subject_with_references_aliases_and_defaults_derives_columns_that_read_every_version() {
+    const N: i64 = 6_000;
+    let (topic, out) = (unique_name("avro-refs"), unique_name("avro-refs-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    let h = harness();
+    let produced = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_references_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, &topic, &N.to_string()])
+        .output()
+        .expect("run the Python producer");
+    assert!(produced.status.success(), "avro_references_produce.py: {}", String::from_utf8_lossy(&produced.stderr));
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    SELECT venue, COUNT(*) AS n, SUM(quantity) AS qty, SUM("total.units") AS units,
+           COUNT(quantity) AS with_quantity, MIN("total.currency") AS currency
+    FROM orders GROUP BY venue
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        registry: {{ subject: {topic}-value }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+"#,
+        name = unique_name("avro-refs"),
+        registry = h.registry_url,
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("avro-refs.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("dead-lettered: 0"), "{}", w.log());
+    let mut expected: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
+    for i in 0..N {
+        let venue = if i % 3 == 2 { "XLON" } else { "XNAS" };
+        let e = expected.entry(venue.to_owned()).or_default();
+        e.0 += 1;
+        e.1 += i % 10 + 1;
+        e.2 += i;
+    }
+    let mut got: BTreeMap<String, (i64, i64, i64)> = BTreeMap::new();
+    for r in kafka::consume_all(&out, Duration::from_secs(60)) {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        assert_eq!(v["with_quantity"], v["n"], "no quantity read as NULL: {v}");
+        assert_eq!(v["currency"], "EUR", "the referenced type's field: {v}");
+        got.insert(
+            v["venue"].as_str().unwrap().to_owned(),
+            (v["n"].as_i64().unwrap(), v["qty"].as_i64().unwrap(), v["units"].as_i64().unwrap()),
+        );
+    }
+    assert_eq!(got, expected, "v1 and v2 records read venue's default; every quantity by name or alias");
+}
+
+/// An ingress in front of the registry that answers its own HTML 404
+/// (a registry node not serving yet, a route not there yet) for the first
+/// requests, then passes them through: an outage, retried — not "no such
+/// schema". Every record is read once the registry answers, none
+/// dead-lettered. (Once, one such 404 made every later record of the id a
+/// dead letter until the worker restarted.)
+#[test]
+fn a_404_page_from_an_ingress_is_an_outage_not_an_unknown_schema() {
+    use std::io::{Read, Write};
+    let (topic, out, dlq) = (unique_name("ingress-in"), unique_name("ingress-out"), unique_name("ingress-dlq"));
+    kafka::create_topic(&topic, 1);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    produce_avro(&topic, "v1", 0, 300);
+    let h = harness();
+    let ingress = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = ingress.local_addr().unwrap().port();
+    // The first four requests (more than a core's three tries) get the
+    // ingress's page; the rest go through.
+    let pages = ingress.try_clone().unwrap();
+    let forward = std::thread::spawn(move || {
+        for _ in 0..4 {
+            let (mut conn, _) = pages.accept().unwrap();
+            let mut request = Vec::new();
+            let mut chunk = [0; 4096];
+            while !String::from_utf8_lossy(&request).contains("\r\n\r\n") {
+                let n = conn.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&chunk[..n]);
+            }
+            let page = "<html><body><h1>404 Not Found</h1>nginx</body></html>";
+            let _ = write!(
+                conn,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+        forward_to_registry(pages);
+    });
+    let path = h.registry_url.splitn(4, '/').nth(3).unwrap_or_default();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty FROM trades GROUP BY symbol
+  schemaRegistry: {{ url: "http://127.0.0.1:{port}/{path}" }}
+  sources:
+    - name: trades
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        columns:
+          - {{ name: symbol, type: string, required: true }}
+          - {{ name: quantity, type: bigint, required: true }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("ingress"),
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("ingress.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "1", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    forward.join().unwrap();
+    assert_eq!(final_per_symbol(&kafka::consume_all(&out, Duration::from_secs(60))), expected(0..300));
+    assert!(kafka::consume_all(&dlq, Duration::from_secs(2)).is_empty(), "nothing dead-lettered:\n{}", w.log());
+}

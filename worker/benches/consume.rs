@@ -164,7 +164,7 @@ fn batch_queue(bootstrap: &str, topic: &str, records: u64) -> (u64, u64) {
         let _ = batched.consumer().poll(Duration::ZERO);
         batched
             .consume(BATCH, Duration::from_millis(1), &mut |m| {
-                bytes += touch(m.payload);
+                bytes += touch(m.payload.unwrap_or_default());
                 n += 1;
             })
             .unwrap();

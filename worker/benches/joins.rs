@@ -31,9 +31,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, DatagenScenario, EventTimeSpec, SourceSpec, TableSpec};
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
 use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
+use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Plan};
 use sluice_sql::{plan_dataflow, plan_query};
 use sluice_worker::runtime::exchange::UpstreamWatermarks;

@@ -19,10 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_crds::{ColumnType, DatagenScenario, EmitChangesMode, EventTimeSpec, SourceSpec};
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::{AvroDecoder, BinaryDecoder, JsonDecoder, RowDecoder};
 use sluice_formats::encode::{AvroEncoder, BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
+use sluice_plan::EmittedRows;
 use sluice_plan::Plan;
 use sluice_sql::{plan_dataflow, plan_query};
 use sluice_worker::runtime::topology::Topology;

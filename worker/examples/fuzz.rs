@@ -29,7 +29,13 @@
 //! other than one whole row or untouched; `protobuf` does the same with
 //! messages of a schema with every construct, and `debezium` with change
 //! events of every kind (mutated as JSON is). `sql` runs every query that plans over records
-//! holding extreme values, through the engine, to its end.
+//! holding extreme values, through the engine, to its end. `registry-schema`
+//! derives columns from registry schemas (`sluice_crds::avro_columns_with`,
+//! what the operator runs for every tenant) and compiles them as a
+//! decoder's writer schemas: schemas with every construct, references,
+//! aliases and defaults, and the hostile shapes (records whose fields
+//! double at each level, chains of definitions, deep nesting), mutated;
+//! a "disagreement" is a derivation past its column limit.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -365,8 +371,10 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if !["json", "sql", "avro", "protobuf", "debezium", "debezium-avro"].contains(&target.as_str()) {
-        eprintln!("usage: fuzz json|sql|avro|protobuf|debezium|debezium-avro [inputs] [seed] [first input]");
+    if !["json", "sql", "avro", "protobuf", "debezium", "debezium-avro", "registry-schema"].contains(&target.as_str()) {
+        eprintln!(
+            "usage: fuzz json|sql|avro|protobuf|debezium|debezium-avro|registry-schema [inputs] [seed] [first input]"
+        );
         std::process::exit(2);
     }
     // Panics are caught and reported with their input; keep the default
@@ -392,6 +400,7 @@ fn main() {
     }
 
     let decoder_plan = decoder_plan();
+    let schema_seeds = schema_seeds();
     let plans = [fixtures::all_types_source(ColumnType::Timestamp), fixtures::all_types_source(ColumnType::Bigint)];
     let (mut fast, mut reference) = (JsonDecoder::new(&decoder_plan), JsonDecoder::new(&decoder_plan));
     let (mut a, mut b) = (fast.new_batch(4), reference.new_batch(4));
@@ -414,7 +423,8 @@ fn main() {
                 ^ (u64::from(target == "avro") << 1)
                 ^ (u64::from(target == "protobuf") << 2)
                 ^ (u64::from(target == "debezium") << 3)
-                ^ (u64::from(target == "debezium-avro") << 4),
+                ^ (u64::from(target == "debezium-avro") << 4)
+                ^ (u64::from(target == "registry-schema") << 5),
             i,
         );
         let input = match target.as_str() {
@@ -444,12 +454,25 @@ fn main() {
                 }
                 v
             }
+            "registry-schema" => mutate(&schema_seeds, JSON_DICTIONARY, SCHEMA_CHAINS, &mut rng),
             _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
         current.store(i, Ordering::Release);
         let t = Instant::now();
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if target == "registry-schema" {
+                let text = String::from_utf8_lossy(&input);
+                let references = [("shared.Money".to_owned(), MONEY.to_owned())];
+                let derived = sluice_crds::avro_columns_with(&text, &references);
+                if derived.as_ref().is_ok_and(|c| c.len() > sluice_crds::REGISTRY_MAX_COLUMNS) {
+                    return Verdict::Disagreement(format!("{} columns", derived.map_or(0, |c| c.len())));
+                }
+                // The same text as a writer schema, compiled against a
+                // source's columns (what every core does per schema id).
+                avro.add_schema_with(1, &text, &references);
+                return Verdict::Fine;
+            }
             if target == "avro" {
                 avro_batch.clear();
                 return match fixtures::decode_whole_row_or_none(&mut avro_batch, |b| avro.decode(&input, b)) {
@@ -541,4 +564,51 @@ fn main() {
     if panics + over_long + disagreements > 0 {
         std::process::exit(1);
     }
+}
+
+/// A shared type other schemas reference (`shared.Money`).
+const MONEY: &str = r#"{"type":"record","name":"Money","namespace":"shared","fields":[
+    {"name":"units","type":"long"},{"name":"currency","type":"string","default":"EUR"}]}"#;
+
+/// Runs of one token that build the shapes a schema's size hides: nested
+/// records, unions and arrays opened and never closed.
+const SCHEMA_CHAINS: &[&str] = &[
+    r#"{"type":"record","name":"N","fields":[{"name":"f","type":"#,
+    r#"{"type":"array","items":"#,
+    r#"["null","#,
+    r#"{"name":"x","type":"long","aliases":["a","b"],"default":1},"#,
+];
+
+/// Registry schemas to mutate: every construct, a reference, aliases and
+/// defaults, and the hostile shapes at sizes that stay under the limits
+/// until mutated past them.
+fn schema_seeds() -> Vec<Vec<u8>> {
+    let mut seeds: Vec<Vec<u8>> = fixtures::AVRO_SCHEMAS.iter().map(|(_, s)| s.as_bytes().to_vec()).collect();
+    seeds.push(
+        br#"{"type":"record","name":"Order","namespace":"shop","fields":[
+        {"name":"id","type":"long"},{"name":"quantity","type":"long","aliases":["units"]},
+        {"name":"venue","type":["string","null"],"default":"XNAS"},{"name":"total","type":"shared.Money"},
+        {"name":"at","type":{"type":"long","logicalType":"timestamp-millis"}}]}"#
+            .to_vec(),
+    );
+    // Records whose two fields are the record before: 2^levels columns.
+    let doubling = |levels: usize| {
+        let mut fields = String::from(r#"{"type":"record","name":"R0","fields":[{"name":"v","type":"long"}]}"#);
+        for l in 1..=levels {
+            fields = format!(
+                r#"{{"type":"record","name":"R{l}","fields":[{{"name":"a","type":{fields}}},{{"name":"b","type":"R{}"}}]}}"#,
+                l - 1
+            );
+        }
+        fields.into_bytes()
+    };
+    seeds.push(doubling(8));
+    seeds.push(doubling(13));
+    // A chain of definitions, each a field of the next.
+    let mut chain = String::from(r#"{"type":"record","name":"C0","fields":[{"name":"v","type":"long"}]}"#);
+    for i in 1..60 {
+        chain = format!(r#"{{"type":"record","name":"C{i}","fields":[{{"name":"c","type":{chain}}}]}}"#);
+    }
+    seeds.push(chain.into_bytes());
+    seeds
 }

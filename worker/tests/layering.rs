@@ -42,7 +42,7 @@ fn crates_depend_only_on_those_below_them_on_the_data_path() {
         ("plan", &["sluice-crds"]),
         ("sql", &["sluice-crds", "sluice-plan"]),
         ("engine", &["sluice-crds", "sluice-plan"]),
-        ("formats", &["sluice-crds", "sluice-engine", "sluice-plan"]),
+        ("formats", &["sluice-crds", "sluice-plan"]),
         ("worker", &["sluice-crds", "sluice-engine", "sluice-formats", "sluice-plan", "sluice-sql"]),
         ("operator", &["sluice-crds", "sluice-plan", "sluice-sql"]),
     ];
@@ -376,22 +376,102 @@ fn imports(src: &Path) -> BTreeSet<(String, String)> {
     edges
 }
 
-#[test]
-fn no_two_files_of_a_crate_import_each_other() {
-    let mut loops = Vec::new();
-    for dir in ["plan", "sql", "engine", "formats", "worker", "operator", "crds"] {
-        let edges = imports(&workspace().join(dir).join("src"));
-        for (a, b) in edges.iter().filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone()))) {
-            loops.push(format!("{dir}: {a} <-> {b}"));
+/// The import loops among `edges`: each strongly connected set of more
+/// than one file (Tarjan's algorithm), its members in order.
+fn loops(edges: &BTreeSet<(String, String)>) -> Vec<Vec<String>> {
+    struct Tarjan<'e> {
+        next: BTreeMap<&'e str, Vec<&'e str>>,
+        index: BTreeMap<&'e str, usize>,
+        low: BTreeMap<&'e str, usize>,
+        stack: Vec<&'e str>,
+        on_stack: BTreeSet<&'e str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'e> Tarjan<'e> {
+        fn visit(&mut self, v: &'e str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.next.get(v).cloned().unwrap_or_default() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.low[v].min(self.low[w]);
+                    self.low.insert(v, low);
+                } else if self.on_stack.contains(w) {
+                    let low = self.low[v].min(self.index[w]);
+                    self.low.insert(v, low);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut members = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    members.push(w.to_owned());
+                    if w == v {
+                        break;
+                    }
+                }
+                if members.len() > 1 {
+                    members.sort();
+                    self.found.push(members);
+                }
+            }
         }
     }
-    assert!(loops.is_empty(), "files importing each other:\n{}", loops.join("\n"));
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a.as_str()).or_default().push(b.as_str());
+        next.entry(b.as_str()).or_default();
+    }
+    let nodes: Vec<&str> = next.keys().copied().collect();
+    let mut t = Tarjan {
+        next,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for v in nodes {
+        if !t.index.contains_key(v) {
+            t.visit(v);
+        }
+    }
+    t.found
 }
 
-/// One idea per file: a file of production code past 1,000 lines (its
-/// test module aside) holds several, and is split.
+/// No loop of imports among a crate's files, of any length: a loop is
+/// two (or more) files that are one idea, or an idea split the wrong way.
 #[test]
-fn no_file_of_production_code_is_over_a_thousand_lines() {
+fn no_files_of_a_crate_import_each_other_in_a_loop_of_any_length() {
+    let mut found = Vec::new();
+    for dir in ["plan", "sql", "engine", "formats", "worker", "operator", "crds"] {
+        for members in loops(&imports(&workspace().join(dir).join("src"))) {
+            found.push(format!("{dir}: {}", members.join(" -> ")));
+        }
+    }
+    assert!(found.is_empty(), "files importing each other in a loop:\n{}", found.join("\n"));
+}
+
+/// Production files over [`MAX_LINES`] today, each at most as long as
+/// listed: the list only shrinks (a file split leaves it; a listed file
+/// may not grow).
+const LONG_FILES: &[(&str, usize)] = &[
+    ("worker/src/runtime/core_loop.rs", 994),
+    ("engine/src/spill.rs", 964),
+    ("engine/src/join/mod.rs", 918),
+    ("plan/src/scalar_fns/mod.rs", 878),
+    ("engine/src/table_join/mod.rs", 859),
+    ("engine/src/aggregate.rs", 808),
+];
+/// One idea per file: a file of production code (its test module aside)
+/// past this holds several, and is split.
+const MAX_LINES: usize = 800;
+
+#[test]
+fn no_file_of_production_code_is_over_its_limit() {
     let mut long = Vec::new();
     for dir in ["plan", "sql", "engine", "formats", "worker", "operator", "crds"] {
         for (module, file) in modules(&workspace().join(dir).join("src")) {
@@ -401,8 +481,10 @@ fn no_file_of_production_code_is_over_a_thousand_lines() {
             let text = std::fs::read_to_string(&file).unwrap();
             // Every line before the test module (which ends a file).
             let lines = text[..text.find("#[cfg(test)]\nmod tests {").unwrap_or(text.len())].lines().count();
-            if lines > 1_000 {
-                long.push(format!("{}: {lines} lines", file.display()));
+            let name = file.strip_prefix(workspace()).unwrap_or(&file).display().to_string();
+            let limit = LONG_FILES.iter().find(|(f, _)| *f == name).map_or(MAX_LINES, |(_, n)| *n);
+            if lines > limit.min(1_000) {
+                long.push(format!("{name}: {lines} lines (limit {})", limit.min(1_000)));
             }
         }
     }
@@ -461,4 +543,20 @@ fn a_loop_through_an_inline_path_is_found() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(edges.contains(&("a".to_owned(), "b".to_owned())), "{edges:?}");
     assert!(edges.contains(&("b".to_owned(), "a".to_owned())), "{edges:?}");
+}
+
+#[test]
+fn a_loop_of_three_files_is_found() {
+    // a -> b -> c -> a, each by a `use`: no two of them import each other.
+    let dir = std::env::temp_dir().join(format!("sluice-layering-three-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("lib.rs"), "mod a;\nmod b;\nmod c;\nmod d;\n").unwrap();
+    std::fs::write(dir.join("a.rs"), "use crate::b::g;\npub fn f() -> u8 { g() }\n").unwrap();
+    std::fs::write(dir.join("b.rs"), "use crate::c::h;\npub fn g() -> u8 { h() }\n").unwrap();
+    std::fs::write(dir.join("c.rs"), "use crate::a::f;\npub fn h() -> u8 { 1 }\npub fn i() -> u8 { f() }\n").unwrap();
+    std::fs::write(dir.join("d.rs"), "use crate::a::f;\npub fn j() -> u8 { f() }\n").unwrap();
+    let edges = imports(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(edges.iter().all(|(a, b)| !edges.contains(&(b.clone(), a.clone()))), "no pair: {edges:?}");
+    assert_eq!(loops(&edges), [["a", "b", "c"]], "{edges:?}");
 }

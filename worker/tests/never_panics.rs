@@ -16,9 +16,10 @@ use proptest::prelude::*;
 mod fixtures;
 mod support;
 use sluice_crds::ColumnType;
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_plan::DataType;
+use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Column};
 use sluice_sql::plan_query;
 

@@ -18,10 +18,11 @@ use proptest::prelude::*;
 
 mod support;
 use sluice_crds::{ColumnType, EmitChangesMode, EventTimeSpec, SourceSpec};
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{EncodedRows, JsonEncoder};
 use sluice_plan::Batch;
+use sluice_plan::EmittedRows;
 use sluice_sql::plan_query;
 
 fn source() -> SourceSpec {

@@ -10,7 +10,6 @@
 use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
 
 use super::error::DecodeError;
-use super::metadata::RecordMeta;
 use crate::encode::{BOOL, FLOAT, INT, NULL, STR, WIDE};
 
 #[derive(Debug, Clone)]
@@ -174,143 +173,11 @@ fn kind(tag: u8) -> &'static str {
     }
 }
 
-/// How a partition reads its records: a source's in its declared format
-/// (JSON, Avro), binary rows from an exchange.
-#[derive(Debug, Clone)]
-pub enum RowDecoder {
-    Json(super::JsonDecoder),
-    Avro(Box<super::AvroDecoder>),
-    Protobuf(Box<super::ProtobufDecoder>),
-    Debezium(Box<super::DebeziumDecoder>),
-    DebeziumAvro(Box<super::DebeziumAvroDecoder>),
-    Raw(Box<super::RawDecoder>),
-    Binary(BinaryDecoder),
-}
-
-impl RowDecoder {
-    pub fn new_batch(&self, capacity: usize) -> Batch {
-        match self {
-            Self::Json(d) => d.new_batch(capacity),
-            Self::Avro(d) => d.new_batch(capacity),
-            Self::Protobuf(d) => d.new_batch(capacity),
-            Self::Debezium(d) => d.new_batch(capacity),
-            Self::DebeziumAvro(d) => d.new_batch(capacity),
-            Self::Raw(d) => d.new_batch(capacity),
-            Self::Binary(d) => d.new_batch(capacity),
-        }
-    }
-
-    pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
-        match self {
-            Self::Json(d) => d.decode(payload, batch),
-            Self::Avro(d) => d.decode(payload, batch),
-            Self::Protobuf(d) => d.decode(payload, batch),
-            Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
-            Self::DebeziumAvro(d) => d.decode_record(payload, &RecordMeta::default(), batch),
-            Self::Raw(d) => d.decode_record(payload, &RecordMeta::default(), batch),
-            Self::Binary(d) => d.decode(payload, batch),
-        }
-    }
-
-    /// The registry id of the writer schema `payload` needs and the
-    /// decoder does not have yet (see [`super::AvroDecoder::needs_schema`]).
-    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
-        match self {
-            Self::Avro(d) => d.needs_schema(payload),
-            Self::Protobuf(d) => d.needs_schema(payload),
-            Self::DebeziumAvro(d) => d.needs_schema(payload),
-            _ => None,
-        }
-    }
-
-    /// Hands over what the registry said of schema `id`: its type and
-    /// text, or why it has none. A schema of another type than the
-    /// source's format makes its records dead letters saying so.
-    pub fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
-        let expected = match self {
-            Self::Avro(_) | Self::DebeziumAvro(_) => "AVRO",
-            Self::Protobuf(_) => "PROTOBUF",
-            _ => return,
-        };
-        let schema = schema.and_then(|(kind, text)| {
-            if kind == expected {
-                Ok(text)
-            } else {
-                Err(format!(
-                    "schema id {id} is a {kind} schema, but the source's format is {}",
-                    expected.to_ascii_lowercase()
-                ))
-            }
-        });
-        match (self, schema) {
-            (Self::Avro(d), Ok(text)) => d.add_schema(id, text),
-            (Self::Avro(d), Err(why)) => d.add_unknown(id, why),
-            (Self::Protobuf(d), Ok(text)) => d.add_schema(id, text),
-            (Self::Protobuf(d), Err(why)) => d.add_unknown(id, why),
-            (Self::DebeziumAvro(d), Ok(text)) => d.add_schema(id, text),
-            (Self::DebeziumAvro(d), Err(why)) => d.add_unknown(id, why),
-            _ => {}
-        }
-    }
-
-    /// [`RowDecoder::decode`] with the record's metadata, for the columns
-    /// that read it (an internal topic's rows carry none).
-    pub fn decode_record(
-        &mut self,
-        payload: &[u8],
-        meta: &RecordMeta<'_>,
-        batch: &mut Batch,
-    ) -> Result<(), DecodeError> {
-        match self {
-            Self::Json(d) => d.decode_record(payload, meta, batch),
-            Self::Avro(d) => {
-                d.decode(payload, batch)?;
-                d.columns.push_metadata_columns(meta, batch)
-            }
-            Self::Protobuf(d) => {
-                d.decode(payload, batch)?;
-                d.columns.push_metadata_columns(meta, batch)
-            }
-            Self::Debezium(d) => d.decode_record(payload, meta, batch),
-            Self::DebeziumAvro(d) => d.decode_record(payload, meta, batch),
-            Self::Raw(d) => d.decode_record(payload, meta, batch),
-            Self::Binary(d) => d.decode(payload, batch),
-        }
-    }
-
-    /// The columns' decoder a source's decoder fills its metadata columns
-    /// with (`None` for binary rows, which have none).
-    pub(super) fn columns_mut(&mut self) -> Option<&mut super::JsonDecoder> {
-        match self {
-            Self::Json(d) => Some(d),
-            Self::Avro(d) => Some(&mut d.columns),
-            Self::Protobuf(d) => Some(&mut d.columns),
-            Self::Debezium(d) => Some(&mut d.rows),
-            Self::DebeziumAvro(d) => Some(d.columns_mut()),
-            Self::Raw(d) => Some(&mut d.columns),
-            Self::Binary(_) => None,
-        }
-    }
-
-    /// Whether each record needs its processing time.
-    pub fn reads_processing_time(&self) -> bool {
-        match self {
-            Self::Json(d) => d.reads_processing_time(),
-            Self::Avro(d) => d.columns.reads_processing_time(),
-            Self::Protobuf(d) => d.columns.reads_processing_time(),
-            Self::Debezium(d) => d.rows.reads_processing_time(),
-            Self::DebeziumAvro(d) => d.reads_processing_time(),
-            Self::Raw(d) => d.columns.reads_processing_time(),
-            Self::Binary(_) => false,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
 
-    use sluice_engine::EmittedRows;
+    use sluice_plan::EmittedRows;
     use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
     use super::BinaryDecoder;

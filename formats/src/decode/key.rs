@@ -103,8 +103,12 @@ impl KeyCells for KeyDecoder {
     }
 
     /// See [`RowDecoder::add_schema`].
-    fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
-        self.decoder.add_schema(id, schema);
+    fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>, references: &[(String, String)]) {
+        self.decoder.add_schema_with(id, schema, references);
+    }
+
+    fn forget_unknown(&mut self) {
+        self.decoder.forget_unknown();
     }
 
     fn boxed_clone(&self) -> Box<dyn KeyCells> {
@@ -129,8 +133,18 @@ impl RowDecoder {
 
     /// Hands over what the registry said of key schema `id`.
     pub fn add_key_schema(&mut self, id: u32, schema: Result<(&str, &str), String>) {
+        self.add_key_schema_with(id, schema, &[]);
+    }
+
+    /// [`RowDecoder::add_key_schema`] with the schema's references.
+    pub fn add_key_schema_with(
+        &mut self,
+        id: u32,
+        schema: Result<(&str, &str), String>,
+        references: &[(String, String)],
+    ) {
         if let Some(key) = self.columns_mut().and_then(|c| c.key.as_deref_mut()) {
-            key.add_schema(id, schema);
+            key.add_schema(id, schema, references);
         }
     }
 }

@@ -22,7 +22,10 @@ pub trait KeyCells: std::fmt::Debug + Send {
     fn needs_schema(&self, key: &[u8]) -> Option<u32>;
 
     /// Hands over what the registry said of schema `id`.
-    fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>);
+    fn add_schema(&mut self, id: u32, schema: Result<(&str, &str), String>, references: &[(String, String)]);
+
+    /// Forgets the schema ids the registry did not have.
+    fn forget_unknown(&mut self);
 
     /// A copy, for a decoder cloned per partition.
     fn boxed_clone(&self) -> Box<dyn KeyCells>;

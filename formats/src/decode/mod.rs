@@ -4,6 +4,7 @@ mod avro;
 mod binary;
 mod cells;
 mod debezium;
+mod envelope;
 mod error;
 mod json;
 mod key;
@@ -11,11 +12,14 @@ mod key_cells;
 mod metadata;
 mod protobuf;
 mod raw;
+mod row;
+mod tombstone;
 mod wire;
 
 pub use avro::{AvroDecoder, schema_id};
-pub use binary::{BinaryDecoder, RowDecoder};
+pub use binary::BinaryDecoder;
 pub use debezium::{DebeziumAvroDecoder, DebeziumDecoder};
+pub use envelope::Envelope;
 pub use error::DecodeError;
 pub use json::JsonDecoder;
 pub use key::KeyDecoder;
@@ -24,6 +28,13 @@ pub use protobuf::ProtobufDecoder;
 #[cfg(test)]
 pub(crate) use protobuf::parse_schema;
 pub use raw::RawDecoder;
+pub use row::RowDecoder;
+
+/// The most writer schemas a decoder keeps compiled: ids come from
+/// records, which anyone may write, so the cache is bounded (a topic uses
+/// a handful).
+pub(crate) const MAX_SCHEMAS: usize = 1_024;
+pub use tombstone::TombstoneDecoder;
 
 /// The plan of `sql` over a source `t` of one column of each type, for the
 /// decoders' tests.

@@ -8,7 +8,7 @@
 //! of them ([`key_schema`], `sink.keyFormat: avro`).
 
 use sluice_crds::SinkFormat;
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
 use super::json::{EncodedRows, prefixes};
@@ -222,7 +222,7 @@ mod tests {
     use std::borrow::Cow;
 
     use sluice_crds::{ColumnType, SourceSpec};
-    use sluice_engine::EmittedRows;
+    use sluice_plan::EmittedRows;
     use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
     use super::{AvroEncoder, writer_schema};

@@ -18,7 +18,7 @@
 //! names (`decode::BinaryDecoder`). Keys are written the same way: on an
 //! exchange they only choose the partition.
 
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
 use super::json::EncodedRows;

@@ -15,7 +15,7 @@
 //! The record key is the key columns' JSON object, as the JSON sink's (or
 //! an Avro record of them: `sink.keyFormat`).
 
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 
 use super::json::{EncodedRows, Json, prefixes, write_object};
 use super::key::KeyWriter;
@@ -65,7 +65,7 @@ mod tests {
     use std::borrow::Cow;
 
     use sluice_crds::{ColumnType, SourceSpec};
-    use sluice_engine::EmittedRows;
+    use sluice_plan::EmittedRows;
     use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
     use super::DebeziumJsonEncoder;

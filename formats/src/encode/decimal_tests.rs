@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use sluice_crds::{ColumnType, SourceSpec};
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::{Column, DataType, Plan, Scalar, Selection, Value};
 
 use super::{AvroEncoder, BinaryEncoder, EncodedRows, JsonEncoder, ProtobufEncoder, proto_schema, writer_schema};

@@ -6,7 +6,7 @@
 //! that keeps its capacity across batches. Row `i` of the output is
 //! `values[ends[i-1]..ends[i]]`.
 
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::time::format_timestamp;
 
 use super::key::KeyWriter;

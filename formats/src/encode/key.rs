@@ -55,7 +55,7 @@ mod tests {
     use std::borrow::Cow;
 
     use sluice_crds::{ColumnType, SourceSpec};
-    use sluice_engine::EmittedRows;
+    use sluice_plan::EmittedRows;
     use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
     use super::KeyWriter;

@@ -41,7 +41,7 @@ impl RowEncoder {
 
     /// Appends the emitted rows to `out`. Deletions are tombstones, but for
     /// Debezium, whose `d` event is a value.
-    pub fn encode(&self, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {
+    pub fn encode(&self, rows: &sluice_plan::EmittedRows<'_>, out: &mut EncodedRows) {
         let from = out.len();
         match self {
             Self::Json(e) => {
@@ -73,7 +73,7 @@ impl RowEncoder {
 
 /// Appends each selected row's key to `out` (nothing for a query without
 /// a key), as `keys` says: after the values, one key per value.
-fn write_keys(keys: &KeyWriter, rows: &sluice_engine::EmittedRows<'_>, out: &mut EncodedRows) {
+fn write_keys(keys: &KeyWriter, rows: &sluice_plan::EmittedRows<'_>, out: &mut EncodedRows) {
     use view::View;
     if rows.keys.is_empty() {
         return;

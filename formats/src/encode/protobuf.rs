@@ -15,7 +15,7 @@
 //! key, then the value, with no message object per row.
 
 use sluice_crds::SinkFormat;
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::{DataType, Scalar, Value};
 
 use super::avro::{NAMESPACE, record_name};

@@ -5,9 +5,9 @@
 
 use std::borrow::Cow;
 
-use sluice_engine::EmittedRows;
 use sluice_formats::decode::JsonDecoder;
 use sluice_formats::encode::{AvroEncoder, EncodedRows, writer_schema};
+use sluice_plan::EmittedRows;
 use sluice_plan::{DataType, Plan, Selection, Value};
 
 /// The writer schema of the plan's source columns, and `json` as Avro.

@@ -168,7 +168,6 @@ impl<'a> Core<'a> {
                 let feed = input.upstreams.map(|n| (n, input.writer.as_slice()));
                 let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
                 part.framed = stages.len() > 1;
-                part.tombstones = input.source.as_ref().and_then(super::tombstone::Tombstones::of);
                 if let Some(source) = &input.source {
                     part.read_format(source, setup.registry.as_ref())?;
                 }

@@ -163,7 +163,7 @@ pub fn hand_over(
 ) -> Result<(), Error> {
     out.take_local(&mut |partition, timestamp_ms, frame| {
         for &slot in here.get(partition).map_or(&[][..], Vec::as_slice) {
-            let record = Record { slot, offset: -1, timestamp_ms, payload: frame, key: None, headers: None };
+            let record = Record { slot, offset: -1, timestamp_ms, payload: Some(frame), key: None, headers: None };
             parts[slot].push_direct(&record, dead_letter)?;
         }
         Ok(())

@@ -200,7 +200,7 @@ impl LocalStagedSource {
                             slot,
                             offset: *offset,
                             timestamp_ms: now,
-                            payload: &chunk[start..end],
+                            payload: Some(&chunk[start..end]),
                             key: None,
                             headers: None,
                         });
@@ -282,7 +282,7 @@ mod tests {
             source
                 .poll(max, Duration::ZERO, &mut |r| {
                     assert_eq!(r.slot, 3);
-                    seen.push(r.payload[0]);
+                    seen.push(r.payload.unwrap()[0]);
                     64
                 })
                 .unwrap()
@@ -312,7 +312,7 @@ mod tests {
         let mut seen = Vec::new();
         let (rows, _) = source
             .poll(100, Duration::ZERO, &mut |r| {
-                seen.push((r.slot, r.payload[0], r.offset));
+                seen.push((r.slot, r.payload.unwrap()[0], r.offset));
                 1
             })
             .unwrap();

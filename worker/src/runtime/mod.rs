@@ -18,7 +18,6 @@ mod state_group;
 mod state_pages;
 mod state_store;
 mod summary;
-mod tombstone;
 pub mod topology;
 
 pub use health::{CoreStatus, Health};

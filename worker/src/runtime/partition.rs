@@ -5,22 +5,19 @@
 
 use std::sync::Arc;
 
-use sluice_crds::{LateRecordPolicy, SourceFormat, SourceSpec};
+use sluice_crds::{LateRecordPolicy, SourceSpec};
 
 use super::exchange::ExchangeInput;
-use super::tombstone::Tombstones;
 use crate::Error;
 use crate::frame::{Frame, parse_frame};
-use crate::registry::{Registry, as_given};
+use crate::registry::{Registry, as_given, references_of};
 use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
-use sluice_formats::decode::{
-    AvroDecoder, BinaryDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder, RawDecoder,
-    RecordHeaders, RecordMeta, RowDecoder,
-};
+use sluice_engine::{Engine, EngineOptions, Output};
+use sluice_formats::decode::{BinaryDecoder, Envelope, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
+use sluice_plan::EmittedRows;
 use sluice_plan::Plan;
 
 pub struct PartitionPipeline {
@@ -77,16 +74,16 @@ pub struct PartitionPipeline {
     /// The checkpoint carries more than the engine's state: the partition
     /// belongs to a query cut into stages (see [`PartitionPipeline::snapshot`]).
     pub framed: bool,
-    /// A table source's: how a record without a value deletes a row.
-    pub tombstones: Option<Tombstones>,
+    /// How the source's records stand for rows (a table's tombstones).
+    envelope: Envelope,
     /// Another plan's pipeline reads the same records (one source, two
     /// plans: see `shared_source`) and counts them as the job's input.
     pub input_counted_elsewhere: bool,
     /// Where the writer schemas of an Avro source's records are looked up.
     registry: Option<Arc<Registry>>,
-    /// Records without a value carry nothing to read (a Debezium source's
-    /// tombstones): skipped, not dead-lettered.
-    skip_empty: bool,
+    /// When the decoders last forgot the ids the registry did not have
+    /// (they ask again after [`crate::registry::UNKNOWN_TTL`]).
+    unknown_forgotten: std::time::Instant,
 }
 
 /// Per-batch tallies, turned into metrics once per batch.
@@ -151,56 +148,28 @@ impl PartitionPipeline {
             ended: false,
             upstream: u32::try_from(partition).unwrap_or(0),
             framed: false,
-            tombstones: None,
+            envelope: Envelope::Plain,
             input_counted_elsewhere: false,
             registry: None,
-            skip_empty: false,
+            unknown_forgotten: std::time::Instant::now(),
         }
     }
 
-    /// Reads the source's records in its `format` (JSON unless told
-    /// otherwise), and their keys in its `keyFormat` when one is declared.
+    /// Reads the source's records as its spec says (`format`,
+    /// `keyFormat`, a table's tombstones): the decoder and the envelope
+    /// are the formats crate's to choose.
     pub fn read_format(&mut self, source: &SourceSpec, registry: Option<&Arc<Registry>>) -> Result<(), Error> {
-        let format = source.format;
-        match format {
-            SourceFormat::Json => {}
-            SourceFormat::Raw => {
-                let raw = RawDecoder::new(self.engine.plan()).ok_or_else(|| {
-                    Error::Config("a source with format raw has one column of type string (metadata besides)".into())
-                })?;
-                self.decoder = RowDecoder::Raw(Box::new(raw));
-            }
-            SourceFormat::DebeziumJson => {
-                self.decoder = RowDecoder::Debezium(Box::new(DebeziumDecoder::new(self.engine.plan())));
-            }
-            SourceFormat::Avro | SourceFormat::Protobuf | SourceFormat::DebeziumAvro => {
-                let registry = registry.ok_or_else(|| {
-                    Error::Config(format!("a source with format {} needs spec.schemaRegistry", format.name()))
-                })?;
-                let plan = self.engine.plan();
-                self.decoder = match format {
-                    SourceFormat::Avro => RowDecoder::Avro(Box::new(AvroDecoder::new(plan))),
-                    SourceFormat::DebeziumAvro => RowDecoder::DebeziumAvro(Box::new(DebeziumAvroDecoder::new(plan))),
-                    _ => RowDecoder::Protobuf(Box::new(ProtobufDecoder::new(plan))),
-                };
-                self.registry = Some(Arc::clone(registry));
-            }
-        }
-        if format.is_debezium() {
-            // A delete event removes the row; the tombstone Debezium
-            // writes after it (for compaction) says nothing more.
-            self.tombstones = None;
-            self.skip_empty = true;
-        }
-        if let Some(key_format) = source.key_format {
-            if key_format.needs_registry() {
-                let registry = registry.ok_or_else(|| {
-                    Error::Config(format!("a source with keyFormat {} needs spec.schemaRegistry", key_format.name()))
-                })?;
-                self.registry = Some(Arc::clone(registry));
-            }
-            let prefix = source.key_fields_prefix.as_deref().unwrap_or_default();
-            self.decoder.read_keys(self.engine.plan(), key_format, prefix);
+        let plan = self.engine.plan();
+        self.decoder = RowDecoder::for_source(plan, source).map_err(Error::Config)?;
+        self.envelope = Envelope::for_source(plan, source);
+        let needs = [
+            source.format.needs_registry().then(|| format!("format {}", source.format.name())),
+            source.key_format.filter(|k| k.needs_registry()).map(|k| format!("keyFormat {}", k.name())),
+        ];
+        if let Some(what) = needs.into_iter().flatten().next() {
+            let registry =
+                registry.ok_or_else(|| Error::Config(format!("a source with {what} needs spec.schemaRegistry")))?;
+            self.registry = Some(Arc::clone(registry));
         }
         Ok(())
     }
@@ -293,25 +262,20 @@ impl PartitionPipeline {
     }
 
     fn accept(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
-        self.counters.bytes += record.payload.len() as u64;
+        let payload = record.payload.unwrap_or_default();
+        self.counters.bytes += payload.len() as u64;
         let Some(exchange) = &mut self.exchange else {
             self.counters.records += 1;
-            if record.payload.is_empty() && self.skip_empty {
-                return Ok(0);
+            if payload.is_empty() {
+                match self.envelope {
+                    Envelope::Debezium => return Ok(0),
+                    Envelope::Upsert(_) => return self.delete(record, dead_letter),
+                    Envelope::Plain => {}
+                }
             }
-            if record.payload.is_empty()
-                && let Some(mut tombstones) = self.tombstones.take()
-            {
-                let decoded = match tombstones.value(record.key, record.timestamp_ms) {
-                    Ok(value) => self.decode(value, record, None, dead_letter),
-                    Err(reason) => self.reject(record, &reason, dead_letter).map(|()| 0),
-                };
-                self.tombstones = Some(tombstones);
-                return decoded;
-            }
-            return self.decode(record.payload, record, None, dead_letter);
+            return self.decode(payload, record, None, dead_letter);
         };
-        let frame = match parse_frame(record.payload) {
+        let frame = match parse_frame(payload) {
             Ok(frame) => frame,
             Err(reason) => return self.reject(record, &reason, dead_letter).map(|()| 0),
         };
@@ -346,6 +310,40 @@ impl PartitionPipeline {
         Ok(added)
     }
 
+    /// What the decoders' metadata columns read of `record`.
+    fn meta<'r>(&self, record: &Record<'r>) -> RecordMeta<'r> {
+        RecordMeta {
+            key: record.key,
+            timestamp_ms: Some(record.timestamp_ms),
+            partition: Some(self.partition),
+            offset: Some(record.offset),
+            processing_time_ms: self.clock.then(crate::clock::now_ms),
+            headers: record.headers.map(|h| h as &dyn RecordHeaders),
+        }
+    }
+
+    /// A table source's tombstone: the deletion of its key's row into the
+    /// batch (built from the key alone: no value decoder sees it), or a
+    /// dead letter saying why its key names no row.
+    fn delete(&mut self, record: &Record<'_>, dead_letter: &mut dyn DeadLetterSink) -> Result<usize, Error> {
+        let meta = self.meta(record);
+        let Envelope::Upsert(tombstones) = &mut self.envelope else { return Ok(0) };
+        if let (Some(registry), Some(key)) = (&self.registry, record.key)
+            && let Some(id) = tombstones.key_needs_schema(key)
+        {
+            let lookup = registry.schema(id)?;
+            tombstones.add_key_schema_with(id, as_given(&lookup), references_of(&lookup));
+        }
+        match tombstones.decode(&meta, &mut self.batch) {
+            Ok(()) => {
+                self.offsets.push(record.offset);
+                self.timestamps.push(record.timestamp_ms);
+                Ok(1)
+            }
+            Err(reason) => self.reject(record, &reason.0, dead_letter).map(|()| 0),
+        }
+    }
+
     /// Decodes one row into the batch, or dead-letters it with the reason.
     fn decode(
         &mut self,
@@ -354,26 +352,21 @@ impl PartitionPipeline {
         upstream: Option<u32>,
         dead_letter: &mut dyn DeadLetterSink,
     ) -> Result<usize, Error> {
-        let meta = RecordMeta {
-            key: record.key,
-            timestamp_ms: Some(record.timestamp_ms),
-            partition: Some(self.partition),
-            offset: Some(record.offset),
-            processing_time_ms: self.clock.then(crate::clock::now_ms),
-            headers: record.headers.map(|h| h as &dyn RecordHeaders),
-        };
+        let meta = self.meta(record);
         if let Some(registry) = &self.registry {
             // First sight of a writer schema (the value's, or the key's):
             // a registry that does not answer fails the core (retried with
             // backoff), an id it does not know makes the record a dead
             // letter.
             if let Some(id) = self.decoder.needs_schema(payload) {
-                self.decoder.add_schema(id, as_given(&registry.schema(id)?));
+                let lookup = registry.schema(id)?;
+                self.decoder.add_schema_with(id, as_given(&lookup), references_of(&lookup));
             }
             if let Some(key) = record.key
                 && let Some(id) = self.decoder.key_needs_schema(key)
             {
-                self.decoder.add_key_schema(id, as_given(&registry.schema(id)?));
+                let lookup = registry.schema(id)?;
+                self.decoder.add_key_schema_with(id, as_given(&lookup), references_of(&lookup));
             }
         }
         match self.decoder.decode_record(payload, &meta, &mut self.batch) {
@@ -392,7 +385,7 @@ impl PartitionPipeline {
                         offset: record.offset,
                         timestamp_ms: record.timestamp_ms,
                         reason: &reason.0,
-                        payload,
+                        payload: Some(payload),
                         key: record.key,
                         headers: record.headers.map(|h| h as &dyn RecordHeaders),
                         stage: Stage::Decode,
@@ -430,6 +423,13 @@ impl PartitionPipeline {
     ) -> Result<(), Error> {
         if self.batch.len == 0 && self.marks.is_empty() {
             return Ok(());
+        }
+        if self.registry.is_some() && self.unknown_forgotten.elapsed() >= crate::registry::UNKNOWN_TTL {
+            self.decoder.forget_unknown();
+            if let Envelope::Upsert(t) = &mut self.envelope {
+                t.forget_unknown();
+            }
+            self.unknown_forgotten = std::time::Instant::now();
         }
         let newest = self.timestamps.iter().copied().max().unwrap_or_else(crate::clock::now_ms);
         self.late_rows.clear();
@@ -528,7 +528,7 @@ impl PartitionPipeline {
                 offset: self.offsets[row as usize],
                 timestamp_ms: self.timestamps[row as usize],
                 reason: &reason,
-                payload: encoded.value(i),
+                payload: Some(encoded.value(i)),
                 key: None,
                 headers: None,
                 stage: Stage::Late,
@@ -649,7 +649,6 @@ mod tests {
 
     use super::PartitionPipeline;
     use crate::Error;
-    use crate::runtime::tombstone::Tombstones;
     use crate::sink::{DeadLetter, DeadLetterSink};
     use crate::source::Record;
 
@@ -667,8 +666,9 @@ mod tests {
     /// once and in order; a sink's error comes back as it was.
     #[test]
     fn results_past_the_bound_are_written_mid_batch_and_a_failed_write_keeps_its_error() {
-        use sluice_engine::{EmittedRows, Output};
+        use sluice_engine::Output;
         use sluice_formats::encode::{BinaryEncoder, RowEncoder};
+        use sluice_plan::EmittedRows;
         use sluice_plan::{Column, DataType, Selection, Value};
 
         use super::{BatchOutput, Emitted, FLUSH_ROWS};
@@ -750,14 +750,25 @@ mod tests {
         .unwrap();
         let plan = Arc::new(flow.branches[0].plan.clone());
         let mut part = PartitionPipeline::new(&plan, "customers".into(), 0, EngineOptions::default(), 16, None);
-        part.tombstones = Tombstones::of(&sources[1]);
+        part.read_format(&sources[1], None).unwrap();
         let mut dead = Reasons::default();
-        let tombstone = |key| Record { slot: 0, offset: 0, timestamp_ms: 5, payload: &[], key, headers: None };
+        let tombstone = |key| Record { slot: 0, offset: 0, timestamp_ms: 5, payload: None, key, headers: None };
         assert_eq!(part.push(&tombstone(Some(b"7")), &mut dead).unwrap(), 1, "a row that deletes key 7");
         assert_eq!(part.batch.len, 1);
+        /// The payload of each dead letter, `None` for a null one.
+        #[derive(Default)]
+        struct Payloads(Vec<(String, Option<Vec<u8>>)>);
+        impl DeadLetterSink for Payloads {
+            fn send(&mut self, record: &DeadLetter<'_>) -> Result<(), Error> {
+                self.0.push((record.reason.to_owned(), record.payload.map(<[u8]>::to_vec)));
+                Ok(())
+            }
+        }
+        let mut dead = Payloads::default();
         assert_eq!(part.push(&tombstone(None), &mut dead).unwrap(), 0);
         assert_eq!(dead.0.len(), 1, "{:?}", dead.0);
-        assert!(dead.0[0].contains("has no key"), "{:?}", dead.0);
+        assert!(dead.0[0].0.contains("has no key"), "{:?}", dead.0);
+        assert_eq!(dead.0[0].1, None, "the dead letter is the tombstone: no value, not an empty one");
         assert_eq!(part.counters.malformed, 1);
     }
 
@@ -786,7 +797,7 @@ mod tests {
                 slot: 0,
                 offset: k as i64,
                 timestamp_ms: 5,
-                payload: payload.as_bytes(),
+                payload: Some(payload.as_bytes()),
                 key: None,
                 headers: None,
             };

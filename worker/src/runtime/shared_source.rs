@@ -106,7 +106,7 @@ mod tests {
         fn poll(&mut self, _: usize, _: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
             let mut n = 0;
             for (slot, offset) in [(0, 7), (1, 3), (0, 8)] {
-                n += f(Record { slot, offset, timestamp_ms: 0, payload: b"x", key: None, headers: None });
+                n += f(Record { slot, offset, timestamp_ms: 0, payload: Some(b"x"), key: None, headers: None });
             }
             Ok((n, PollEnd::Exhausted))
         }

@@ -42,6 +42,7 @@ use super::setup::CoreCpus;
 use super::state_pages::{self, PageId, PageKey, Scan};
 use crate::Error;
 use crate::sink::{CoreProducer, DrainDeadline};
+use crate::source::QuietContext;
 
 const CHUNK: usize = state_pages::PART;
 const PREFIX: &str = "sluice:v2:";
@@ -373,7 +374,8 @@ impl StateStore {
             .set("max.partition.fetch.bytes", "16777216")
             .set("fetch.max.bytes", "67108864")
             .set("queued.max.messages.kbytes", "131072");
-        let consumer: BaseConsumer = config.create().map_err(|e| Error::kafka("create state reader", e))?;
+        let consumer: BaseConsumer<QuietContext> =
+            config.create_with_context(QuietContext).map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, from).map_err(|e| Error::kafka("state reader", e))?;
         consumer.assign(&tpl).map_err(|e| Error::kafka("assign state reader", e))?;
@@ -404,7 +406,8 @@ impl StateStore {
 
     fn load_head(&self, partition: i32, checkpoint: Checkpoint, metadata: &str) -> Result<Vec<u8>, Error> {
         let Checkpoint { slot, first, chunks, .. } = checkpoint;
-        let consumer: BaseConsumer = self.reader_config.create().map_err(|e| Error::kafka("create state reader", e))?;
+        let consumer: BaseConsumer<QuietContext> =
+            self.reader_config.create_with_context(QuietContext).map_err(|e| Error::kafka("create state reader", e))?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(first))
             .map_err(|e| Error::kafka("state reader", e))?;

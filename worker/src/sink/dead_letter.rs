@@ -13,7 +13,8 @@ pub struct DeadLetter<'a> {
     pub offset: i64,
     pub timestamp_ms: i64,
     pub reason: &'a str,
-    pub payload: &'a [u8],
+    /// The value, `None` where the input record's was null (a tombstone).
+    pub payload: Option<&'a [u8]>,
     /// The input record's key and headers, kept as they were (none for a
     /// row Sluice made: a late row re-encoded, a result not written).
     pub key: Option<&'a [u8]>,
@@ -81,14 +82,15 @@ impl DeadLetter<'_> {
             format!(",\"partition\":{},\"offset\":{},\"timestamp\":{}", self.partition, self.offset, self.timestamp_ms)
                 .as_bytes(),
         );
-        match std::str::from_utf8(self.payload) {
-            Ok(text) => {
+        match self.payload.map(std::str::from_utf8) {
+            None => out.extend_from_slice(b",\"payload\":null"),
+            Some(Ok(text)) => {
                 out.extend_from_slice(b",\"payload\":");
                 write_str(text, out);
             }
-            Err(_) => {
+            Some(Err(_)) => {
                 out.extend_from_slice(b",\"payload_hex\":\"");
-                for b in self.payload {
+                for b in self.payload.unwrap_or_default() {
                     out.extend_from_slice(format!("{b:02x}").as_bytes());
                 }
                 out.push(b'"');
@@ -160,7 +162,7 @@ impl DeadLetterSink for LogDeadLetter {
         self.logged += 1;
         tracing::debug!(
             topic = r.topic, partition = r.partition, offset = r.offset, reason = r.reason,
-            payload = %String::from_utf8_lossy(&r.payload[..r.payload.len().min(512)]),
+            payload = %String::from_utf8_lossy(&r.payload.unwrap_or_default()[..r.payload.map_or(0, <[u8]>::len).min(512)]),
             "record not processed"
         );
         if self.logged <= LOG_FIRST {
@@ -276,7 +278,7 @@ mod tests {
                     offset,
                     timestamp_ms: 0,
                     reason,
-                    payload,
+                    payload: Some(payload),
                     key: None,
                     headers: None,
                     stage: Stage::Decode,

@@ -65,7 +65,7 @@ impl Sink for KafkaSink {
                         offset: -1,
                         timestamp_ms: ts,
                         reason: &reason,
-                        payload: rows.value(i),
+                        payload: Some(rows.value(i)),
                         key: rows.key(i),
                         headers: None,
                         stage: super::Stage::Produce,
@@ -193,7 +193,7 @@ impl ExchangeOutput for ExchangeSink {
                         offset: -1,
                         timestamp_ms: ts,
                         reason: &reason,
-                        payload: row,
+                        payload: Some(row),
                         key: None,
                         headers: None,
                         stage: super::Stage::Produce,
@@ -310,10 +310,12 @@ impl DeadLetterSink for KafkaDeadLetter {
             .insert(Header { key: "__connect.errors.class.name", value: Some("dev.sluice.worker") })
             .insert(Header { key: "__connect.errors.exception.class.name", value: Some(r.stage.error_class()) })
             .insert(Header { key: "__connect.errors.exception.message", value: Some(r.reason) });
-        let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, 0)
-            .payload(r.payload)
-            .timestamp(r.timestamp_ms)
-            .headers(headers);
+        // A tombstone's dead letter is the tombstone: no value.
+        let mut record =
+            BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, 0).timestamp(r.timestamp_ms).headers(headers);
+        if let Some(payload) = r.payload {
+            record = record.payload(payload);
+        }
         if let Some(key) = r.key {
             record = record.key(key);
         }
@@ -343,7 +345,7 @@ mod tests {
 
     impl DeadLetterSink for Collected {
         fn send(&mut self, r: &DeadLetter<'_>) -> Result<(), Error> {
-            self.0.push((r.reason.to_owned(), r.payload.to_vec()));
+            self.0.push((r.reason.to_owned(), r.payload.unwrap_or_default().to_vec()));
             Ok(())
         }
     }

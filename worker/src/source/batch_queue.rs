@@ -94,7 +94,8 @@ pub struct Fetched<'a> {
     pub offset: i64,
     /// CreateTime or LogAppendTime, when the message carries one.
     pub timestamp_ms: Option<i64>,
-    pub payload: &'a [u8],
+    /// The value; `None` for a null one (a tombstone).
+    pub payload: Option<&'a [u8]>,
     pub key: Option<&'a [u8]>,
     pub headers: Option<&'a MessageHeaders<'a>>,
 }
@@ -216,11 +217,13 @@ impl<C: ConsumerContext + 'static> BatchConsumer<C> {
                 error.get_or_insert(RDKafkaErrorCode::from(msg.err));
                 continue;
             }
-            let payload = if msg.payload.is_null() || msg.len == 0 {
-                &[][..]
+            let payload = if msg.payload.is_null() {
+                None
+            } else if msg.len == 0 {
+                Some(&[][..])
             } else {
                 // SAFETY: librdkafka guarantees `len` readable bytes at `payload`.
-                unsafe { std::slice::from_raw_parts(msg.payload.cast::<u8>(), msg.len) }
+                Some(unsafe { std::slice::from_raw_parts(msg.payload.cast::<u8>(), msg.len) })
             };
             let key = if msg.key.is_null() {
                 None

@@ -246,7 +246,8 @@ impl Source for Datagen {
             let offset = self.next_offset[slot];
             self.next_offset[slot] += 1;
             self.generated += 1;
-            n += f(Record { slot, offset, timestamp_ms: now, payload: &self.buf, key: None, headers: None }).max(1);
+            n += f(Record { slot, offset, timestamp_ms: now, payload: Some(&self.buf), key: None, headers: None })
+                .max(1);
         }
         Ok((n, PollEnd::Open))
     }
@@ -310,7 +311,7 @@ mod tests {
                 loop {
                     let (_, end) = g
                         .poll(8, Duration::ZERO, &mut |r| {
-                            got.push((r.slot, r.offset, r.payload.to_vec()));
+                            got.push((r.slot, r.offset, r.payload.unwrap().to_vec()));
                             1
                         })
                         .unwrap();

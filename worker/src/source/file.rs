@@ -50,7 +50,8 @@ impl Source for FileSource {
             if payload.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            n += f(Record { slot: 0, offset, timestamp_ms: now, payload, key: None, headers: None }).max(1);
+            n += f(Record { slot: 0, offset, timestamp_ms: now, payload: Some(payload), key: None, headers: None })
+                .max(1);
         }
         Ok((n, if self.done { PollEnd::Exhausted } else { PollEnd::Open }))
     }

@@ -32,6 +32,10 @@ pub struct LagContext {
 }
 
 impl ClientContext for LagContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        super::log_client_error(&error, reason);
+    }
+
     fn stats(&self, stats: Statistics) {
         for ((topic, p), lag) in self.slots.iter().zip(&self.lag) {
             if let Some(part) = stats.topics.get(topic).and_then(|t| t.partitions.get(p))
@@ -339,7 +343,7 @@ impl KafkaSource {
                         partition: m.partition(),
                         offset: m.offset(),
                         timestamp_ms: m.timestamp().to_millis(),
-                        payload: m.payload().unwrap_or_default(),
+                        payload: m.payload(),
                         key: m.key(),
                         headers: Some(&headers),
                     };

@@ -107,7 +107,14 @@ mod tests {
         fn poll(&mut self, max: usize, _: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
             let n = self.left.map_or(max, |left| left.min(max));
             for _ in 0..n {
-                f(Record { slot: 0, offset: self.offset, timestamp_ms: 0, payload: b"{}", key: None, headers: None });
+                f(Record {
+                    slot: 0,
+                    offset: self.offset,
+                    timestamp_ms: 0,
+                    payload: Some(b"{}"),
+                    key: None,
+                    headers: None,
+                });
                 self.offset += 1;
             }
             self.left = self.left.map(|left| left - n);

@@ -3,6 +3,7 @@
 //! file, or the built-in generator. No source is shared between cores.
 
 mod batch_queue;
+mod client_log;
 mod datagen;
 mod file;
 mod kafka;
@@ -10,6 +11,7 @@ mod local;
 pub mod nexmark;
 
 pub use batch_queue::{BatchConsumer, Fetched};
+pub use client_log::{QuietContext, log_client_error};
 pub use datagen::{Datagen, nexmark_kind, partition_of, scenario_key, write_record};
 pub use file::FileSource;
 pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
@@ -29,7 +31,8 @@ pub struct Record<'a> {
     pub offset: i64,
     /// Record timestamp (Kafka CreateTime / LogAppendTime, or generation time).
     pub timestamp_ms: i64,
-    pub payload: &'a [u8],
+    /// The value; `None` for a null one (Kafka's tombstone).
+    pub payload: Option<&'a [u8]>,
     /// The record's key (Kafka); a table source reads a deletion's row
     /// from it.
     pub key: Option<&'a [u8]>,

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
-use sluice_engine::{EmittedRows, Engine, EngineOptions, Output};
+use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::{AvroDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder};
+use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Plan};
 
 /// Every type once; the event time `ts` a timestamp or a bigint (epoch

@@ -14,14 +14,17 @@
 //! left as before it (the dead-letter output gets the record).
 
 mod program;
+mod resolve;
 mod schema;
 
 use std::collections::HashMap;
 
+use sluice_crds::SourceSpec;
 use sluice_plan::time::parse_timestamp_ms;
-use sluice_plan::{Batch, ColumnOrigin, Plan};
+use sluice_plan::{Batch, ColumnOrigin, Plan, Scalar};
 
 use self::program::{Columns, Conv, Op, Program};
+use self::resolve::{absent, default_value};
 use self::schema::{Schema, Type, TypeId};
 use super::cells::{name, push_null, time};
 use super::{DecodeError, JsonDecoder, wire};
@@ -54,6 +57,10 @@ pub struct AvroDecoder {
     /// A writer schema that is not a record is read whole into the one
     /// field column (a record key's decoder: a `string` or `long` key).
     pub(crate) whole_primitive: bool,
+    /// The reader's aliases of each field column (other paths it is read
+    /// from when the writer has no field at its own), and its default.
+    aliases: Vec<(usize, Vec<String>)>,
+    defaults: Vec<Option<Scalar>>,
 }
 
 impl AvroDecoder {
@@ -64,7 +71,41 @@ impl AvroDecoder {
                 ColumnOrigin::Metadata { .. } => None,
             })
             .collect();
-        Self { columns: JsonDecoder::new(plan), fields, programs: HashMap::new(), last: None, whole_primitive: false }
+        Self {
+            defaults: vec![None; plan.source.schema.fields.len()],
+            columns: JsonDecoder::new(plan),
+            fields,
+            programs: HashMap::new(),
+            last: None,
+            whole_primitive: false,
+            aliases: Vec::new(),
+        }
+    }
+
+    /// Resolves writer fields against `source`'s columns as Avro's schema
+    /// resolution resolves them against a reader schema: by name, then by
+    /// the column's `aliases`, then the column's `default`. A default that
+    /// is no value of its column's type is the job's error, named.
+    pub fn resolve_with(&mut self, source: &SourceSpec) -> Result<(), String> {
+        for &(col, _) in &self.fields {
+            let name = name(&self.columns, col);
+            let Some(spec) = source.schema.columns.iter().find(|c| c.name == name) else { continue };
+            for alias in &spec.aliases {
+                self.aliases.push((col, alias.split('.').map(str::to_owned).collect()));
+            }
+            if let Some(text) = &spec.default {
+                let value = default_value(text, self.columns.types[col]).ok_or_else(|| {
+                    format!(
+                        "source `{}`, column `{name}`: default {:?} is not a {} value",
+                        source.name,
+                        text.chars().take(40).collect::<String>(),
+                        self.columns.types[col]
+                    )
+                })?;
+                self.defaults[col] = Some(value);
+            }
+        }
+        Ok(())
     }
 
     /// A decoder whose field columns read the value at `path_of(their
@@ -137,7 +178,13 @@ impl AvroDecoder {
     /// against the columns. One that cannot be read makes each record
     /// written with it a dead letter saying why.
     pub fn add_schema(&mut self, id: u32, text: &str) {
-        let program = Schema::parse(text)
+        self.add_schema_with(id, text, &[]);
+    }
+
+    /// [`AvroDecoder::add_schema`] for a schema whose named types may be
+    /// defined in `references` (`(name, text)`, dependencies first).
+    pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
+        let program = Schema::parse_with(text, references)
             .map_err(|e| format!("schema id {id} is not a valid Avro schema: {e}"))
             .and_then(|schema| {
                 let whole: Vec<(usize, Vec<String>)>;
@@ -150,21 +197,43 @@ impl AvroDecoder {
                     }
                     fields => fields,
                 };
+                let defaulted: Vec<bool> = self.defaults.iter().map(Option::is_some).collect();
                 let columns = Columns {
                     fields,
+                    aliases: &self.aliases,
+                    defaulted: &defaulted,
                     types: &self.columns.types,
                     required: &self.columns.required,
                     names: &self.columns.names,
                 };
                 Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}"))
             });
+        self.keep(id, program);
+    }
+
+    /// The registry has no schema `id`: its records are dead letters, `why`
+    /// (until [`AvroDecoder::forget_unknown`]).
+    pub fn add_unknown(&mut self, id: u32, why: String) {
+        self.keep(id, Err(why));
+    }
+
+    /// Keeps schema `id`'s program, within [`super::MAX_SCHEMAS`]: the ids
+    /// come from records, which anyone may write.
+    fn keep(&mut self, id: u32, program: Result<Program, String>) {
+        if self.programs.len() >= super::MAX_SCHEMAS {
+            self.programs.retain(|_, p| p.is_ok());
+            if self.programs.len() >= super::MAX_SCHEMAS {
+                self.programs.clear();
+            }
+        }
         self.programs.insert(id, program);
         self.last = None;
     }
 
-    /// The registry has no schema `id`: its records are dead letters, `why`.
-    pub fn add_unknown(&mut self, id: u32, why: String) {
-        self.programs.insert(id, Err(why));
+    /// Forgets the ids the registry did not have (and schemas that could
+    /// not be read): each is asked for again when a record names it.
+    pub fn forget_unknown(&mut self) {
+        self.programs.retain(|_, p| p.is_ok());
         self.last = None;
     }
 
@@ -184,7 +253,7 @@ impl AvroDecoder {
         {
             let rows = batch.len;
             let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
-            match run_flat(steps, &self.columns, batch, &mut cursor) {
+            match run_flat(steps, &self.columns, &self.defaults, batch, &mut cursor) {
                 Ok(()) if cursor.at == cursor.buf.len() => {
                     batch.len = rows + 1;
                     return Ok(());
@@ -212,7 +281,7 @@ impl AvroDecoder {
         let mut run = Run { program, columns: &self.columns, batch, depth: 0, items: 0 };
         let result = run.op(&program.root, &mut cursor).and_then(|()| {
             for &col in &program.absent {
-                run.push_null(col)?;
+                absent(run.columns, &self.defaults, run.batch, col)?;
             }
             match cursor.buf.len() - cursor.at {
                 0 => Ok(()),
@@ -247,10 +316,20 @@ enum Step {
         null_branch: i64,
     },
     Skip(Width),
+    /// A union no column reads (`["null", "string"]`: most real schemas
+    /// have one): its branch, then that branch's value, skipped.
+    SkipUnion {
+        branches: u8,
+        widths: [Width; MAX_FLAT_BRANCHES],
+    },
     /// A column the writer has no field for (never `required`: such a
     /// schema does not compile).
     Absent(usize),
 }
+
+/// The most branches of a union the flat path skips (a wider one sends
+/// the record to the tree).
+const MAX_FLAT_BRANCHES: usize = 4;
 
 /// How many bytes a skipped value takes.
 #[derive(Debug, Clone, Copy)]
@@ -275,10 +354,20 @@ fn flatten(root: &Op, program: &Program) -> Option<Vec<Step>> {
         Type::Null => Some(Width::Fixed(0)),
         _ => None,
     };
+    let skip = |ty: TypeId| match &program.schema.types[ty] {
+        Type::Union(branches) if branches.len() <= MAX_FLAT_BRANCHES => {
+            let mut widths = [Width::Fixed(0); MAX_FLAT_BRANCHES];
+            for (w, &b) in widths.iter_mut().zip(branches) {
+                *w = width(b)?;
+            }
+            Some(Step::SkipUnion { branches: u8::try_from(branches.len()).ok()?, widths })
+        }
+        _ => width(ty).map(Step::Skip),
+    };
     ops.iter()
         .map(|op| match op {
             Op::Read { col, conv } => Some(Step::Read { col: *col, conv: *conv }),
-            Op::Skip(ty) => width(*ty).map(Step::Skip),
+            Op::Skip(ty) => skip(*ty),
             Op::Union(branches) => match branches.as_slice() {
                 [Op::Nulls(cols, _), Op::Read { col, conv }] if cols == &[*col] => {
                     Some(Step::Nullable { col: *col, conv: *conv, null_branch: 0 })
@@ -296,7 +385,13 @@ fn flatten(root: &Op, program: &Program) -> Option<Vec<Step>> {
 
 /// A flat record's values into their columns; an `Err` leaves the
 /// caller to roll back.
-fn run_flat(steps: &[Step], columns: &JsonDecoder, batch: &mut Batch, cur: &mut Cursor<'_>) -> Result<(), String> {
+fn run_flat(
+    steps: &[Step],
+    columns: &JsonDecoder,
+    defaults: &[Option<Scalar>],
+    batch: &mut Batch,
+    cur: &mut Cursor<'_>,
+) -> Result<(), String> {
     for step in steps {
         match *step {
             Step::Read { col, conv } => read_value(columns, batch, col, conv, cur, &[])?,
@@ -305,11 +400,26 @@ fn run_flat(steps: &[Step], columns: &JsonDecoder, batch: &mut Batch, cur: &mut 
                 b if b == 1 - null_branch => read_value(columns, batch, col, conv, cur, &[])?,
                 _ => return Err(String::new()),
             },
-            Step::Skip(Width::Varint) => drop(cur.long()?),
-            Step::Skip(Width::Fixed(n)) => drop(cur.take(n)?),
-            Step::Skip(Width::Prefixed) => drop(cur.bytes()?),
-            Step::Absent(col) => push_null(columns, batch, col)?,
+            Step::Skip(width) => skip_value(width, cur)?,
+            Step::SkipUnion { branches, widths } => {
+                let b = cur.long()?;
+                // A branch out of range: the tree says why.
+                let width = usize::try_from(b).ok().filter(|&b| b < usize::from(branches)).ok_or_else(String::new)?;
+                skip_value(widths[width], cur)?;
+            }
+            Step::Absent(col) => absent(columns, defaults, batch, col)?,
         }
+    }
+    Ok(())
+}
+
+/// Skips one value of a known width.
+#[inline]
+fn skip_value(width: Width, cur: &mut Cursor<'_>) -> Result<(), String> {
+    match width {
+        Width::Varint => drop(cur.long()?),
+        Width::Fixed(n) => drop(cur.take(n)?),
+        Width::Prefixed => drop(cur.bytes()?),
     }
     Ok(())
 }

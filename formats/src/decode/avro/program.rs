@@ -7,7 +7,11 @@
 //! is skipped; a column the writer has no field for is NULL (refused if
 //! the column is `required`). So a producer that adds a field or drops an
 //! optional one keeps every record readable — the compatible evolutions
-//! the Schema Registry lets through. A union is resolved per branch: its
+//! the Schema Registry lets through. As Avro's schema resolution has it,
+//! a column the writer has no field of its name for reads the field of
+//! one of its aliases (the reader's names in earlier versions), and one
+//! found neither way takes its default (refused if `required` and it has
+//! none). A union is resolved per branch: its
 //! `null` branch makes the columns under it NULL, a branch whose type no
 //! column can take fails only the records that use it.
 //!
@@ -103,6 +107,12 @@ pub(super) struct Program {
 pub(super) struct Columns<'a> {
     /// Each field column's index and path (`bid.price` → `["bid", "price"]`).
     pub(super) fields: &'a [(usize, Vec<String>)],
+    /// Other paths a column is read from when the writer has no field at
+    /// its own (its aliases), in the order tried.
+    pub(super) aliases: &'a [(usize, Vec<String>)],
+    /// Per column: whether it has a default (it may then be absent, even
+    /// `required`).
+    pub(super) defaulted: &'a [bool],
     pub(super) types: &'a [DataType],
     pub(super) required: &'a [bool],
     pub(super) names: &'a [Box<[u8]>],
@@ -118,16 +128,42 @@ impl Program {
     /// Compiles `schema` against `columns`; an error says why no record
     /// written with it can be read.
     pub(super) fn compile(schema: Schema, columns: &Columns<'_>) -> Result<Self, String> {
-        let mut compiler = Compiler { schema: &schema, columns, symbols: Vec::new() };
+        let mut compiler = Compiler { schema: &schema, columns, fields: columns.fields, symbols: Vec::new() };
         let all: Vec<usize> = (0..columns.fields.len()).collect();
-        let (root, covered) = compiler.op(schema.root(), &[], &all)?;
-        let symbols = compiler.symbols;
-        let mut absent = Vec::new();
-        for &(col, _) in columns.fields {
-            if covered.contains(&col) {
+        let (mut root, mut covered) = compiler.op(schema.root(), &[], &all)?;
+        // A column the writer has no field of its name for: its aliases,
+        // the first the writer has (compiled again, once per schema).
+        let uncovered = |covered: &[usize]| {
+            columns.fields.iter().map(|(col, _)| *col).filter(|col| !covered.contains(col)).collect::<Vec<_>>()
+        };
+        let mut missing = uncovered(&covered);
+        let mut symbols = compiler.symbols;
+        let most = columns.fields.iter().map(|(col, _)| columns.aliases.iter().filter(|(c, _)| c == col).count()).max();
+        let mut chosen: Vec<(usize, Vec<String>)> = Vec::new();
+        for round in 0..most.unwrap_or(0) {
+            if missing.is_empty() {
+                break;
+            }
+            let trying: Vec<(usize, Vec<String>)> = missing
+                .iter()
+                .filter_map(|col| columns.aliases.iter().filter(|(c, _)| c == col).nth(round).cloned())
+                .collect();
+            if trying.is_empty() {
                 continue;
             }
-            if columns.required[col] {
+            let fields: Vec<(usize, Vec<String>)> =
+                columns.fields.iter().chain(&chosen).chain(&trying).cloned().collect();
+            let mut again = Compiler { schema: &schema, columns, fields: &fields, symbols: Vec::new() };
+            let all: Vec<usize> = (0..fields.len()).collect();
+            // An alias the writer's field cannot fill is no alias of it.
+            let Ok((r, c)) = again.op(schema.root(), &[], &all) else { continue };
+            chosen.extend(trying.into_iter().filter(|(col, _)| c.contains(col)));
+            (root, covered, symbols) = (r, c, again.symbols);
+            missing = uncovered(&covered);
+        }
+        let mut absent = Vec::new();
+        for col in missing {
+            if columns.required[col] && !columns.defaulted[col] {
                 return Err(format!("the writer schema has no field for required column `{}`", columns.name(col)));
             }
             absent.push(col);
@@ -139,6 +175,8 @@ impl Program {
 struct Compiler<'a, 'c> {
     schema: &'a Schema,
     columns: &'a Columns<'c>,
+    /// The paths read: each column's own, and aliases being tried.
+    fields: &'a [(usize, Vec<String>)],
     symbols: Vec<Vec<String>>,
 }
 
@@ -152,7 +190,7 @@ impl Compiler<'_, '_> {
         if wanted.is_empty() {
             return Ok((Op::Skip(ty), Vec::new()));
         }
-        let fields = self.columns.fields;
+        let fields = self.fields;
         let here = wanted.iter().copied().find(|&w| fields[w].1.len() == path.len());
         match &self.schema.types[ty] {
             Type::Union(branches) => {

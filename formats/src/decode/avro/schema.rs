@@ -19,10 +19,12 @@ use serde_json::Value as Json;
 /// Index of a type in [`Schema::types`].
 pub type TypeId = usize;
 
-/// A parsed schema: its types, the root first.
+/// A parsed schema: its types, and which is the root (after the types of
+/// the schemas it references, which come first).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schema {
     pub types: Vec<Type>,
+    root: TypeId,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -99,15 +101,29 @@ const MAX_DEPTH: usize = 64;
 
 impl Schema {
     /// Parses a schema's JSON text.
+    #[cfg(test)]
     pub fn parse(text: &str) -> Result<Self, String> {
-        let json: Json = serde_json::from_str(text).map_err(|e| format!("not a JSON schema: {e}"))?;
+        Self::parse_with(text, &[])
+    }
+
+    /// Parses a schema's JSON text whose named types may be defined in
+    /// `references` (the registry's schema references: each `(name,
+    /// text)`, every one after those it refers to), as Confluent's
+    /// serializers resolve them.
+    pub fn parse_with(text: &str, references: &[(String, String)]) -> Result<Self, String> {
         let mut parser = Parser { types: Vec::new(), named: HashMap::new() };
-        parser.parse(&json, None, 0)?;
-        Ok(Self { types: parser.types })
+        for (name, reference) in references {
+            let json: Json = serde_json::from_str(reference)
+                .map_err(|e| format!("referenced schema `{name}` is not a JSON schema: {e}"))?;
+            parser.parse(&json, None, 0).map_err(|e| format!("referenced schema `{name}`: {e}"))?;
+        }
+        let json: Json = serde_json::from_str(text).map_err(|e| format!("not a JSON schema: {e}"))?;
+        let root = parser.parse(&json, None, 0)?;
+        Ok(Self { types: parser.types, root })
     }
 
     pub fn root(&self) -> TypeId {
-        0
+        self.root
     }
 }
 

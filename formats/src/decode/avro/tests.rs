@@ -270,6 +270,32 @@ fn flat_records_take_the_flat_path() {
     };
     assert!(flat(&d, 7) && flat(&d, 9));
     assert!(!flat(&d, 1), "an array is skipped by the tree");
+    // Unions no column reads, as most real schemas have (an optional
+    // string, a union of three kinds), keep the flat path; and it reads
+    // what the tree reads, each branch skipped by its own width.
+    let unions = r#"{"type":"record","name":"R","fields":[
+        {"name":"note","type":["null","string"],"default":null},
+        {"name":"auction","type":"long"},
+        {"name":"any","type":["null","long","double"]},
+        {"name":"price","type":"double"}]}"#;
+    d.add_schema(2, unions);
+    assert!(flat(&d, 2), "unread unions are skipped on the flat path");
+    let records = [
+        Datum::framed(2).long(1).string("a note").long(5).long(1).long(-3).double(2.5),
+        Datum::framed(2).long(0).long(6).long(2).double(1.0).double(3.5),
+        Datum::framed(2).long(0).long(7).long(0).double(4.5),
+    ];
+    let (mut flat_rows, mut tree_rows) = (d.new_batch(4), d.new_batch(4));
+    for r in &records {
+        d.decode(&r.0, &mut flat_rows).unwrap();
+        d.decode_by_tree(&r.0, &mut tree_rows).unwrap();
+    }
+    let all = |b: &Batch| (0..b.len).map(|r| row(b, r)).collect::<Vec<_>>();
+    assert_eq!(all(&flat_rows), all(&tree_rows));
+    assert_eq!(flat_rows.columns[0].scalar(2), Scalar::Bigint(7));
+    let bad_branch = Datum::framed(2).long(0).long(8).long(3).double(1.0);
+    let e = d.decode(&bad_branch.0, &mut flat_rows).unwrap_err().0;
+    assert!(e.contains("union"), "the tree names the branch: {e}");
 }
 
 /// A record naming an id the decoder was never given, between records of
@@ -311,4 +337,108 @@ fn decimal_bytes_read_up_to_sixteen_significant_bytes() {
     top.extend_from_slice(&[0; 15]);
     assert_eq!(super::unscaled(&top), None);
     assert_eq!(super::unscaled(&[0xff, 0x7f]), Some(-129));
+}
+
+/// Avro's schema resolution against the reader's aliases and defaults:
+/// three writer versions of one record, interleaved — v1 writes `units`,
+/// v2 renamed it `quantity` (alias `units`), v3 added `venue` (default
+/// `XNAS`). Every record reads its quantity, whichever name wrote it, and
+/// a record written before `venue` existed reads the default, not NULL.
+/// (Once, 3,991 of 6,000 such records read NULL and every total was wrong.)
+#[test]
+fn a_renamed_field_is_read_by_its_alias_and_a_missing_one_takes_its_default() {
+    use sluice_crds::ColumnSpec;
+    let v1 = r#"{"type":"record","name":"Order","fields":[
+        {"name":"id","type":"long"},{"name":"units","type":"long"}]}"#;
+    let v2 = r#"{"type":"record","name":"Order","fields":[
+        {"name":"id","type":"long"},{"name":"quantity","type":"long","aliases":["units"]}]}"#;
+    let v3 = r#"{"type":"record","name":"Order","fields":[
+        {"name":"id","type":"long"},{"name":"quantity","type":"long","aliases":["units"]},
+        {"name":"venue","type":"string","default":"XNAS"}]}"#;
+    let mut source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("quantity", ColumnType::Bigint, true),
+            ("venue", ColumnType::String, true),
+        ],
+    );
+    source.schema.columns[1] = ColumnSpec { aliases: vec!["units".into()], ..source.schema.columns[1].clone() };
+    source.schema.columns[2] = ColumnSpec { default: Some("XNAS".into()), ..source.schema.columns[2].clone() };
+    let plan = sluice_sql::plan_query("SELECT id, quantity, venue FROM t", std::slice::from_ref(&source)).unwrap();
+    let mut d = AvroDecoder::new(&plan);
+    d.resolve_with(&source).unwrap();
+    for (id, schema) in [(1, v1), (2, v2), (3, v3)] {
+        d.add_schema(id, schema);
+    }
+    let mut batch = d.new_batch(8);
+    let records = [
+        Datum::framed(1).long(1).long(10),
+        Datum::framed(3).long(2).long(20).string("XLON"),
+        Datum::framed(2).long(3).long(30),
+        Datum::framed(1).long(4).long(40),
+        Datum::framed(3).long(5).long(50).string("XNYS"),
+    ];
+    for r in &records {
+        d.decode(&r.0, &mut batch).unwrap();
+    }
+    let s = |v: &str| Scalar::String(v.into());
+    let got: Vec<Vec<Scalar>> = (0..batch.len).map(|r| row(&batch, r)).collect();
+    assert_eq!(
+        got,
+        [
+            vec![Scalar::Bigint(1), Scalar::Bigint(10), s("XNAS")],
+            vec![Scalar::Bigint(2), Scalar::Bigint(20), s("XLON")],
+            vec![Scalar::Bigint(3), Scalar::Bigint(30), s("XNAS")],
+            vec![Scalar::Bigint(4), Scalar::Bigint(40), s("XNAS")],
+            vec![Scalar::Bigint(5), Scalar::Bigint(50), s("XNYS")],
+        ]
+    );
+    // The tree agrees with the flat path.
+    let mut tree = d.new_batch(8);
+    for r in &records {
+        d.decode_by_tree(&r.0, &mut tree).unwrap();
+    }
+    assert_eq!((0..tree.len).map(|r| row(&tree, r)).collect::<Vec<_>>(), got);
+    // Without the alias, a v1 record has no field for required `quantity`.
+    let mut bare = AvroDecoder::new(&plan);
+    bare.add_schema(1, v1);
+    let e = bare.decode(&records[0].0, &mut d.new_batch(1)).unwrap_err().0;
+    assert!(e.contains("no field for required column `quantity`"), "{e}");
+    // A default that is no value of its column's type is named.
+    let mut wrong = source.clone();
+    wrong.schema.columns[0].default = Some("one".into());
+    let e = AvroDecoder::new(&plan).resolve_with(&wrong).unwrap_err();
+    assert!(e.contains("column `id`") && e.contains("not a bigint"), "{e}");
+}
+
+/// A schema whose field's type is defined under another subject (a schema
+/// reference, as Confluent's serializers register shared types): read
+/// with the referenced schema's named types; without them, the type is
+/// unknown.
+#[test]
+fn a_type_defined_in_a_referenced_schema_is_read() {
+    let money = r#"{"type":"record","name":"Money","namespace":"shared","fields":[
+        {"name":"units","type":"long"},{"name":"currency","type":"string"}]}"#;
+    let order = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+        {"name":"id","type":"long"},{"name":"total","type":"shared.Money"}]}"#;
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("total.units", ColumnType::Bigint, false),
+            ("total.currency", ColumnType::String, false),
+        ],
+    );
+    let plan =
+        sluice_sql::plan_query(r#"SELECT id, "total.units", "total.currency" FROM t"#, std::slice::from_ref(&source))
+            .unwrap();
+    let mut d = AvroDecoder::new(&plan);
+    d.add_schema_with(4, order, &[("shared.Money".to_owned(), money.to_owned())]);
+    let mut batch = d.new_batch(2);
+    d.decode(&Datum::framed(4).long(1).long(250).string("EUR").0, &mut batch).unwrap();
+    assert_eq!(row(&batch, 0), [Scalar::Bigint(1), Scalar::Bigint(250), Scalar::String("EUR".into())]);
+    d.add_schema(5, order);
+    let e = d.decode(&Datum::framed(5).long(1).long(250).string("EUR").0, &mut batch).unwrap_err().0;
+    assert!(e.contains("unknown type `shared.Money`"), "{e}");
 }

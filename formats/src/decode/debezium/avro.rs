@@ -59,14 +59,25 @@ impl DebeziumAvroDecoder {
 
     /// See [`AvroDecoder::add_schema`].
     pub fn add_schema(&mut self, id: u32, text: &str) {
-        self.after.add_schema(id, text);
-        self.before.add_schema(id, text);
+        self.add_schema_with(id, text, &[]);
+    }
+
+    /// See [`AvroDecoder::add_schema_with`].
+    pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
+        self.after.add_schema_with(id, text, references);
+        self.before.add_schema_with(id, text, references);
     }
 
     /// See [`AvroDecoder::add_unknown`].
     pub fn add_unknown(&mut self, id: u32, why: String) {
         self.after.add_unknown(id, why.clone());
         self.before.add_unknown(id, why);
+    }
+
+    /// See [`super::super::AvroDecoder::forget_unknown`].
+    pub fn forget_unknown(&mut self) {
+        self.after.forget_unknown();
+        self.before.forget_unknown();
     }
 
     /// Whether each record needs its processing time.

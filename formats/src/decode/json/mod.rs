@@ -601,7 +601,8 @@ impl<'de> Visitor<'de> for ValueSeed<'_> {
             }
             DataType::Timestamp => match parse_timestamp_ms(v) {
                 Some(ms) => self.push_i64(ms),
-                None => Err(self.mismatch(format_args!("string {v:?}, which is not an RFC 3339 timestamp"))),
+                // Shortened as every value in a reason is: reasons are logged.
+                None => Err(self.mismatch(format_args!("string {:?}, which is not an RFC 3339 timestamp", shorten(v)))),
             },
             // Debezium's `decimal.handling.mode: string`, and any producer
             // that keeps every digit by quoting them.
@@ -703,6 +704,22 @@ mod tests {
         let e = d.decode(br#"{"id":5,"namex:"e"}"#, &mut b).unwrap_err();
         assert!(e.0.contains("malformed JSON"), "{e:?}");
         assert_eq!(b.len, 4, "the bad record left no row");
+    }
+
+    /// Reasons are logged and sent in dead letters' headers: a value in one
+    /// is cut short, however long the field (a 3,000-character timestamp
+    /// once made a 3,320-character log line).
+    #[test]
+    fn a_long_value_is_cut_short_in_its_reason() {
+        let p = plan("SELECT id, name, price, ts FROM t");
+        let long = "9".repeat(3_000);
+        for field in ["ts", "price"] {
+            let mut d = JsonDecoder::new(&p);
+            let mut b = d.new_batch(1);
+            let record = format!(r#"{{"id":1,"{field}":"{long}x"}}"#);
+            let e = d.decode(record.as_bytes(), &mut b).unwrap_err();
+            assert!(e.0.len() < 200 && e.0.contains(&format!("field `{field}`")), "{} chars: {:.300}", e.0.len(), e.0);
+        }
     }
 
     #[test]

@@ -40,6 +40,9 @@ use super::{DecodeError, JsonDecoder};
 const MAX_NESTING: usize = 64;
 /// Message indexes a value may name.
 const MAX_INDEXES: usize = 32;
+/// The most (schema, message) programs kept compiled: the message indexes
+/// come from records, so the cache is bounded.
+const MAX_PROGRAMS: usize = 256;
 /// The name the registry's schema text is compiled under.
 const SCHEMA_FILE: &str = "registry-schema.proto";
 
@@ -135,14 +138,38 @@ impl ProtobufDecoder {
     /// a base64 `FileDescriptorProto`. One that cannot be read makes each
     /// record written with it a dead letter saying why.
     pub fn add_schema(&mut self, id: u32, text: &str) {
-        let pool =
-            parse_schema(text).map_err(|e| format!("schema id {id} is not a Protobuf schema Sluice can read: {e}"));
+        self.add_schema_with(id, text, &[]);
+    }
+
+    /// [`ProtobufDecoder::add_schema`] for a schema that imports the files
+    /// of `references` (`(import name, text)`).
+    pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
+        let pool = parse_schema_with(text, references)
+            .map_err(|e| format!("schema id {id} is not a Protobuf schema Sluice can read: {e}"));
+        self.keep(id, pool);
+    }
+
+    /// Keeps schema `id`, within [`super::MAX_SCHEMAS`] (the ids come from
+    /// records, which anyone may write).
+    fn keep(&mut self, id: u32, pool: Result<DescriptorPool, String>) {
+        if self.schemas.len() >= super::MAX_SCHEMAS {
+            self.schemas.retain(|_, p| p.is_ok());
+            if self.schemas.len() >= super::MAX_SCHEMAS {
+                self.schemas.clear();
+            }
+        }
         self.schemas.insert(id, pool);
+    }
+
+    /// Forgets the ids the registry did not have (and schemas that could
+    /// not be read): each is asked for again when a record names it.
+    pub fn forget_unknown(&mut self) {
+        self.schemas.retain(|_, p| p.is_ok());
     }
 
     /// The registry has no schema `id`: its records are dead letters, `why`.
     pub fn add_unknown(&mut self, id: u32, why: String) {
-        self.schemas.insert(id, Err(why));
+        self.keep(id, Err(why));
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
@@ -213,7 +240,23 @@ impl ProtobufDecoder {
                     Some(Err(why)) => Err(why.clone()),
                     None => return Err(format!("schema id {id} was not fetched")),
                 };
-                self.programs.push(compiled);
+                // Only programs are kept, and at most MAX_PROGRAMS: the
+                // message indexes come from records, which anyone may
+                // write (2 M distinct paths once held 898 MB). A path that
+                // names no message costs a lookup, never a compiled entry.
+                let compiled = match compiled {
+                    Ok(program) => program,
+                    Err(why) => {
+                        self.indexes = key.1;
+                        return Err(why);
+                    }
+                };
+                if self.programs.len() >= MAX_PROGRAMS {
+                    self.programs.clear();
+                    self.compiled.clear();
+                    self.last = None;
+                }
+                self.programs.push(Ok(compiled));
                 let p = self.programs.len() - 1;
                 self.compiled.insert(key.clone(), p);
                 p
@@ -285,36 +328,54 @@ fn message(pool: &DescriptorPool, indexes: &[i64]) -> Result<MessageDescriptor, 
     Ok(m)
 }
 
-/// One file from the registry, by the name it is compiled under.
-struct Registered(File);
+/// Files from the registry — the schema and the files it imports (its
+/// references) — by the names they are compiled under.
+struct Registered(Vec<(String, File)>);
 
 impl FileResolver for Registered {
     fn open_file(&self, name: &str) -> Result<File, protox::Error> {
-        if name == SCHEMA_FILE {
-            return Ok(File::from_file_descriptor_proto(self.0.file_descriptor_proto().clone()));
+        match self.0.iter().find(|(n, _)| n == name) {
+            Some((_, file)) => Ok(File::from_file_descriptor_proto(file.file_descriptor_proto().clone())),
+            None => Err(protox::Error::file_not_found(name)),
         }
-        Err(protox::Error::file_not_found(name))
     }
 }
 
 /// The registry's text of a Protobuf schema, compiled.
+#[cfg(test)]
 pub(crate) fn parse_schema(text: &str) -> Result<DescriptorPool, String> {
+    parse_schema_with(text, &[])
+}
+
+/// One file's registry text (`.proto` source, or a base64
+/// FileDescriptorProto as Python's serializer registers it), as the file
+/// `name`.
+fn registry_file(name: &str, text: &str) -> Result<File, String> {
     let trimmed = text.trim();
-    let file = match base64::engine::general_purpose::STANDARD.decode(trimmed) {
-        // A serialized FileDescriptorProto (what Python's serializer
-        // registers); named as the compiler will open it.
+    match base64::engine::general_purpose::STANDARD.decode(trimmed) {
+        // Named as the compiler will open it.
         Ok(bytes) if !trimmed.is_empty() && !trimmed.contains(' ') => {
-            let mut file = File::decode_file_descriptor_proto(bytes.as_slice())
+            let file = File::decode_file_descriptor_proto(bytes.as_slice())
                 .map_err(|e| format!("base64 text that is not a FileDescriptorProto: {e}"))?;
             let mut proto = file.file_descriptor_proto().clone();
-            proto.name = Some(SCHEMA_FILE.into());
-            file = File::from_file_descriptor_proto(proto);
-            file
+            proto.name = Some(name.into());
+            Ok(File::from_file_descriptor_proto(proto))
         }
-        _ => File::from_source(SCHEMA_FILE, text).map_err(|e| e.to_string())?,
-    };
+        _ => File::from_source(name, text).map_err(|e| e.to_string()),
+    }
+}
+
+/// [`parse_schema`] for a schema that imports `references` (`(import
+/// name, text)`: Confluent's schema references, each under the name the
+/// schema's `import` gives it).
+pub(crate) fn parse_schema_with(text: &str, references: &[(String, String)]) -> Result<DescriptorPool, String> {
+    let mut files = vec![(SCHEMA_FILE.to_owned(), registry_file(SCHEMA_FILE, text)?)];
+    for (name, reference) in references {
+        let file = registry_file(name, reference).map_err(|e| format!("referenced file `{name}`: {e}"))?;
+        files.push((name.clone(), file));
+    }
     let mut resolver = ChainFileResolver::new();
-    resolver.add(Registered(file));
+    resolver.add(Registered(files));
     resolver.add(GoogleFileResolver::new());
     let mut compiler = protox::Compiler::with_file_resolver(resolver);
     compiler.open_file(Path::new(SCHEMA_FILE)).map_err(|e| e.to_string())?;

@@ -277,3 +277,53 @@ fn records_in_field_number_order_take_the_one_pass_path() {
         assert_eq!(row, [Scalar::String("A".into()), Scalar::Bigint(7), Scalar::Double(0.0), Scalar::Boolean(true)]);
     }
 }
+
+/// Message indexes come from records: a flood of distinct paths under one
+/// valid id compiles nothing for a path that names no message, and keeps
+/// at most `MAX_PROGRAMS` programs for those that do; unknown ids are
+/// forgotten on demand, valid schemas kept.
+#[test]
+fn the_compiled_programs_are_bounded_whatever_the_records_name() {
+    let mut d = decoder();
+    d.add_schema(7, SCHEMA);
+    let mut t = trade();
+    t.set_field_by_name("symbol", Value::String("A".into()));
+    let mut batch = d.new_batch(4);
+    for path in 0..5_000u32 {
+        // Two indexes, zigzag varints: [1, path] — message 1 has no nested
+        // message of that number past the few it declares.
+        let mut indexes = vec![4u8];
+        let mut n = u64::from(path) << 1;
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                indexes.push(b);
+                break;
+            }
+            indexes.push(b | 0x80);
+        }
+        let e = d.decode(&wire(7, &indexes, &t), &mut batch);
+        assert!(path < 2 || e.is_err(), "path {path}");
+    }
+    assert!(d.compiled.len() <= super::MAX_PROGRAMS && d.programs.len() <= super::MAX_PROGRAMS);
+    assert!(d.programs.iter().all(Result::is_ok), "no error is kept as a program");
+    d.add_unknown(8, "no such id".into());
+    d.forget_unknown();
+    assert_eq!(d.needs_schema(&wire(8, &[0], &t)), Some(8), "asked again");
+    assert_eq!(d.needs_schema(&wire(7, &[0], &t)), None, "a schema read stays");
+}
+
+/// A schema that imports a shared file (a schema reference, registered
+/// under its import name): compiled with the file; without it, the import
+/// is not found.
+#[test]
+fn an_imported_file_from_a_reference_is_compiled_with_the_schema() {
+    let common = "syntax = \"proto3\";\npackage shared;\nmessage Money { int64 units = 1; string currency = 2; }\n";
+    let order = "syntax = \"proto3\";\npackage shop;\nimport \"shared/money.proto\";\n\
+                 message Order { int64 id = 1; shared.Money total = 2; }\n";
+    let pool = super::parse_schema_with(order, &[("shared/money.proto".to_owned(), common.to_owned())]).unwrap();
+    assert!(pool.get_message_by_name("shop.Order").is_some());
+    let e = parse_schema(order).unwrap_err();
+    assert!(e.contains("shared/money.proto"), "{e}");
+}

@@ -2,7 +2,7 @@ use std::borrow::Cow;
 
 use protox::prost_reflect::{DynamicMessage, Value as Field};
 use sluice_crds::{ColumnType, SourceSpec};
-use sluice_engine::EmittedRows;
+use sluice_plan::EmittedRows;
 use sluice_plan::{Column, DataType, Scalar, Selection, Value};
 
 use super::{ProtobufEncoder, proto_key_schema, proto_schema};
