@@ -111,6 +111,10 @@ impl KeyCells for KeyDecoder {
         self.decoder.forget_unknown();
     }
 
+    fn cache_bytes(&mut self) -> usize {
+        self.decoder.cache_bytes()
+    }
+
     fn boxed_clone(&self) -> Box<dyn KeyCells> {
         Box::new(self.clone())
     }

@@ -27,6 +27,9 @@ pub trait KeyCells: std::fmt::Debug + Send {
     /// Forgets the schema ids the registry did not have.
     fn forget_unknown(&mut self);
 
+    /// About how many bytes its compiled schemas take.
+    fn cache_bytes(&mut self) -> usize;
+
     /// A copy, for a decoder cloned per partition.
     fn boxed_clone(&self) -> Box<dyn KeyCells>;
 }

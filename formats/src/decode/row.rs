@@ -124,6 +124,19 @@ impl RowDecoder {
         }
     }
 
+    /// About how many bytes the decoder's compiled writer schemas take,
+    /// the key's too: they come from records, so the core counts them
+    /// against its memory budget.
+    pub fn cache_bytes(&mut self) -> usize {
+        let own = match self {
+            Self::Avro(d) => d.cache_bytes(),
+            Self::Protobuf(d) => d.cache_bytes(),
+            Self::DebeziumAvro(d) => d.cache_bytes(),
+            _ => 0,
+        };
+        own + self.columns_mut().and_then(|c| c.key.as_deref_mut()).map_or(0, |k| k.cache_bytes())
+    }
+
     /// Forgets the schema ids the registry did not have, the key's too:
     /// each is asked for again (the runtime's registry client answers
     /// from its own cache while that answer is fresh).

@@ -108,6 +108,11 @@ impl TombstoneDecoder {
         self.rows.add_key_schema_with(id, schema, references);
     }
 
+    /// See [`RowDecoder::cache_bytes`].
+    pub fn cache_bytes(&mut self) -> usize {
+        self.rows.cache_bytes()
+    }
+
     /// See [`RowDecoder::forget_unknown`].
     pub fn forget_unknown(&mut self) {
         self.rows.forget_unknown();

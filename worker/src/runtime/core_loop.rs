@@ -638,7 +638,10 @@ impl<'a> Core<'a> {
             m.dead_letter_late.inc_by(totals.late);
         }
         let now = crate::clock::now_ms();
-        let (mut entries, mut bytes, mut largest, mut largest_slot) = (0usize, 0usize, 0usize, 0usize);
+        // Writer schemas compiled from what records name count too: their
+        // caches are bounded, but not free.
+        let decoders: usize = self.parts.iter_mut().map(PartitionPipeline::decoder_bytes).sum();
+        let (mut entries, mut bytes, mut largest, mut largest_slot) = (0usize, decoders, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
             let stats = p.engine.stats();
             entries += stats.state_entries;
@@ -821,6 +824,24 @@ impl<'a> Core<'a> {
                     self.parts[slot].metadata = metadata;
                     self.parts[slot].dirty = false;
                     self.parts[slot].saved_uncommitted = true;
+                }
+            }
+        }
+        // A read_committed consumer never hands over a transaction's commit
+        // marker, so an idle partition's last record + 1 stops a marker or
+        // more short of the end (a repartition topic is written in
+        // transactions): a lag monitor would show that lag for good. The
+        // consumer's position is past them.
+        let idle: Vec<usize> = (0..self.parts.len())
+            .filter(|&s| !self.parts[s].has_pending() && self.parts[s].next_offset.is_some())
+            .collect();
+        if !idle.is_empty() {
+            for (&slot, position) in idle.iter().zip(self.source.consumed_positions(&idle)) {
+                let part = &mut self.parts[slot];
+                if let (Some(position), Some(next)) = (position, part.next_offset)
+                    && position > next
+                {
+                    part.next_offset = Some(position);
                 }
             }
         }

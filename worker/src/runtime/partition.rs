@@ -174,6 +174,17 @@ impl PartitionPipeline {
         Ok(())
     }
 
+    /// About how many bytes its decoders' compiled writer schemas take:
+    /// they come from records, so they count against the core's memory
+    /// budget beside the state.
+    pub fn decoder_bytes(&mut self) -> usize {
+        let tombstones = match &mut self.envelope {
+            Envelope::Upsert(t) => t.cache_bytes(),
+            _ => 0,
+        };
+        self.decoder.cache_bytes() + tombstones
+    }
+
     /// The partition's checkpoint: the engine's state, and for a partition
     /// of a repartition topic also its upstream positions and output count.
     pub fn snapshot(&self) -> Result<Vec<u8>, Error> {

@@ -489,6 +489,25 @@ impl Source for KafkaSource {
             .collect()
     }
 
+    fn consumed_positions(&mut self, slots: &[usize]) -> Vec<Option<i64>> {
+        let Ok(positions) = self.consumer.consumer().position() else { return vec![None; slots.len()] };
+        slots
+            .iter()
+            .map(|&slot| {
+                // A held slot's messages are dropped, to be read again; a
+                // bounded run's past its end are not processed.
+                if self.held.get(slot).copied().unwrap_or(true) || !matches!(self.end_offsets.get(slot), Some(None)) {
+                    return None;
+                }
+                let (topic, p) = self.slot(slot).ok()?;
+                match positions.find_partition(topic, p).map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Some(o),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
     fn reached(&mut self, ends: &[(usize, i64)]) -> Result<bool, Error> {
         let positions = self.consumer.consumer().position().map_err(|e| Error::kafka("consumer position", e))?;
         for &(slot, end) in ends {

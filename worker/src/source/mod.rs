@@ -94,6 +94,14 @@ pub trait Source: Send {
         Err(Error::Internal("end offsets of a source without offsets".into()))
     }
 
+    /// The consumer's position in each slot, where everything it passed
+    /// was delivered or is a record it never delivers (a transaction's
+    /// commit marker); `None` where that is not known (a held slot, a
+    /// bounded run's, a source without offsets).
+    fn consumed_positions(&mut self, slots: &[usize]) -> Vec<Option<i64>> {
+        vec![None; slots.len()]
+    }
+
     /// Whether the consumer's position in each `(slot, offset)` has reached
     /// the offset (past records it skipped, such as transaction markers).
     fn reached(&mut self, ends: &[(usize, i64)]) -> Result<bool, Error> {

@@ -230,6 +230,13 @@ impl AvroDecoder {
         self.last = None;
     }
 
+    /// About how many bytes the compiled writer schemas take (the core
+    /// counts them against its memory budget): a few of them in a topic.
+    pub fn cache_bytes(&self) -> usize {
+        let type_bytes = size_of::<Type>() + size_of::<Op>() + 64;
+        self.programs.values().map(|p| p.as_ref().map_or_else(String::len, |p| p.schema.types.len() * type_bytes)).sum()
+    }
+
     /// Forgets the ids the registry did not have (and schemas that could
     /// not be read): each is asked for again when a record names it.
     pub fn forget_unknown(&mut self) {

@@ -280,6 +280,11 @@ fn flat_records_take_the_flat_path() {
         {"name":"price","type":"double"}]}"#;
     d.add_schema(2, unions);
     assert!(flat(&d, 2), "unread unions are skipped on the flat path");
+    let held = d.cache_bytes();
+    d.add_unknown(3, "no such id".into());
+    assert_eq!(d.cache_bytes(), held + "no such id".len(), "every schema counted, an unknown id's reason too");
+    d.forget_unknown();
+    assert_eq!(d.cache_bytes(), held);
     let records = [
         Datum::framed(2).long(1).string("a note").long(5).long(1).long(-3).double(2.5),
         Datum::framed(2).long(0).long(6).long(2).double(1.0).double(3.5),

@@ -74,6 +74,11 @@ impl DebeziumAvroDecoder {
         self.before.add_unknown(id, why);
     }
 
+    /// See [`super::super::AvroDecoder::cache_bytes`].
+    pub fn cache_bytes(&self) -> usize {
+        self.after.cache_bytes() + self.before.cache_bytes()
+    }
+
     /// See [`super::super::AvroDecoder::forget_unknown`].
     pub fn forget_unknown(&mut self) {
         self.after.forget_unknown();

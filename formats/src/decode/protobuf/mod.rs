@@ -27,6 +27,7 @@ use std::path::Path;
 
 use base64::Engine;
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
+use protox::prost::Message;
 use protox::prost_reflect::{DescriptorPool, MessageDescriptor};
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan};
@@ -43,6 +44,8 @@ const MAX_INDEXES: usize = 32;
 /// The most (schema, message) programs kept compiled: the message indexes
 /// come from records, so the cache is bounded.
 const MAX_PROGRAMS: usize = 256;
+/// What one compiled program is taken to hold in memory.
+const PROGRAM_BYTES: usize = 4096;
 /// The name the registry's schema text is compiled under.
 const SCHEMA_FILE: &str = "registry-schema.proto";
 
@@ -57,6 +60,8 @@ pub struct ProtobufDecoder {
     /// Per writer schema id: its file's messages, or why its records
     /// cannot be read.
     schemas: HashMap<u32, Result<DescriptorPool, String>>,
+    /// Per writer schema id: about how many bytes it holds in memory.
+    sizes: HashMap<u32, usize>,
     /// Per (schema id, message indexes): an index into `programs`.
     compiled: HashMap<(u32, Vec<i64>), usize>,
     programs: Vec<Result<Program, String>>,
@@ -104,6 +109,7 @@ impl ProtobufDecoder {
             columns,
             fields,
             schemas: HashMap::new(),
+            sizes: HashMap::new(),
             compiled: HashMap::new(),
             programs: Vec::new(),
             last: None,
@@ -153,11 +159,19 @@ impl ProtobufDecoder {
     /// records, which anyone may write).
     fn keep(&mut self, id: u32, pool: Result<DescriptorPool, String>) {
         if self.schemas.len() >= super::MAX_SCHEMAS {
-            self.schemas.retain(|_, p| p.is_ok());
+            self.forget_unknown();
             if self.schemas.len() >= super::MAX_SCHEMAS {
                 self.schemas.clear();
+                self.sizes.clear();
             }
         }
+        // The descriptors' encoded size, times what a parsed descriptor
+        // takes beside it: an estimate, counted in the core's budget.
+        let size = match &pool {
+            Ok(pool) => 4 * pool.file_descriptor_protos().map(Message::encoded_len).sum::<usize>() + 1024,
+            Err(why) => why.len(),
+        };
+        self.sizes.insert(id, size);
         self.schemas.insert(id, pool);
     }
 
@@ -165,6 +179,14 @@ impl ProtobufDecoder {
     /// not be read): each is asked for again when a record names it.
     pub fn forget_unknown(&mut self) {
         self.schemas.retain(|_, p| p.is_ok());
+        let schemas = &self.schemas;
+        self.sizes.retain(|id, _| schemas.contains_key(id));
+    }
+
+    /// About how many bytes the compiled schemas and programs take (the
+    /// core counts them against its memory budget).
+    pub fn cache_bytes(&self) -> usize {
+        self.sizes.values().sum::<usize>() + self.programs.len() * PROGRAM_BYTES
     }
 
     /// The registry has no schema `id`: its records are dead letters, `why`.

@@ -308,8 +308,12 @@ fn the_compiled_programs_are_bounded_whatever_the_records_name() {
     }
     assert!(d.compiled.len() <= super::MAX_PROGRAMS && d.programs.len() <= super::MAX_PROGRAMS);
     assert!(d.programs.iter().all(Result::is_ok), "no error is kept as a program");
+    let held = d.cache_bytes();
+    assert!(held > 1024 && held <= 1024 * 1024, "the schema and its programs, counted: {held}");
     d.add_unknown(8, "no such id".into());
+    assert_eq!(d.cache_bytes(), held + "no such id".len());
     d.forget_unknown();
+    assert_eq!(d.cache_bytes(), held, "forgotten, uncounted");
     assert_eq!(d.needs_schema(&wire(8, &[0], &t)), Some(8), "asked again");
     assert_eq!(d.needs_schema(&wire(7, &[0], &t)), None, "a schema read stays");
 }
