@@ -638,8 +638,7 @@ impl<'a> Core<'a> {
             m.dead_letter_late.inc_by(totals.late);
         }
         let now = crate::clock::now_ms();
-        // Writer schemas compiled from what records name count too: their
-        // caches are bounded, but not free.
+        // Writer schemas compiled from what records name count too.
         let decoders: usize = self.parts.iter_mut().map(PartitionPipeline::decoder_bytes).sum();
         let (mut entries, mut bytes, mut largest, mut largest_slot) = (0usize, decoders, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
@@ -827,24 +826,7 @@ impl<'a> Core<'a> {
                 }
             }
         }
-        // A read_committed consumer never hands over a transaction's commit
-        // marker, so an idle partition's last record + 1 stops a marker or
-        // more short of the end (a repartition topic is written in
-        // transactions): a lag monitor would show that lag for good. The
-        // consumer's position is past them.
-        let idle: Vec<usize> = (0..self.parts.len())
-            .filter(|&s| !self.parts[s].has_pending() && self.parts[s].next_offset.is_some())
-            .collect();
-        if !idle.is_empty() {
-            for (&slot, position) in idle.iter().zip(self.source.consumed_positions(&idle)) {
-                let part = &mut self.parts[slot];
-                if let (Some(position), Some(next)) = (position, part.next_offset)
-                    && position > next
-                {
-                    part.next_offset = Some(position);
-                }
-            }
-        }
+        super::commit_position::past_markers(&mut self.parts, self.source.as_mut());
         let refresh_every = Duration::from_millis(self.setup.config.worker.offset_refresh_millis);
         let refresh = self.last_refresh.elapsed() >= refresh_every;
         let mut positions: Vec<(usize, i64, String)> = self
@@ -852,7 +834,11 @@ impl<'a> Core<'a> {
             .iter()
             .enumerate()
             .filter_map(|(slot, p)| {
-                let next = to_commit(p.next_offset, p.committed_offset, refresh || p.saved_uncommitted)?;
+                let next = super::commit_position::to_commit(
+                    p.next_offset,
+                    p.committed_offset,
+                    refresh || p.saved_uncommitted,
+                )?;
                 Some((slot, next, p.metadata.clone()))
             })
             .collect();
@@ -1000,28 +986,5 @@ fn send(
             let rejected = x.send(from, &emitted.rows, &emitted.seqs, &emitted.timestamps, dead)?;
             Ok((0, 0, rejected))
         }
-    }
-}
-
-/// The offset to commit for a partition at a checkpoint: its position when
-/// it moved, and also when it did not but `again` — a refresh is due (Kafka
-/// expires a standalone group's offsets some time after their last commit,
-/// and an idle partition would otherwise lose its committed offset and
-/// state pointer), or its state was saved anew (fed in process, it changes
-/// without reading its topic: the commit is what points at the new state).
-fn to_commit(next: Option<i64>, committed: Option<i64>, again: bool) -> Option<i64> {
-    next.filter(|n| again || committed != Some(*n))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::to_commit;
-
-    #[test]
-    fn idle_partitions_are_committed_again_when_a_refresh_is_due() {
-        assert_eq!(to_commit(Some(10), Some(5), false), Some(10), "moved");
-        assert_eq!(to_commit(Some(10), Some(10), false), None, "idle, no refresh due");
-        assert_eq!(to_commit(Some(10), Some(10), true), Some(10), "idle, refreshed");
-        assert_eq!(to_commit(None, None, true), None, "nothing consumed and nothing committed");
     }
 }

@@ -2,6 +2,7 @@
 //! partitions end to end (consume → decode → engine → encode → produce →
 //! checkpoint), plus process-wide health and shutdown signalling.
 
+mod commit_position;
 mod core_loop;
 mod direct;
 pub mod exchange;
