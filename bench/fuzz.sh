@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the places untrusted input enters — the JSON, Avro, Protobuf and Debezium (JSON, Avro) decoders and
+# Fuzzes the places untrusted input enters — the JSON, Avro, Protobuf and Debezium (JSON, Avro) decoders, registry
+# schemas (column derivation and compilation: what the operator and each core run per schema) and
 # the SQL front end (planner, then the engine over extreme records) — with the
 # deterministic mutation fuzzer in worker/examples/fuzz.rs. Not a CI step:
 # CI runs the property tests from a fixed seed instead.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/.."
 INPUTS="${INPUTS:-10000000}"
 SEED="${SEED:-24301}"
 cargo build --release -q -p sluice-worker --example fuzz
-for target in json avro protobuf debezium debezium-avro sql; do
+for target in json avro protobuf debezium debezium-avro registry-schema sql; do
   ./target/release/examples/fuzz "$target" "$INPUTS" "$SEED"
 done
 # The property tests at volume, from a fresh seed each run.
