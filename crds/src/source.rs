@@ -284,7 +284,7 @@ pub enum SourceFormat {
     /// Avro in the Confluent wire format (a zero byte, the writer schema's
     /// registry id, the datum), as Confluent's and Apicurio's serializers
     /// write it: each writer schema is fetched from `spec.schemaRegistry`
-    /// by id and its fields matched to the columns by name (docs/sql.md,
+    /// by id and its fields matched to the columns by name (docs/formats.md,
     /// "Avro sources"). Kafka sources only.
     Avro,
     /// Protobuf in the Confluent wire format (a zero byte, the schema's
@@ -292,7 +292,7 @@ pub enum SourceFormat {
     /// Apicurio's serializers write it: each schema (`.proto` text, or a
     /// serialized `FileDescriptorProto` in base64) is fetched from
     /// `spec.schemaRegistry` by id, and the message's fields matched to
-    /// the columns by name (docs/sql.md, "Protobuf sources"). Kafka
+    /// the columns by name (docs/formats.md, "Protobuf sources"). Kafka
     /// sources only.
     Protobuf,
     /// Debezium change events in JSON (with the JSON converter's schemas
@@ -384,7 +384,7 @@ pub struct SchemaSpec {
     #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("column names must be unique"))]
     pub columns: Vec<ColumnSpec>,
     /// Derive the value's columns from this subject's Avro schema
-    /// (docs/sql.md, "Columns from the registry").
+    /// (docs/formats.md, "Columns from the registry").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<RegistrySubject>,
 }
@@ -397,7 +397,7 @@ pub struct RegistrySubject {
     #[schemars(length(min = 1, max = 255))]
     pub subject: String,
     /// A version number, or `latest` (the default): resolved by the
-    /// operator when it reconciles the job (docs/sql.md).
+    /// operator when it reconciles the job (docs/formats.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("type(self) == int ? self > 0 : self == 'latest'").message("a positive version number, or latest"))]
     pub version: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,

@@ -5,7 +5,7 @@
 //! the job with them, and writes them into the workers' config — so every
 //! pod of a generation reads the same columns. `latest` is read at every
 //! reconcile: a new version registered while the job runs is picked up as
-//! a change of the job (docs/sql.md, "Columns from the registry").
+//! a change of the job (docs/formats.md, "Columns from the registry").
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
