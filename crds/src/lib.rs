@@ -48,8 +48,8 @@ pub use partitioner::{murmur2, partition_for_key};
 pub use pod_template::{PodTemplateSpec, reserved_env};
 pub use quantity::parse_quantity_bytes;
 pub use registry::{
-    RegistryAccess, RegistryAuthentication, RegistryTls, SchemaRegistrySpec, SubjectNameStrategy, error_with_causes,
-    subject_path_segment,
+    REGISTRY_MAX_ANSWER_BYTES, RegistryAccess, RegistryAuthentication, RegistryTls, SchemaRegistrySpec,
+    SubjectNameStrategy, error_with_causes, registry_not_found_code, subject_path_segment,
 };
 pub use registry_columns::{
     REGISTRY_MAX_COLUMN_NAME, REGISTRY_MAX_COLUMNS, REGISTRY_MAX_DEPTH, REGISTRY_MAX_FIELDS_WALKED, ResolvedSchema,

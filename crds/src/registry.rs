@@ -204,6 +204,20 @@ impl SchemaRegistrySpec {
     }
 }
 
+/// The largest registry answer the operator or a worker reads: a schema
+/// is kilobytes, and what answers in a registry's place is not trusted.
+pub const REGISTRY_MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// The registry's own "not there" in an error body (Confluent's REST API,
+/// which Apicurio and Karapace speak: 40401 no such subject, 40402 no such
+/// version, 40403 no such schema): the code, when the body carries one of
+/// these. Any other 404 — an ingress's page, a node not serving yet — is
+/// an outage, never "not there".
+pub fn registry_not_found_code(body: &[u8]) -> Option<u64> {
+    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
+    json.get("error_code").and_then(serde_json::Value::as_u64).filter(|c| (40401..=40403).contains(c))
+}
+
 /// A subject as one URL path segment: anything but unreserved characters
 /// percent-encoded, so a subject (topic names hold `.`, `_`, `-`) cannot
 /// add a path, a query or a fragment to a registry request.

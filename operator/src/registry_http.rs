@@ -20,12 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The most bytes of an answer the operator reads: a schema is kilobytes;
 /// an answer of gigabytes would otherwise be held in memory whole.
-pub const MAX_ANSWER_BYTES: usize = 4 << 20;
-
-/// The registry's error codes for "not there" (Confluent's REST API, which
-/// Apicurio and Karapace speak): no such subject, version or schema. Only
-/// an answer carrying one of these is the job's fault.
-const NOT_FOUND_CODES: [u64; 3] = [40401, 40402, 40403];
+pub const MAX_ANSWER_BYTES: usize = sluice_crds::REGISTRY_MAX_ANSWER_BYTES;
 
 /// The HTTP client for one job's registry: no redirects, and with
 /// `trustedCertificates` those certificates as the only roots — a
@@ -128,7 +123,7 @@ async fn get_version(
     let body = read_capped(response).await.map_err(|why| unavailable(url, &format!("HTTP {status}: {why}")))?;
     let size = body.len();
     if status.as_u16() == 404 {
-        return match registry_error_code(&body) {
+        return match sluice_crds::registry_not_found_code(&body) {
             Some(40401) => Ok(Err(format!("the schema registry at {url} has no such subject"))),
             Some(_) => Ok(Err(format!("the schema registry at {url} has no version {v} of it"))),
             // An ingress, a proxy or a registry node not yet serving: an
@@ -178,13 +173,6 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Vec<u8>, String>
         body.extend_from_slice(&chunk);
     }
     Ok(body)
-}
-
-/// The `error_code` of a registry's JSON error body, when it is one of
-/// the registry's "not found" codes.
-fn registry_error_code(body: &[u8]) -> Option<u64> {
-    let json: serde_json::Value = serde_json::from_slice(body).ok()?;
-    json.get("error_code").and_then(serde_json::Value::as_u64).filter(|c| NOT_FOUND_CODES.contains(c))
 }
 
 /// A hostile HTTP server on 127.0.0.1 for tests: answers every request as

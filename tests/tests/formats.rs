@@ -1158,22 +1158,13 @@ fn forward_to_registry(listener: std::net::TcpListener) {
     });
 }
 
-/// A registry that does not answer is the infrastructure's fault, not the
-/// records': the core restarts with backoff (and `/readyz` says so after
-/// three restarts in a row), nothing is dead-lettered or skipped, and once
-/// the registry answers, every total is exact.
-#[test]
-fn a_registry_outage_dead_letters_nothing_and_the_job_catches_up_when_it_answers() {
-    let (topic, out, dlq) = (unique_name("outage-in"), unique_name("outage-out"), unique_name("outage-dlq"));
-    kafka::create_topic(&topic, 1);
-    kafka::create_topic(&out, 1);
-    kafka::create_topic(&dlq, 1);
-    produce_avro(&topic, "v1", 0, 500);
-    // The job's registry: a port nothing listens on yet.
-    let port = sluice_e2e::worker::free_port();
+/// A job counting trades per symbol from Avro `topic` into `out`, its
+/// schema registry the harness's reached at 127.0.0.1:`port` (where a test
+/// puts a proxy, or nothing), dead letters to `dlq`.
+fn trades_through_registry_at(port: u16, name: &str, (topic, out, dlq): (&str, &str, &str)) -> String {
     let h = harness();
     let path = h.registry_url.splitn(4, '/').nth(3).unwrap_or_default();
-    let manifest = format!(
+    format!(
         r#"apiVersion: sluice.dev/v1alpha1
 kind: StreamJob
 metadata:
@@ -1195,9 +1186,25 @@ spec:
   deadLetter:
     kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
 "#,
-        name = unique_name("outage"),
+        name = unique_name(name),
         bootstrap = h.bootstrap,
-    );
+    )
+}
+
+/// A registry that does not answer is the infrastructure's fault, not the
+/// records': the core restarts with backoff (and `/readyz` says so after
+/// three restarts in a row), nothing is dead-lettered or skipped, and once
+/// the registry answers, every total is exact.
+#[test]
+fn a_registry_outage_dead_letters_nothing_and_the_job_catches_up_when_it_answers() {
+    let (topic, out, dlq) = (unique_name("outage-in"), unique_name("outage-out"), unique_name("outage-dlq"));
+    kafka::create_topic(&topic, 1);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    produce_avro(&topic, "v1", 0, 500);
+    // The job's registry: a port nothing listens on yet.
+    let port = sluice_e2e::worker::free_port();
+    let manifest = trades_through_registry_at(port, "outage", (&topic, &out, &dlq));
     let m = write_temp("outage.yaml", &manifest);
     let w = Worker::run(&m, &["--cores", "1", "--group", &unique_name("g")]);
     // Three failed fetches of ~3 s each, restarts 1 s and 2 s apart.
@@ -1440,7 +1447,6 @@ fn a_404_page_from_an_ingress_is_an_outage_not_an_unknown_schema() {
     kafka::create_topic(&out, 1);
     kafka::create_topic(&dlq, 1);
     produce_avro(&topic, "v1", 0, 300);
-    let h = harness();
     let ingress = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = ingress.local_addr().unwrap().port();
     // The first four requests (more than a core's three tries) get the
@@ -1467,31 +1473,7 @@ fn a_404_page_from_an_ingress_is_an_outage_not_an_unknown_schema() {
         }
         forward_to_registry(pages);
     });
-    let path = h.registry_url.splitn(4, '/').nth(3).unwrap_or_default();
-    let manifest = format!(
-        r#"apiVersion: sluice.dev/v1alpha1
-kind: StreamJob
-metadata:
-  name: {name}
-spec:
-  sql: SELECT symbol, COUNT(*) AS n, SUM(quantity) AS qty FROM trades GROUP BY symbol
-  schemaRegistry: {{ url: "http://127.0.0.1:{port}/{path}" }}
-  sources:
-    - name: trades
-      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
-      format: avro
-      schema:
-        columns:
-          - {{ name: symbol, type: string, required: true }}
-          - {{ name: quantity, type: bigint, required: true }}
-  sink:
-    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
-  deadLetter:
-    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
-"#,
-        name = unique_name("ingress"),
-        bootstrap = h.bootstrap,
-    );
+    let manifest = trades_through_registry_at(port, "ingress", (&topic, &out, &dlq));
     let m = write_temp("ingress.yaml", &manifest);
     let mut w = Worker::run(&m, &["--bounded", "--cores", "1", "--group", &unique_name("g")]);
     assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());

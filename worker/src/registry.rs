@@ -36,7 +36,7 @@ const RETRIES: [Duration; 3] = [Duration::from_millis(100), Duration::from_milli
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest answer read: a schema is kilobytes; a registry (or what
 /// answers in its place) sending more is refused, not buffered.
-pub const MAX_BODY: u64 = 4 << 20;
+pub const MAX_BODY: u64 = sluice_crds::REGISTRY_MAX_ANSWER_BYTES as u64;
 /// How long "the registry has no schema with this id" is believed, worker
 /// wide, before the id is asked for again.
 pub const UNKNOWN_TTL: Duration = Duration::from_secs(60);
@@ -441,8 +441,8 @@ impl Registry {
         }
         let body = read_body(response)?;
         if status.as_u16() == 404 {
-            return match registry_error_code(&body) {
-                Some(40401..=40403) => Ok(None),
+            return match sluice_crds::registry_not_found_code(body.as_bytes()) {
+                Some(_) => Ok(None),
                 _ => Err(format!(
                     "HTTP 404 without a registry error code ({} bytes; a proxy or an ingress answering?)",
                     body.len()
@@ -512,13 +512,6 @@ fn read_body(response: reqwest::blocking::Response) -> Result<String, String> {
         return Err(format!("an answer over {} MiB, not read", MAX_BODY >> 20));
     }
     String::from_utf8(body).map_err(|_| "an answer that is not UTF-8".to_owned())
-}
-
-/// The `error_code` of a registry's JSON error body (Confluent's API:
-/// 40401 no such subject, 40402 no such version, 40403 no such schema).
-fn registry_error_code(body: &str) -> Option<u64> {
-    let json: serde_json::Value = serde_json::from_str(body).ok()?;
-    json.get("error_code")?.as_u64()
 }
 
 /// The `message` of a registry's JSON error body, cut short.
