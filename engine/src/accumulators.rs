@@ -7,9 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::group_keys::KeyEncoder;
 use crate::Error;
 use crate::distinct::DistinctState;
+use crate::state::group_keys::KeyEncoder;
 use sluice_plan::{AggFunc, AggregateCall, DataType, Scalar};
 use sluice_plan::{Column, ColumnData};
 

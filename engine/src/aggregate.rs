@@ -11,21 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use super::accumulators::Accumulator;
 use super::agg_args::{Selected, eval_args};
-use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
-use crate::operator::{
-    BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
-};
-use crate::pages::{
-    DirtyPages, PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys,
-    write_page,
-};
+use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest};
 use crate::shown::Shown;
-use crate::spill::{PagedGroups, SpilledHead, Spilling, place_keys};
+use crate::state::group_keys::{KeyEncoder, decode_key_into};
+use crate::state::pages::PAGE_GROUPS;
+use crate::state::{PagedGroups, PagedState};
 use sluice_plan::Batch;
 use sluice_plan::eval;
 use sluice_plan::time_zone::{TimeZone, time_zone, zoned_hops, zoned_tumble};
@@ -36,7 +29,9 @@ use sluice_plan::{Column, ColumnData};
 pub struct AggregateOperator {
     pub(crate) plan: AggregatePlan,
     group_types: Vec<DataType>,
-    pub(crate) table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    pub(crate) paged: PagedState,
     pub(crate) accs: Vec<Accumulator>,
     /// The accumulators a group's row shows: the first `visible` of
     /// `accs` (the rest are kept for an operator built on this one, as
@@ -60,15 +55,9 @@ pub struct AggregateOperator {
     /// The rows an aggregate's FILTER selects (scratch).
     selected: Selected,
     key: Vec<u8>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
     /// Which groups' last row passed HAVING (when the plan has one and
     /// emits updates).
     pub(crate) shown: Shown,
-    /// Where cold pages go, the state past which they go, and pages
-    /// against blocks of the table once the operator spilled
-    /// (`crate::spill`; until then block `b` holds page `b`).
-    spilling: Spilling,
     /// Rows of the batch in fold whose key was not in memory: once the
     /// others are placed, each is looked up on disk, then made new
     /// (scratch of a spilling operator; keys in `pending_keys`).
@@ -86,56 +75,6 @@ struct Pending {
     key: std::ops::Range<usize>,
 }
 
-/// An incremental checkpoint's head: the table's ids and the open windows
-/// by end. The keys and accumulators are in the pages.
-#[derive(Debug, Serialize)]
-struct AggregateHeadRef<'a> {
-    table: TableHead,
-    open_by_end: &'a BTreeMap<i64, Vec<u32>>,
-}
-
-#[derive(Debug, Deserialize)]
-struct AggregateHead {
-    table: TableHead,
-    open_by_end: BTreeMap<i64, Vec<u32>>,
-}
-
-/// The groups of one page: each one's key (`None` when free), window and
-/// accumulators...
-#[derive(Debug, Serialize)]
-struct AggregatePage<'a> {
-    keys: PageKeys<'a>,
-    bounds: Vec<(i64, i64)>,
-    accs: Vec<Accumulator>,
-}
-
-/// ...read back with the keys borrowed from the page's bytes.
-#[derive(Debug, Deserialize)]
-struct AggregatePageIn<'a> {
-    #[serde(borrow)]
-    keys: Vec<Option<&'a [u8]>>,
-    bounds: Vec<(i64, i64)>,
-    accs: Vec<Accumulator>,
-}
-
-/// Checkpoint of an [`AggregateOperator`], written by reference...
-#[derive(Debug, Serialize)]
-pub struct AggregateStateRef<'a> {
-    table: GroupTableState,
-    pub(crate) accs: &'a [Accumulator],
-    bounds: &'a [(i64, i64)],
-    open_by_end: &'a BTreeMap<i64, Vec<u32>>,
-}
-
-/// ...and read back owned (the two encode identically).
-#[derive(Debug, Deserialize)]
-pub struct AggregateState {
-    table: GroupTableState,
-    pub(crate) accs: Vec<Accumulator>,
-    bounds: Vec<(i64, i64)>,
-    open_by_end: BTreeMap<i64, Vec<u32>>,
-}
-
 impl AggregateOperator {
     pub fn new(plan: &AggregatePlan) -> Self {
         Self {
@@ -143,7 +82,7 @@ impl AggregateOperator {
             accs: plan.aggregates.iter().map(Accumulator::new).collect(),
             visible: plan.aggregates.len(),
             plan: plan.clone(),
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             bounds: Vec::new(),
             zone: plan.window_zone.as_deref().and_then(time_zone),
             open_by_end: BTreeMap::new(),
@@ -154,9 +93,7 @@ impl AggregateOperator {
             fresh: Vec::new(),
             selected: Selected::default(),
             key: Vec::with_capacity(64),
-            dirty: DirtyPages::default(),
             shown: Shown::default(),
-            spilling: Spilling::default(),
             pending: Vec::new(),
             pending_keys: Vec::new(),
         }
@@ -173,9 +110,9 @@ impl AggregateOperator {
     /// The group of key `key`, in memory or read back from disk; `None`
     /// when this operator holds no such group.
     pub(crate) fn find_group(&mut self, key: &[u8]) -> Result<Option<u32>, Error> {
-        match self.table.find(key) {
+        match self.paged.table.find(key) {
             Some(g) => Ok(Some(g)),
-            None if self.spilling.spilled_any() => self.with_spilling(|s, op| s.find(op, key)),
+            None if self.paged.spilling.spilled_any() => self.with_spilling(|s, op| s.find(op, key)),
             None => Ok(None),
         }
     }
@@ -183,23 +120,23 @@ impl AggregateOperator {
     /// Notes that group `g` changed outside a fold (its page is written at
     /// the next checkpoint, and it counts as used for eviction).
     pub(crate) fn changed(&mut self, g: u32) {
-        self.spilling.touch(g);
-        self.dirty.mark(self.stable(g));
+        self.paged.spilling.touch(g);
+        self.paged.dirty.mark(self.stable(g));
     }
 
     /// Deletes group `g`, which holds nothing any more: its key and
     /// accumulators go, and a block left without groups is handed back
     /// (not while HAVING's bits wait to be settled by slot).
     pub(crate) fn delete_group(&mut self, g: u32) {
-        self.dirty.mark(self.stable(g));
+        self.paged.dirty.mark(self.stable(g));
         self.shown.forget(g);
         for acc in &mut self.accs {
             acc.reset(g as usize);
         }
         if self.shown.tracking() {
-            self.table.remove(g);
+            self.paged.table.remove(g);
         } else {
-            self.spilling.remove_group(&mut self.table, g);
+            self.paged.spilling.remove_group(&mut self.paged.table, g);
         }
     }
 
@@ -207,7 +144,7 @@ impl AggregateOperator {
     /// operator spilled.
     #[inline]
     fn stable(&self, slot: u32) -> u32 {
-        self.spilling.stable(slot)
+        self.paged.spilling.stable(slot)
     }
 
     /// Folds a batch into the groups; appends emitted rows to `out` and the
@@ -240,10 +177,10 @@ impl AggregateOperator {
         self.pending.clear();
         self.pending_keys.clear();
         let (rows, gids, fresh, key, table) =
-            (&mut self.rows, &mut self.gids, &mut self.fresh, &mut self.key, &mut self.table);
+            (&mut self.rows, &mut self.gids, &mut self.fresh, &mut self.key, &mut self.paged.table);
         // Once anything spilled, a key not in memory may be on disk: it
         // waits until the batch's other rows are placed (see `Pending`).
-        let spilling = self.spilling.spilled_any();
+        let spilling = self.paged.spilling.spilled_any();
         let (pending, pending_keys) = (&mut self.pending, &mut self.pending_keys);
         // Without aggregates (SELECT DISTINCT, GROUP BY alone) a group's row
         // never changes once it exists: only its first appearance is news.
@@ -338,17 +275,17 @@ impl AggregateOperator {
         if !self.pending.is_empty() {
             self.place_pending(only_new)?;
         }
-        if let Some(pages) = &mut self.spilling.pages {
+        if let Some(pages) = &mut self.paged.spilling.pages {
             for &g in &self.gids {
                 pages.touch(g);
-                self.dirty.mark(pages.stable(g));
+                self.paged.dirty.mark(pages.stable(g));
             }
         } else {
             for &g in &self.gids {
-                self.dirty.mark(g);
+                self.paged.dirty.mark(g);
             }
         }
-        let groups = self.table.capacity();
+        let groups = self.paged.table.capacity();
         for acc in &mut self.accs {
             acc.ensure(groups);
         }
@@ -402,7 +339,7 @@ impl AggregateOperator {
         if closed.is_empty() {
             return Ok(0);
         }
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             return self.close_spilled(&closed, emit, out);
         }
         if emit {
@@ -432,11 +369,11 @@ impl AggregateOperator {
             self.free(&[slot]);
             let block = slot / PAGE_GROUPS;
             if hand_back
-                && self.table.block_is_free(block)
-                && let Some(pages) = &mut self.spilling.pages
+                && self.paged.table.block_is_free(block)
+                && let Some(pages) = &mut self.paged.spilling.pages
             {
                 pages.evicted(block, false);
-                self.table.evict_blocks(&[block]);
+                self.paged.table.evict_blocks(&[block]);
             }
         }
         Ok(closed.len())
@@ -449,9 +386,9 @@ impl AggregateOperator {
 
     pub(crate) fn free(&mut self, gids: &[u32]) {
         for &g in gids {
-            self.dirty.mark(self.stable(g));
+            self.paged.dirty.mark(self.stable(g));
             self.shown.forget(g);
-            self.table.remove(g);
+            self.paged.table.remove(g);
             for acc in &mut self.accs {
                 acc.reset(g as usize);
             }
@@ -463,7 +400,12 @@ impl AggregateOperator {
         self.shown.emitted(g);
         let ng = self.group_types.len();
         let windowed = self.plan.window.is_some();
-        decode_key_into(self.table.key(g), if windowed { 8 } else { 0 }, &self.group_types, &mut out.columns[..ng])?;
+        decode_key_into(
+            self.paged.table.key(g),
+            if windowed { 8 } else { 0 },
+            &self.group_types,
+            &mut out.columns[..ng],
+        )?;
         let mut next = ng;
         if windowed {
             let (start, end) = self.bounds[g as usize];
@@ -479,16 +421,16 @@ impl AggregateOperator {
     }
 
     pub(crate) fn groups(&self) -> usize {
-        self.spilling.groups(&self.table)
+        self.paged.spilling.groups(&self.paged.table)
     }
 
     pub(crate) fn state_bytes(&self) -> usize {
-        self.own_bytes() + self.spilling.heap_bytes()
+        self.own_bytes() + self.paged.spilling.heap_bytes()
     }
 
     /// [`AggregateOperator::state_bytes`] but what spilling keeps.
     fn own_bytes(&self) -> usize {
-        self.table.heap_bytes()
+        self.paged.table.heap_bytes()
             + self.accs.iter().map(Accumulator::heap_bytes).sum::<usize>()
             + self.bounds.capacity() * 16
             + self.open_by_end.len() * 48
@@ -496,56 +438,6 @@ impl AggregateOperator {
             + self.shown.heap_bytes()
             + self.pending.capacity() * size_of::<Pending>()
             + self.pending_keys.capacity()
-    }
-
-    /// A whole checkpoint under `tag`: the state `wrap` makes of this
-    /// aggregate's, then HAVING's bits.
-    pub(crate) fn snapshot_as<'a, S: Serialize>(
-        &'a self,
-        tag: OperatorTag,
-        wrap: impl FnOnce(AggregateStateRef<'a>) -> S,
-        out: Vec<u8>,
-    ) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
-            // Only a paged operator spills, and its checkpoints are heads
-            // and pages.
-            return Err(Error::Internal("a whole checkpoint of an aggregate that spilled".into()));
-        }
-        self.write_shown(write_state(tag, &wrap(self.to_state()), out)?)
-    }
-
-    pub(crate) fn to_state(&self) -> AggregateStateRef<'_> {
-        AggregateStateRef {
-            table: self.table.to_state(),
-            accs: &self.accs,
-            bounds: &self.bounds,
-            open_by_end: &self.open_by_end,
-        }
-    }
-
-    /// Appends HAVING's bits after a whole checkpoint of this operator's
-    /// state (see [`Shown`]).
-    pub(crate) fn write_shown(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.shown.write(0..self.table.capacity(), out)
-    }
-
-    /// Reads what [`AggregateOperator::write_shown`] appended, after
-    /// [`AggregateOperator::restore_state`].
-    pub(crate) fn read_shown(&mut self, rest: &[u8]) -> Result<(), Error> {
-        let table = &self.table;
-        let live = (0..table.capacity()).filter(|&g| table.is_live(u32::try_from(g).unwrap_or(u32::MAX)));
-        self.shown.read(0, rest, live)
-    }
-
-    pub(crate) fn restore_state(&mut self, state: AggregateState) -> Result<(), Error> {
-        self.dirty.clear();
-        self.shown.clear();
-        self.spilling.forget()?;
-        self.table = GroupTable::from_state(state.table);
-        self.accs = state.accs;
-        self.bounds = state.bounds;
-        self.open_by_end = state.open_by_end;
-        Ok(())
     }
 
     /// Places the rows whose key was not in memory (see [`Pending`]), in
@@ -558,12 +450,12 @@ impl AggregateOperator {
             let key = &keys[p.key.clone()];
             let (gid, new) = match self.with_spilling(|s, op| s.find(op, key))? {
                 Some(gid) => (gid, false),
-                None => self.table.find_or_insert(key),
+                None => self.paged.table.find_or_insert(key),
             };
             if new {
-                self.spilling.touch(gid);
+                self.paged.spilling.touch(gid);
                 if let Some(start) = p.start {
-                    let id = self.spilling.stable(gid);
+                    let id = self.paged.spilling.stable(gid);
                     open_window_group(&mut self.bounds, &mut self.open_by_end, gid, id, start, p.end);
                 }
             }
@@ -576,19 +468,6 @@ impl AggregateOperator {
         self.pending_keys = keys;
         Ok(())
     }
-
-    /// Reads page `page` of this aggregate, and the bytes after it.
-    fn read_page<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<(AggregatePageIn<'b>, &'b [u8]), Error> {
-        let (p, rest): (AggregatePageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        if p.accs.len() != self.accs.len() {
-            return Err(Error::Checkpoint(format!(
-                "state page {page} holds {} aggregates, this query has {}",
-                p.accs.len(),
-                self.accs.len()
-            )));
-        }
-        Ok((p, rest))
-    }
 }
 
 /// True if `c` is an integer column (event times).
@@ -599,62 +478,9 @@ pub fn int_values(c: &Column) -> Option<&[i64]> {
     }
 }
 
-impl PagedGroups for AggregateOperator {
-    crate::spill::paged_groups_fields!();
+mod pages;
 
-    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let windowed = self.plan.window.is_some();
-        let page = AggregatePage {
-            keys: page_keys(&self.table, groups.clone()),
-            bounds: if windowed {
-                groups.clone().map(|g| self.bounds.get(g).copied().unwrap_or((0, 0))).collect()
-            } else {
-                Vec::new()
-            },
-            accs: self.accs.iter().map(|a| a.page(groups.clone())).collect::<Result<_, _>>()?,
-        };
-        self.shown.write(groups, write_page(&page, out)?)
-    }
-
-    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        let (p, rest) = self.read_page(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
-        let start = block as usize * BLOCK;
-        if self.plan.window.is_some() {
-            if self.bounds.len() < start + BLOCK {
-                self.bounds.resize(start + BLOCK, (0, 0));
-            }
-            for (i, b) in p.bounds.iter().enumerate().take(BLOCK) {
-                self.bounds[start + i] = *b;
-            }
-        }
-        let live = p.keys.iter().enumerate().filter(|(_, k)| k.is_some()).map(|(i, _)| start + i);
-        self.shown.read(start, rest, live)?;
-        let groups = self.table.capacity();
-        for (acc, from) in self.accs.iter_mut().zip(p.accs) {
-            acc.ensure(groups);
-            acc.set_page(start, from)?;
-        }
-        Ok(())
-    }
-
-    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
-        for g in groups {
-            for acc in &mut self.accs {
-                acc.reset(g);
-            }
-            self.shown.reset(g);
-        }
-    }
-
-    fn own_bytes(&self) -> usize {
-        AggregateOperator::own_bytes(self)
-    }
-
-    fn page_keys<'b>(&self, page: u32, bytes: &'b [u8]) -> Result<Vec<Option<&'b [u8]>>, Error> {
-        self.read_page(page, bytes).map(|(p, _)| p.keys)
-    }
-}
+pub use pages::{AggregateState, AggregateStateRef};
 
 impl Operator for AggregateOperator {
     fn process(&mut self, input: &BatchInput<'_>, out: &mut OperatorOutput<'_>) -> Result<(), Error> {
@@ -712,79 +538,12 @@ impl Operator for AggregateOperator {
         self.shown.settle(rows, passed, deleted, retracted)
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, &self.open_by_end) {
-            return write_state(OperatorTag::AggregateSpilledHead, &head, out);
-        }
-        let head = AggregateHeadRef { table: TableHead::of(&self.table), open_by_end: &self.open_by_end };
-        write_state(OperatorTag::AggregateHead, &head, out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.dirty.clear();
-        self.shown.clear();
-        self.spilling.forget()?;
-        self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
-        let spilled = postcard::take_from_bytes::<u32>(bytes)
-            .is_ok_and(|(tag, _)| tag == OperatorTag::AggregateSpilledHead as u32);
-        if spilled {
-            let (head, _): (SpilledHead<_>, _) = read_state_and_rest(OperatorTag::AggregateSpilledHead, bytes)?;
-            self.table = GroupTable::default();
-            self.bounds = Vec::new();
-            self.open_by_end = self.spilling.restore_head(head)?;
-            return Ok(());
-        }
-        let (head, _): (AggregateHead, _) = read_state_and_rest(OperatorTag::AggregateHead, bytes)?;
-        let groups = head.table.groups as usize;
-        self.table = head.table.table();
-        for acc in &mut self.accs {
-            acc.ensure(groups);
-        }
-        self.bounds = if self.plan.window.is_some() { vec![(0, 0); groups] } else { Vec::new() };
-        self.open_by_end = head.open_by_end;
-        Ok(())
-    }
-
-    crate::spill::spilling_operator_methods!();
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
-            return Ok(());
-        }
-        let (p, rest) = self.read_page(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
-        let start = page_groups(page, usize::MAX).start;
-        for (i, b) in p.bounds.into_iter().enumerate() {
-            if let Some(slot) = self.bounds.get_mut(start + i) {
-                *slot = b;
-            }
-        }
-        let live = p.keys.iter().enumerate().filter(|(_, k)| k.is_some()).map(|(i, _)| start + i);
-        self.shown.read(start, rest, live)?;
-        for (acc, from) in self.accs.iter_mut().zip(p.accs) {
-            acc.set_page(start, from)?;
-        }
-        Ok(())
-    }
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.spilling.pages_restored(&self.table)?;
-        for acc in &mut self.accs {
-            acc.ensure(self.table.capacity());
-        }
-        Ok(())
-    }
-
-    fn spill(&mut self) -> Result<(), Error> {
-        let groups = self.table.capacity();
-        for acc in &mut self.accs {
-            acc.ensure(groups);
-        }
-        self.with_spilling(|s, op| s.spill_cold(op))
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
     }
 }
 

@@ -17,19 +17,19 @@
 //!
 //! The keys' rows are the table, as large as the database's: they are kept
 //! in pages of 8 keys, so a checkpoint writes the keys that changed, and
-//! past the memory budget cold keys go to disk (`crate::spill`), read back
+//! past the memory budget cold keys go to disk (`crate::state`), read back
 //! when a version of them comes.
 
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
-use crate::group_keys::GroupTable;
 use crate::join::bools;
 use crate::last_per_key::LastPerKey;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{DirtyPages, KeyedPage, TableHead, page_keys, write_page};
-use crate::spill::{PagedGroups, Spilling, load_keyed_page, restore_keyed_page};
+use crate::state::group_keys::GroupTable;
+use crate::state::pages::{KeyedPage, TableHead, page_keys, write_page};
+use crate::state::{PagedGroups, PagedState, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, ScalarRef, eval};
 
@@ -38,8 +38,9 @@ pub struct ChangelogOperator {
     plan: ChangelogPlan,
     /// The retraction marker's column, after the source's.
     retract: usize,
-    /// The keys (encoded) by id.
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Per key id: its last row's kept columns, in `plan.kept` order, as
     /// bytes (`None`: an id without a row).
     rows: Vec<Option<Box<[u8]>>>,
@@ -51,11 +52,6 @@ pub struct ChangelogOperator {
     row: Vec<u8>,
     /// Positions of the batch's rows that count (scratch).
     counted: Vec<usize>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold keys go once state passes its budget (`crate::spill`),
-    /// and the key ids of a batch's rows.
-    spilling: Spilling,
 }
 
 /// A whole checkpoint, written by reference (each row as the scalars it
@@ -98,14 +94,12 @@ impl ChangelogOperator {
         Self {
             plan: plan.clone(),
             retract: columns,
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             rows: Vec::new(),
             bytes: 0,
             latest: LastPerKey::default(),
             row: Vec::new(),
             counted: Vec::new(),
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
         }
     }
 
@@ -123,12 +117,12 @@ impl ChangelogOperator {
     /// Lets go of key `gid` (deleted): its id is handed out again, and a
     /// block of keys all gone is handed back for the next page read back.
     fn let_go(&mut self, gid: u32) {
-        if self.table.key_of(gid).is_none() {
+        if self.paged.table.key_of(gid).is_none() {
             return;
         }
-        self.dirty.mark(self.spilling.stable(gid));
+        self.paged.dirty.mark(self.paged.spilling.stable(gid));
         self.set_row(gid, None);
-        self.spilling.remove_group(&mut self.table, gid);
+        self.paged.spilling.remove_group(&mut self.paged.table, gid);
     }
 
     /// Files key `g`'s row from a checkpoint or a page read back.
@@ -144,11 +138,11 @@ impl ChangelogOperator {
     }
 
     fn clear(&mut self) -> Result<(), Error> {
-        self.table = GroupTable::default();
+        self.paged.table = GroupTable::default();
         self.rows.clear();
         self.bytes = 0;
-        self.dirty.clear();
-        self.spilling.forget()
+        self.paged.dirty.clear();
+        self.paged.spilling.forget()
     }
 }
 
@@ -191,19 +185,19 @@ impl Operator for ChangelogOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.table.live() }
+        StateSize { bytes: self.own_bytes() + self.paged.spilling.heap_bytes(), entries: self.paged.table.live() }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of a changelog that spilled".into()));
         }
-        let last = (0..self.table.capacity())
+        let last = (0..self.paged.table.capacity())
             .filter_map(|g| {
                 let gid = u32::try_from(g).unwrap_or(u32::MAX);
                 let row = self.rows.get(g)?.as_deref()?;
-                Some((self.table.key_of(gid)?, AsScalars(row)))
+                Some((self.paged.table.key_of(gid)?, AsScalars(row)))
             })
             .collect();
         write_state(OperatorTag::Changelog, &StateRef { last }, out)
@@ -215,7 +209,7 @@ impl Operator for ChangelogOperator {
         let state: State = read_state(OperatorTag::Changelog, bytes)?;
         self.clear()?;
         for (key, values) in state.last {
-            let (gid, _) = self.table.find_or_insert(&key);
+            let (gid, _) = self.paged.table.find_or_insert(&key);
             let mut row = Vec::new();
             row_bytes::push_scalars(&values, &mut row);
             self.set_row(gid, Some(row.into_boxed_slice()));
@@ -223,36 +217,12 @@ impl Operator for ChangelogOperator {
         Ok(())
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, ()) {
-            return write_state(OperatorTag::ChangelogSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::ChangelogHead, &TableHead::of(&self.table), out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.clear()?;
-        if let Some(head) = self.spilling.restore_either_head(
-            bytes,
-            OperatorTag::ChangelogSpilledHead as u32,
-            OperatorTag::ChangelogHead as u32,
-        )? {
-            self.table = head.table();
-        }
-        Ok(())
-    }
-
-    crate::spill::spilling_operator_methods!(plain);
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        restore_keyed_page(self, page, bytes, |op, g, row: Option<Vec<ScalarRef<'_>>>| {
-            op.restore_row(g, row);
-            Ok(())
-        })
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
     }
 }
 
@@ -264,7 +234,7 @@ impl ChangelogOperator {
         let retract = self.retract;
         for (i, &at) in latest.keep.iter().enumerate() {
             let r = latest.rows[at as usize] as usize;
-            let gid = self.spilling.gids[i];
+            let gid = self.paged.spilling.gids[i];
             let delete = deleted.is_valid(r) && deletes.get(r).copied().unwrap_or(false);
             if delete {
                 // A delete of a key never seen says nothing.
@@ -295,17 +265,49 @@ impl ChangelogOperator {
                     self.set_row(gid, Some(row));
                 }
             }
-            self.dirty.mark(self.spilling.stable(gid));
+            self.paged.dirty.mark(self.paged.spilling.stable(gid));
         }
         Ok(())
     }
 }
 
 impl PagedGroups for ChangelogOperator {
-    crate::spill::paged_groups_fields!();
+    fn groups(&self) -> &PagedState {
+        &self.paged
+    }
+
+    fn groups_mut(&mut self) -> &mut PagedState {
+        &mut self.paged
+    }
+
+    fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
+            return write_state(OperatorTag::ChangelogSpilledHead, &head, out);
+        }
+        write_state(OperatorTag::ChangelogHead, &TableHead::of(&self.paged.table), out)
+    }
+
+    fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.clear()?;
+        if let Some(head) = self.paged.spilling.restore_either_head(
+            bytes,
+            OperatorTag::ChangelogSpilledHead as u32,
+            OperatorTag::ChangelogHead as u32,
+        )? {
+            self.paged.table = head.table();
+        }
+        Ok(())
+    }
+
+    fn restore_from_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+        restore_keyed_page(self, page, bytes, |op, g, row: Option<Vec<ScalarRef<'_>>>| {
+            op.restore_row(g, row);
+            Ok(())
+        })
+    }
 
     fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let keys = page_keys(&self.table, groups.clone());
+        let keys = page_keys(&self.paged.table, groups.clone());
         write_page(&KeyedPage { keys, groups: RowsOut { rows: &self.rows, groups } }, out)
     }
 
@@ -325,7 +327,7 @@ impl PagedGroups for ChangelogOperator {
     }
 
     fn own_bytes(&self) -> usize {
-        self.table.heap_bytes() + self.rows.capacity() * size_of::<Option<Box<[u8]>>>() + self.bytes
+        self.paged.table.heap_bytes() + self.rows.capacity() * size_of::<Option<Box<[u8]>>>() + self.bytes
     }
 
     /// The rows: a table's rows grow on keys it holds (a longer version).
@@ -337,7 +339,7 @@ impl PagedGroups for ChangelogOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::{
+    use crate::test_drivers::{
         agrees_through_page_restores, checkpoint_pages as checkpoint, restore_pages as restored, run_emitting_changes,
     };
     use sluice_plan::{DataType, PhysExpr};
@@ -434,7 +436,7 @@ mod tests {
         struct Before {
             last: Vec<(Vec<u8>, Vec<Scalar>)>,
         }
-        let key = op.table.key_of(0).unwrap().to_vec();
+        let key = op.paged.table.key_of(0).unwrap().to_vec();
         let written =
             Before { last: vec![(key, vec![Scalar::Bigint(1), Scalar::String("ann".into()), Scalar::Bigint(10)])] };
         let saved = op.snapshot(Vec::new()).unwrap();

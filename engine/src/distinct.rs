@@ -17,7 +17,7 @@ use hashbrown::HashTable;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::Error;
-use crate::group_keys::hash_key;
+use crate::state::group_keys::hash_key;
 
 /// Values a set scans rather than indexes.
 const SCAN: usize = 8;

@@ -26,6 +26,7 @@ use super::table_join::TableJoinOperator;
 use super::top_n::TopNOperator;
 use super::upsert_aggregate::UpsertAggregateOperator;
 use crate::Error;
+use crate::state::Paged;
 use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Selection};
 use sluice_plan::{
@@ -62,7 +63,7 @@ pub struct EngineStats {
     pub late_records: u64,
     pub state_bytes: usize,
     pub state_entries: usize,
-    /// Pages of state on disk (`crate::spill`), and the bytes they take.
+    /// Pages of state on disk (`crate::state`), and the bytes they take.
     pub spilled_pages: usize,
     pub spilled_bytes: u64,
 }
@@ -412,8 +413,10 @@ impl Engine {
     /// the limit (a guard, not an account) allows; and a state emptied by
     /// closing windows, with no row since, is reported at its new size.
     fn check_state_limit(&mut self) -> Result<(), Error> {
-        self.operator.spill()?;
-        (self.stats.spilled_pages, self.stats.spilled_bytes) = self.operator.spilled();
+        if let Some(paged) = self.operator.paged_mut() {
+            paged.spill()?;
+            (self.stats.spilled_pages, self.stats.spilled_bytes) = paged.spilled();
+        }
         if self.operator.state_size_walks() {
             let measured = self.stats.state_entries;
             let since = self.stats.records_in.saturating_sub(self.state_measured_at);
@@ -439,17 +442,19 @@ impl Engine {
     }
 
     /// Lets the operator keep state larger than memory: past `budget`
-    /// bytes it moves cold pages to `store` (`crate::spill`). False when
+    /// bytes it moves cold pages to `store` (`crate::state`). False when
     /// the operator cannot spill (its state stays in memory, bounded by
     /// the state limit).
     pub fn attach_spill(&mut self, store: Box<dyn crate::SpillStore>, budget: usize) -> bool {
-        self.operator.attach_spill(store, budget).is_ok()
+        let Some(paged) = self.operator.paged_mut() else { return false };
+        paged.attach_spill(store, budget);
+        true
     }
 
     /// Whether the engine's state can spill ([`Engine::attach_spill`]
     /// takes a store).
     pub fn spills(&self) -> bool {
-        self.operator.spills()
+        self.operator.paged().is_some()
     }
 
     /// Serialises the engine's state (see [`Engine::restore`]), headed by
@@ -462,14 +467,18 @@ impl Engine {
     /// ([`Engine::snapshot_head`]) and the pages that changed
     /// ([`Engine::take_dirty_pages`], [`Engine::snapshot_page`]).
     pub fn paged(&self) -> bool {
-        self.operator.paged()
+        self.operator.paged().is_some()
     }
 
     /// The head of an incremental checkpoint: [`Engine::snapshot`]'s
     /// header, then what the operator keeps outside its pages (all of its
     /// state when it is not paged).
     pub fn snapshot_head(&self) -> Result<Vec<u8>, Error> {
-        self.operator.snapshot_head(self.snapshot_header()?)
+        let header = self.snapshot_header()?;
+        match self.operator.paged() {
+            Some(paged) => paged.snapshot_head(header),
+            None => self.operator.snapshot(header),
+        }
     }
 
     fn snapshot_header(&self) -> Result<Vec<u8>, Error> {
@@ -481,30 +490,49 @@ impl Engine {
     /// state was restored), in increasing order.
     pub fn take_dirty_pages(&mut self) -> Vec<u32> {
         let mut pages = Vec::new();
-        self.operator.take_dirty_pages(std::mem::take(&mut self.all_pages_dirty), &mut pages);
+        let all = std::mem::take(&mut self.all_pages_dirty);
+        if let Some(paged) = self.operator.paged_mut() {
+            paged.take_dirty_pages(all, &mut pages);
+        }
         pages
     }
 
     pub fn snapshot_page(&self, page: u32) -> Result<Vec<u8>, Error> {
-        self.operator.snapshot_page(page, Vec::new())
+        self.paged_state()?.snapshot_page(page, Vec::new())
     }
 
     /// Restores a head written by [`Engine::snapshot_head`]; its pages
     /// follow ([`Engine::restore_page`]), then [`Engine::pages_restored`].
     pub fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let operator = self.restore_header(bytes)?;
-        self.operator.restore_head(operator)?;
+        match self.operator.paged_mut() {
+            Some(paged) => paged.restore_head(operator)?,
+            None => self.operator.restore(operator)?,
+        }
         self.all_pages_dirty = false;
         Ok(())
     }
 
     pub fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        self.operator.restore_page(page, bytes)
+        self.paged_state_mut()?.restore_page(page, bytes)
     }
 
     pub fn pages_restored(&mut self) -> Result<(), Error> {
-        self.operator.pages_restored()?;
+        if let Some(paged) = self.operator.paged_mut() {
+            paged.pages_restored()?;
+        }
         self.check_state_limit()
+    }
+
+    /// The operator's paged state, for a page of a checkpoint.
+    fn paged_state(&self) -> Result<&dyn Paged, Error> {
+        self.operator.paged().ok_or_else(|| Error::Internal("a page of an operator whose state is not paged".into()))
+    }
+
+    fn paged_state_mut(&mut self) -> Result<&mut dyn Paged, Error> {
+        self.operator
+            .paged_mut()
+            .ok_or_else(|| Error::Internal("a page restored into an operator whose state is not paged".into()))
     }
 
     /// A hopping aggregate's checkpoint written in panes (EMIT FINAL),

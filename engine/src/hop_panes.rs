@@ -140,10 +140,10 @@ impl HopPaneOperator {
             for &g in pane_groups {
                 self.key.clear();
                 self.key.extend_from_slice(&start.to_le_bytes());
-                self.key.extend_from_slice(&self.panes.table.key(g)[8..]);
-                let (w, new) = self.windows.table.find_or_insert(&self.key);
+                self.key.extend_from_slice(&self.panes.paged.table.key(g)[8..]);
+                let (w, new) = self.windows.paged.table.find_or_insert(&self.key);
                 if new {
-                    let groups = self.windows.table.capacity();
+                    let groups = self.windows.paged.table.capacity();
                     open_window_group(&mut self.windows.bounds, &mut self.windows.open_by_end, w, w, start, end);
                     for acc in &mut self.windows.accs {
                         acc.ensure(groups);

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 
 use crate::Error;
-use crate::group_keys::KeyEncoder;
+use crate::state::group_keys::KeyEncoder;
 use sluice_plan::{Batch, Column, PhysExpr, Selection, eval};
 
 /// Scratch reused batch to batch: the batch's keys back to back, where

@@ -20,11 +20,11 @@ use serde::{Deserialize, Serialize};
 
 use super::aggregate::int_values;
 use crate::Error;
-use crate::group_keys::KeyEncoder;
 use crate::operator::{
     BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest, write_state,
 };
 use crate::shown::judge;
+use crate::state::group_keys::KeyEncoder;
 use sluice_plan::{AggFunc, Batch, Column, DataType, MergeCall, MergePlan, Scalar};
 
 /// A window as `(end, start)`, so that windows sort in closing order. The

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sluice_plan::{Batch, Column, Selection};
 
 use crate::Error;
-use crate::spill::SpillStore;
+use crate::state::Paged;
 
 /// Rows of one batch as the engine hands them to an operator.
 #[derive(Debug)]
@@ -168,7 +168,7 @@ pub enum OperatorTag {
     /// An OVER window over a changelog (`crate::rows_changelog`).
     RowsChangelog = 16,
     /// An aggregate's head once it spilled: its pages no longer sit in
-    /// the group table's order (`crate::spill::PageMap`).
+    /// the group table's order (`crate::state::PageMap`).
     AggregateSpilledHead = 17,
     /// A top N's head once it spilled.
     TopNSpilledHead = 18,
@@ -246,73 +246,19 @@ pub trait Operator: std::fmt::Debug + Send {
     /// Appends the operator's tag and state to `out`.
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error>;
 
-    /// Incremental checkpoints. An operator whose state is many keys may
-    /// cut it into pages of a fixed range of keys: a checkpoint then
-    /// writes the pages that changed since the last one, each under its
-    /// own key of the compacted state topic, and a *head* of what is not
-    /// in pages (the page layout, indexes). What a checkpoint costs then
-    /// grows with the keys that changed, not with the state held.
-    fn paged(&self) -> bool {
-        false
-    }
-
-    /// The head of a paged checkpoint (the whole state when not paged).
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.snapshot(out)
-    }
-
-    /// Restores a head written by [`Operator::snapshot_head`]; the pages
-    /// follow ([`Operator::restore_page`]), then
-    /// [`Operator::pages_restored`].
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.restore(bytes)
-    }
-
-    /// Appends the pages changed since the last call — every page when
-    /// `all` — and starts counting afresh.
-    fn take_dirty_pages(&mut self, _all: bool, _out: &mut Vec<u32>) {}
-
-    /// Appends page `page` of the state to `out`.
-    fn snapshot_page(&self, page: u32, _out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        Err(Error::Internal(format!("page {page} of an operator whose state is not paged")))
-    }
-
-    /// Restores a page written by [`Operator::snapshot_page`].
-    fn restore_page(&mut self, page: u32, _bytes: &[u8]) -> Result<(), Error> {
-        Err(Error::Internal(format!("page {page} restored into an operator whose state is not paged")))
-    }
-
-    /// Every page of a checkpoint is restored: checks that none is missing.
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        Ok(())
-    }
-
     /// Restores state written by [`Operator::snapshot`] of the same kind.
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error>;
 
-    /// State larger than memory (`crate::spill`): past `budget` bytes of
-    /// state the operator moves cold pages to `store`. An operator that
-    /// cannot spill hands the store back.
-    fn attach_spill(&mut self, store: Box<dyn SpillStore>, _budget: usize) -> Result<(), Box<dyn SpillStore>> {
-        Err(store)
+    /// State kept in pages (`crate::state`): checkpoints that write what
+    /// changed, and state larger than memory. An operator whose state is
+    /// not paged checkpoints whole and never spills.
+    fn paged(&self) -> Option<&dyn Paged> {
+        None
     }
 
-    /// Whether [`Operator::attach_spill`] takes a store: the runtime
-    /// splits the memory budget among the operators that do (one that
-    /// keeps nothing, or a whole state bounded by the limit alone, needs
-    /// no share).
-    fn spills(&self) -> bool {
-        false
-    }
-
-    /// Between batches: moves cold state to disk if it is past its budget.
-    fn spill(&mut self) -> Result<(), Error> {
-        Ok(())
-    }
-
-    /// What the operator keeps on disk: pages and bytes.
-    fn spilled(&self) -> (usize, u64) {
-        (0, 0)
+    /// [`Operator::paged`], to change.
+    fn paged_mut(&mut self) -> Option<&mut dyn Paged> {
+        None
     }
 
     /// The plan has HAVING and emits updates: keep, per group, whether its
@@ -355,170 +301,6 @@ pub fn read_state_and_rest<'a, S: Deserialize<'a>>(tag: OperatorTag, bytes: &'a 
         return Err(Error::Checkpoint("checkpoint operator does not match the query".into()));
     }
     Ok((state, rest))
-}
-
-/// Runs one batch through `op` as the engine would, every row having seen
-/// `watermark`, then the watermark: what it emitted and the late rows.
-#[cfg(test)]
-/// Writes `op`'s head and the pages it changed since the last call (every
-/// page when `all`) into `pages` — the latest of each, as the compacted
-/// state topic keeps them — and returns the head.
-#[cfg(test)]
-pub(crate) fn checkpoint_pages(
-    op: &mut dyn Operator,
-    pages: &mut std::collections::BTreeMap<u32, Vec<u8>>,
-    all: bool,
-) -> Vec<u8> {
-    checkpoint_counting(op, pages, all).0
-}
-
-/// [`checkpoint_pages`], and how many pages it wrote.
-#[cfg(test)]
-pub(crate) fn checkpoint_counting(
-    op: &mut dyn Operator,
-    pages: &mut std::collections::BTreeMap<u32, Vec<u8>>,
-    all: bool,
-) -> (Vec<u8>, usize) {
-    let head = op.snapshot_head(Vec::new()).unwrap_or_else(|e| panic!("head: {e}"));
-    let mut dirty = Vec::new();
-    op.take_dirty_pages(all, &mut dirty);
-    let written = dirty.len();
-    for page in dirty {
-        pages.insert(page, op.snapshot_page(page, Vec::new()).unwrap_or_else(|e| panic!("page {page}: {e}")));
-    }
-    (head, written)
-}
-
-/// What [`agrees_through_page_restores`] saw of the operator it
-/// checkpointed.
-#[cfg(test)]
-#[derive(Debug, Default)]
-pub(crate) struct PagedRun {
-    /// The fewest pages one checkpoint wrote (after the first).
-    pub fewest_written: usize,
-    /// Pages the last checkpoint left in the topic.
-    pub pages: usize,
-    /// The most pages it held on disk, and the most state in memory.
-    pub most_spilled: usize,
-    pub most_state: usize,
-    /// The most state of the one never checkpointed.
-    pub in_memory: usize,
-    /// Entries held at the end by either.
-    pub entries: (usize, usize),
-}
-
-/// Runs `rounds` rounds of input from `next` through two operators made by
-/// `make` — one never checkpointed, one checkpointed in pages after each
-/// round and restored from its head and the pages written so far every
-/// `every` rounds, spilling past `spill` bytes (into a new, empty store at
-/// each restore) when given — and asserts that each round `run` gives the
-/// same output from both.
-#[cfg(test)]
-pub(crate) fn agrees_through_page_restores<T: Operator, I, O: PartialEq + std::fmt::Debug>(
-    make: impl Fn() -> T,
-    spill: Option<usize>,
-    (rounds, every): (usize, usize),
-    mut next: impl FnMut() -> I,
-    mut run: impl FnMut(&mut T, &I) -> O,
-) -> PagedRun {
-    let checkpointed = || {
-        let mut op = make();
-        if let Some(budget) = spill {
-            assert!(op.attach_spill(Box::new(crate::spill::MemorySpill::default()), budget).is_ok());
-        }
-        op
-    };
-    let (mut whole, mut paged) = (make(), checkpointed());
-    let mut pages = std::collections::BTreeMap::new();
-    let mut seen = PagedRun { fewest_written: usize::MAX, ..PagedRun::default() };
-    for r in 0..rounds {
-        let input = next();
-        assert_eq!(run(&mut whole, &input), run(&mut paged, &input), "round {r}");
-        if spill.is_some() {
-            paged.spill().unwrap_or_else(|e| panic!("spill: {e}"));
-        }
-        seen.most_spilled = seen.most_spilled.max(paged.spilled().0);
-        seen.most_state = seen.most_state.max(paged.state_size().bytes);
-        seen.in_memory = seen.in_memory.max(whole.state_size().bytes);
-        let (head, written) = checkpoint_counting(&mut paged, &mut pages, false);
-        if r > 0 {
-            seen.fewest_written = seen.fewest_written.min(written);
-        }
-        if r % every == every - 1 {
-            paged = restore_pages(checkpointed(), &head, &pages);
-        }
-    }
-    seen.pages = pages.len();
-    seen.entries = (whole.state_size().entries, paged.state_size().entries);
-    seen
-}
-
-/// Restores `op` from a head and its pages, as a restart reads them.
-#[cfg(test)]
-pub(crate) fn restore_pages<T: Operator>(
-    mut op: T,
-    head: &[u8],
-    pages: &std::collections::BTreeMap<u32, Vec<u8>>,
-) -> T {
-    op.restore_head(head).unwrap_or_else(|e| panic!("head: {e}"));
-    for (&page, bytes) in pages {
-        op.restore_page(page, bytes).unwrap_or_else(|e| panic!("page {page}: {e}"));
-    }
-    op.pages_restored().unwrap_or_else(|e| panic!("pages: {e}"));
-    op
-}
-
-#[cfg(test)]
-pub(crate) fn run_at_watermark(
-    op: &mut dyn Operator,
-    batch: &Batch,
-    times: &[i64],
-    watermark: i64,
-    types: &[sluice_plan::DataType],
-) -> (Batch, Vec<u32>) {
-    let before = vec![watermark; batch.len];
-    let input = BatchInput {
-        batch,
-        selection: Selection::All(batch.len),
-        event_times: times,
-        watermark_before: &before,
-        per_record: false,
-        emit_changes: false,
-        upstreams: &[],
-    };
-    let mut out = Batch::empty(types);
-    let (mut columns, mut late) = (Vec::new(), Vec::new());
-    let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
-    op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
-    op.on_watermark(watermark, true, &mut Closed::new(&mut out)).unwrap_or_else(|e| panic!("watermark: {e}"));
-    (out, late)
-}
-
-/// Runs one batch through `op` as the engine would with EMIT CHANGES
-/// (coalesced, no watermark): the rows it emitted and which of them it
-/// deleted.
-#[cfg(test)]
-pub(crate) fn run_emitting_changes(
-    op: &mut dyn Operator,
-    batch: &Batch,
-    types: &[sluice_plan::DataType],
-) -> (Batch, Vec<u32>) {
-    let zeros = vec![0; batch.len];
-    let input = BatchInput {
-        batch,
-        selection: Selection::All(batch.len),
-        event_times: &zeros,
-        watermark_before: &zeros,
-        per_record: false,
-        emit_changes: true,
-        upstreams: &[],
-    };
-    let mut out = Batch::empty(types);
-    let (mut columns, mut late) = (Vec::new(), Vec::new());
-    let mut output = OperatorOutput::new(&mut out, &mut columns, &mut late);
-    op.process(&input, &mut output).unwrap_or_else(|e| panic!("process: {e}"));
-    let deleted = output.deleted;
-    (out, deleted)
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::state::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use sluice_plan::{
     AggFunc, Batch, Column, ColumnData, DataType, PhysExpr, RowsFunction, RowsFunctionKind, RowsPlan, Scalar, eval,
 };
@@ -320,7 +320,8 @@ mod tests {
     use sluice_plan::{AggFunc, Batch, Column, DataType, PhysExpr, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec};
 
     use super::RowsChangelogOperator;
-    use crate::operator::{Operator, run_at_watermark};
+    use crate::operator::Operator;
+    use crate::test_drivers::run_at_watermark;
 
     const INT: DataType = DataType::Bigint;
 

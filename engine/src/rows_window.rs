@@ -13,13 +13,13 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
 use crate::Error;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{
-    DirtyPages, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+use crate::state::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
+use crate::state::pages::{
+    PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{PagedGroups, Spilling, place_keys};
+use crate::state::{PagedGroups, PagedState, place_keys};
 use sluice_plan::eval;
 use sluice_plan::{AggFunc, DataType, RowsFunctionKind, RowsPlan, RowsSpec};
 use sluice_plan::{Column, ColumnData};
@@ -27,7 +27,7 @@ use sluice_plan::{Column, ColumnData};
 /// The operator keeps every spec's frames per PARTITION BY key in one
 /// group table (a key prefixed with its spec's number when there are
 /// several), so its state pages and spills as an aggregate's or a top
-/// N's does (`crate::pages`, `crate::spill`): a checkpoint writes the
+/// N's does (`crate::state::pages`, `crate::state`): a checkpoint writes the
 /// pages of keys that got rows since the last one, and past its budget
 /// cold keys' frames go to disk. A key's frame never ends (a ROWS frame
 /// counts rows, not time), so without spilling its state grows with the
@@ -35,16 +35,13 @@ use sluice_plan::{Column, ColumnData};
 #[derive(Debug)]
 pub struct RowsOperator {
     specs: Vec<RowsSpec>,
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Per key id: its frames (no function for an id without a key).
     partitions: Vec<Partition>,
     /// What the frames hold on the heap, kept as rows come.
     heap: usize,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold pages go once state passes its budget, and the key ids
-    /// of a batch's rows.
-    spilling: Spilling,
     /// The batch's selected rows (scratch).
     rows: Vec<usize>,
 }
@@ -199,11 +196,9 @@ impl RowsOperator {
     pub fn new(plan: &RowsPlan) -> Self {
         Self {
             specs: plan.specs.clone(),
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             partitions: Vec::new(),
             heap: 0,
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
             rows: Vec::new(),
         }
     }
@@ -266,8 +261,8 @@ impl RowsOperator {
                 true
             })
         })?;
-        if self.partitions.len() < self.table.capacity() {
-            self.partitions.resize_with(self.table.capacity(), Partition::default);
+        if self.partitions.len() < self.paged.table.capacity() {
+            self.partitions.resize_with(self.paged.table.capacity(), Partition::default);
         }
         let mut outs: Vec<Out> = spec
             .functions
@@ -279,8 +274,8 @@ impl RowsOperator {
             .collect();
         let frame = spec.preceding;
         for (i, &r) in rows.iter().enumerate() {
-            let gid = self.spilling.gids[i];
-            self.dirty.mark(self.spilling.stable(gid));
+            let gid = self.paged.spilling.gids[i];
+            self.paged.dirty.mark(self.paged.spilling.stable(gid));
             let part = &mut self.partitions[gid as usize];
             if part.functions.is_empty() {
                 // A key new to the table (or an id a spill freed).
@@ -311,23 +306,23 @@ impl RowsOperator {
     /// The bytes the frames and their keys hold in memory, what spilling
     /// keeps aside.
     fn own_bytes(&self) -> usize {
-        self.table.heap_bytes() + self.partitions.capacity() * size_of::<Partition>() + self.heap
+        self.paged.table.heap_bytes() + self.partitions.capacity() * size_of::<Partition>() + self.heap
     }
 
     /// A whole checkpoint, per spec as they were written before specs
     /// shared a table: each spec's keys (without their prefix) in a table
     /// of their own, and their frames.
     fn to_state(&self) -> RowsStateRef<'_> {
-        let ids = u32::try_from(self.table.capacity()).unwrap_or(u32::MAX);
+        let ids = u32::try_from(self.paged.table.capacity()).unwrap_or(u32::MAX);
         let frames = |gid: u32| self.partitions.get(gid as usize).unwrap_or(&NO_PARTITION);
         if self.specs.len() == 1 {
             let partitions = (0..ids).map(frames).collect();
-            return RowsStateRef { specs: vec![(self.table.to_state(), partitions)] };
+            return RowsStateRef { specs: vec![(self.paged.table.to_state(), partitions)] };
         }
         let mut specs: Vec<(GroupTable, Vec<&Partition>)> =
             self.specs.iter().map(|_| (GroupTable::default(), Vec::new())).collect();
         for gid in 0..ids {
-            let Some((prefix, key)) = self.table.key_of(gid).and_then(|k| k.split_first_chunk::<2>()) else {
+            let Some((prefix, key)) = self.paged.table.key_of(gid).and_then(|k| k.split_first_chunk::<2>()) else {
                 continue;
             };
             if let Some((table, partitions)) = specs.get_mut(usize::from(u16::from_be_bytes(*prefix))) {
@@ -345,15 +340,15 @@ impl RowsOperator {
         if state.specs.len() != self.specs.len() {
             return Err(Error::Checkpoint("checkpoint does not match the query's window specs".into()));
         }
-        self.spilling.forget()?;
-        self.dirty.clear();
+        self.paged.spilling.forget()?;
+        self.paged.dirty.clear();
         let specs = self.specs.len();
         if specs == 1 {
             let Some((keys, partitions)) = state.specs.into_iter().next() else { return Ok(()) };
-            self.table = GroupTable::from_state(keys);
+            self.paged.table = GroupTable::from_state(keys);
             self.partitions = partitions;
         } else {
-            self.table = GroupTable::default();
+            self.paged.table = GroupTable::default();
             self.partitions = Vec::new();
             let mut key = Vec::new();
             for (s, (keys, mut partitions)) in state.specs.into_iter().enumerate() {
@@ -363,7 +358,7 @@ impl RowsOperator {
                     key.clear();
                     Self::key_prefix(specs, s, &mut key);
                     key.extend_from_slice(k);
-                    let (id, _) = self.table.find_or_insert(&key);
+                    let (id, _) = self.paged.table.find_or_insert(&key);
                     if self.partitions.len() <= id as usize {
                         self.partitions.resize_with(id as usize + 1, Partition::default);
                     }
@@ -534,11 +529,14 @@ impl Operator for RowsOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.spilling.groups(&self.table) }
+        StateSize {
+            bytes: self.own_bytes() + self.paged.spilling.heap_bytes(),
+            entries: self.paged.spilling.groups(&self.paged.table),
+        }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of an OVER window that spilled".into()));
         }
@@ -549,41 +547,53 @@ impl Operator for RowsOperator {
         self.restore_state(read_state(OperatorTag::Rows, bytes)?)
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, ()) {
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
+    }
+}
+
+impl PagedGroups for RowsOperator {
+    fn groups(&self) -> &PagedState {
+        &self.paged
+    }
+
+    fn groups_mut(&mut self) -> &mut PagedState {
+        &mut self.paged
+    }
+
+    fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
             return write_state(OperatorTag::RowsSpilledHead, &head, out);
         }
-        write_state(OperatorTag::RowsHead, &TableHead::of(&self.table), out)
+        write_state(OperatorTag::RowsHead, &TableHead::of(&self.paged.table), out)
     }
 
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.heap = 0;
-        self.dirty.clear();
+        self.paged.dirty.clear();
         self.partitions = Vec::new();
-        self.table = GroupTable::default();
-        if let Some(head) = self.spilling.restore_either_head(
+        self.paged.table = GroupTable::default();
+        if let Some(head) = self.paged.spilling.restore_either_head(
             bytes,
             OperatorTag::RowsSpilledHead as u32,
             OperatorTag::RowsHead as u32,
         )? {
             self.partitions.resize_with(head.groups as usize, Partition::default);
-            self.table = head.table();
+            self.paged.table = head.table();
         }
         Ok(())
     }
 
-    crate::spill::spilling_operator_methods!(plain);
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
             return Ok(());
         }
         let (p, _): (RowsPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
+        restore_page_keys(&mut self.paged.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         for (i, frames) in p.partitions.into_iter().enumerate() {
             if let Some(slot) = self.partitions.get_mut(start + i) {
@@ -593,19 +603,15 @@ impl Operator for RowsOperator {
         }
         Ok(())
     }
-}
-
-impl PagedGroups for RowsOperator {
-    crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let partitions = groups.clone().map(|g| self.partitions.get(g).unwrap_or(&NO_PARTITION)).collect();
-        write_page(&RowsPageRef { keys: page_keys(&self.table, groups), partitions }, out)
+        write_page(&RowsPageRef { keys: page_keys(&self.paged.table, groups), partitions }, out)
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, _): (RowsPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
+        place_keys(&mut self.paged.table, block, &p.keys)?;
         let start = block as usize * BLOCK;
         if self.partitions.len() < start + BLOCK {
             self.partitions.resize_with(start + BLOCK, Partition::default);

@@ -9,11 +9,11 @@
 //! into; a record whose own window is already closed is late.
 //!
 //! A key's open sessions live with the key in a group table, so the state
-//! pages and spills as an aggregate's does (`crate::pages`,
-//! `crate::spill`): a checkpoint writes the pages of keys whose sessions
+//! pages and spills as an aggregate's does (`crate::state::pages`,
+//! `crate::state`): a checkpoint writes the pages of keys whose sessions
 //! changed, and past its budget cold keys go to disk with their sessions.
 //! What stays in memory of the sessions on disk is each page's earliest
-//! end (`crate::page_due`): the watermark reads the page back then.
+//! end (`crate::state::page_due`): the watermark reads the page back then.
 
 use std::collections::BTreeSet;
 use std::ops::Range;
@@ -21,15 +21,14 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
-use super::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::Error;
 use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::page_due::PageDue;
-use crate::pages::{
-    DirtyPages, PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys,
-    write_page,
+use crate::state::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
+use crate::state::page_due::PageDue;
+use crate::state::pages::{
+    PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{FOLD_AT, PageIs, PagedGroups, Spilling, place_keys};
+use crate::state::{FOLD_AT, PageIs, PagedGroups, PagedState, place_keys};
 use sluice_plan::Batch;
 use sluice_plan::Column;
 use sluice_plan::eval;
@@ -40,8 +39,9 @@ pub struct SessionOperator {
     plan: AggregatePlan,
     gap_ms: i64,
     group_types: Vec<DataType>,
-    /// Group key → key id.
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Open sessions (slot ids) of each key id in memory.
     key_sessions: Vec<Vec<u32>>,
     /// What the lists of `key_sessions` hold on the heap.
@@ -62,11 +62,6 @@ pub struct SessionOperator {
     /// overlaps (reused, so no allocation per record).
     rows: Vec<usize>,
     overlapping: Vec<u32>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold pages go once state passes its budget, and the key ids
-    /// of a batch's rows.
-    spilling: Spilling,
 }
 
 /// Session slots: bounds and owning key, with a free list.
@@ -184,7 +179,7 @@ impl SessionOperator {
             accs: plan.aggregates.iter().map(Accumulator::new).collect(),
             plan: plan.clone(),
             gap_ms,
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             key_sessions: Vec::new(),
             list_bytes: 0,
             sessions: Sessions::default(),
@@ -194,14 +189,12 @@ impl SessionOperator {
             is_touched: Vec::new(),
             rows: Vec::new(),
             overlapping: Vec::new(),
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
         }
     }
 
     /// The id key `key_id` has in checkpoints and in the index by end.
     fn stable(&self, key_id: u32) -> u32 {
-        self.spilling.stable(key_id)
+        self.paged.spilling.stable(key_id)
     }
 
     fn fold_batch(&mut self, input: &BatchInput<'_>, out: &mut Batch, late: &mut Vec<u32>) -> Result<(), Error> {
@@ -256,13 +249,13 @@ impl SessionOperator {
         out: &mut Batch,
         late: &mut Vec<u32>,
     ) -> Result<(), Error> {
-        if self.key_sessions.len() < self.table.capacity() {
-            self.key_sessions.resize_with(self.table.capacity(), Vec::new);
+        if self.key_sessions.len() < self.paged.table.capacity() {
+            self.key_sessions.resize_with(self.paged.table.capacity(), Vec::new);
         }
         for (i, &r) in rows.iter().enumerate() {
             let ts = input.event_times[r];
             let wm = input.watermark_before[r];
-            let key_id = self.spilling.gids[i];
+            let key_id = self.paged.spilling.gids[i];
             let id = self.stable(key_id);
             let (mut start, mut end) = (ts, ts.saturating_add(self.gap_ms));
             // Open, not yet closable sessions that overlap [ts, ts + gap).
@@ -275,7 +268,7 @@ impl SessionOperator {
                 late.push(u32::try_from(r).unwrap_or(u32::MAX));
                 continue;
             }
-            self.dirty.mark(id);
+            self.paged.dirty.mark(id);
             let slot = match overlapping.split_first() {
                 None => {
                     self.by_end.insert((end, id));
@@ -329,8 +322,8 @@ impl SessionOperator {
         // A key made for late rows alone goes again — after the batch, as
         // its later rows carry its id.
         for (i, _) in rows.iter().enumerate() {
-            let key_id = self.spilling.gids[i];
-            if self.key_sessions[key_id as usize].is_empty() && self.table.is_live(key_id) {
+            let key_id = self.paged.spilling.gids[i];
+            if self.key_sessions[key_id as usize].is_empty() && self.paged.table.is_live(key_id) {
                 self.remove_key(key_id);
             }
         }
@@ -348,8 +341,8 @@ impl SessionOperator {
 
     /// Lets a key with no open session go.
     fn remove_key(&mut self, key_id: u32) {
-        self.dirty.mark(self.stable(key_id));
-        self.table.remove(key_id);
+        self.paged.dirty.mark(self.stable(key_id));
+        self.paged.table.remove(key_id);
         let list = std::mem::take(&mut self.key_sessions[key_id as usize]);
         self.list_bytes -= list.capacity() * 4;
     }
@@ -366,7 +359,7 @@ impl SessionOperator {
                 due.clear();
                 self.on_disk.take_run(watermark, &mut due);
                 for &page in &due {
-                    if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+                    if self.paged.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
                         self.with_spilling(|s, op| s.read_back(op, page))?;
                     }
                 }
@@ -374,7 +367,8 @@ impl SessionOperator {
             }
             let Some((end, id)) = next else { break };
             // A session on disk comes back with its key's page.
-            let key_id = if self.spilling.spilled_any() { self.with_spilling(|s, op| s.slot_of(op, id))? } else { id };
+            let key_id =
+                if self.paged.spilling.spilled_any() { self.with_spilling(|s, op| s.slot_of(op, id))? } else { id };
             let slot = self
                 .key_sessions
                 .get(key_id as usize)
@@ -384,7 +378,7 @@ impl SessionOperator {
                 self.emit_session(slot, out.rows)?;
                 out.drain_if_full()?;
             }
-            self.dirty.mark(id);
+            self.paged.dirty.mark(id);
             self.drop_slot(key_id, slot);
             if self.key_sessions[key_id as usize].is_empty() {
                 self.remove_key(key_id);
@@ -392,12 +386,12 @@ impl SessionOperator {
                 // so closing sessions larger than memory holds a page of
                 // them at a time.
                 let block = key_id / PAGE_GROUPS;
-                if self.table.block_is_free(block)
-                    && let Some(pages) = &mut self.spilling.pages
+                if self.paged.table.block_is_free(block)
+                    && let Some(pages) = &mut self.paged.spilling.pages
                 {
                     self.sessions.recycle(&mut self.accs);
                     pages.evicted(block, false);
-                    self.table.evict_blocks(&[block]);
+                    self.paged.table.evict_blocks(&[block]);
                 }
             }
             closed += 1;
@@ -409,7 +403,7 @@ impl SessionOperator {
     fn emit_session(&self, slot: u32, out: &mut Batch) -> Result<(), Error> {
         let (start, end, key_id) = self.sessions.slots[slot as usize];
         let ng = self.group_types.len();
-        decode_key_into(self.table.key(key_id), 0, &self.group_types, &mut out.columns[..ng])?;
+        decode_key_into(self.paged.table.key(key_id), 0, &self.group_types, &mut out.columns[..ng])?;
         out.columns[ng].push_i64(start)?;
         out.columns[ng + 1].push_i64(end)?;
         for (acc, col) in self.accs.iter().zip(&mut out.columns[ng + 2..]) {
@@ -421,13 +415,13 @@ impl SessionOperator {
 
     /// Keys with open sessions, in memory and on disk.
     fn groups(&self) -> usize {
-        self.spilling.groups(&self.table)
+        self.paged.spilling.groups(&self.paged.table)
     }
 
     /// Moves the index by end's entries for keys on disk to `on_disk`,
     /// their page's earliest end.
     fn fold_ends(&mut self) {
-        let Some(pages) = &self.spilling.pages else { return };
+        let Some(pages) = &self.paged.spilling.pages else { return };
         let on_disk = &mut self.on_disk;
         self.by_end.retain(|&(end, id)| match pages.where_is(id / PAGE_GROUPS) {
             PageIs::Spilled => {
@@ -446,7 +440,7 @@ impl SessionOperator {
 
     /// The state's bytes in memory, what spilling keeps aside.
     fn own_bytes(&self) -> usize {
-        self.table.heap_bytes()
+        self.paged.table.heap_bytes()
             + self.key_sessions.capacity() * size_of::<Vec<u32>>()
             + self.list_bytes
             + self.sessions.slots.capacity() * 24
@@ -461,7 +455,7 @@ impl SessionOperator {
     /// paged.
     fn to_state(&self) -> SessionStateRef<'_> {
         SessionStateRef {
-            keys: self.table.to_state(),
+            keys: self.paged.table.to_state(),
             key_sessions: &self.key_sessions,
             sessions: SessionsRef {
                 slots: &self.sessions.slots,
@@ -474,9 +468,9 @@ impl SessionOperator {
     }
 
     fn restore_state(&mut self, state: SessionState) -> Result<(), Error> {
-        self.spilling.forget()?;
-        self.dirty.clear();
-        self.table = GroupTable::from_state(state.keys);
+        self.paged.spilling.forget()?;
+        self.paged.dirty.clear();
+        self.paged.table = GroupTable::from_state(state.keys);
         self.key_sessions = state.key_sessions;
         self.list_bytes = self.key_sessions.iter().map(|l| l.capacity() * 4).sum();
         let SessionsIn { slots, free, pending, .. } = state.sessions;
@@ -499,7 +493,7 @@ impl SessionOperator {
         self.accs = self.plan.aggregates.iter().map(Accumulator::new).collect();
         self.touched.clear();
         self.is_touched.clear();
-        self.dirty.clear();
+        self.paged.dirty.clear();
     }
 
     /// Puts page `page`'s key ids `ids` (their keys already in the table)
@@ -546,7 +540,7 @@ impl Operator for SessionOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.groups() }
+        StateSize { bytes: self.own_bytes() + self.paged.spilling.heap_bytes(), entries: self.groups() }
     }
 
     /// A string's MIN/MAX is measured string by string.
@@ -559,7 +553,7 @@ impl Operator for SessionOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of session windows that spilled".into()));
         }
@@ -570,35 +564,47 @@ impl Operator for SessionOperator {
         self.restore_state(read_state(OperatorTag::Session, bytes)?)
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, ()) {
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
+    }
+}
+
+impl PagedGroups for SessionOperator {
+    fn groups(&self) -> &PagedState {
+        &self.paged
+    }
+
+    fn groups_mut(&mut self) -> &mut PagedState {
+        &mut self.paged
+    }
+
+    fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
             return write_state(OperatorTag::SessionSpilledHead, &head, out);
         }
-        write_state(OperatorTag::SessionHead, &TableHead::of(&self.table), out)
+        write_state(OperatorTag::SessionHead, &TableHead::of(&self.paged.table), out)
     }
 
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.clear();
-        self.table = GroupTable::default();
-        if let Some(head) = self.spilling.restore_either_head(
+        self.paged.table = GroupTable::default();
+        if let Some(head) = self.paged.spilling.restore_either_head(
             bytes,
             OperatorTag::SessionSpilledHead as u32,
             OperatorTag::SessionHead as u32,
         )? {
             self.key_sessions.resize_with(head.groups as usize, Vec::new);
-            self.table = head.table();
+            self.paged.table = head.table();
         }
         Ok(())
     }
 
-    crate::spill::spilling_operator_methods!();
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.spilling.pages_restored(&self.table)
+    fn check_restored(&mut self) -> Result<(), Error> {
+        self.paged.spilling.pages_restored(&self.paged.table)
     }
 
     /// The index by end is folded once its entries of keys on disk pass
@@ -606,7 +612,7 @@ impl Operator for SessionOperator {
     /// entry, twice the live ones (a join's heap's rule, 16 bytes an
     /// entry) took a third of the budget at the peak. A fold visits the
     /// index once, for at least a fifth of it removed.
-    fn spill(&mut self) -> Result<(), Error> {
+    fn spill_cold(&mut self) -> Result<(), Error> {
         self.with_spilling(|s, op| s.spill_cold(op))?;
         let live = self.sessions_in_memory();
         if self.by_end.len() > live + live / 4 + FOLD_AT / 4 {
@@ -615,19 +621,15 @@ impl Operator for SessionOperator {
         Ok(())
     }
 
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
             return Ok(());
         }
         let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
-        let ids = page_groups(page, self.table.capacity());
+        restore_page_keys(&mut self.paged.table, page, &p.keys)?;
+        let ids = page_groups(page, self.paged.table.capacity());
         self.place_sessions(page, p, ids)
     }
-}
-
-impl PagedGroups for SessionOperator {
-    crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let lists = groups.clone().map(|g| self.key_sessions.get(g).map_or(&[][..], Vec::as_slice));
@@ -639,12 +641,12 @@ impl PagedGroups for SessionOperator {
             .collect();
         let slots = lists.flatten().map(|&s| s as usize);
         let accs = self.accs.iter().map(|a| a.gather(slots.clone())).collect::<Result<_, _>>()?;
-        write_page(&SessionPageRef { keys: page_keys(&self.table, groups), sessions, accs }, out)
+        write_page(&SessionPageRef { keys: page_keys(&self.paged.table, groups), sessions, accs }, out)
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, _): (SessionPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
+        place_keys(&mut self.paged.table, block, &p.keys)?;
         self.on_disk.forget(page);
         let start = block as usize * BLOCK;
         self.place_sessions(page, p, start..start + BLOCK)

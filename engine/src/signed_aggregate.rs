@@ -21,10 +21,9 @@ use serde::{Deserialize, Serialize};
 use crate::Error;
 use crate::accumulators::Accumulator;
 use crate::aggregate::{AggregateOperator, AggregateState, AggregateStateRef};
-use crate::group_keys::KeyEncoder;
 use crate::join::bools;
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state_and_rest};
-use crate::spill::SpillStore;
+use crate::state::group_keys::KeyEncoder;
 use sluice_plan::{AggFunc, AggregateCall, AggregatePlan, Column, DataType, PhysExpr, Scalar, Selection, eval};
 
 #[derive(Debug)]
@@ -206,55 +205,19 @@ impl Operator for SignedAggregateOperator {
 
     // Pages, checkpoints in pages and spilling: the aggregate's, row
     // counts included.
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        self.inner.paged()
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.inner.snapshot_head(out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.inner.restore_head(bytes)
-    }
-
-    fn take_dirty_pages(&mut self, all: bool, out: &mut Vec<u32>) {
-        self.inner.take_dirty_pages(all, out);
-    }
-
-    fn snapshot_page(&self, page: u32, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        self.inner.snapshot_page(page, out)
-    }
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        self.inner.restore_page(page, bytes)
-    }
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.inner.pages_restored()
-    }
-
-    fn attach_spill(&mut self, store: Box<dyn SpillStore>, budget: usize) -> Result<(), Box<dyn SpillStore>> {
-        self.inner.attach_spill(store, budget)
-    }
-
-    fn spills(&self) -> bool {
-        self.inner.spills()
-    }
-
-    fn spill(&mut self) -> Result<(), Error> {
-        self.inner.spill()
-    }
-
-    fn spilled(&self) -> (usize, u64) {
-        self.inner.spilled()
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        self.inner.paged_mut()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::{
+    use crate::test_drivers::{
         agrees_through_page_restores, checkpoint_pages as checkpoint, restore_pages as restored, run_emitting_changes,
     };
     use sluice_plan::{AggregateCall, Batch, DataType, Scalar};

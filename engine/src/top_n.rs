@@ -35,13 +35,13 @@ use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
-use crate::group_keys::BLOCK;
-use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{
-    DirtyPages, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+use crate::state::group_keys::BLOCK;
+use crate::state::group_keys::{GroupTable, GroupTableState, KeyEncoder};
+use crate::state::pages::{
+    PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
-use crate::spill::{PagedGroups, Spilling, place_keys};
+use crate::state::{PagedGroups, PagedState, place_keys};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
 
@@ -108,7 +108,9 @@ pub struct TopNOperator {
     plan: TopNPlan,
     limit: usize,
     used: Vec<bool>,
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Per key id: its best rows, best first.
     kept: Vec<Vec<Kept>>,
     rows: usize,
@@ -119,11 +121,6 @@ pub struct TopNOperator {
     heap: usize,
     /// A row being encoded (scratch).
     encoded: Vec<u8>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold pages go once state passes its budget (`crate::spill`),
-    /// and the key ids of a batch's rows.
-    spilling: Spilling,
     /// The keys a batch changed, in the order it first changed them, each
     /// with the best rank it changed (coalesced emission; scratch).
     changed: Vec<(u32, u32)>,
@@ -216,14 +213,12 @@ impl TopNOperator {
             plan: plan.clone(),
             limit: usize::try_from(plan.limit).unwrap_or(usize::MAX).max(1),
             used: used.to_vec(),
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             kept: Vec::new(),
             rows: 0,
             slots: 0,
             heap: 0,
             encoded: Vec::new(),
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
             changed: Vec::new(),
             changed_at: HashMap::default(),
         }
@@ -235,8 +230,8 @@ impl TopNOperator {
         // key, the list's allocation (a 16-byte allocator header, and its
         // slots); per row what it holds on the heap (`heap`, kept as rows
         // come and go).
-        let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.table.live() * 16;
-        self.table.heap_bytes() + keys + self.slots * size_of::<Kept>() + self.heap
+        let keys = self.kept.capacity() * size_of::<Vec<Kept>>() + self.paged.table.live() * 16;
+        self.paged.table.heap_bytes() + keys + self.slots * size_of::<Kept>() + self.heap
     }
 
     /// Takes the rows of key id `gid` into the counts of what is kept.
@@ -294,13 +289,13 @@ impl Operator for TopNOperator {
                 true
             })
         })?;
-        if self.kept.len() < self.table.capacity() {
-            self.kept.resize_with(self.table.capacity(), Vec::new);
+        if self.kept.len() < self.paged.table.capacity() {
+            self.kept.resize_with(self.paged.table.capacity(), Vec::new);
         }
         for (i, r) in rows.into_iter().enumerate() {
             // A new key's row always enters its (empty) top N, which marks
             // its page below.
-            let gid = self.spilling.gids[i] as usize;
+            let gid = self.paged.spilling.gids[i] as usize;
             let list = &self.kept[gid];
             let at = list.iter().position(|k| self.ahead(&order, &then, r, k)).unwrap_or(list.len());
             if at >= self.limit {
@@ -317,7 +312,7 @@ impl Operator for TopNOperator {
                 then: then.iter().map(|c| c.scalar(r)).collect(),
                 row: self.encoded.as_slice().into(),
             };
-            self.dirty.mark(self.spilling.stable(u32::try_from(gid).unwrap_or(u32::MAX)));
+            self.paged.dirty.mark(self.paged.spilling.stable(u32::try_from(gid).unwrap_or(u32::MAX)));
             self.heap += kept.heap_bytes();
             let list = &mut self.kept[gid];
             // The last row leaves before the new one enters, so a full
@@ -344,14 +339,14 @@ impl Operator for TopNOperator {
                 continue;
             }
             let at = u32::try_from(at).unwrap_or(u32::MAX);
-            match self.changed_at.entry(self.spilling.gids[i]) {
+            match self.changed_at.entry(self.paged.spilling.gids[i]) {
                 Entry::Occupied(e) => {
                     let best = &mut self.changed[*e.get()].1;
                     *best = (*best).min(at);
                 }
                 Entry::Vacant(e) => {
                     e.insert(self.changed.len());
-                    self.changed.push((self.spilling.gids[i], at));
+                    self.changed.push((self.paged.spilling.gids[i], at));
                 }
             }
         }
@@ -367,66 +362,78 @@ impl Operator for TopNOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.rows }
+        StateSize { bytes: self.own_bytes() + self.paged.spilling.heap_bytes(), entries: self.rows }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of a top N that spilled".into()));
         }
-        write_state(OperatorTag::TopN, &TopNStateRef { table: self.table.to_state(), kept: &self.kept }, out)
+        write_state(OperatorTag::TopN, &TopNStateRef { table: self.paged.table.to_state(), kept: &self.kept }, out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let state: TopNState = read_state(OperatorTag::TopN, bytes)?;
-        self.table = GroupTable::from_state(state.table);
+        self.paged.table = GroupTable::from_state(state.table);
         let width = self.used.len();
         self.kept = state.kept.into_iter().map(|list| list.into_iter().map(|k| k.into_kept(width)).collect()).collect();
         self.rows = self.kept.iter().map(Vec::len).sum();
         self.slots = self.kept.iter().map(Vec::capacity).sum();
         self.heap = self.kept.iter().flatten().map(Kept::heap_bytes).sum();
-        self.dirty.clear();
-        self.spilling.forget()
+        self.paged.dirty.clear();
+        self.paged.spilling.forget()
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, ()) {
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
+    }
+}
+
+impl PagedGroups for TopNOperator {
+    fn groups(&self) -> &PagedState {
+        &self.paged
+    }
+
+    fn groups_mut(&mut self) -> &mut PagedState {
+        &mut self.paged
+    }
+
+    fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
+        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
             return write_state(OperatorTag::TopNSpilledHead, &head, out);
         }
-        write_state(OperatorTag::TopNHead, &TableHead::of(&self.table), out)
+        write_state(OperatorTag::TopNHead, &TableHead::of(&self.paged.table), out)
     }
 
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.rows = 0;
         self.slots = 0;
         self.heap = 0;
-        self.dirty.clear();
+        self.paged.dirty.clear();
         self.kept = Vec::new();
-        self.table = GroupTable::default();
-        if let Some(head) = self.spilling.restore_either_head(
+        self.paged.table = GroupTable::default();
+        if let Some(head) = self.paged.spilling.restore_either_head(
             bytes,
             OperatorTag::TopNSpilledHead as u32,
             OperatorTag::TopNHead as u32,
         )? {
             self.kept = vec![Vec::new(); head.groups as usize];
-            self.table = head.table();
+            self.paged.table = head.table();
         }
         Ok(())
     }
 
-    crate::spill::spilling_operator_methods!(plain);
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
+    fn restore_from_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
         if self.with_spilling(|s, op| s.restore_page(op, page, bytes))? {
             return Ok(());
         }
         let (p, _): (TopNPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        restore_page_keys(&mut self.table, page, &p.keys)?;
+        restore_page_keys(&mut self.paged.table, page, &p.keys)?;
         let start = page_groups(page, usize::MAX).start;
         let width = self.used.len();
         for (i, rows) in p.kept.into_iter().enumerate() {
@@ -440,19 +447,15 @@ impl Operator for TopNOperator {
         }
         Ok(())
     }
-}
-
-impl PagedGroups for TopNOperator {
-    crate::spill::paged_groups_fields!();
 
     fn page_bytes(&self, groups: Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
         let kept = groups.clone().map(|g| self.kept.get(g).map_or(&[][..], Vec::as_slice)).collect();
-        write_page(&TopNPageRef { keys: page_keys(&self.table, groups), kept }, out)
+        write_page(&TopNPageRef { keys: page_keys(&self.paged.table, groups), kept }, out)
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
         let (p, _): (TopNPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        place_keys(&mut self.table, block, &p.keys)?;
+        place_keys(&mut self.paged.table, block, &p.keys)?;
         let start = block as usize * BLOCK;
         if self.kept.len() < start + BLOCK {
             self.kept.resize_with(start + BLOCK, Vec::new);

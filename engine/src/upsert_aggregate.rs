@@ -156,7 +156,10 @@ impl Operator for UpsertAggregateOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let last = self.last.iter().map(|(k, (g, v))| (k.as_slice(), *g, v.as_slice())).collect();
+        // In key order: the same state writes the same bytes (a hash
+        // map's order changes from run to run), so checkpoints compare.
+        let mut last: Vec<_> = self.last.iter().map(|(k, (g, v))| (k.as_slice(), *g, v.as_slice())).collect();
+        last.sort_unstable_by_key(|e| e.0);
         let state = UpsertStateRef { inner: self.inner.to_state(), last };
         self.inner.write_shown(write_state(OperatorTag::UpsertAggregate, &state, out)?)
     }
@@ -187,7 +190,7 @@ impl Operator for UpsertAggregateOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::run_emitting_changes;
+    use crate::test_drivers::run_emitting_changes;
     use sluice_plan::{AggregateCall, Batch, DataType};
 
     /// Input (auction, category, final); per category AVG(final) and COUNT(*).

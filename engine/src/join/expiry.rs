@@ -6,8 +6,8 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use super::JoinOperator;
-use crate::pages::PAGE_GROUPS;
-use crate::spill::PageIs;
+use crate::state::PageIs;
+use crate::state::pages::PAGE_GROUPS;
 
 impl JoinOperator {
     /// Moves the heap's entries for keys on disk to `on_disk` (their
@@ -18,7 +18,7 @@ impl JoinOperator {
     /// an entry per key on disk — at q9's 100 M events, 5.5 M entries and
     /// 128 MiB, more than the join's rows in memory.
     pub(super) fn fold_expiry(&mut self) {
-        let Some(pages) = &self.spilling.pages else { return };
+        let Some(pages) = &self.paged.spilling.pages else { return };
         let mut entries = std::mem::take(&mut self.expiry).into_vec();
         let on_disk = &mut self.on_disk;
         entries.retain(|&Reverse((at, id))| match pages.where_is(id / PAGE_GROUPS) {

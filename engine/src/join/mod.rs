@@ -33,21 +33,13 @@ use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use serde::ser::{SerializeSeq, SerializeStruct};
-use serde::{Deserialize, Serialize, Serializer};
-
 use crate::Error;
 use crate::aggregate::int_values;
-use crate::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
-use crate::operator::{
-    BatchInput, Closed, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state,
-};
-use crate::page_due::PageDue;
-use crate::pages::{
-    DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
-};
-use crate::spill::{FOLD_AT, PageIs, PagedGroups, SpilledHead, Spilling, load_keyed_page, restore_keyed_page};
-use sluice_plan::row_bytes::RowCells;
+use crate::operator::{BatchInput, Closed, OUTPUT_CHUNK_ROWS, Operator, OperatorOutput, StateSize};
+use crate::state::group_keys::{BLOCK, GroupTable, KeyEncoder};
+use crate::state::page_due::PageDue;
+use crate::state::pages::PAGE_GROUPS;
+use crate::state::{PageIs, PagedGroups, PagedState};
 use sluice_plan::{Batch, Column, ColumnData, DataType, JoinPlan, PhysExpr, ScalarRef, eval};
 
 /// The kept rows of one side, column by column in arrival order: keeping
@@ -139,111 +131,6 @@ pub(crate) struct Row<'a> {
     pub(crate) time: i64,
 }
 
-/// A kept row as a checkpoint holds it: its time, whether it matched,
-/// and its side's cells as a list of scalars — read back with its
-/// strings borrowed from the checkpoint's bytes. It is written straight
-/// from the store's columns ([`KeptOut`]), in the same bytes, so pages
-/// written by earlier releases (which made a `Vec<Scalar>` of each row,
-/// an allocation per row and per string) read as these do.
-#[derive(Debug, Clone, Deserialize)]
-struct Kept<'a> {
-    time: i64,
-    matched: bool,
-    #[serde(borrow)]
-    row: Vec<ScalarRef<'a>>,
-}
-
-/// The kept rows of one key, left side and right side, as a checkpoint
-/// holds them.
-#[derive(Debug, Default, Deserialize)]
-struct KeyRows<'a> {
-    #[serde(borrow)]
-    sides: [Vec<Kept<'a>>; 2],
-}
-
-#[derive(Serialize)]
-struct JoinState<'a> {
-    table: GroupTableState,
-    keys: KeysOut<'a>,
-}
-
-#[derive(Deserialize)]
-struct JoinStateIn<'a> {
-    table: GroupTableState,
-    #[serde(borrow)]
-    keys: Vec<KeyRows<'a>>,
-}
-
-/// The keys of one page of an incremental checkpoint and their kept
-/// rows, read back with keys and strings borrowed from the page's bytes
-/// ([`KeysOut`] writes the rows).
-type JoinPageIn<'a> = KeyedPageIn<'a, Vec<KeyRows<'a>>>;
-
-/// The kept rows of keys `groups`, written as a list of [`KeyRows`].
-struct KeysOut<'a> {
-    op: &'a JoinOperator,
-    groups: std::ops::Range<usize>,
-}
-
-impl Serialize for KeysOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.groups.len()))?;
-        for g in self.groups.clone() {
-            seq.serialize_element(&KeyRowsOut { stores: &self.op.stores, entry: self.op.keys.get(g) })?;
-        }
-        seq.end()
-    }
-}
-
-/// A key's kept rows written as [`KeyRows`] is: a struct of one field,
-/// the pair of its sides' lists.
-struct KeyRowsOut<'a> {
-    stores: &'a [Store; 2],
-    entry: Option<&'a [Vec<u32>; 2]>,
-}
-
-impl Serialize for KeyRowsOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let side = |right: usize| SideOut {
-            store: &self.stores[right],
-            slots: self.entry.map_or(&[][..], |e| e[right].as_slice()),
-        };
-        let mut rows = serializer.serialize_struct("KeyRows", 1)?;
-        rows.serialize_field("sides", &[side(0), side(1)])?;
-        rows.end()
-    }
-}
-
-/// One side's kept rows of a key, written as a list of [`Kept`].
-struct SideOut<'a> {
-    store: &'a Store,
-    slots: &'a [u32],
-}
-
-impl Serialize for SideOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.slots.len()))?;
-        for &slot in self.slots {
-            let s = slot as usize;
-            seq.serialize_element(&KeptOut {
-                time: self.store.time[s],
-                matched: self.store.matched[s],
-                row: RowCells { columns: &self.store.columns, row: s },
-            })?;
-        }
-        seq.end()
-    }
-}
-
-/// A kept row written as [`Kept`] is, from the store's columns.
-#[derive(Serialize)]
-#[serde(rename = "Kept")]
-struct KeptOut<'a> {
-    time: i64,
-    matched: bool,
-    row: RowCells<'a>,
-}
-
 /// A candidate pair found in a batch: the left and right rows' slots.
 #[derive(Debug, Clone, Copy)]
 struct Pair {
@@ -254,7 +141,9 @@ struct Pair {
 #[derive(Debug)]
 pub struct JoinOperator {
     plan: JoinPlan,
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Left side, right side.
     stores: [Store; 2],
     /// Per key id, per side: the slots of its kept rows, in arrival order.
@@ -277,11 +166,6 @@ pub struct JoinOperator {
     /// Candidate pairs, joined, when a residual condition must pass first.
     candidates: Batch,
     passed: Vec<bool>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold keys go once state passes its budget (`crate::spill`),
-    /// and the key ids of a batch's rows.
-    spilling: Spilling,
 }
 
 impl JoinOperator {
@@ -290,7 +174,7 @@ impl JoinOperator {
         let side = |(start, end): (usize, usize)| Store::new(types.get(start..end).unwrap_or_default());
         Self {
             plan: plan.clone(),
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             stores: [side(plan.left), side(plan.right)],
             keys: Vec::new(),
             expiry: BinaryHeap::new(),
@@ -299,8 +183,6 @@ impl JoinOperator {
             pairs: Vec::new(),
             candidates: Batch::new(types.iter().map(|t| Column::with_capacity(*t, 0)).collect(), 0),
             passed: Vec::new(),
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
         }
     }
 
@@ -320,17 +202,6 @@ impl JoinOperator {
             ColumnData::Int(v) if kept.is_valid(slot) => v[slot],
             _ => i64::MIN,
         })
-    }
-
-    /// When a kept row of a checkpoint may be let go, as [`JoinOperator::file`]
-    /// schedules it.
-    fn kept_expires(&self, right: bool, k: &Kept<'_>) -> i64 {
-        let until = self.plan.until.and_then(|c| c.checked_sub(self.plan.left.0)).filter(|_| !right);
-        match until.map(|c| k.row.get(c)) {
-            Some(Some(ScalarRef::Timestamp(v) | ScalarRef::Bigint(v))) => *v,
-            Some(_) => i64::MIN,
-            None => Self::expires(&self.plan, right, k.time),
-        }
     }
 
     /// Whether a left row at `left` and a right row at `right` are in range.
@@ -549,11 +420,11 @@ impl Operator for JoinOperator {
                 push_unmatched(&self.plan, right, Row { columns, index: r, time: t }, out.rows)?;
                 continue;
             }
-            let gid = self.spilling.gids[i];
-            let id = self.spilling.stable(gid);
+            let gid = self.paged.spilling.gids[i];
+            let id = self.paged.spilling.stable(gid);
             // Every row that probes its key is filed: the rows whose
             // matched flag it sets are of this key too.
-            self.dirty.mark(id);
+            self.paged.dirty.mark(id);
             let new = self.stores[usize::from(right)].push(columns, r, t)?;
             self.file(gid, id, right, new, t);
             // The other side's rows whose time is in range, from the first.
@@ -600,7 +471,7 @@ impl Operator for JoinOperator {
                 due.clear();
                 self.on_disk.take_run(watermark - 1, &mut due);
                 for &page in &due {
-                    if self.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
+                    if self.paged.spilling.pages.as_ref().is_some_and(|m| m.where_is(page) == PageIs::Spilled) {
                         self.with_spilling(|s, op| s.read_back(op, page))?;
                     }
                 }
@@ -609,7 +480,7 @@ impl Operator for JoinOperator {
             let Some((at, id)) = next else { break };
             self.expiry.pop();
             // A key on disk comes back to let its rows go.
-            let gid = match self.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
+            let gid = match self.paged.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
                 None => id,
                 Some(PageIs::InBlock(_) | PageIs::Spilled) => self.with_spilling(|s, op| s.slot_of(op, id))?,
                 Some(PageIs::Unused | PageIs::Missing) => continue,
@@ -621,7 +492,7 @@ impl Operator for JoinOperator {
             if self.scheduled.get(g) == Some(&Some(at)) {
                 self.scheduled[g] = None;
             }
-            self.dirty.mark(id);
+            self.paged.dirty.mark(id);
             for right in [false, true] {
                 if !right && self.plan.until.is_some() {
                     // Let go by their column, not their time: any of them.
@@ -652,7 +523,7 @@ impl Operator for JoinOperator {
                 if let Some(due) = self.scheduled.get_mut(g) {
                     *due = None;
                 }
-                self.spilling.remove_group(&mut self.table, gid);
+                self.paged.spilling.remove_group(&mut self.paged.table, gid);
             } else if let Some(next) = self.next_expiry(g) {
                 self.schedule(g, id, next);
             }
@@ -682,168 +553,54 @@ impl Operator for JoinOperator {
         // An outer join's unmatched rows on disk come back, a page at a
         // time, to be emitted.
         let unmatched = self.plan.kind.keeps_unmatched(false) || self.plan.kind.keeps_unmatched(true);
-        if unmatched && let Some(pages) = &self.spilling.pages {
+        if unmatched && let Some(pages) = &self.paged.spilling.pages {
             let spilled: Vec<u32> = (0..pages.pages()).filter(|&p| pages.where_is(p) == PageIs::Spilled).collect();
             for page in spilled {
                 let block = self.with_spilling(|s, op| s.slot_of(op, page * PAGE_GROUPS))? / PAGE_GROUPS;
                 let start = block as usize * BLOCK;
                 self.push_unmatched_of(start..start + BLOCK, out)?;
                 self.drop_groups(start..start + BLOCK);
-                if let Some(pages) = &mut self.spilling.pages {
+                if let Some(pages) = &mut self.paged.spilling.pages {
                     pages.evicted(block, false);
                 }
-                self.table.evict_blocks(&[block]);
+                self.paged.table.evict_blocks(&[block]);
             }
         }
         self.push_unmatched_of(0..self.keys.len(), out)?;
         self.stores.iter_mut().for_each(Store::clear);
         self.keys.clear();
-        self.table = GroupTable::default();
+        self.paged.table = GroupTable::default();
         self.expiry.clear();
         self.scheduled.clear();
         self.on_disk.clear();
-        self.spilling.forget()
+        self.paged.spilling.forget()
     }
 
     fn state_size(&self) -> StateSize {
         StateSize {
-            bytes: self.own_bytes() + self.spilling.heap_bytes(),
+            bytes: self.own_bytes() + self.paged.spilling.heap_bytes(),
             entries: self.stores[0].live + self.stores[1].live,
         }
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of a join that spilled".into()));
         }
-        let keys = KeysOut { op: self, groups: 0..self.keys.len() };
-        write_state(OperatorTag::Join, &JoinState { table: self.table.to_state(), keys }, out)
+        self.write_whole(out)
     }
 
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: JoinStateIn<'_> = read_state(OperatorTag::Join, bytes)?;
-        self.clear(GroupTable::from_state(state.table))?;
-        for (g, entry) in state.keys.into_iter().enumerate() {
-            self.restore_key_rows(g, u32::try_from(g).unwrap_or(u32::MAX), entry)?;
-        }
-        Ok(())
+        self.read_whole(bytes)
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.spilling.head(&self.table, ()) {
-            return write_state(OperatorTag::JoinSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::JoinHead, &TableHead::of(&self.table), out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let spilled =
-            postcard::take_from_bytes::<u32>(bytes).is_ok_and(|(tag, _)| tag == OperatorTag::JoinSpilledHead as u32);
-        if spilled {
-            let head: SpilledHead<()> = read_state(OperatorTag::JoinSpilledHead, bytes)?;
-            self.clear(GroupTable::default())?;
-            return self.spilling.restore_head(head);
-        }
-        let head: TableHead = read_state(OperatorTag::JoinHead, bytes)?;
-        self.clear(head.table())
-    }
-
-    crate::spill::spilling_operator_methods!();
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        restore_keyed_page(self, page, bytes, |op, g, rows: KeyRows<'_>| {
-            op.restore_key_rows(g, u32::try_from(g).unwrap_or(u32::MAX), rows)
-        })
-    }
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.spilling.pages_restored(&self.table)?;
-        self.dirty.clear();
-        Ok(())
-    }
-
-    /// Spills, then compacts the stores (the rows of keys that went to
-    /// disk leave their slots behind).
-    fn spill(&mut self) -> Result<(), Error> {
-        self.with_spilling(|s, op| s.spill_cold(op))?;
-        self.compact(false);
-        self.compact(true);
-        if self.expiry.len() > 2 * self.table.live() + FOLD_AT {
-            self.fold_expiry();
-        }
-        Ok(())
-    }
-}
-
-impl PagedGroups for JoinOperator {
-    crate::spill::paged_groups_fields!();
-
-    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let page = KeyedPage { keys: page_keys(&self.table, groups.clone()), groups: KeysOut { op: self, groups } };
-        write_page(&page, out)
-    }
-
-    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        self.on_disk.forget(page);
-        load_keyed_page(self, page, bytes, block, |op, g, id, rows: KeyRows<'_>| op.restore_key_rows(g, id, rows))
-    }
-
-    /// A key on disk is visited by the watermark when its first row may
-    /// be let go: it is read back then, and its rows file the rest.
-    fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if self.plan.unbounded() {
-            return Ok(());
-        }
-        let (p, _): (JoinPageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        let this = &*self;
-        let firsts: Vec<Option<i64>> = p
-            .groups
-            .iter()
-            .map(|rows| {
-                [false, true]
-                    .into_iter()
-                    .zip(&rows.sides)
-                    .flat_map(|(right, kept)| kept.iter().map(move |k| this.kept_expires(right, k)))
-                    .min()
-            })
-            .collect();
-        // The page's time: the watermark reads it back when its first
-        // row may go, and its keys schedule themselves then.
-        if let Some(at) = firsts.into_iter().flatten().min() {
-            self.on_disk.file(page, at);
-        }
-        Ok(())
-    }
-
-    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
-        for g in groups {
-            if let Some(sides) = self.keys.get_mut(g) {
-                for (store, list) in self.stores.iter_mut().zip(sides) {
-                    store.live -= list.len();
-                    *list = Vec::new();
-                }
-            }
-            if let Some(at) = self.scheduled.get_mut(g) {
-                *at = None;
-            }
-        }
-    }
-
-    fn own_bytes(&self) -> usize {
-        JoinOperator::own_bytes(self)
-    }
-
-    /// The rows kept, at the bytes a slot of their store takes: slots let
-    /// go (or spilled) not counted, though their room stays until the
-    /// store compacts — counting it, a store waiting for its compaction
-    /// would spill at every batch.
-    fn row_bytes(&self) -> usize {
-        self.stores.iter().map(|s| s.bytes() / s.time.len().max(1) * s.live).sum()
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
     }
 }
 
@@ -860,9 +617,9 @@ impl JoinOperator {
             + self.scheduled.capacity() * size_of::<Option<i64>>()
             + self.expiry.capacity() * size_of::<(i64, u32)>()
             + self.on_disk.heap_bytes()
-            + self.table.live() * per_key
+            + self.paged.table.live() * per_key
             + rows * size_of::<u32>();
-        self.table.heap_bytes() + bytes
+        self.paged.table.heap_bytes() + bytes
     }
 
     /// Appends the kept rows of keys `groups` that never matched (for an
@@ -882,37 +639,9 @@ impl JoinOperator {
         }
         Ok(())
     }
-
-    /// Keeps key `g`'s rows (`id` in checkpoints) from a checkpoint again.
-    fn restore_key_rows(&mut self, g: usize, id: u32, entry: KeyRows<'_>) -> Result<(), Error> {
-        let gid = u32::try_from(g).unwrap_or(u32::MAX);
-        if self.keys.len() <= g {
-            self.keys.resize_with(g + 1, Default::default);
-        }
-        for (right, kept) in [false, true].into_iter().zip(entry.sides) {
-            for k in kept {
-                let store = &mut self.stores[usize::from(right)];
-                let slot = store.push_values(k.row.iter().copied(), k.time)?;
-                store.matched[slot as usize] = k.matched;
-                self.file(gid, id, right, slot, k.time);
-            }
-        }
-        Ok(())
-    }
-
-    /// Drops every kept row, for `table`'s keys to be restored.
-    fn clear(&mut self, table: GroupTable) -> Result<(), Error> {
-        self.table = table;
-        self.stores.iter_mut().for_each(Store::clear);
-        self.keys.clear();
-        self.expiry.clear();
-        self.scheduled.clear();
-        self.on_disk.clear();
-        self.dirty.clear();
-        self.spilling.forget()
-    }
 }
 
 mod expiry;
+mod pages;
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,13 @@
 //! The stream–stream join operator, checked on small batches.
 
 use super::*;
-use crate::operator::run_at_watermark;
+use crate::operator::{OperatorTag, read_state, write_state};
+use crate::state::FOLD_AT;
+use crate::state::Paged;
+use crate::state::group_keys::GroupTableState;
+use crate::state::pages::{read_page_and_rest, write_page};
+use crate::test_drivers::run_at_watermark;
+use serde::{Deserialize, Serialize};
 use sluice_plan::{JoinKind, PhysExpr, Scalar, Selection};
 
 /// Layout: left (k, v), right (k, v), __right, __time.
@@ -458,7 +464,7 @@ fn a_hot_key_pairs_in_bounded_chunks_every_pair_once() {
 /// regular one (every row kept for good).
 #[test]
 fn a_join_that_spills_emits_what_one_in_memory_does() {
-    use crate::spill::MemorySpill;
+    use crate::state::MemorySpill;
     let (lower, upper) = JoinPlan::UNBOUNDED;
     for plan in [JoinPlan { upper: 400, ..plan(JoinKind::Full) }, JoinPlan { lower, upper, ..plan(JoinKind::Inner) }] {
         let mut seed = 0x5011_u64;
@@ -468,7 +474,7 @@ fn a_join_that_spills_emits_what_one_in_memory_does() {
         };
         let spilling = || {
             let mut op = JoinOperator::new(&plan, &TYPES);
-            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10).unwrap();
+            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10);
             op
         };
         let mut memory = JoinOperator::new(&plan, &TYPES);
@@ -493,10 +499,10 @@ fn a_join_that_spills_emits_what_one_in_memory_does() {
             joined += a.len();
             spill.spill().unwrap();
             assert!(
-                spill.expiry.len() <= 2 * spill.table.live() + FOLD_AT,
+                spill.expiry.len() <= 2 * spill.paged.table.live() + FOLD_AT,
                 "round {round}: the expiry heap holds {} entries for {} keys in memory",
                 spill.expiry.len(),
-                spill.table.live()
+                spill.paged.table.live()
             );
             most_spilled = most_spilled.max(spill.spilled().0);
             most_state = most_state.max(spill.state_size().bytes);
@@ -625,11 +631,11 @@ fn kept_rows_checkpoint_in_the_bytes_a_list_of_scalars_per_row_made() {
 /// disk, which failed the core.
 #[test]
 fn a_key_freed_after_its_page_came_back_is_new_while_the_removal_waits() {
-    use crate::spill::MemorySpill;
+    use crate::state::MemorySpill;
     let plan = JoinPlan { upper: 10, ..plan(JoinKind::Inner) };
     let mut memory = JoinOperator::new(&plan, &TYPES);
     let mut spill = JoinOperator::new(&plan, &TYPES);
-    spill.attach_spill(Box::new(MemorySpill::default()), 1 << 10).unwrap();
+    spill.attach_spill(Box::new(MemorySpill::default()), 1 << 10);
     // Keys 0..1000 are let go at the watermark below, the rest stay on
     // disk (so the store is still asked about keys not in memory).
     let first: Vec<(bool, i64, i64, i64)> =
@@ -657,11 +663,11 @@ fn a_key_freed_after_its_page_came_back_is_new_while_the_removal_waits() {
 /// when an aggregate spills, but a join's rows grow without new keys.
 #[test]
 fn rows_growing_on_held_keys_spill_past_the_budget_with_room_in_the_table() {
-    use crate::spill::MemorySpill;
+    use crate::state::MemorySpill;
     let plan = JoinPlan { upper: 10, ..plan(JoinKind::Inner) };
     let budget = 64 << 10;
     let mut op = JoinOperator::new(&plan, &TYPES);
-    op.attach_spill(Box::new(MemorySpill::default()), budget).unwrap();
+    op.attach_spill(Box::new(MemorySpill::default()), budget);
     let many: Vec<(bool, i64, i64, i64)> = (0..40_000).map(|k| (false, k, k, 1_000)).collect();
     run(&mut op, &many, 0);
     run(&mut op, &[], 5_000);

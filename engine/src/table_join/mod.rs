@@ -34,26 +34,20 @@
 //! once the watermark passes them). The table is the state that grows —
 //! a CDC table of customers or products is as large as the database
 //! holds — so its keys spill to disk past the memory budget
-//! (`crate::spill`): a stream row of a key on disk reads its page back,
+//! (`crate::state`): a stream row of a key on disk reads its page back,
 //! the table's hot keys stay in memory.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use serde::ser::{SerializeSeq, SerializeStruct};
-use serde::{Deserialize, Serialize, Serializer};
-
 use crate::Error;
 use crate::aggregate::int_values;
-use crate::group_keys::{GroupTable, GroupTableState, KeyEncoder};
 use crate::join::{Joined, Row, Store, bools, eval_keys, push_joined_at, residual_passes};
-use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::pages::{
-    DirtyPages, KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page,
-};
-use crate::spill::{PageIs, PagedGroups, SpilledHead, Spilling, load_keyed_page, restore_keyed_page};
-use sluice_plan::row_bytes::RowCells;
-use sluice_plan::{Batch, Column, DataType, JoinKind, Scalar, ScalarRef, TableJoinPlan, TableVersion};
+use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, StateSize};
+use crate::state::group_keys::KeyEncoder;
+use crate::state::pages::PAGE_GROUPS;
+use crate::state::{PageIs, PagedGroups, PagedState};
+use sluice_plan::{Batch, Column, DataType, JoinKind, TableJoinPlan, TableVersion};
 
 /// One version of a key's table row: from `time` on, the row in `slot`
 /// of the table store, or none (deleted).
@@ -75,133 +69,13 @@ struct Waiting {
     id: u32,
 }
 
-/// A key's versions, as a whole checkpoint holds them.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct KeyVersions {
-    versions: Vec<(i64, Option<Vec<Scalar>>)>,
-}
-
-/// A whole checkpoint (before checkpoints were incremental; still read,
-/// and written by an operator that never spilled when asked for one).
-#[derive(Serialize, Deserialize)]
-struct TableJoinState {
-    keys: GroupTableState,
-    versions: Vec<KeyVersions>,
-    /// `(time, key id, stream cells)`, in arrival order.
-    waiting: Vec<(i64, u32, Vec<Scalar>)>,
-}
-
-/// The head of an incremental checkpoint that never spilled: the key
-/// table's ids and the stream rows waiting (written by [`WaitingOut`]).
-#[derive(Serialize)]
-struct HeadOut<'a> {
-    table: TableHead,
-    waiting: WaitingOut<'a>,
-}
-
-#[derive(Deserialize)]
-struct HeadIn<'a> {
-    table: TableHead,
-    #[serde(borrow)]
-    waiting: Vec<WaitingIn<'a>>,
-}
-
-/// A waiting stream row as a head holds it: its time, its key's id and
-/// its cells (strings borrowed from the head's bytes when read back).
-#[derive(Deserialize)]
-struct WaitingIn<'a> {
-    time: i64,
-    id: u32,
-    #[serde(borrow)]
-    row: Vec<ScalarRef<'a>>,
-}
-
-/// The waiting stream rows, in arrival order, written as [`WaitingIn`]s
-/// straight from the stream store.
-#[derive(Clone, Copy)]
-struct WaitingOut<'a> {
-    op: &'a TableJoinOperator,
-}
-
-impl Serialize for WaitingOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut waiting: Vec<Waiting> = self.op.waiting.iter().map(|Reverse(w)| *w).collect();
-        waiting.sort_unstable_by_key(|w| w.seq);
-        let mut seq = serializer.serialize_seq(Some(waiting.len()))?;
-        for w in &waiting {
-            let row = RowCells { columns: &self.op.stream.columns, row: w.slot as usize };
-            seq.serialize_element(&(w.time, w.id, row))?;
-        }
-        seq.end()
-    }
-}
-
-/// A page (of a checkpoint, or of the spill store) read back: per key,
-/// its versions and its waiting rows' count ([`EntriesOut`] writes them),
-/// strings borrowed from its bytes.
-type PageIn<'a> = KeyedPageIn<'a, Vec<EntryIn<'a>>>;
-
-#[derive(Deserialize)]
-struct EntryIn<'a> {
-    waiting: u32,
-    #[serde(borrow)]
-    versions: Vec<(i64, Option<Vec<ScalarRef<'a>>>)>,
-}
-
-/// The entries of keys `groups`, written as [`EntryIn`]s from the stores.
-struct EntriesOut<'a> {
-    op: &'a TableJoinOperator,
-    groups: std::ops::Range<usize>,
-}
-
-impl Serialize for EntriesOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.groups.len()))?;
-        for g in self.groups.clone() {
-            seq.serialize_element(&EntryOut { op: self.op, g })?;
-        }
-        seq.end()
-    }
-}
-
-struct EntryOut<'a> {
-    op: &'a TableJoinOperator,
-    g: usize,
-}
-
-impl Serialize for EntryOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let waiting = self.op.waiting_per_key.get(self.g).copied().unwrap_or(0);
-        let mut entry = serializer.serialize_struct("EntryIn", 2)?;
-        entry.serialize_field("waiting", &waiting)?;
-        entry.serialize_field("versions", &VersionsOut { op: self.op, g: self.g })?;
-        entry.end()
-    }
-}
-
-struct VersionsOut<'a> {
-    op: &'a TableJoinOperator,
-    g: usize,
-}
-
-impl Serialize for VersionsOut<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let versions = self.op.versions.get(self.g).map_or(&[][..], Vec::as_slice);
-        let mut seq = serializer.serialize_seq(Some(versions.len()))?;
-        for v in versions {
-            let row = v.slot.map(|s| RowCells { columns: &self.op.rows.columns, row: s as usize });
-            seq.serialize_element(&(v.time, row))?;
-        }
-        seq.end()
-    }
-}
-
 #[derive(Debug)]
 pub struct TableJoinOperator {
     plan: TableJoinPlan,
     at: Joined,
-    /// The keys, of both sides.
-    table: GroupTable,
+    /// Groups in pages: their keys, pages changed since the last
+    /// checkpoint, and what spilling keeps (`crate::state`).
+    paged: PagedState,
     /// Table rows, by slot.
     rows: Store,
     /// Per key id: its versions, oldest first (one, the current, when
@@ -232,11 +106,6 @@ pub struct TableJoinOperator {
     /// is through, so that every row of it finds its key where
     /// `Spilling::find_keys` put it.
     deleted: Vec<u32>,
-    /// Pages changed since the last incremental checkpoint.
-    dirty: DirtyPages,
-    /// Where cold keys go once state passes its budget (`crate::spill`),
-    /// and the key ids of a batch's rows.
-    spilling: Spilling,
     /// A restore is reading pages: each key's versions schedule the
     /// letting go of those no row can see.
     restoring: bool,
@@ -249,7 +118,7 @@ impl TableJoinOperator {
         Self {
             plan: plan.clone(),
             at: Joined { left: plan.left, right: plan.right, side: plan.side, time: plan.time },
-            table: GroupTable::default(),
+            paged: PagedState::default(),
             rows: side(plan.right),
             versions: Vec::new(),
             held: 0,
@@ -264,8 +133,6 @@ impl TableJoinOperator {
             passed: Vec::new(),
             released: Vec::new(),
             deleted: Vec::new(),
-            dirty: DirtyPages::default(),
-            spilling: Spilling::default(),
             restoring: false,
         }
     }
@@ -330,13 +197,13 @@ impl TableJoinOperator {
     /// The key of a stream row joining the latest: in memory, or read
     /// back from disk. A stream row makes no key.
     fn lookup(&mut self, key: &[u8]) -> Result<Option<u32>, Error> {
-        let gid = match self.table.find(key) {
+        let gid = match self.paged.table.find(key) {
             Some(gid) => Some(gid),
-            None if self.spilling.spilled_any() => self.with_spilling(|s, op| s.find(op, key))?,
+            None if self.paged.spilling.spilled_any() => self.with_spilling(|s, op| s.find(op, key))?,
             None => None,
         };
         if let Some(gid) = gid {
-            self.spilling.touch(gid);
+            self.paged.spilling.touch(gid);
         }
         Ok(gid)
     }
@@ -344,7 +211,7 @@ impl TableJoinOperator {
     /// The key id in memory of a key's id in checkpoints, its page read
     /// back from disk if it is there; `None` for an id no key holds.
     fn gid_of(&mut self, id: u32) -> Result<Option<u32>, Error> {
-        match self.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
+        match self.paged.spilling.pages.as_ref().map(|m| m.where_is(id / PAGE_GROUPS)) {
             None => Ok(Some(id)),
             Some(PageIs::InBlock(_) | PageIs::Spilled) => self.with_spilling(|s, op| s.slot_of(op, id)).map(Some),
             Some(PageIs::Unused | PageIs::Missing) => Ok(None),
@@ -355,16 +222,16 @@ impl TableJoinOperator {
     /// handed out again, and a block of keys all gone is handed back for
     /// the next page read back.
     fn let_go(&mut self, gid: u32) {
-        if self.table.key_of(gid).is_none() {
+        if self.paged.table.key_of(gid).is_none() {
             return;
         }
-        self.dirty.mark(self.spilling.stable(gid));
+        self.paged.dirty.mark(self.paged.spilling.stable(gid));
         if let Some(versions) = self.versions.get_mut(gid as usize) {
             self.held -= versions.len();
             self.rows.live -= versions.iter().filter(|v| v.slot.is_some()).count();
             *versions = Vec::new();
         }
-        self.spilling.remove_group(&mut self.table, gid);
+        self.paged.spilling.remove_group(&mut self.paged.table, gid);
     }
 
     /// Compacts a store once most of its slots were let go.
@@ -443,57 +310,17 @@ impl TableJoinOperator {
         Ok(())
     }
 
-    /// Files key `g`'s entry (`id` in checkpoints) from a checkpoint or
-    /// a page read back.
-    fn restore_entry(&mut self, g: usize, id: u32, entry: EntryIn<'_>) -> Result<(), Error> {
-        let gid = u32::try_from(g).unwrap_or(u32::MAX);
-        self.grow(gid);
-        for (time, row) in entry.versions {
-            let slot = row.map(|cells| self.rows.push_values(cells.iter().copied(), time)).transpose()?;
-            self.versions[g].push(Version { time, slot });
-            self.held += 1;
-        }
-        self.waiting_per_key[g] = entry.waiting;
-        self.schedule_restored(g, id);
-        Ok(())
-    }
-
-    /// A key restored with versions the watermark will let go schedules
-    /// them (once: a page read back at run time is already scheduled).
-    fn schedule_restored(&mut self, g: usize, id: u32) {
-        let versions = &self.versions[g];
-        if self.restoring && self.as_of() && Self::has_versions_to_go(versions) {
-            let last = versions.last().map_or(i64::MIN, |v| v.time);
-            self.superseded.push(Reverse((last, id)));
-        }
-    }
-
-    /// Drops every key and row, for a checkpoint to be restored.
-    fn clear(&mut self) -> Result<(), Error> {
-        self.table = GroupTable::default();
-        self.rows.clear();
-        self.stream.clear();
-        self.versions.clear();
-        self.held = 0;
-        self.waiting.clear();
-        self.waiting_per_key.clear();
-        self.superseded.clear();
-        self.deleted.clear();
-        self.dirty.clear();
-        self.spilling.forget()
-    }
-
     /// The bytes its state holds in memory, what spilling keeps aside.
     fn own_bytes(&self) -> usize {
         // Per key holding versions, its list's allocation (a 16-byte
         // allocator header beside the versions).
-        self.table.heap_bytes()
+        self.paged.table.heap_bytes()
             + self.rows.bytes()
             + self.stream.bytes()
             + self.versions.capacity() * size_of::<Vec<Version>>()
             + self.waiting_per_key.capacity() * size_of::<u32>()
             + self.held * size_of::<Version>()
-            + self.table.live() * 16
+            + self.paged.table.live() * 16
             + self.waiting.capacity() * size_of::<Waiting>()
             + self.superseded.capacity() * size_of::<(i64, u32)>()
     }
@@ -547,9 +374,9 @@ impl Operator for TableJoinOperator {
                 if !keyed(r) {
                     continue;
                 }
-                let gid = self.spilling.gids[i];
-                let id = self.spilling.stable(gid);
-                self.dirty.mark(id);
+                let gid = self.paged.spilling.gids[i];
+                let id = self.paged.spilling.stable(gid);
+                self.paged.dirty.mark(id);
                 let slot = if deletes[r] && deleted_valid.is_valid(r) {
                     None
                 } else {
@@ -580,10 +407,10 @@ impl Operator for TableJoinOperator {
                 self.pairs.push((r32, version));
                 continue;
             }
-            let gid = self.spilling.gids[i];
-            let id = self.spilling.stable(gid);
+            let gid = self.paged.spilling.gids[i];
+            let id = self.paged.spilling.stable(gid);
             self.grow(gid);
-            self.dirty.mark(id);
+            self.paged.dirty.mark(id);
             let slot = self.stream.push(left_columns, r, t)?;
             self.waiting_per_key[gid as usize] += 1;
             self.seq += 1;
@@ -625,7 +452,7 @@ impl Operator for TableJoinOperator {
             if let Some(count) = self.waiting_per_key.get_mut(gid as usize) {
                 *count = count.saturating_sub(1);
             }
-            self.dirty.mark(w.id);
+            self.paged.dirty.mark(w.id);
             self.stream.live -= 1;
         }
         if !self.pairs.is_empty() {
@@ -648,7 +475,7 @@ impl Operator for TableJoinOperator {
                 let gone = versions.drain(..below - 1).filter(|v| v.slot.is_some()).count();
                 self.held -= below - 1;
                 self.rows.live -= gone;
-                self.dirty.mark(id);
+                self.paged.dirty.mark(id);
             }
             self.released.push(gid);
         }
@@ -665,7 +492,7 @@ impl Operator for TableJoinOperator {
             {
                 self.versions[g].clear();
                 self.held -= 1;
-                self.dirty.mark(self.spilling.stable(gid));
+                self.paged.dirty.mark(self.paged.spilling.stable(gid));
             }
             if self.versions.get(g).is_none_or(Vec::is_empty) && self.waiting_per_key.get(g).is_none_or(|&n| n == 0) {
                 self.let_go(gid);
@@ -686,7 +513,7 @@ impl Operator for TableJoinOperator {
     }
 
     fn state_size(&self) -> StateSize {
-        StateSize { bytes: self.own_bytes() + self.spilling.heap_bytes(), entries: self.state_entries() }
+        StateSize { bytes: self.own_bytes() + self.paged.spilling.heap_bytes(), entries: self.state_entries() }
     }
 
     fn state_entries(&self) -> usize {
@@ -694,166 +521,29 @@ impl Operator for TableJoinOperator {
     }
 
     fn snapshot(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if self.spilling.spilled_any() {
+        if self.paged.spilling.spilled_any() {
             // It spilled: its checkpoints are heads and pages.
             return Err(Error::Internal("a whole checkpoint of a table join that spilled".into()));
         }
-        let cells = |store: &Store, slot: u32| store.columns.iter().map(|c| c.scalar(slot as usize)).collect();
-        let versions = self
-            .versions
-            .iter()
-            .map(|vs| KeyVersions {
-                versions: vs.iter().map(|v| (v.time, v.slot.map(|s| cells(&self.rows, s)))).collect(),
-            })
-            .collect();
-        let mut waiting: Vec<Waiting> = self.waiting.iter().map(|Reverse(w)| *w).collect();
-        waiting.sort_unstable_by_key(|w| w.seq);
-        let waiting = waiting.iter().map(|w| (w.time, w.id, cells(&self.stream, w.slot))).collect();
-        write_state(OperatorTag::TableJoin, &TableJoinState { keys: self.table.to_state(), versions, waiting }, out)
+        self.write_whole(out)
     }
 
     /// A whole checkpoint: what every release wrote before checkpoints
     /// were incremental (the next checkpoint writes every page).
     fn restore(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        let state: TableJoinState = read_state(OperatorTag::TableJoin, bytes)?;
-        self.clear()?;
-        self.table = GroupTable::from_state(state.keys);
-        let n = state.versions.len().max(self.table.capacity());
-        self.versions.resize_with(n, Vec::new);
-        self.waiting_per_key.resize(n, 0);
-        self.restoring = true;
-        for (g, key) in state.versions.into_iter().enumerate() {
-            for (time, row) in key.versions {
-                let slot =
-                    row.map(|cells| self.rows.push_values(cells.iter().map(Scalar::borrowed), time)).transpose()?;
-                self.versions[g].push(Version { time, slot });
-                self.held += 1;
-            }
-            self.schedule_restored(g, u32::try_from(g).unwrap_or(u32::MAX));
-        }
-        self.restoring = false;
-        for (time, id, cells) in state.waiting {
-            let slot = self.stream.push_values(cells.iter().map(Scalar::borrowed), time)?;
-            if let Some(count) = self.waiting_per_key.get_mut(id as usize) {
-                *count += 1;
-            }
-            self.seq += 1;
-            self.waiting.push(Reverse(Waiting { time, seq: self.seq, slot, id }));
-        }
-        Ok(())
+        self.read_whole(bytes)
     }
 
-    fn paged(&self) -> bool {
-        true
+    fn paged(&self) -> Option<&dyn crate::state::Paged> {
+        Some(self)
     }
 
-    fn snapshot_head(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let waiting = WaitingOut { op: self };
-        if let Some(head) = self.spilling.head(&self.table, waiting) {
-            return write_state(OperatorTag::TableJoinSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::TableJoinHead, &HeadOut { table: TableHead::of(&self.table), waiting }, out)
-    }
-
-    fn restore_head(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.clear()?;
-        let spilled = postcard::take_from_bytes::<u32>(bytes)
-            .is_ok_and(|(tag, _)| tag == OperatorTag::TableJoinSpilledHead as u32);
-        let waiting = if spilled {
-            let head: SpilledHead<Vec<WaitingIn<'_>>> = read_state(OperatorTag::TableJoinSpilledHead, bytes)?;
-            self.spilling.restore_head(head)?
-        } else {
-            let head: HeadIn<'_> = read_state(OperatorTag::TableJoinHead, bytes)?;
-            self.table = head.table.table();
-            head.waiting
-        };
-        for w in waiting {
-            let slot = self.stream.push_values(w.row.iter().copied(), w.time)?;
-            self.seq += 1;
-            self.waiting.push(Reverse(Waiting { time: w.time, seq: self.seq, slot, id: w.id }));
-        }
-        self.restoring = true;
-        Ok(())
-    }
-
-    crate::spill::spilling_operator_methods!();
-
-    fn restore_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        restore_keyed_page(self, page, bytes, |op, g, entry: EntryIn<'_>| {
-            op.restore_entry(g, u32::try_from(g).unwrap_or(u32::MAX), entry)
-        })
-    }
-
-    fn pages_restored(&mut self) -> Result<(), Error> {
-        self.restoring = false;
-        self.spilling.pages_restored(&self.table)?;
-        self.dirty.clear();
-        Ok(())
-    }
-
-    /// Spills, then compacts the table store (the versions of keys that
-    /// went to disk leave their slots behind).
-    fn spill(&mut self) -> Result<(), Error> {
-        self.with_spilling(|s, op| s.spill_cold(op))?;
-        self.compact();
-        Ok(())
+    fn paged_mut(&mut self) -> Option<&mut dyn crate::state::Paged> {
+        Some(self)
     }
 }
 
-impl PagedGroups for TableJoinOperator {
-    crate::spill::paged_groups_fields!();
-
-    fn page_bytes(&self, groups: std::ops::Range<usize>, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        let page = KeyedPage { keys: page_keys(&self.table, groups.clone()), groups: EntriesOut { op: self, groups } };
-        write_page(&page, out)
-    }
-
-    fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        load_keyed_page(self, page, bytes, block, |op, g, id, entry: EntryIn<'_>| op.restore_entry(g, id, entry))
-    }
-
-    /// A key on disk whose versions the watermark will let go is visited
-    /// then (read back).
-    fn restored_to_disk(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        if !self.as_of() {
-            return Ok(());
-        }
-        let (p, _): (PageIn<'_>, _) = read_page_and_rest(page, bytes)?;
-        for (i, entry) in p.groups.iter().enumerate() {
-            let versions = &entry.versions;
-            let to_go = versions.len() > 1 || versions.first().is_some_and(|(_, row)| row.is_none());
-            if let (true, Some((last, _))) = (to_go, versions.last()) {
-                let id = (page * PAGE_GROUPS).saturating_add(u32::try_from(i).unwrap_or(u32::MAX));
-                self.superseded.push(Reverse((*last, id)));
-            }
-        }
-        Ok(())
-    }
-
-    fn drop_groups(&mut self, groups: std::ops::Range<usize>) {
-        for g in groups {
-            if let Some(versions) = self.versions.get_mut(g) {
-                self.held -= versions.len();
-                self.rows.live -= versions.iter().filter(|v| v.slot.is_some()).count();
-                *versions = Vec::new();
-            }
-            if let Some(count) = self.waiting_per_key.get_mut(g) {
-                *count = 0;
-            }
-        }
-    }
-
-    fn own_bytes(&self) -> usize {
-        TableJoinOperator::own_bytes(self)
-    }
-
-    /// The table rows held, at the bytes a slot of their store takes (let
-    /// go or spilled slots not counted: see the stream–stream join's).
-    fn row_bytes(&self) -> usize {
-        let rows = &self.rows;
-        rows.bytes() / rows.time.len().max(1) * rows.live
-    }
-}
+mod pages;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,8 @@
 use super::*;
-use crate::operator::{checkpoint_pages as checkpoint, restore_pages as restored, run_at_watermark};
+use crate::operator::OperatorTag;
+use crate::state::Paged;
+use crate::test_drivers::{checkpoint_pages as checkpoint, restore_pages as restored, run_at_watermark};
+use sluice_plan::Scalar;
 use sluice_plan::{CmpOp, PhysExpr};
 
 /// Layout: stream (k, v), table (k, v), __right, __time, __deleted.
@@ -290,12 +293,12 @@ fn a_whole_checkpoint_of_an_earlier_release_restores_into_pages() {
 /// and restores into a new operator with an empty store.
 #[test]
 fn a_table_join_that_spills_emits_what_one_in_memory_does() {
-    use crate::spill::MemorySpill;
+    use crate::state::MemorySpill;
     for version in MODES {
         let p = plan(JoinKind::Left, version);
         let spilling = || {
             let mut op = TableJoinOperator::new(&p, &TYPES);
-            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10).unwrap();
+            op.attach_spill(Box::new(MemorySpill::default()), 16 << 10);
             op
         };
         let (mut memory, mut spill) = (TableJoinOperator::new(&p, &TYPES), spilling());

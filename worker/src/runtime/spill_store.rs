@@ -214,7 +214,7 @@ pub struct DiskSpill {
     /// again until it is spilled anew — a write — so a read may find an
     /// index entry whose removal is held: it names a page the engine no
     /// longer has on disk, and the engine ignores it
-    /// (`sluice_engine::spill`, `Spilling::find`). Without this, every
+    /// (`sluice_engine`'s `state::spilling`, `Spilling::find`). Without this, every
     /// page a watermark reads back to let rows go applied a batch of the
     /// one before's removals: a commit per read.
     held_puts: Cell<bool>,

@@ -11,7 +11,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::group_keys::GroupTable;
+use crate::state::group_keys::GroupTable;
 
 /// Groups per page. Small, so that updates spread over many keys dirty
 /// few bytes: 20,000 keys updated between two checkpoints rewrite at most
@@ -20,7 +20,8 @@ use crate::group_keys::GroupTable;
 /// changed, not the state held. A page is one record of the state topic,
 /// so much smaller pages would spend more on record keys than on state.
 pub const PAGE_GROUPS: u32 = 8;
-const _: () = assert!(PAGE_GROUPS as usize == crate::group_keys::BLOCK, "a block of the group table holds a page");
+const _: () =
+    assert!(PAGE_GROUPS as usize == crate::state::group_keys::BLOCK, "a block of the group table holds a page");
 
 /// The ids of page `page` among `groups` ids (empty past the end).
 pub fn page_groups(page: u32, groups: usize) -> Range<usize> {
@@ -242,7 +243,7 @@ mod borrow_tests {
     /// state topics would not read back.
     #[test]
     fn keys_written_from_the_table_are_the_bytes_owned_keys_were() {
-        let mut t = crate::group_keys::GroupTable::default();
+        let mut t = crate::state::group_keys::GroupTable::default();
         for i in 0..12 {
             t.find_or_insert(format!("key-{i}-{}", "x".repeat(i * 30)).as_bytes());
         }

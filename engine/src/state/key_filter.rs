@@ -1,7 +1,7 @@
-//! Which keys of a spilling operator may be on disk (`crate::spill`).
+//! Which keys of a spilling operator may be on disk (`crate::state`).
 
 use crate::Error;
-use crate::group_keys::hash_key;
+use crate::state::group_keys::hash_key;
 
 /// Which keys may be on disk: a Bloom filter of the spilled groups' keys,
 /// so that a key never seen before — most keys, for a GROUP BY whose keys
@@ -87,5 +87,31 @@ impl KeyFilter {
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.words.capacity() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::group_keys::hash_key;
+    use crate::state::store::{MemorySpill, SpillStore};
+
+    #[test]
+    fn the_key_filter_never_forgets_a_key_and_rarely_takes_another_for_one() {
+        let mut store = MemorySpill::default();
+        let mut filter = KeyFilter::default();
+        let key = |i: u32| format!("key-{i}").into_bytes();
+        let mut full_at = None;
+        for i in 0..200_000u32 {
+            store.keys.insert(key(i), 0);
+            if !filter.insert(hash_key(&key(i))) {
+                full_at.get_or_insert(i);
+                filter.rebuild(store.keys.len(), |f| store.for_each_key(f)).unwrap();
+            }
+        }
+        assert_eq!(full_at, Some(1 << 13), "full once as many keys came as it was sized for");
+        assert!((0..200_000).all(|i| filter.may_contain(hash_key(&key(i)))));
+        let false_positives = (200_000..300_000).filter(|&i| filter.may_contain(hash_key(&key(i)))).count();
+        assert!(false_positives < 5_000, "{false_positives} of 100,000 keys never filed");
     }
 }

@@ -48,8 +48,8 @@ pub struct GroupTable {
 }
 
 /// Ids per block: a spilled page's groups leave their block whole, and a
-/// page read back takes a whole block (`crate::spill`). A block holds a
-/// page: `crate::pages` checks that the two sizes agree.
+/// page read back takes a whole block (`crate::state`). A block holds a
+/// page: `crate::state::pages` checks that the two sizes agree.
 pub const BLOCK: usize = 8;
 
 /// Serialisable form of a [`GroupTable`] (the hash table is rebuilt on restore).
