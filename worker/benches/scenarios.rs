@@ -214,7 +214,7 @@ fn json_encoder(plan: &Plan) -> RowEncoder {
 }
 
 fn full(plan: &Arc<Plan>, emit: EmitChangesMode, payloads: &Payloads) -> (Duration, u64) {
-    full_with(plan, emit, payloads, RowDecoder::Json(JsonDecoder::new(plan)), &json_encoder(plan))
+    full_with(plan, emit, payloads, RowDecoder::json(plan), &json_encoder(plan))
 }
 
 /// Decode with `decoder`, run the engine, encode with `encoder`.
@@ -287,12 +287,12 @@ fn over_avro(records: u64) {
         };
         let (mut j, mut a, mut rows) = (Vec::new(), Vec::new(), (0, 0));
         for _ in 0..3 {
-            let json_in = RowDecoder::Json(JsonDecoder::new(&plan));
+            let json_in = RowDecoder::json(&plan);
             let (t, r) = full_with(&plan, EmitChangesMode::Coalesced, &json, json_in, &json_out);
             j.push(t);
             let mut decoder = AvroDecoder::new(&plan);
             decoder.add_schema(1, &schema);
-            let avro_in = RowDecoder::Avro(Box::new(decoder));
+            let avro_in = RowDecoder::encoded(decoder);
             let (u, q) = full_with(&plan, EmitChangesMode::Coalesced, &avro, avro_in, &avro_out);
             a.push(u);
             rows = (r, q);
@@ -357,7 +357,7 @@ fn rekeyed(payloads: &Payloads, binary: bool) -> (Duration, u64) {
             let d = if binary {
                 RowDecoder::Binary(BinaryDecoder::new(&aggregate, writer))
             } else {
-                RowDecoder::Json(JsonDecoder::new(&aggregate))
+                RowDecoder::json(&aggregate)
             };
             let b = d.new_batch(BATCH);
             let options = EngineOptions { partition: i32::try_from(p).unwrap_or(0), ..EngineOptions::default() };

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 mod fixtures;
 
 use sluice_crds::ColumnType;
-use sluice_formats::decode::JsonDecoder;
+use sluice_formats::decode::{Encoding, JsonDecoder};
 use sluice_plan::Plan;
 use sluice_sql::plan_query;
 

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::Value as Json;
 use sluice_crds::{ColumnSpec, EmitChangesMode, EventTimeSpec, LateRecordPolicy, SchemaSpec, SourceSpec, TableSpec};
 use sluice_engine::{Engine, EngineOptions, Output};
-use sluice_formats::decode::{BinaryDecoder, JsonDecoder, RowDecoder};
+use sluice_formats::decode::{BinaryDecoder, RowDecoder};
 use sluice_formats::encode::{BinaryEncoder, EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::EmittedRows;
 use sluice_plan::{Batch, Plan, StageOutput};
@@ -231,7 +231,7 @@ fn run_stage(
         let new_engine = || Engine::new(Arc::clone(&plan), EngineOptions { partition: p as i32, ..options.clone() });
         let mut engine = new_engine();
         let mut decoder = match writer {
-            None => RowDecoder::Json(JsonDecoder::new(&plan)),
+            None => RowDecoder::json(&plan),
             Some(names) => RowDecoder::Binary(BinaryDecoder::new(&plan, names)),
         };
         let mut batch = decoder.new_batch(batch_size);

@@ -169,7 +169,16 @@ fn code(text: &str) -> String {
     while let Some(at) = rest.find("#[cfg(test)]") {
         kept.push_str(&rest[..at]);
         let after = rest[at + "#[cfg(test)]".len()..].trim_start();
-        if let Some(m) = after.strip_prefix("mod ").or_else(|| after.strip_prefix("pub(crate) mod "))
+        // Whatever its visibility: `pub(crate)`, `pub(in crate::x)`.
+        let after = match after.strip_prefix("pub") {
+            Some(v) if v.trim_start().starts_with('(') => {
+                let v = v.trim_start();
+                v[v.find(')').map_or(0, |e| e + 1)..].trim_start()
+            }
+            Some(v) => v.trim_start(),
+            None => after,
+        };
+        if let Some(m) = after.strip_prefix("mod ")
             && let Some(open) = m.find(['{', ';'])
             && m[..open].trim().chars().all(|c| c.is_alphanumeric() || c == '_')
         {
@@ -283,7 +292,10 @@ fn paths(code: &str) -> Paths {
                 j += 1;
             }
             let path = code[i..j].trim_end_matches(':');
-            if path.contains("::") {
+            // `pub(in crate::x)` names where an item is seen, not what it
+            // uses.
+            let visibility = code[..i].trim_end().ends_with("pub(in");
+            if path.contains("::") && !visibility {
                 inline.push(path.to_owned());
             }
             names.insert(path.split("::").next().unwrap_or_default().to_owned());
@@ -510,10 +522,15 @@ pub(crate) use crate::z::D;
 // super::commented::f()
 /* crate::block::g() */
 fn f() { let s = "crate::quoted::h()"; let r = r#"super::raw::i"#; let c = '"'; super::w::call(c, s, r) }
+pub(in crate::seen_from) fn g() {}
 #[cfg(test)]
 mod tests {
     use super::*;
     fn t() { crate::only_in_tests::k() }
+}
+#[cfg(test)]
+pub(in crate::seen_from) mod fixtures {
+    fn t() { crate::only_in_fixtures::k() }
 }
 "##;
     let p = paths(&code(text));

@@ -14,7 +14,7 @@ use sluice_plan::{Batch, Column, ColumnOrigin, Plan, Schema};
 
 use super::error::DecodeError;
 use super::key_cells::KeyCells;
-use super::{AvroDecoder, JsonDecoder, ProtobufDecoder, RowDecoder};
+use super::{AvroDecoder, ProtobufDecoder, RowDecoder};
 
 #[derive(Debug, Clone)]
 pub struct KeyDecoder {
@@ -24,6 +24,8 @@ pub struct KeyDecoder {
     /// The source column each key column fills.
     targets: Vec<usize>,
     state: State,
+    /// The key is JSON: a scalar key (not an object) is read whole.
+    json: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,15 +64,16 @@ impl KeyDecoder {
             return None;
         }
         let decoder = match format {
-            KeyFormat::Json => RowDecoder::Json(JsonDecoder::new(&key)),
+            KeyFormat::Json => RowDecoder::json(&key),
             KeyFormat::Avro => {
                 let mut d = AvroDecoder::new(&key);
                 d.whole_primitive = targets.len() == 1;
-                RowDecoder::Avro(Box::new(d))
+                RowDecoder::encoded(d)
             }
-            KeyFormat::Protobuf => RowDecoder::Protobuf(Box::new(ProtobufDecoder::new(&key))),
+            KeyFormat::Protobuf => RowDecoder::encoded(ProtobufDecoder::new(&key)),
         };
-        Some(Self { batch: decoder.new_batch(1), decoder: Box::new(decoder), targets, state: State::Bytes })
+        let json = format == KeyFormat::Json;
+        Some(Self { batch: decoder.new_batch(1), decoder: Box::new(decoder), targets, state: State::Bytes, json })
     }
 }
 
@@ -79,10 +82,7 @@ impl KeyCells for KeyDecoder {
         self.batch.clear();
         self.state = State::Bytes;
         let Some(key) = key else { return Ok(()) };
-        if matches!(*self.decoder, RowDecoder::Json(_))
-            && self.targets.len() == 1
-            && key.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{')
-        {
+        if self.json && self.targets.len() == 1 && key.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Ok(());
         }
         self.decoder.decode(key, &mut self.batch).map_err(|e| DecodeError(format!("the record's key: {}", e.0)))?;
@@ -173,7 +173,7 @@ mod tests {
         }
         let names: Vec<&str> = std::iter::once("amount").chain(keys.iter().map(|k| k.0)).collect();
         let plan = sluice_sql::plan_query(&format!("SELECT {} FROM t", names.join(", ")), &[source]).unwrap();
-        let mut d = RowDecoder::Json(crate::decode::JsonDecoder::new(&plan));
+        let mut d = RowDecoder::json(&plan);
         d.read_keys(&plan, format, "key_");
         d
     }

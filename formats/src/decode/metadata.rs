@@ -13,61 +13,16 @@ use sluice_crds::RecordMetadata;
 use sluice_plan::time::MAX_TIMESTAMP_MS;
 use sluice_plan::{Batch, DataType};
 
+use super::columns::SourceColumns;
 use super::error::DecodeError;
 use super::json::{JsonDecoder, ValueSeed, describe};
+use super::record::{RecordHeaders, RecordMeta};
 
-/// A record's headers, in the order the record lists them.
-pub trait RecordHeaders {
-    fn count(&self) -> usize;
-    /// The `i`-th header's name and value (`None` for a null value).
-    fn header(&self, i: usize) -> Option<(&[u8], Option<&[u8]>)>;
-}
-
-/// What the source knows of a record besides its value.
-#[derive(Clone, Copy, Default)]
-pub struct RecordMeta<'a> {
-    pub key: Option<&'a [u8]>,
-    pub timestamp_ms: Option<i64>,
-    pub partition: Option<i32>,
-    pub offset: Option<i64>,
-    /// When the record was read; set only for a decoder that
-    /// [`JsonDecoder::reads_processing_time`].
-    pub processing_time_ms: Option<i64>,
-    /// `None` where the source has no headers (files, datagen) or the job
-    /// reads none (they are not parsed then).
-    pub headers: Option<&'a dyn RecordHeaders>,
-}
-
-impl std::fmt::Debug for RecordMeta<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordMeta")
-            .field("key", &self.key)
-            .field("timestamp_ms", &self.timestamp_ms)
-            .field("partition", &self.partition)
-            .field("offset", &self.offset)
-            .field("processing_time_ms", &self.processing_time_ms)
-            .field("headers", &self.headers.map(|h| h.count()))
-            .finish()
-    }
-}
-
-impl JsonDecoder {
+impl SourceColumns {
     /// Whether some column is the processing time (the source then reads
     /// the clock for every record).
     pub fn reads_processing_time(&self) -> bool {
         self.metadata.iter().any(|(_, what, _)| *what == RecordMetadata::ProcessingTime)
-    }
-
-    /// Appends the record with value `payload` as one row of `batch`, its
-    /// metadata columns from `meta`; or explains why it cannot.
-    pub fn decode_record(
-        &mut self,
-        payload: &[u8],
-        meta: &RecordMeta<'_>,
-        batch: &mut Batch,
-    ) -> Result<(), DecodeError> {
-        self.decode(payload, batch)?;
-        self.push_metadata_columns(meta, batch)
     }
 
     /// Fills the metadata columns of the row just decoded into `batch`
@@ -223,6 +178,25 @@ impl JsonDecoder {
     }
 }
 
+impl JsonDecoder {
+    /// Appends the record with value `payload` as one row of `batch`, its
+    /// metadata columns from `meta`; or explains why it cannot.
+    pub fn decode_record(
+        &mut self,
+        payload: &[u8],
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+    ) -> Result<(), DecodeError> {
+        self.decode(payload, batch)?;
+        self.columns.push_metadata_columns(meta, batch)
+    }
+
+    /// See [`SourceColumns::reads_processing_time`].
+    pub fn reads_processing_time(&self) -> bool {
+        self.columns.reads_processing_time()
+    }
+}
+
 /// Every header as a JSON object of strings (null for a null value; a
 /// repeated name keeps its last value, as a map would).
 fn headers_json(headers: &dyn RecordHeaders, out: &mut Vec<u8>) -> Result<(), String> {
@@ -362,8 +336,8 @@ mod tests {
             fast.decode_record(record, &meta, &mut a).unwrap();
             visitor.decode_with_serde(record, &mut b).unwrap();
             let row = b.len - 1;
-            visitor.push_metadata(0, &meta, &mut b, &mut Vec::new()).unwrap();
-            visitor.push_metadata(1, &meta, &mut b, &mut Vec::new()).unwrap();
+            visitor.columns.push_metadata(0, &meta, &mut b, &mut Vec::new()).unwrap();
+            visitor.columns.push_metadata(1, &meta, &mut b, &mut Vec::new()).unwrap();
             assert_eq!(b.len, row + 1);
         }
         for c in 0..4 {

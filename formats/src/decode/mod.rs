@@ -1,9 +1,19 @@
 //! Record bytes → columns.
+//!
+//! The door to decoding: which decoder reads a source's records is
+//! decided here, from the source's spec (its format's encoding, its keys'
+//! format), not by the runtime — as Vector's `DeserializerConfig::build`
+//! and RisingWave's parser builders decide it. An encoding is a file of
+//! its own implementing [`Encoding`]; a new one is that file, its `mod`
+//! line and its arm in [`RowDecoder::for_source`] below — the only place
+//! that lists them all.
 
 mod avro;
 mod binary;
 mod cells;
+mod columns;
 mod debezium;
+mod encoding;
 mod envelope;
 mod error;
 mod json;
@@ -12,28 +22,55 @@ mod key_cells;
 mod metadata;
 mod protobuf;
 mod raw;
+mod record;
 mod row;
 mod tombstone;
 mod wire;
 
 pub use avro::{AvroDecoder, schema_id};
 pub use binary::BinaryDecoder;
+pub use columns::SourceColumns;
 pub use debezium::{DebeziumAvroDecoder, DebeziumDecoder};
+pub use encoding::Encoding;
 pub use envelope::Envelope;
 pub use error::DecodeError;
 pub use json::JsonDecoder;
 pub use key::KeyDecoder;
-pub use metadata::{RecordHeaders, RecordMeta};
 pub use protobuf::ProtobufDecoder;
 #[cfg(test)]
 pub(crate) use protobuf::parse_schema;
 pub use raw::RawDecoder;
+pub use record::{RecordHeaders, RecordMeta};
 pub use row::RowDecoder;
 
-/// The most writer schemas a decoder keeps compiled: ids come from
-/// records, which anyone may write, so the cache is bounded (a topic uses
-/// a handful).
-pub(crate) const MAX_SCHEMAS: usize = 1_024;
+impl RowDecoder {
+    /// The decoder of `source`'s records, which `plan` reads: its
+    /// format's, reading keys in its `keyFormat` (key fields named after
+    /// its `keyFieldsPrefix`), Avro fields resolved against the columns'
+    /// aliases and defaults. An error says what in the spec cannot be read.
+    pub fn for_source(plan: &sluice_plan::Plan, source: &sluice_crds::SourceSpec) -> Result<Self, String> {
+        use sluice_crds::SourceFormat;
+        let mut decoder = match source.format {
+            SourceFormat::Json => Self::encoded(JsonDecoder::new(plan)),
+            SourceFormat::Raw => Self::encoded(RawDecoder::new(plan).ok_or_else(|| {
+                "a source with format raw has one column of type string (metadata besides)".to_owned()
+            })?),
+            SourceFormat::DebeziumJson => Self::encoded(DebeziumDecoder::new(plan)),
+            SourceFormat::Avro => {
+                let mut avro = AvroDecoder::new(plan);
+                avro.resolve_with(source)?;
+                Self::encoded(avro)
+            }
+            SourceFormat::Protobuf => Self::encoded(ProtobufDecoder::new(plan)),
+            SourceFormat::DebeziumAvro => Self::encoded(DebeziumAvroDecoder::new(plan)),
+        };
+        if let Some(key_format) = source.key_format {
+            decoder.read_keys(plan, key_format, source.key_fields_prefix.as_deref().unwrap_or_default());
+        }
+        Ok(decoder)
+    }
+}
+
 pub use tombstone::TombstoneDecoder;
 
 /// The plan of `sql` over a source `t` of one column of each type, for the

@@ -5,12 +5,13 @@
 
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
-use super::{DecodeError, JsonDecoder, RecordMeta};
+use super::encoding::Encoding;
+use super::{DecodeError, RecordMeta, SourceColumns};
 
 #[derive(Debug, Clone)]
 pub struct RawDecoder {
     /// Names, use and metadata columns, as the JSON decoder keeps them.
-    pub(super) columns: JsonDecoder,
+    pub(super) columns: SourceColumns,
     /// The column the value goes to.
     value: usize,
 }
@@ -22,7 +23,7 @@ impl RawDecoder {
         let mut fields =
             (0..plan.source.schema.fields.len()).filter(|&i| matches!(plan.source.origin(i), ColumnOrigin::Field(_)));
         let value = fields.next()?;
-        fields.next().is_none().then(|| Self { columns: JsonDecoder::new(plan), value })
+        fields.next().is_none().then(|| Self { columns: SourceColumns::new(plan), value })
     }
 
     pub fn new_batch(&self, capacity: usize) -> Batch {
@@ -47,6 +48,23 @@ impl RawDecoder {
     }
 }
 
+impl Encoding for RawDecoder {
+    fn columns(&self) -> &SourceColumns {
+        &self.columns
+    }
+
+    fn columns_mut(&mut self) -> &mut SourceColumns {
+        &mut self.columns
+    }
+
+    fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        RawDecoder::decode_record(self, payload, &RecordMeta::default(), batch)
+    }
+
+    fn decode_record(&mut self, payload: &[u8], meta: &RecordMeta<'_>, batch: &mut Batch) -> Result<(), DecodeError> {
+        RawDecoder::decode_record(self, payload, meta, batch)
+    }
+}
 #[cfg(test)]
 mod tests {
     use sluice_crds::{ColumnSpec, ColumnType, RecordMetadata, SourceSpec};

@@ -1,89 +1,74 @@
-//! The door to decoding: which decoder reads a source's records is
-//! decided here, from the source's spec (its format's encoding, its keys'
-//! format), not by the runtime — as Vector's `DeserializerConfig::build`
-//! and RisingWave's parser builders decide it. A new encoding is a file of
-//! its own, an arm of [`RowDecoder`] and an arm of [`RowDecoder::for_source`];
-//! the dispatch below is the only place that lists them all.
+//! What a partition decodes its records with: a source's records in their
+//! encoding ([`Encoding`], chosen from the source's spec by
+//! [`RowDecoder::for_source`]), or binary rows from an exchange. The
+//! runtime holds one of these and names no encoding.
 
-use sluice_crds::{SourceFormat, SourceSpec};
 use sluice_plan::{Batch, Plan};
 
 use super::binary::BinaryDecoder;
+use super::encoding::Encoding;
 use super::error::DecodeError;
-use super::metadata::RecordMeta;
-use super::{AvroDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder, RawDecoder};
+use super::json::JsonDecoder;
+use super::record::RecordMeta;
 
-/// How a partition reads its records: a source's in its declared format
-/// (JSON, Avro), binary rows from an exchange.
+#[cfg(doc)]
+use super::columns::SourceColumns;
+
 #[derive(Debug, Clone)]
 pub enum RowDecoder {
-    Json(JsonDecoder),
-    Avro(Box<AvroDecoder>),
-    Protobuf(Box<ProtobufDecoder>),
-    Debezium(Box<DebeziumDecoder>),
-    DebeziumAvro(Box<DebeziumAvroDecoder>),
-    Raw(Box<RawDecoder>),
+    /// A source's records, in their encoding.
+    Encoded(Box<dyn Encoding>),
+    /// Rows an upstream stage wrote to an exchange.
     Binary(BinaryDecoder),
 }
 
 impl RowDecoder {
-    /// The decoder of `source`'s records, which `plan` reads: its
-    /// format's, reading keys in its `keyFormat` (key fields named after
-    /// its `keyFieldsPrefix`), Avro fields resolved against the columns'
-    /// aliases and defaults. An error says what in the spec cannot be read.
-    pub fn for_source(plan: &Plan, source: &SourceSpec) -> Result<Self, String> {
-        let mut decoder = match source.format {
-            SourceFormat::Json => Self::Json(JsonDecoder::new(plan)),
-            SourceFormat::Raw => Self::Raw(Box::new(RawDecoder::new(plan).ok_or_else(|| {
-                "a source with format raw has one column of type string (metadata besides)".to_owned()
-            })?)),
-            SourceFormat::DebeziumJson => Self::Debezium(Box::new(DebeziumDecoder::new(plan))),
-            SourceFormat::Avro => {
-                let mut avro = AvroDecoder::new(plan);
-                avro.resolve_with(source)?;
-                Self::Avro(Box::new(avro))
-            }
-            SourceFormat::Protobuf => Self::Protobuf(Box::new(ProtobufDecoder::new(plan))),
-            SourceFormat::DebeziumAvro => Self::DebeziumAvro(Box::new(DebeziumAvroDecoder::new(plan))),
-        };
-        if let Some(key_format) = source.key_format {
-            decoder.read_keys(plan, key_format, source.key_fields_prefix.as_deref().unwrap_or_default());
-        }
-        Ok(decoder)
+    /// Records in JSON (a source's default format; an exchange's rows in
+    /// tests).
+    pub fn json(plan: &Plan) -> Self {
+        Self::encoded(JsonDecoder::new(plan))
+    }
+
+    pub fn encoded(encoding: impl Encoding + 'static) -> Self {
+        Self::Encoded(Box::new(encoding))
     }
 
     pub fn new_batch(&self, capacity: usize) -> Batch {
         match self {
-            Self::Json(d) => d.new_batch(capacity),
-            Self::Avro(d) => d.new_batch(capacity),
-            Self::Protobuf(d) => d.new_batch(capacity),
-            Self::Debezium(d) => d.new_batch(capacity),
-            Self::DebeziumAvro(d) => d.new_batch(capacity),
-            Self::Raw(d) => d.new_batch(capacity),
+            Self::Encoded(d) => d.columns().new_batch(capacity),
             Self::Binary(d) => d.new_batch(capacity),
         }
     }
 
+    /// Appends the record whose value is `payload` as one row of `batch`
+    /// (metadata columns empty), or explains why it cannot.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         match self {
-            Self::Json(d) => d.decode(payload, batch),
-            Self::Avro(d) => d.decode(payload, batch),
-            Self::Protobuf(d) => d.decode(payload, batch),
-            Self::Debezium(d) => d.decode_record(payload, &RecordMeta::default(), batch),
-            Self::DebeziumAvro(d) => d.decode_record(payload, &RecordMeta::default(), batch),
-            Self::Raw(d) => d.decode_record(payload, &RecordMeta::default(), batch),
+            Self::Encoded(d) => d.decode(payload, batch),
+            Self::Binary(d) => d.decode(payload, batch),
+        }
+    }
+
+    /// [`RowDecoder::decode`] with the record's metadata, for the columns
+    /// that read it (an internal topic's rows carry none).
+    pub fn decode_record(
+        &mut self,
+        payload: &[u8],
+        meta: &RecordMeta<'_>,
+        batch: &mut Batch,
+    ) -> Result<(), DecodeError> {
+        match self {
+            Self::Encoded(d) => d.decode_record(payload, meta, batch),
             Self::Binary(d) => d.decode(payload, batch),
         }
     }
 
     /// The registry id of the writer schema `payload` needs and the
-    /// decoder does not have yet (see [`AvroDecoder::needs_schema`]).
+    /// decoder does not have yet.
     pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
         match self {
-            Self::Avro(d) => d.needs_schema(payload),
-            Self::Protobuf(d) => d.needs_schema(payload),
-            Self::DebeziumAvro(d) => d.needs_schema(payload),
-            _ => None,
+            Self::Encoded(d) => d.needs_schema(payload),
+            Self::Binary(_) => None,
         }
     }
 
@@ -98,11 +83,8 @@ impl RowDecoder {
     /// text)`, dependencies first): named Avro types, imported `.proto`
     /// files.
     pub fn add_schema_with(&mut self, id: u32, schema: Result<(&str, &str), String>, references: &[(String, String)]) {
-        let expected = match self {
-            Self::Avro(_) | Self::DebeziumAvro(_) => "AVRO",
-            Self::Protobuf(_) => "PROTOBUF",
-            _ => return,
-        };
+        let Self::Encoded(d) = self else { return };
+        let Some(expected) = d.registry_type() else { return };
         let schema = schema.and_then(|(kind, text)| {
             if kind == expected {
                 Ok(text)
@@ -113,14 +95,9 @@ impl RowDecoder {
                 ))
             }
         });
-        match (self, schema) {
-            (Self::Avro(d), Ok(text)) => d.add_schema_with(id, text, references),
-            (Self::Avro(d), Err(why)) => d.add_unknown(id, why),
-            (Self::Protobuf(d), Ok(text)) => d.add_schema_with(id, text, references),
-            (Self::Protobuf(d), Err(why)) => d.add_unknown(id, why),
-            (Self::DebeziumAvro(d), Ok(text)) => d.add_schema_with(id, text, references),
-            (Self::DebeziumAvro(d), Err(why)) => d.add_unknown(id, why),
-            _ => {}
+        match schema {
+            Ok(text) => d.add_schema_with(id, text, references),
+            Err(why) => d.add_unknown(id, why),
         }
     }
 
@@ -128,65 +105,26 @@ impl RowDecoder {
     /// the key's too: they come from records, so the core counts them
     /// against its memory budget.
     pub fn cache_bytes(&mut self) -> usize {
-        let own = match self {
-            Self::Avro(d) => d.cache_bytes(),
-            Self::Protobuf(d) => d.cache_bytes(),
-            Self::DebeziumAvro(d) => d.cache_bytes(),
-            _ => 0,
-        };
-        own + self.columns_mut().and_then(|c| c.key.as_deref_mut()).map_or(0, |k| k.cache_bytes())
+        let Self::Encoded(d) = self else { return 0 };
+        d.cache_bytes() + d.columns_mut().key.as_deref_mut().map_or(0, |k| k.cache_bytes())
     }
 
     /// Forgets the schema ids the registry did not have, the key's too:
     /// each is asked for again (the runtime's registry client answers
     /// from its own cache while that answer is fresh).
     pub fn forget_unknown(&mut self) {
-        match self {
-            Self::Avro(d) => d.forget_unknown(),
-            Self::Protobuf(d) => d.forget_unknown(),
-            Self::DebeziumAvro(d) => d.forget_unknown(),
-            _ => {}
-        }
-        if let Some(key) = self.columns_mut().and_then(|c| c.key.as_deref_mut()) {
+        let Self::Encoded(d) = self else { return };
+        d.forget_unknown();
+        if let Some(key) = d.columns_mut().key.as_deref_mut() {
             key.forget_unknown();
         }
     }
 
-    /// [`RowDecoder::decode`] with the record's metadata, for the columns
-    /// that read it (an internal topic's rows carry none).
-    pub fn decode_record(
-        &mut self,
-        payload: &[u8],
-        meta: &RecordMeta<'_>,
-        batch: &mut Batch,
-    ) -> Result<(), DecodeError> {
+    /// The [`SourceColumns`] a source's decoder fills (`None` for binary
+    /// rows, which have no metadata columns).
+    pub(super) fn columns_mut(&mut self) -> Option<&mut super::columns::SourceColumns> {
         match self {
-            Self::Json(d) => d.decode_record(payload, meta, batch),
-            Self::Avro(d) => {
-                d.decode(payload, batch)?;
-                d.columns.push_metadata_columns(meta, batch)
-            }
-            Self::Protobuf(d) => {
-                d.decode(payload, batch)?;
-                d.columns.push_metadata_columns(meta, batch)
-            }
-            Self::Debezium(d) => d.decode_record(payload, meta, batch),
-            Self::DebeziumAvro(d) => d.decode_record(payload, meta, batch),
-            Self::Raw(d) => d.decode_record(payload, meta, batch),
-            Self::Binary(d) => d.decode(payload, batch),
-        }
-    }
-
-    /// The columns' decoder a source's decoder fills its metadata columns
-    /// with (`None` for binary rows, which have none).
-    pub(super) fn columns_mut(&mut self) -> Option<&mut JsonDecoder> {
-        match self {
-            Self::Json(d) => Some(d),
-            Self::Avro(d) => Some(&mut d.columns),
-            Self::Protobuf(d) => Some(&mut d.columns),
-            Self::Debezium(d) => Some(&mut d.rows),
-            Self::DebeziumAvro(d) => Some(d.columns_mut()),
-            Self::Raw(d) => Some(&mut d.columns),
+            Self::Encoded(d) => Some(d.columns_mut()),
             Self::Binary(_) => None,
         }
     }
@@ -194,12 +132,7 @@ impl RowDecoder {
     /// Whether each record needs its processing time.
     pub fn reads_processing_time(&self) -> bool {
         match self {
-            Self::Json(d) => d.reads_processing_time(),
-            Self::Avro(d) => d.columns.reads_processing_time(),
-            Self::Protobuf(d) => d.columns.reads_processing_time(),
-            Self::Debezium(d) => d.rows.reads_processing_time(),
-            Self::DebeziumAvro(d) => d.reads_processing_time(),
-            Self::Raw(d) => d.columns.reads_processing_time(),
+            Self::Encoded(d) => d.columns().reads_processing_time(),
             Self::Binary(_) => false,
         }
     }

@@ -21,9 +21,9 @@ use serde_json::{Map, Value};
 use sluice_crds::{ColumnType, KeyFormat, RecordMetadata, SourceSpec};
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
+use super::RowDecoder;
 use super::error::DecodeError;
-use super::metadata::RecordMeta;
-use super::{JsonDecoder, RowDecoder};
+use super::record::RecordMeta;
 
 /// How one table source's tombstones become deletions.
 #[derive(Debug, Clone)]
@@ -66,12 +66,12 @@ impl TombstoneDecoder {
                         origin => origin,
                     })
                     .collect();
-                let mut rows = RowDecoder::Json(JsonDecoder::new(&keyed));
+                let mut rows = RowDecoder::json(&keyed);
                 rows.read_keys(&keyed, format, prefix);
                 (rows, Vec::new())
             }
             format => {
-                let mut rows = RowDecoder::Json(JsonDecoder::new(plan));
+                let mut rows = RowDecoder::json(plan);
                 if let Some(format) = format {
                     rows.read_keys(plan, format, prefix);
                 }
@@ -215,7 +215,8 @@ mod tests {
 
     /// The last row's (id, region, ts, __deleted), by name.
     fn row(batch: &Batch, d: &TombstoneDecoder) -> Vec<Scalar> {
-        let crate::decode::RowDecoder::Json(columns) = &d.rows else { unreachable!("tombstones are decoded as JSON") };
+        let crate::decode::RowDecoder::Encoded(rows) = &d.rows else { unreachable!("tombstones are decoded as JSON") };
+        let columns = rows.columns();
         ["id", "region", "ts", "__deleted"]
             .iter()
             .map(|n| {

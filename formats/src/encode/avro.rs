@@ -297,7 +297,7 @@ mod tests {
         );
         let plan = sluice_sql::plan_query("SELECT k, p, s, b, t, c FROM r", &[source]).unwrap();
         let mut decoder = AvroDecoder::new(&plan);
-        assert_eq!(decoder.needs_schema(out.value(0)), Some(42));
+        assert_eq!(crate::decode::Encoding::needs_schema(&decoder, out.value(0)), Some(42));
         decoder.add_schema(42, &schema);
         let mut batch = decoder.new_batch(3);
         for i in 0..3 {

@@ -14,7 +14,7 @@ use crate::registry::{Registry, as_given, references_of};
 use crate::sink::{DeadLetter, DeadLetterSink, Stage};
 use crate::source::Record;
 use sluice_engine::{Engine, EngineOptions, Output};
-use sluice_formats::decode::{BinaryDecoder, Envelope, JsonDecoder, RecordHeaders, RecordMeta, RowDecoder};
+use sluice_formats::decode::{BinaryDecoder, Envelope, RecordHeaders, RecordMeta, RowDecoder};
 use sluice_formats::encode::{EncodedRows, JsonEncoder, RowEncoder};
 use sluice_plan::Batch;
 use sluice_plan::EmittedRows;
@@ -107,7 +107,7 @@ impl PartitionPipeline {
         feed: Option<(usize, &[String])>,
     ) -> Self {
         let decoder = match feed {
-            None => RowDecoder::Json(JsonDecoder::new(plan)),
+            None => RowDecoder::json(plan),
             Some((_, writer)) => RowDecoder::Binary(BinaryDecoder::new(plan, writer)),
         };
         let batch = decoder.new_batch(capacity);

@@ -16,6 +16,7 @@
 mod program;
 mod resolve;
 mod schema;
+mod writers;
 
 use std::collections::HashMap;
 
@@ -23,14 +24,14 @@ use sluice_crds::SourceSpec;
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan, Scalar};
 
-use self::program::{Columns, Conv, Op, Program};
+use self::program::{Conv, Op, Program};
 use self::resolve::{absent, default_value};
-use self::schema::{Schema, Type, TypeId};
+use self::schema::{Type, TypeId};
 use super::cells::{name, push_null, time};
-use super::{DecodeError, JsonDecoder, wire};
+use super::wire::HEADER;
+use super::{DecodeError, SourceColumns, wire};
 
 const MS_PER_DAY: i64 = 86_400_000;
-use super::wire::HEADER;
 /// Nesting a datum may reach (a recursive type's values nest as deep as
 /// the writer made them; decoding recurses).
 const MAX_NESTING: usize = 64;
@@ -44,7 +45,7 @@ pub struct AvroDecoder {
     /// The columns' names, types, nullability and use, and the metadata
     /// columns, as the JSON decoder reads them (a record's key, headers
     /// and offsets are read the same whatever the value's format).
-    pub(super) columns: JsonDecoder,
+    pub(super) columns: SourceColumns,
     /// Each field column and its path.
     fields: Vec<(usize, Vec<String>)>,
     /// Per writer schema id: its program, or why its records cannot be read.
@@ -73,7 +74,7 @@ impl AvroDecoder {
             .collect();
         Self {
             defaults: vec![None; plan.source.schema.fields.len()],
-            columns: JsonDecoder::new(plan),
+            columns: SourceColumns::new(plan),
             fields,
             programs: HashMap::new(),
             last: None,
@@ -159,89 +160,6 @@ impl AvroDecoder {
     /// An empty batch with a builder for each used column.
     pub fn new_batch(&self, capacity: usize) -> Batch {
         self.columns.new_batch(capacity)
-    }
-
-    /// The writer schema id of `payload`, when no schema is known for it
-    /// yet: the runtime fetches it and calls [`AvroDecoder::add_schema`]
-    /// (or [`AvroDecoder::add_unknown`]) before decoding.
-    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
-        let id = schema_id(payload).ok()?;
-        // Asked for every record: the id the last record named is known
-        // without a lookup.
-        if self.last.as_ref().is_some_and(|(last, _)| *last == id) {
-            return None;
-        }
-        (!self.programs.contains_key(&id)).then_some(id)
-    }
-
-    /// The writer schema registered under `id` (its JSON text): compiled
-    /// against the columns. One that cannot be read makes each record
-    /// written with it a dead letter saying why.
-    pub fn add_schema(&mut self, id: u32, text: &str) {
-        self.add_schema_with(id, text, &[]);
-    }
-
-    /// [`AvroDecoder::add_schema`] for a schema whose named types may be
-    /// defined in `references` (`(name, text)`, dependencies first).
-    pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
-        let program = Schema::parse_with(text, references)
-            .map_err(|e| format!("schema id {id} is not a valid Avro schema: {e}"))
-            .and_then(|schema| {
-                let whole: Vec<(usize, Vec<String>)>;
-                let fields = match self.fields.as_slice() {
-                    [(col, _)]
-                        if self.whole_primitive && !matches!(schema.types[schema.root()], Type::Record { .. }) =>
-                    {
-                        whole = vec![(*col, Vec::new())];
-                        &whole
-                    }
-                    fields => fields,
-                };
-                let defaulted: Vec<bool> = self.defaults.iter().map(Option::is_some).collect();
-                let columns = Columns {
-                    fields,
-                    aliases: &self.aliases,
-                    defaulted: &defaulted,
-                    types: &self.columns.types,
-                    required: &self.columns.required,
-                    names: &self.columns.names,
-                };
-                Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}"))
-            });
-        self.keep(id, program);
-    }
-
-    /// The registry has no schema `id`: its records are dead letters, `why`
-    /// (until [`AvroDecoder::forget_unknown`]).
-    pub fn add_unknown(&mut self, id: u32, why: String) {
-        self.keep(id, Err(why));
-    }
-
-    /// Keeps schema `id`'s program, within [`super::MAX_SCHEMAS`]: the ids
-    /// come from records, which anyone may write.
-    fn keep(&mut self, id: u32, program: Result<Program, String>) {
-        if self.programs.len() >= super::MAX_SCHEMAS {
-            self.programs.retain(|_, p| p.is_ok());
-            if self.programs.len() >= super::MAX_SCHEMAS {
-                self.programs.clear();
-            }
-        }
-        self.programs.insert(id, program);
-        self.last = None;
-    }
-
-    /// About how many bytes the compiled writer schemas take (the core
-    /// counts them against its memory budget): a few of them in a topic.
-    pub fn cache_bytes(&self) -> usize {
-        let type_bytes = size_of::<Type>() + size_of::<Op>() + 64;
-        self.programs.values().map(|p| p.as_ref().map_or_else(String::len, |p| p.schema.types.len() * type_bytes)).sum()
-    }
-
-    /// Forgets the ids the registry did not have (and schemas that could
-    /// not be read): each is asked for again when a record names it.
-    pub fn forget_unknown(&mut self) {
-        self.programs.retain(|_, p| p.is_ok());
-        self.last = None;
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
@@ -394,7 +312,7 @@ fn flatten(root: &Op, program: &Program) -> Option<Vec<Step>> {
 /// caller to roll back.
 fn run_flat(
     steps: &[Step],
-    columns: &JsonDecoder,
+    columns: &SourceColumns,
     defaults: &[Option<Scalar>],
     batch: &mut Batch,
     cur: &mut Cursor<'_>,
@@ -491,7 +409,7 @@ impl<'a> Cursor<'a> {
 /// One record's decoding.
 struct Run<'a, 'b> {
     program: &'a Program,
-    columns: &'a JsonDecoder,
+    columns: &'a SourceColumns,
     batch: &'b mut Batch,
     depth: usize,
     /// Array and map items so far.
@@ -596,7 +514,7 @@ impl Run<'_, '_> {
 /// Reads one value and pushes it into column `col` (when the query uses it).
 #[inline]
 fn read_value(
-    columns: &JsonDecoder,
+    columns: &SourceColumns,
     batch: &mut Batch,
     col: usize,
     conv: Conv,

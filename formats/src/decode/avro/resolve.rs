@@ -7,12 +7,12 @@
 use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, Scalar};
 
-use super::super::JsonDecoder;
+use super::super::SourceColumns;
 use super::super::cells::{name, push_null};
 
 /// A column the writer has no field for: its default, or NULL.
 pub(super) fn absent(
-    columns: &JsonDecoder,
+    columns: &SourceColumns,
     defaults: &[Option<Scalar>],
     batch: &mut Batch,
     col: usize,

@@ -6,6 +6,7 @@ use sluice_crds::{ColumnType, SourceSpec};
 use sluice_plan::{Batch, Scalar};
 
 use super::AvroDecoder;
+use crate::decode::Encoding;
 
 /// Builds one datum in Avro's binary encoding.
 #[derive(Default, Clone)]

@@ -17,6 +17,8 @@
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
 use crate::decode::cells::DELETED;
+use crate::decode::columns::SourceColumns;
+use crate::decode::encoding::Encoding;
 use crate::decode::{AvroDecoder, DecodeError, RecordMeta};
 
 /// The envelope's own fields, read where they are rather than in an image.
@@ -52,11 +54,6 @@ impl DebeziumAvroDecoder {
         self.after.new_batch(capacity)
     }
 
-    /// See [`AvroDecoder::needs_schema`].
-    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
-        self.after.needs_schema(payload)
-    }
-
     /// See [`AvroDecoder::add_schema`].
     pub fn add_schema(&mut self, id: u32, text: &str) {
         self.add_schema_with(id, text, &[]);
@@ -66,28 +63,6 @@ impl DebeziumAvroDecoder {
     pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
         self.after.add_schema_with(id, text, references);
         self.before.add_schema_with(id, text, references);
-    }
-
-    /// See [`AvroDecoder::add_unknown`].
-    pub fn add_unknown(&mut self, id: u32, why: String) {
-        self.after.add_unknown(id, why.clone());
-        self.before.add_unknown(id, why);
-    }
-
-    /// See [`super::super::AvroDecoder::cache_bytes`].
-    pub fn cache_bytes(&self) -> usize {
-        self.after.cache_bytes() + self.before.cache_bytes()
-    }
-
-    /// See [`super::super::AvroDecoder::forget_unknown`].
-    pub fn forget_unknown(&mut self) {
-        self.after.forget_unknown();
-        self.before.forget_unknown();
-    }
-
-    /// Whether each record needs its processing time.
-    pub fn reads_processing_time(&self) -> bool {
-        self.after.columns.reads_processing_time()
     }
 
     /// Appends the change `payload` describes as one row of `batch` (a new
@@ -120,20 +95,60 @@ impl DebeziumAvroDecoder {
         // key's decoder) are `after`'s.
         self.after.columns.push_metadata_columns(meta, batch)
     }
-
-    /// The columns' decoder that fills the metadata columns.
-    pub(crate) fn columns_mut(&mut self) -> &mut crate::decode::JsonDecoder {
-        &mut self.after.columns
-    }
 }
 
+impl Encoding for DebeziumAvroDecoder {
+    /// `after`'s: both decoders have the same columns, and the metadata
+    /// (and the key's decoder) are `after`'s.
+    fn columns(&self) -> &SourceColumns {
+        &self.after.columns
+    }
+
+    fn columns_mut(&mut self) -> &mut SourceColumns {
+        &mut self.after.columns
+    }
+
+    fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        DebeziumAvroDecoder::decode_record(self, payload, &RecordMeta::default(), batch)
+    }
+
+    fn decode_record(&mut self, payload: &[u8], meta: &RecordMeta<'_>, batch: &mut Batch) -> Result<(), DecodeError> {
+        DebeziumAvroDecoder::decode_record(self, payload, meta, batch)
+    }
+
+    fn registry_type(&self) -> Option<&'static str> {
+        Some("AVRO")
+    }
+
+    fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
+        self.after.needs_schema(payload)
+    }
+
+    fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
+        DebeziumAvroDecoder::add_schema_with(self, id, text, references);
+    }
+
+    fn add_unknown(&mut self, id: u32, why: String) {
+        self.after.add_unknown(id, why.clone());
+        self.before.add_unknown(id, why);
+    }
+
+    fn cache_bytes(&self) -> usize {
+        self.after.cache_bytes() + self.before.cache_bytes()
+    }
+
+    fn forget_unknown(&mut self) {
+        self.after.forget_unknown();
+        self.before.forget_unknown();
+    }
+}
 #[cfg(test)]
 mod tests {
     use sluice_plan::{Batch, Scalar};
 
     use super::DebeziumAvroDecoder;
-    use crate::decode::RecordMeta;
     use crate::decode::avro::tests::Datum;
+    use crate::decode::{Encoding, RecordMeta};
 
     /// Debezium's envelope for a `customers` table as its Avro converter
     /// registers it (trimmed of fields no test reads, with `transaction`

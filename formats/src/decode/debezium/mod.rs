@@ -26,6 +26,8 @@ use serde_json::value::RawValue;
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
 use super::cells::DELETED;
+use super::columns::SourceColumns;
+use super::encoding::Encoding;
 use super::{DecodeError, JsonDecoder, RecordMeta};
 
 #[derive(Debug, Clone)]
@@ -146,6 +148,24 @@ impl DebeziumDecoder {
         }
         buf.push(b'}');
         Ok(())
+    }
+}
+
+impl Encoding for DebeziumDecoder {
+    fn columns(&self) -> &SourceColumns {
+        &self.rows.columns
+    }
+
+    fn columns_mut(&mut self) -> &mut SourceColumns {
+        &mut self.rows.columns
+    }
+
+    fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        DebeziumDecoder::decode_record(self, payload, &RecordMeta::default(), batch)
+    }
+
+    fn decode_record(&mut self, payload: &[u8], meta: &RecordMeta<'_>, batch: &mut Batch) -> Result<(), DecodeError> {
+        DebeziumDecoder::decode_record(self, payload, meta, batch)
     }
 }
 

@@ -75,7 +75,7 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
                 Some(entry) => {
                     previous = entry;
                     let Target::Column(col) = dec.target(0, entry) else { return None };
-                    if std::mem::replace(&mut dec.seen[col], true) {
+                    if std::mem::replace(&mut dec.columns.seen[col], true) {
                         return None; // duplicate: the visitor names it
                     }
                     value(dec, col, p, i, batch)?
@@ -99,8 +99,8 @@ fn object(dec: &mut JsonDecoder, p: &[u8], batch: &mut Batch) -> Option<()> {
 /// Parses the value at `p[i..]` into column `col` (or only checks it, when
 /// the query does not read the column); returns the index after it.
 fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -> Option<usize> {
-    let data_type = dec.types[col];
-    let column = if dec.used[col] { Some(&mut batch.columns[col]) } else { None };
+    let data_type = dec.columns.types[col];
+    let column = if dec.columns.used[col] { Some(&mut batch.columns[col]) } else { None };
     match *p.get(i)? {
         b'"' => {
             let (bytes, after, ascii) = plain_string(p, i + 1)?;
@@ -117,7 +117,7 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
                 }
                 (DataType::Timestamp, column) => {
                     let ms = parse_timestamp_ms(std::str::from_utf8(bytes).ok()?)?;
-                    push_i64(column, dec.time_bounded[col], ms)?;
+                    push_i64(column, dec.columns.time_bounded[col], ms)?;
                 }
                 (DataType::Decimal(precision, scale), column) => {
                     let v = sluice_plan::decimal::parse(std::str::from_utf8(bytes).ok()?, precision, scale)?;
@@ -131,13 +131,13 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
             if matches!(data_type, DataType::Bigint | DataType::Timestamp)
                 && let Some((x, end)) = short_int(p, i)
             {
-                push_i64(column, dec.time_bounded[col], x)?;
+                push_i64(column, dec.columns.time_bounded[col], x)?;
                 return Some(end);
             }
             let (end, integer) = number(p, i)?;
             match data_type {
                 DataType::Bigint | DataType::Timestamp if integer => {
-                    push_i64(column, dec.time_bounded[col], int(&p[i..end])?)?;
+                    push_i64(column, dec.columns.time_bounded[col], int(&p[i..end])?)?;
                 }
                 // Correctly rounded, as serde_json (with float_roundtrip)
                 // converts any number for the visitor, `-0` included.
@@ -174,7 +174,7 @@ fn value(dec: &JsonDecoder, col: usize, p: &[u8], i: usize, batch: &mut Batch) -
         }
         b'n' => {
             let after = literal(p, i, b"null")?;
-            if dec.required[col] {
+            if dec.columns.required[col] {
                 return None;
             }
             if let Some(c) = column {

@@ -18,46 +18,26 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use sluice_crds::RecordMetadata;
 use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
-use sluice_plan::{Batch, Column, ColumnData};
+use sluice_plan::{Batch, Column};
 use sluice_plan::{ColumnOrigin, DataType, Plan};
 
+use super::columns::SourceColumns;
+use super::encoding::Encoding;
 use super::error::DecodeError;
-use super::key_cells::KeyCells;
 
-/// Column lookup tables for one source schema, shared by every record.
+/// A JSON source's decoder: the columns it fills, and the objects they
+/// are read from.
 #[derive(Debug, Clone)]
 pub struct JsonDecoder {
-    /// Each column's name, as error messages give it (`bid.price`).
-    pub(super) names: Vec<Box<[u8]>>,
-    pub(super) types: Vec<DataType>,
-    pub(super) required: Vec<bool>,
-    pub(super) used: Vec<bool>,
-    /// Integers this column takes must lie within ±[`MAX_TIMESTAMP_MS`]:
-    /// every timestamp column, and the event-time column whatever its type
-    /// (a `bigint` event time near `i64::MIN` would overflow window
-    /// arithmetic; it is a dead letter instead).
-    pub(super) time_bounded: Vec<bool>,
+    pub(super) columns: SourceColumns,
     /// The JSON objects the columns are read from: the record's at 0, then
     /// each nested object some column is a field of.
     pub(super) levels: Vec<Level>,
     /// No column is nested, so every entry of level 0 is a column and the
     /// flat fast path applies (metadata columns are filled after it).
     pub(super) flat: bool,
-    /// Columns read from the Kafka record rather than its value
-    /// (`metadata.rs` fills them).
-    pub(super) metadata: Vec<MetadataColumn>,
-    pub(super) seen: Vec<bool>,
-    /// Reused for a `headers` column's text.
-    pub(super) scratch: Vec<u8>,
-    /// The key's decoder, for a source with a `keyFormat`.
-    pub(super) key: Option<Box<dyn KeyCells>>,
 }
-
-/// A column read from the Kafka record: its index, what it reads, and the
-/// header's name for a `header` column.
-pub(super) type MetadataColumn = (usize, RecordMetadata, Option<Box<[u8]>>);
 
 /// One JSON object's keys and what each holds.
 #[derive(Debug, Clone, Default)]
@@ -85,11 +65,8 @@ const NONE: u16 = u16::MAX;
 
 impl JsonDecoder {
     pub fn new(plan: &Plan) -> Self {
-        let fields = &plan.source.schema.fields;
-        let event_time = plan.source.event_time.map(|e| e.column);
         let mut levels = vec![Level::default()];
-        let mut metadata = Vec::new();
-        for i in 0..fields.len() {
+        for i in 0..plan.source.schema.fields.len() {
             match plan.source.origin(i) {
                 ColumnOrigin::Field(path) => {
                     let mut level = 0;
@@ -115,9 +92,7 @@ impl JsonDecoder {
                         };
                     }
                 }
-                ColumnOrigin::Metadata { what, header } => {
-                    metadata.push((i, what, header.map(|h| h.into_bytes().into_boxed_slice())));
-                }
+                ColumnOrigin::Metadata { .. } => {}
             }
         }
         for level in &mut levels {
@@ -126,36 +101,11 @@ impl JsonDecoder {
                 level.keys.iter().map(|k| k.iter().all(|&b| b != b'"' && b != b'\\' && b >= 0x20)).collect();
         }
         let flat = levels.len() == 1;
-        Self {
-            time_bounded: fields
-                .iter()
-                .enumerate()
-                .map(|(i, f)| f.data_type == DataType::Timestamp || event_time == Some(i))
-                .collect(),
-            names: fields.iter().map(|f| f.name.as_bytes().into()).collect(),
-            types: fields.iter().map(|f| f.data_type).collect(),
-            required: plan.source.required.clone(),
-            used: plan.used_columns.clone(),
-            levels,
-            flat,
-            metadata,
-            seen: vec![false; fields.len()],
-            scratch: Vec::new(),
-            key: None,
-        }
+        Self { columns: SourceColumns::new(plan), levels, flat }
     }
 
-    /// An empty batch with a builder for each used column.
     pub fn new_batch(&self, capacity: usize) -> Batch {
-        let columns =
-            self.types
-                .iter()
-                .zip(&self.used)
-                .map(|(t, used)| {
-                    if *used { Column::with_capacity(*t, capacity) } else { Column::new(*t, ColumnData::Null(0), None) }
-                })
-                .collect();
-        Batch::new(columns, 0)
+        self.columns.new_batch(capacity)
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
@@ -165,12 +115,12 @@ impl JsonDecoder {
     /// visitor, which gives the same result for what both accept.
     pub fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
-        self.reset_seen();
-        if self.flat && self.decode_flat(payload, batch) && self.finish_row(batch).is_ok() {
+        self.columns.reset_seen();
+        if self.flat && self.decode_flat(payload, batch) && self.columns.finish_row(batch).is_ok() {
             batch.len = rows + 1;
             return Ok(());
         }
-        self.rollback(batch, rows);
+        self.columns.rollback(batch, rows);
         self.decode_with_serde(payload, batch)
     }
 
@@ -180,58 +130,23 @@ impl JsonDecoder {
     #[doc(hidden)]
     pub fn decode_with_serde(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
         let rows = batch.len;
-        self.reset_seen();
+        self.columns.reset_seen();
         let mut de = serde_json::Deserializer::from_slice(payload);
         let result = RecordSeed { dec: self, batch, level: 0 }
             .deserialize(&mut de)
             .and_then(|()| de.end())
             .map_err(|e| DecodeError(describe(&e)))
-            .and_then(|()| self.finish_row(batch));
+            .and_then(|()| self.columns.finish_row(batch));
         match result {
             Ok(()) => {
                 batch.len = rows + 1;
                 Ok(())
             }
             Err(e) => {
-                self.rollback(batch, rows);
+                self.columns.rollback(batch, rows);
                 Err(e)
             }
         }
-    }
-
-    /// No field seen yet; metadata columns are not fields of the value.
-    fn reset_seen(&mut self) {
-        self.seen.fill(false);
-        for &(col, ..) in &self.metadata {
-            self.seen[col] = true;
-        }
-    }
-
-    /// Drops whatever a failed decode appended after row `rows`.
-    pub(super) fn rollback(&self, batch: &mut Batch, rows: usize) {
-        for (c, used) in batch.columns.iter_mut().zip(&self.used) {
-            if *used {
-                c.truncate(rows);
-            }
-        }
-    }
-
-    /// Fills absent optional fields with NULL; rejects absent required ones.
-    fn finish_row(&self, batch: &mut Batch) -> Result<(), DecodeError> {
-        for (i, seen) in self.seen.iter().enumerate() {
-            if !seen {
-                if self.required[i] {
-                    return Err(DecodeError(format!(
-                        "missing required field `{}`",
-                        String::from_utf8_lossy(&self.names[i])
-                    )));
-                }
-                if self.used[i] {
-                    batch.columns[i].push_null();
-                }
-            }
-        }
-        Ok(())
     }
 
     /// The entry of `level` named `key`, trying first the one that followed
@@ -360,18 +275,18 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
                     continue;
                 }
             };
-            if std::mem::replace(&mut self.dec.seen[col], true) {
+            if std::mem::replace(&mut self.dec.columns.seen[col], true) {
                 return Err(de::Error::custom(format_args!(
                     "duplicate field `{}`",
-                    String::from_utf8_lossy(&self.dec.names[col])
+                    String::from_utf8_lossy(&self.dec.columns.names[col])
                 )));
             }
             let field = ValueSeed {
-                name: &self.dec.names[col],
-                data_type: self.dec.types[col],
-                required: self.dec.required[col],
-                time_bounded: self.dec.time_bounded[col],
-                column: if self.dec.used[col] { Some(&mut self.batch.columns[col]) } else { None },
+                name: &self.dec.columns.names[col],
+                data_type: self.dec.columns.types[col],
+                required: self.dec.columns.required[col],
+                time_bounded: self.dec.columns.time_bounded[col],
+                column: if self.dec.columns.used[col] { Some(&mut self.batch.columns[col]) } else { None },
             };
             map.next_value_seed(field)?;
         }
@@ -644,6 +559,19 @@ fn shorten(text: &str) -> String {
     text.chars().take(40).collect()
 }
 
+impl Encoding for JsonDecoder {
+    fn columns(&self) -> &SourceColumns {
+        &self.columns
+    }
+
+    fn columns_mut(&mut self) -> &mut SourceColumns {
+        &mut self.columns
+    }
+
+    fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        JsonDecoder::decode(self, payload, batch)
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,8 +34,9 @@ use sluice_plan::{Batch, ColumnOrigin, Plan};
 
 use self::program::{Action, Columns, Default, Fill, Node, Program, Read, Step};
 use super::cells::{name, push_null, time};
+use super::encoding::{Encoding, MAX_SCHEMAS};
 use super::wire::{HEADER, schema_id as wire_id};
-use super::{DecodeError, JsonDecoder};
+use super::{DecodeError, SourceColumns};
 
 /// Nesting a message may reach.
 const MAX_NESTING: usize = 64;
@@ -54,7 +55,7 @@ const SCHEMA_FILE: &str = "registry-schema.proto";
 pub struct ProtobufDecoder {
     /// The columns' names, types, nullability and use, and the metadata
     /// columns, as the JSON decoder reads them.
-    pub(super) columns: JsonDecoder,
+    pub(super) columns: SourceColumns,
     /// Each field column and its path.
     fields: Vec<(usize, Vec<String>)>,
     /// Per writer schema id: its file's messages, or why its records
@@ -103,7 +104,7 @@ impl ProtobufDecoder {
                 ColumnOrigin::Metadata { .. } => None,
             })
             .collect();
-        let columns = JsonDecoder::new(plan);
+        let columns = SourceColumns::new(plan);
         let slots = vec![Slot::Unset; columns.types.len()];
         Self {
             columns,
@@ -127,19 +128,6 @@ impl ProtobufDecoder {
         self.columns.new_batch(capacity)
     }
 
-    /// The writer schema id of `payload`, when no schema is known for it
-    /// yet: the runtime fetches it and calls [`ProtobufDecoder::add_schema`]
-    /// (or [`ProtobufDecoder::add_unknown`]) before decoding.
-    pub fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
-        if let Some((header, _)) = &self.last
-            && payload.starts_with(header)
-        {
-            return None;
-        }
-        let id = wire_id(payload).ok()?;
-        (!self.schemas.contains_key(&id)).then_some(id)
-    }
-
     /// The schema registered under `id` (its text): `.proto` source, or
     /// a base64 `FileDescriptorProto`. One that cannot be read makes each
     /// record written with it a dead letter saying why.
@@ -147,20 +135,12 @@ impl ProtobufDecoder {
         self.add_schema_with(id, text, &[]);
     }
 
-    /// [`ProtobufDecoder::add_schema`] for a schema that imports the files
-    /// of `references` (`(import name, text)`).
-    pub fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
-        let pool = parse_schema_with(text, references)
-            .map_err(|e| format!("schema id {id} is not a Protobuf schema Sluice can read: {e}"));
-        self.keep(id, pool);
-    }
-
-    /// Keeps schema `id`, within [`super::MAX_SCHEMAS`] (the ids come from
+    /// Keeps schema `id`, within [`MAX_SCHEMAS`] (the ids come from
     /// records, which anyone may write).
     fn keep(&mut self, id: u32, pool: Result<DescriptorPool, String>) {
-        if self.schemas.len() >= super::MAX_SCHEMAS {
+        if self.schemas.len() >= MAX_SCHEMAS {
             self.forget_unknown();
-            if self.schemas.len() >= super::MAX_SCHEMAS {
+            if self.schemas.len() >= MAX_SCHEMAS {
                 self.schemas.clear();
                 self.sizes.clear();
             }
@@ -173,25 +153,6 @@ impl ProtobufDecoder {
         };
         self.sizes.insert(id, size);
         self.schemas.insert(id, pool);
-    }
-
-    /// Forgets the ids the registry did not have (and schemas that could
-    /// not be read): each is asked for again when a record names it.
-    pub fn forget_unknown(&mut self) {
-        self.schemas.retain(|_, p| p.is_ok());
-        let schemas = &self.schemas;
-        self.sizes.retain(|id, _| schemas.contains_key(id));
-    }
-
-    /// About how many bytes the compiled schemas and programs take (the
-    /// core counts them against its memory budget).
-    pub fn cache_bytes(&self) -> usize {
-        self.sizes.values().sum::<usize>() + self.programs.len() * PROGRAM_BYTES
-    }
-
-    /// The registry has no schema `id`: its records are dead letters, `why`.
-    pub fn add_unknown(&mut self, id: u32, why: String) {
-        self.keep(id, Err(why));
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.
@@ -572,7 +533,7 @@ fn value(payload: &[u8], read: Read, at: &mut usize, end: usize) -> Result<Slot,
 /// rolls the row back and reads the record the general way, which decodes
 /// it or says why not, so both paths give the same rows and reasons.
 fn read_flat(
-    columns: &JsonDecoder,
+    columns: &SourceColumns,
     program: &Program,
     steps: &[Step],
     payload: &[u8],
@@ -621,7 +582,7 @@ fn skip(bytes: &[u8], at: &mut usize, wire: u8, end: usize) -> Result<(), String
 }
 
 /// A column's default, for a field the record leaves out.
-fn push_default(columns: &JsonDecoder, batch: &mut Batch, col: usize, value: &Default) -> Result<(), String> {
+fn push_default(columns: &SourceColumns, batch: &mut Batch, col: usize, value: &Default) -> Result<(), String> {
     if !columns.used[col] {
         return Ok(());
     }
@@ -642,7 +603,7 @@ fn push_default(columns: &JsonDecoder, batch: &mut Batch, col: usize, value: &De
 /// The value the record set, into column `col`.
 #[inline(always)]
 fn push(
-    columns: &JsonDecoder,
+    columns: &SourceColumns,
     batch: &mut Batch,
     col: usize,
     slot: Slot,
@@ -709,5 +670,62 @@ fn push(
     pushed.map_err(|e| e.to_string())
 }
 
+impl Encoding for ProtobufDecoder {
+    fn columns(&self) -> &SourceColumns {
+        &self.columns
+    }
+
+    fn columns_mut(&mut self) -> &mut SourceColumns {
+        &mut self.columns
+    }
+
+    fn decode(&mut self, payload: &[u8], batch: &mut Batch) -> Result<(), DecodeError> {
+        ProtobufDecoder::decode(self, payload, batch)
+    }
+
+    fn registry_type(&self) -> Option<&'static str> {
+        Some("PROTOBUF")
+    }
+
+    /// The writer schema id of `payload`, when no schema is known for it
+    /// yet: the runtime fetches it and calls [`ProtobufDecoder::add_schema`]
+    /// (or [`ProtobufDecoder::add_unknown`]) before decoding.
+    fn needs_schema(&self, payload: &[u8]) -> Option<u32> {
+        if let Some((header, _)) = &self.last
+            && payload.starts_with(header)
+        {
+            return None;
+        }
+        let id = wire_id(payload).ok()?;
+        (!self.schemas.contains_key(&id)).then_some(id)
+    }
+
+    /// [`ProtobufDecoder::add_schema`] for a schema that imports the files
+    /// of `references` (`(import name, text)`).
+    fn add_schema_with(&mut self, id: u32, text: &str, references: &[(String, String)]) {
+        let pool = parse_schema_with(text, references)
+            .map_err(|e| format!("schema id {id} is not a Protobuf schema Sluice can read: {e}"));
+        self.keep(id, pool);
+    }
+
+    /// The registry has no schema `id`: its records are dead letters, `why`.
+    fn add_unknown(&mut self, id: u32, why: String) {
+        self.keep(id, Err(why));
+    }
+
+    /// About how many bytes the compiled schemas and programs take (the
+    /// core counts them against its memory budget).
+    fn cache_bytes(&self) -> usize {
+        self.sizes.values().sum::<usize>() + self.programs.len() * PROGRAM_BYTES
+    }
+
+    /// Forgets the ids the registry did not have (and schemas that could
+    /// not be read): each is asked for again when a record names it.
+    fn forget_unknown(&mut self) {
+        self.schemas.retain(|_, p| p.is_ok());
+        let schemas = &self.schemas;
+        self.sizes.retain(|id, _| schemas.contains_key(id));
+    }
+}
 #[cfg(test)]
 mod tests;

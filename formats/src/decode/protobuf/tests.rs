@@ -5,6 +5,7 @@ use sluice_crds::{ColumnSpec, ColumnType, SourceSpec};
 use sluice_plan::{Batch, Scalar};
 
 use super::{ProtobufDecoder, parse_schema};
+use crate::decode::Encoding;
 
 const SCHEMA: &str = r#"
 syntax = "proto3";

@@ -99,7 +99,7 @@ fn results_written_as_protobuf_read_back_as_they_were() {
     );
     let plan = sluice_sql::plan_query("SELECT k, p, s, b, t, c, nothing FROM r", &[source]).unwrap();
     let mut decoder = ProtobufDecoder::new(&plan);
-    assert_eq!(decoder.needs_schema(out.value(0)), Some(42));
+    assert_eq!(crate::decode::Encoding::needs_schema(&decoder, out.value(0)), Some(42));
     decoder.add_schema(42, &schema);
     let mut batch = decoder.new_batch(4);
     for i in 0..4 {
