@@ -316,6 +316,12 @@ pub enum SourceFormat {
     /// key, headers, timestamp and offset as for JSON. A value that is not
     /// UTF-8 is a dead letter.
     Raw,
+    /// CSV (RFC 4180), one record per value: the field columns are its
+    /// fields in the order they are declared (ksqlDB's `DELIMITED`),
+    /// comma-separated, a quoted field holding commas, line breaks and
+    /// `""`; an empty field is NULL. Another number of fields, or a field
+    /// not of its column's type, makes the record a dead letter.
+    Csv,
 }
 
 impl SourceFormat {
@@ -338,6 +344,7 @@ impl SourceFormat {
             Self::DebeziumJson => "debezium-json",
             Self::DebeziumAvro => "debezium-avro",
             Self::Raw => "raw",
+            Self::Csv => "csv",
         }
     }
 }

@@ -1137,6 +1137,101 @@ spec:
     assert!(dead[0].header("sluice.error.reason").unwrap().contains("not UTF-8"), "{:?}", dead[0].headers);
 }
 
+/// CSV values written by Python's `csv` module (quoting where a field
+/// holds a comma, a quote or a line break; `\r\n` line ends) read into
+/// typed columns in declared order, the key beside them; an empty field
+/// is NULL; a row with a field too few, or a price that is not a number,
+/// is a dead letter naming it.
+#[test]
+fn csv_values_written_by_pythons_csv_module_fill_columns_in_order() {
+    let (orders, out, dlq) = (unique_name("csv-orders"), unique_name("csv-out"), unique_name("csv-dlq"));
+    kafka::create_topic(&orders, 1);
+    kafka::create_topic(&out, 1);
+    kafka::create_topic(&dlq, 1);
+    let h = harness();
+    let mut rows = String::new();
+    for i in 0..40 {
+        let item = match i % 4 {
+            0 => format!("bolt, M{i}"),
+            1 => format!("the \"{i}\" nut"),
+            2 => format!("washer\nline {i}"),
+            _ => format!("plain {i}"),
+        };
+        let note = if i % 3 == 0 { serde_json::Value::Null } else { format!("n{i}").into() };
+        let (region, ts) = (["eu", "us"][i % 2], 1_700_000_000_000 + i);
+        let row = serde_json::json!({"key": region, "row": [i, item, format!("{i}.25"), ts, note]});
+        rows.push_str(&format!("{row}\n"));
+    }
+    rows.push_str("{\"key\": \"eu\", \"row\": [90, \"short\", \"1.5\", 1700000000000]}\n");
+    rows.push_str("{\"key\": \"eu\", \"row\": [91, \"x\", \"cheap\", 1700000000000, \"\"]}\n");
+    let mut child = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/csv_produce.py"))
+        .args([&h.bootstrap, &orders])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the Python producer");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), rows.as_bytes()).unwrap();
+    let produced = child.wait_with_output().unwrap();
+    assert!(produced.status.success(), "csv_produce.py: {}", String::from_utf8_lossy(&produced.stderr));
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: SELECT region, id, item, price * 2 AS double_price, ts, note FROM orders WHERE id % 5 <> 4
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {orders} }}
+      format: csv
+      schema:
+        columns:
+          - {{ name: id, type: bigint, required: true }}
+          - {{ name: item, type: string, required: true }}
+          - {{ name: price, type: double }}
+          - {{ name: ts, type: timestamp }}
+          - {{ name: note, type: string }}
+          - {{ name: region, type: string, metadata: key }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+  deadLetter:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {dlq} }}
+"#,
+        name = unique_name("csv"),
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp("csv.yaml", &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "1", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    let got: Vec<serde_json::Value> = kafka::consume_all(&out, Duration::from_secs(60))
+        .iter()
+        .map(|r| serde_json::from_slice(&r.value).unwrap())
+        .collect();
+    let want: Vec<serde_json::Value> = (0..40_i64)
+        .filter(|i| i % 5 != 4)
+        .map(|i| {
+            let item = match i % 4 {
+                0 => format!("bolt, M{i}"),
+                1 => format!("the \"{i}\" nut"),
+                2 => format!("washer\nline {i}"),
+                _ => format!("plain {i}"),
+            };
+            let note = if i % 3 == 0 { serde_json::Value::Null } else { format!("n{i}").into() };
+            let ts = format!("2023-11-14T22:13:20.{i:03}Z");
+            let region = ["eu", "us"][usize::try_from(i % 2).unwrap()];
+            let price = (f64::from(u32::try_from(i).unwrap()) + 0.25) * 2.0;
+            serde_json::json!({"region": region, "id": i, "item": item, "double_price": price, "ts": ts, "note": note})
+        })
+        .collect();
+    assert_eq!(got, want);
+    let dead = kafka::consume_all(&dlq, Duration::from_secs(30));
+    let reasons: Vec<String> = dead.iter().map(|d| d.header("sluice.error.reason").unwrap()).collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[0].contains("4 fields, the source declares 5"), "{reasons:?}");
+    assert!(reasons[1].contains("field `price`: expected double, got \"cheap\""), "{reasons:?}");
+}
+
 /// Forwards connections accepted on `listener` to the Schema Registry, one
 /// thread per direction, until the test ends.
 fn forward_to_registry(listener: std::net::TcpListener) {

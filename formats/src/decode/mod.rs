@@ -12,6 +12,7 @@ mod avro;
 mod binary;
 mod cells;
 mod columns;
+mod csv;
 mod debezium;
 mod encoding;
 mod envelope;
@@ -63,6 +64,7 @@ impl RowDecoder {
             }
             SourceFormat::Protobuf => Self::encoded(ProtobufDecoder::new(plan)),
             SourceFormat::DebeziumAvro => Self::encoded(DebeziumAvroDecoder::new(plan)),
+            SourceFormat::Csv => Self::encoded(csv::CsvDecoder::new(plan)?),
         };
         if let Some(key_format) = source.key_format {
             decoder.read_keys(plan, key_format, source.key_fields_prefix.as_deref().unwrap_or_default());

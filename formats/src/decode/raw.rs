@@ -65,6 +65,7 @@ impl Encoding for RawDecoder {
         RawDecoder::decode_record(self, payload, meta, batch)
     }
 }
+
 #[cfg(test)]
 mod tests {
     use sluice_crds::{ColumnSpec, ColumnType, RecordMetadata, SourceSpec};
