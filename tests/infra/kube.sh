@@ -198,7 +198,16 @@ crds() {
   for f in "$@"; do
     f="$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"
     kubectl --kubeconfig "$KUBECONFIG_FILE" apply --server-side -f "$f" >/dev/null
-    kubectl --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established -f "$f" --timeout=60s >/dev/null
+    # Right after the apply the CRD may have no status yet, and kubectl
+    # wait then fails at once ("status.conditions accessor error")
+    # instead of waiting: try again until it is Established.
+    local tries=0
+    until kubectl --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established -f "$f" --timeout=60s \
+      >/dev/null 2>&1; do
+      tries=$((tries + 1))
+      [ "$tries" -lt 30 ] || die "CRD $f not Established"
+      sleep 1
+    done
   done
 }
 

@@ -26,7 +26,8 @@ pub(super) fn past_markers(parts: &mut [PartitionPipeline], source: &mut dyn Sou
     if idle.is_empty() {
         return;
     }
-    for (&slot, position) in idle.iter().zip(source.consumed_positions(&idle)) {
+    let Some(offsets) = source.offsets_mut() else { return };
+    for (&slot, position) in idle.iter().zip(offsets.consumed_positions(&idle)) {
         let part = &mut parts[slot];
         if let (Some(position), Some(next)) = (position, part.next_offset)
             && position > next

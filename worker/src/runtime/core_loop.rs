@@ -22,29 +22,22 @@ use std::time::{Duration, Instant};
 
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use sluice_crds::Delivery;
 
 use super::direct;
 use super::health::CoreStatus;
-use super::local_exchange::{ExchangeInputChannel, LocalExchangeWriter, LocalStagedSource};
-use super::outputs::{Writes, dead_letter, job_sink, sink_encoder, transactional_producer};
 use super::partition::{BatchCounters, Emitted, PartitionPipeline};
 use super::setup::CoreSetup;
-use super::shared_source::SharedSource;
 use super::spill_store::SpillDb;
-use super::state_group::{group_members, restore_group, snapshot_group};
+use super::state_group::{group_members, snapshot_group};
 use super::state_pages::PageId;
 use super::state_store::StateStore;
 use super::summary::CoreSummary;
-use super::topology::{Layout, topic_inputs};
 use crate::Error;
 use crate::frame::{END, Frame};
-use crate::kafka::{client_config, delete_records};
-use crate::sink::{CoreProducer, DeadLetterSink, ExchangeOutput, ExchangeSink, Sink, producer_config};
-use crate::source::{CommittedPosition, KafkaSource, LocalSources, PollEnd, Source, local_source};
-use sluice_engine::EngineOptions;
-use sluice_formats::encode::{BinaryEncoder, RowEncoder};
-use sluice_plan::StageOutput;
+use crate::kafka::delete_records;
+use crate::sink::{CoreProducer, DeadLetterSink, ExchangeOutput, Sink};
+use crate::source::{PollEnd, Source};
+use sluice_formats::encode::RowEncoder;
 
 /// Where a stage's results go.
 enum StageSink {
@@ -121,6 +114,8 @@ struct Core<'a> {
     direct: Option<direct::Direct>,
 }
 
+mod start;
+
 /// How often a repartition topic is purged below the committed offsets
 /// (Kafka Streams' `repartition.purge.interval.ms` default).
 const PURGE_EVERY: Duration = Duration::from_secs(30);
@@ -142,307 +137,6 @@ pub fn run_core(setup: &CoreSetup) -> Result<CoreSummary, Error> {
 }
 
 impl<'a> Core<'a> {
-    #[allow(clippy::too_many_lines)]
-    fn start(setup: &'a CoreSetup) -> Result<Self, Error> {
-        let config = &setup.config;
-        let spec = &config.spec;
-        let secrets = &config.worker.secrets_dir;
-        let engine = &spec.engine;
-        let state_limit = usize::try_from(engine.state_memory_limit_bytes().map_err(|e| Error::Config(e.to_string()))?)
-            .unwrap_or(usize::MAX);
-        setup.metrics.state_limit.set(i64::try_from(state_limit).unwrap_or(i64::MAX));
-        let capacity = usize::try_from(engine.batch_max_records).unwrap_or(4096);
-        let stages = &setup.dataflow.stages;
-        let Layout { input_slots, stage_slots, read, readers, companions, counted_elsewhere, checkpointed } =
-            Layout::new(&setup.inputs, &setup.dataflow)?;
-        let mut parts = Vec::with_capacity(counted_elsewhere.len());
-        for input in &setup.inputs {
-            let topic: Arc<str> = input.topic.as_str().into();
-            for &p in &input.partitions {
-                let options = EngineOptions {
-                    emit_changes: engine.emit_changes,
-                    late_records: engine.late_records,
-                    state_limit_bytes: state_limit,
-                    partition: p,
-                };
-                let feed = input.upstreams.map(|n| (n, input.writer.as_slice()));
-                let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
-                part.framed = stages.len() > 1;
-                if let Some(source) = &input.source {
-                    part.read_format(source, setup.registry.as_ref())?;
-                }
-                part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
-                part.input_counted_elsewhere = counted_elsewhere[parts.len()];
-                parts.push(part);
-            }
-        }
-        let spill = super::spill_store::attach(setup, &mut parts, state_limit)?;
-        let multi_stage = setup.dataflow.has_exchange();
-        let mut stores = Vec::new();
-        let mut exchange_client = None;
-        let mut transaction = None;
-        // The job's results and dead letters go through the transaction
-        // only exactly once; at least once it holds internal writes only.
-        let exactly_once = spec.delivery == Delivery::ExactlyOnce;
-        let kafka = setup.inputs.iter().find_map(|i| i.source.as_ref().and_then(|s| s.kafka.as_ref()));
-        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match kafka {
-            // A preview reads the source topics only — one consumer per
-            // topic, numbered into the core's slots as local sources are —
-            // and its stages exchange in process: it opens no repartition
-            // topic, state topic or transaction, and commits nothing.
-            Some(k) if setup.preview.is_some() => {
-                let client = client_config(k.connection(), secrets)?;
-                let mut sources = Vec::new();
-                let mut base = 0;
-                for (input, read) in setup.inputs.iter().zip(&read) {
-                    if !read || input.partitions.is_empty() {
-                        continue;
-                    }
-                    if input.source.is_some() {
-                        let inputs = topic_inputs(std::slice::from_ref(input), &[true], false);
-                        let (source, _) = KafkaSource::new(client.clone(), &config.consumer_group(), &inputs)?;
-                        sources.push((Box::new(source) as Box<dyn Source>, base));
-                    }
-                    base += input.partitions.len();
-                }
-                (Box::new(LocalSources::new(sources)) as Box<dyn Source>, Vec::new())
-            }
-            Some(k) => {
-                let client = client_config(k.connection(), secrets)?;
-                if exactly_once {
-                    // Before the committed offsets are read: no producer
-                    // of an earlier owner of these partitions can commit
-                    // after that.
-                    transaction = Some(transactional_producer(setup, &client, Writes::Everything)?);
-                } else if setup.dataflow.has_stateful_exchange_writer() {
-                    if let Some(problem) = spec.internal_transaction_problem() {
-                        return Err(Error::Config(problem));
-                    }
-                    transaction = Some(transactional_producer(setup, &client, Writes::Internal)?);
-                }
-                for s in 1..stages.len() {
-                    crate::kafka::open_repartition_topic(
-                        &client,
-                        &config.repartition_topic(s),
-                        setup.exchange_partitions,
-                    )?;
-                }
-                let (slot, slots) = setup.slot();
-                // Half the volume (a store needs room to compact), shared
-                // by the worker's cores and each one's state topics.
-                let stores_per_core = checkpointed.iter().filter(|c| **c).count().max(1);
-                let shares = u64::from(spec.cores_per_worker.max(1).unsigned_abs())
-                    .saturating_mul(u64::try_from(stores_per_core).unwrap_or(1));
-                let budget = config.worker.state_dir_bytes.map(|b| b / shares / 2);
-                for (i, input) in setup.inputs.iter().enumerate().filter(|(i, _)| checkpointed[*i]) {
-                    let topic = setup.state_topic(i);
-                    // One store per core, named by its engine slot: a
-                    // restart with the same layout owns the same partitions.
-                    let local =
-                        config.worker.state_dir.as_ref().map(|dir| {
-                            std::path::Path::new(dir).join(&topic).join(format!("engine-{slot}-of-{slots}"))
-                        });
-                    let store = StateStore::open(
-                        &client,
-                        transaction.clone(),
-                        &topic,
-                        &input.topic,
-                        input.total,
-                        setup.health.drain.clone(),
-                        local.as_deref().map(|dir| (dir, budget, setup.cpus)),
-                    )?;
-                    stores.push((input_slots[i].clone(), store));
-                }
-                let inputs = topic_inputs(&setup.inputs, &read, setup.bounded);
-                let mut consumer = client.clone();
-                if transaction.is_some() {
-                    // librdkafka's default, made sure of: a user property
-                    // must not let a stage read what an upstream core may
-                    // still abort.
-                    consumer.set("isolation.level", "read_committed");
-                }
-                let (source, positions) = KafkaSource::new(consumer, &config.consumer_group(), &inputs)?;
-                exchange_client = Some(client);
-                (Box::new(source), positions)
-            }
-            None => {
-                let mut locals = Vec::new();
-                let mut base = 0;
-                for (input, read) in setup.inputs.iter().zip(&read) {
-                    // A source this core owns no partition of is not read
-                    // here: a file (one partition) would be read by every
-                    // core, into the next input's slot.
-                    if !read || input.partitions.is_empty() {
-                        continue;
-                    }
-                    if let Some(spec) = &input.source {
-                        locals.push((local_source(spec, &input.partitions)?, base));
-                    }
-                    base += input.partitions.len();
-                }
-                let single = locals.len() == 1 && !multi_stage;
-                match locals.pop() {
-                    Some((only, 0)) if single => (only, Vec::new()),
-                    last => {
-                        locals.extend(last);
-                        (Box::new(LocalSources::new(locals)) as Box<dyn Source>, Vec::new())
-                    }
-                }
-            }
-        };
-        let shared = readers.is_some();
-        // A source more than one plan reads is read once for all of them.
-        let (source, positions): (Box<dyn Source>, Vec<CommittedPosition>) = match readers {
-            None => (source, positions),
-            // A local source commits nothing: no positions to spread.
-            Some(readers) if positions.is_empty() => (Box::new(SharedSource::new(source, readers)?), positions),
-            Some(readers) => {
-                // Each reader of a partition resumes where it was committed.
-                let mut by_slot = vec![CommittedPosition::default(); parts.len()];
-                for (position, of) in positions.iter().zip(&readers) {
-                    for &slot in of {
-                        by_slot[slot] = position.clone();
-                    }
-                }
-                (Box::new(SharedSource::new(source, readers)?), by_slot)
-            }
-        };
-        let mut local_outputs = Vec::new();
-        let mut backlog = None;
-        let source: Box<dyn Source> = match (&exchange_client, multi_stage) {
-            (None, true) => {
-                let ends = setup.local_exchange.lock().ok().and_then(|mut e| e.take()).ok_or_else(|| {
-                    Error::Internal("a local run of a query cut into stages without its exchanges".into())
-                })?;
-                let mut inputs = Vec::new();
-                for (s, receivers) in ends.inputs.into_iter().enumerate() {
-                    // Every plan reading the exchange (the stage's, and a
-                    // branch's beside it) gets each of its records.
-                    let readers: Vec<Range<usize>> = setup
-                        .inputs
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, i)| i.stage == s + 1 && i.source.is_none())
-                        .map(|(i, _)| input_slots[i].clone())
-                        .collect();
-                    for (k, from) in receivers.into_iter().enumerate() {
-                        let slots = readers.iter().filter_map(|r| r.clone().nth(k)).collect();
-                        inputs.push(ExchangeInputChannel { slots, from });
-                    }
-                }
-                local_outputs = ends.outputs;
-                backlog = Some(Arc::clone(&ends.backlog));
-                Box::new(LocalStagedSource::new(source, inputs, ends.backlog))
-            }
-            _ => source,
-        };
-        // Resume each partition from its checkpoint.
-        for (part, position) in parts.iter_mut().zip(&positions) {
-            part.committed_offset = position.offset;
-            // A partition with no commit gets its resolved start committed
-            // by the first checkpoint (see `source::kafka::start_offset`).
-            part.next_offset = Some(position.start);
-            part.metadata.clone_from(&position.metadata);
-        }
-        for (slot, position) in positions.iter().enumerate() {
-            let partition = parts[slot].partition;
-            let started = Instant::now();
-            if let Some((_, store)) = stores.iter_mut().find(|(r, _)| r.contains(&slot))
-                && let Some(loaded) = store.load(partition, &position.metadata)?
-            {
-                if let Err(e) = restore_group(&mut parts, slot, &companions[slot], &loaded) {
-                    if loaded.from_volume {
-                        store.forget_local(partition);
-                        return Err(Error::LocalCopy { partition, message: e.to_string() });
-                    }
-                    return Err(e);
-                }
-                let seconds = started.elapsed().as_secs_f64();
-                setup.metrics.state_restore_seconds.observe(seconds);
-                let from = if loaded.from_volume { "volume" } else { "topic" };
-                setup.metrics.state_restores(loaded.from_volume).inc();
-                tracing::info!(
-                    slot, partition, bytes = loaded.bytes_read, pages = loaded.pages.as_ref().map(Vec::len),
-                    seconds, offset = ?position.offset, from, "restored state"
-                );
-            }
-        }
-        let mut runs = Vec::with_capacity(stages.len());
-        for ((s, stage), slots) in stages.iter().enumerate().zip(stage_slots) {
-            let sink = match (stage.output, &exchange_client) {
-                (StageOutput::Sink, _) => {
-                    StageSink::Job(job_sink(setup, transaction.as_ref().filter(|_| exactly_once))?)
-                }
-                (StageOutput::Exchange, Some(client)) => {
-                    let topic = config.repartition_topic(s + 1);
-                    let out = match &transaction {
-                        Some(t) => Arc::clone(t),
-                        None => CoreProducer::new(
-                            &producer_config(ExchangeSink::config(client.clone())),
-                            &topic,
-                            None,
-                            setup.health.drain.clone(),
-                        )?,
-                    };
-                    StageSink::Exchange(Box::new(ExchangeSink::new(out, &topic, setup.exchange_partitions)?))
-                }
-                (StageOutput::Exchange, None) => match (local_outputs.get_mut(s).and_then(Option::take), &backlog) {
-                    (Some(to), Some(backlog)) => {
-                        StageSink::Exchange(Box::new(LocalExchangeWriter::new(to, Arc::clone(backlog))))
-                    }
-                    _ => return Err(Error::Internal(format!("no exchange for stage {s}'s output"))),
-                },
-            };
-            let names: Vec<String> = stage.plan.outputs.iter().map(|o| o.name.clone()).collect();
-            let keys: Vec<String> = stage.plan.keys.iter().map(|o| o.name.clone()).collect();
-            let encoder = match stage.output {
-                StageOutput::Sink => sink_encoder(setup, &stage.plan, &names, &keys)?,
-                StageOutput::Exchange => RowEncoder::Binary(BinaryEncoder),
-            };
-            runs.push(StageRun { encoder, sink, slots, emitted: Emitted::default(), here: Vec::new() });
-        }
-        // On a cluster, rows a core's partition writes to an exchange
-        // partition the same core reads skip the broker (a preview's
-        // exchanges are in process already; a topic two plans read is
-        // shared by slot mappings the shortcut does not follow).
-        let direct = match &exchange_client {
-            Some(_) if multi_stage && !shared => {
-                direct::Direct::plan(&setup.inputs, &input_slots, stages, setup.exchange_partitions)
-            }
-            _ => None,
-        };
-        let dead_letter = dead_letter(setup, transaction.as_ref().filter(|_| exactly_once))?;
-        let purge = match &exchange_client {
-            Some(client) if multi_stage => {
-                let admin = client.create().map_err(|e| Error::kafka("create admin client", e))?;
-                Some((admin, Instant::now()))
-            }
-            _ => None,
-        };
-        Self {
-            setup,
-            commits: setup.commits(),
-            last_refresh: Instant::now(),
-            source,
-            stages: runs,
-            dead_letter,
-            parts,
-            input_slots,
-            stores,
-            state_limit,
-            companions,
-            read,
-            failures_seen: 0,
-            purge,
-            source_done: false,
-            transaction,
-            summary: CoreSummary::default(),
-            spill,
-            direct: None,
-        }
-        .with_direct(direct)
-    }
-
     /// Starts handing over in process what this core's partitions write to
     /// exchange partitions it reads — at once, or once it caught up with
     /// its sources held (see `super::direct`).
@@ -649,7 +343,7 @@ impl<'a> Core<'a> {
                 (largest, largest_slot) = (stats.state_bytes, slot);
             }
             let Some(pm) = m.partitions.get(slot) else { continue };
-            if let Some(lag) = self.source.lag(slot) {
+            if let Some(lag) = self.source.offsets().and_then(|o| o.lag(slot)) {
                 pm.consumer_lag.set(lag);
             }
             if let Some(next) = p.next_offset {
@@ -855,15 +549,18 @@ impl<'a> Core<'a> {
                 for (_, _, metadata) in &mut positions {
                     *metadata = StateStore::with_owner(metadata, slots, slot);
                 }
-                let (offsets, group) = self.source.transactional_offsets(&positions).ok_or_else(|| {
-                    Error::Internal("a transactional checkpoint over a source without offsets".into())
-                })??;
-                transaction.commit(&offsets, &group)?;
+                let group =
+                    self.source.offsets().and_then(|o| o.transactional_offsets(&positions)).ok_or_else(|| {
+                        Error::Internal("a transactional checkpoint over a source without offsets".into())
+                    })??;
+                transaction.commit(&group.offsets, &group.group)?;
                 true
             }
             None if positions.is_empty() => false,
             None => {
-                self.source.commit(&positions)?;
+                if let Some(offsets) = self.source.offsets_mut() {
+                    offsets.commit(&positions)?;
+                }
                 true
             }
         };

@@ -43,7 +43,7 @@ use std::ops::Range;
 use super::topology::CoreInput;
 use crate::Error;
 use crate::sink::{DeadLetterSink, ExchangeOutput};
-use crate::source::{Record, Source};
+use crate::source::{Offsets, Record, Source};
 use sluice_plan::{Stage, StageOutput};
 
 use super::partition::PartitionPipeline;
@@ -106,6 +106,7 @@ impl Direct {
     /// end now); if not, the sources are held until [`Direct::catch_up`]
     /// says so.
     pub fn start(&mut self, core: usize, source: &mut dyn Source, parts: &[PartitionPipeline]) -> Result<bool, Error> {
+        let source = offsets(source)?;
         let slots = self.exchange_slots();
         let ends = source.end_offsets(&slots)?;
         self.behind = slots
@@ -134,7 +135,11 @@ impl Direct {
         source: &mut dyn Source,
         parts: &[PartitionPipeline],
     ) -> Result<bool, Error> {
-        if self.behind.is_empty() || !source.reached(&self.behind)? {
+        if self.behind.is_empty() {
+            return Ok(false);
+        }
+        let source = offsets(source)?;
+        if !source.reached(&self.behind)? {
             return Ok(false);
         }
         let at: Vec<(usize, i64)> =
@@ -168,4 +173,10 @@ pub fn hand_over(
         }
         Ok(())
     })
+}
+
+/// The offsets of the source a direct handover holds and seeks: a Kafka
+/// consumer's.
+fn offsets(source: &mut dyn Source) -> Result<&mut dyn Offsets, Error> {
+    source.offsets_mut().ok_or_else(|| Error::Internal("a direct handover over a source without offsets".into()))
 }

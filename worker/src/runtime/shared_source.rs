@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::Error;
-use crate::source::{Deliver, PollEnd, Record, Source};
+use crate::source::{Deliver, GroupOffsets, Offsets, PollEnd, Record, Source};
 
 pub struct SharedSource {
     inner: Box<dyn Source>,
@@ -78,20 +78,49 @@ impl Source for SharedSource {
         })
     }
 
-    fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
-        let inner = self.inner_positions(positions);
-        self.inner.commit(&inner)
+    fn offsets(&self) -> Option<&dyn Offsets> {
+        self.inner.offsets().is_some().then_some(self as &dyn Offsets)
     }
 
-    fn transactional_offsets(
-        &self,
-        positions: &[(usize, i64, String)],
-    ) -> Option<Result<(rdkafka::TopicPartitionList, rdkafka::consumer::ConsumerGroupMetadata), Error>> {
-        self.inner.transactional_offsets(&self.inner_positions(positions))
+    fn offsets_mut(&mut self) -> Option<&mut dyn Offsets> {
+        self.inner.offsets().is_some().then_some(self as &mut dyn Offsets)
+    }
+}
+
+/// The inner source's offsets, its slots renamed; holding a slot is a
+/// direct handover's, which a source read by two plans never takes.
+impl Offsets for SharedSource {
+    fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
+        let inner = self.inner_positions(positions);
+        self.inner.offsets_mut().map_or(Ok(()), |o| o.commit(&inner))
+    }
+
+    fn transactional_offsets(&self, positions: &[(usize, i64, String)]) -> Option<Result<GroupOffsets, Error>> {
+        self.inner.offsets()?.transactional_offsets(&self.inner_positions(positions))
     }
 
     fn lag(&self, slot: usize) -> Option<i64> {
-        self.inner.lag(self.inner_of.get(slot)?.0)
+        self.inner.offsets()?.lag(self.inner_of.get(slot)?.0)
+    }
+
+    fn end_offsets(&mut self, _slots: &[usize]) -> Result<Vec<i64>, Error> {
+        Err(Error::Internal("end offsets of a source read by two plans".into()))
+    }
+
+    fn consumed_positions(&mut self, slots: &[usize]) -> Vec<Option<i64>> {
+        vec![None; slots.len()]
+    }
+
+    fn reached(&mut self, _ends: &[(usize, i64)]) -> Result<bool, Error> {
+        Err(Error::Internal("positions of a source read by two plans".into()))
+    }
+
+    fn hold(&mut self, _slots: &[usize]) -> Result<(), Error> {
+        Err(Error::Internal("holding a source read by two plans".into()))
+    }
+
+    fn release(&mut self, _at: &[(usize, i64)]) -> Result<(), Error> {
+        Err(Error::Internal("releasing a source read by two plans".into()))
     }
 }
 
@@ -99,8 +128,8 @@ impl Source for SharedSource {
 mod tests {
     use super::*;
 
-    /// Three records over two inner slots, and what it was told to commit.
-    struct Fixed(Vec<(usize, i64, String)>);
+    /// Three records over two inner slots.
+    struct Fixed;
 
     impl Source for Fixed {
         fn poll(&mut self, _: usize, _: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error> {
@@ -110,11 +139,6 @@ mod tests {
             }
             Ok((n, PollEnd::Exhausted))
         }
-
-        fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
-            self.0 = positions.to_vec();
-            Ok(())
-        }
     }
 
     /// Inner slot 0 feeds pipelines 0 and 2 (one source, two plans), inner
@@ -122,7 +146,7 @@ mod tests {
     /// and the commit is the first reader's, as its inner slot.
     #[test]
     fn each_record_reaches_every_reader_and_the_first_commits() {
-        let mut shared = SharedSource::new(Box::new(Fixed(Vec::new())), vec![vec![0, 2], vec![1]]).unwrap();
+        let mut shared = SharedSource::new(Box::new(Fixed), vec![vec![0, 2], vec![1]]).unwrap();
         let mut seen = Vec::new();
         let (n, _) = shared
             .poll(10, Duration::ZERO, &mut |r| {
@@ -135,6 +159,6 @@ mod tests {
         let positions = [(0, 9, "state".to_owned()), (1, 4, String::new()), (2, 9, String::new())];
         shared.commit(&positions).unwrap();
         assert_eq!(shared.inner_positions(&positions), [(0, 9, "state".to_owned()), (1, 4, String::new())]);
-        assert!(SharedSource::new(Box::new(Fixed(Vec::new())), vec![vec![0, 1], vec![1]]).is_err());
+        assert!(SharedSource::new(Box::new(Fixed), vec![vec![0, 1], vec![1]]).is_err());
     }
 }

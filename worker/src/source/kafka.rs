@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, ConsumerGroupMetadata};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::statistics::Statistics;
@@ -21,6 +21,7 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use sluice_crds::StartFrom;
 
 use super::batch_queue::{BatchConsumer, Fetched, MessageHeaders};
+use super::offsets::{GroupOffsets, Offsets};
 use super::{Deliver, PollEnd, Record, Source};
 use crate::Error;
 
@@ -450,23 +451,30 @@ impl Source for KafkaSource {
         Ok((n, if self.exhausted() { PollEnd::Exhausted } else { PollEnd::Open }))
     }
 
+    fn offsets(&self) -> Option<&dyn Offsets> {
+        Some(self)
+    }
+
+    fn offsets_mut(&mut self) -> Option<&mut dyn Offsets> {
+        Some(self)
+    }
+}
+
+impl Offsets for KafkaSource {
     fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
         if positions.is_empty() {
             return Ok(());
         }
-        let tpl = self.offsets(positions)?;
+        let tpl = self.commit_list(positions)?;
         self.consumer
             .consumer()
             .commit(&tpl, CommitMode::Sync)
             .map_err(|e| Error::kafka(format!("commit offsets of {}", self.topics.join(", ")), e))
     }
 
-    fn transactional_offsets(
-        &self,
-        positions: &[(usize, i64, String)],
-    ) -> Option<Result<(TopicPartitionList, ConsumerGroupMetadata), Error>> {
+    fn transactional_offsets(&self, positions: &[(usize, i64, String)]) -> Option<Result<GroupOffsets, Error>> {
         let group = self.consumer.consumer().group_metadata()?;
-        Some(self.offsets(positions).map(|tpl| (tpl, group)))
+        Some(self.commit_list(positions).map(|offsets| GroupOffsets { offsets, group }))
     }
 
     fn lag(&self, slot: usize) -> Option<i64> {
@@ -555,7 +563,7 @@ impl KafkaSource {
 
 impl KafkaSource {
     /// Slots' next offsets and checkpoint metadata, as a commit carries them.
-    fn offsets(&self, positions: &[(usize, i64, String)]) -> Result<TopicPartitionList, Error> {
+    fn commit_list(&self, positions: &[(usize, i64, String)]) -> Result<TopicPartitionList, Error> {
         let mut tpl = TopicPartitionList::new();
         for (slot, offset, metadata) in positions {
             let (topic, p) = &self.slots[*slot];

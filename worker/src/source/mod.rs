@@ -9,6 +9,7 @@ mod file;
 mod kafka;
 mod local;
 pub mod nexmark;
+mod offsets;
 
 pub use batch_queue::{BatchConsumer, Fetched};
 pub use client_log::{QuietContext, log_client_error};
@@ -16,6 +17,7 @@ pub use datagen::{Datagen, nexmark_kind, partition_of, scenario_key, write_recor
 pub use file::FileSource;
 pub use kafka::{CONSUMER_DEFAULTS, CommittedPosition, KafkaSource, TopicInput};
 pub(crate) use local::{LocalSources, local_source};
+pub use offsets::{GroupOffsets, Offsets};
 
 use std::time::Duration;
 
@@ -63,63 +65,15 @@ pub trait Source: Send {
     /// (and of the memory) asked for.
     fn poll(&mut self, max: usize, timeout: Duration, f: &mut Deliver<'_>) -> Result<(usize, PollEnd), Error>;
 
-    /// Records the next offset to read of each slot (and checkpoint metadata)
-    /// as committed. Sources without commits ignore this.
-    fn commit(&mut self, positions: &[(usize, i64, String)]) -> Result<(), Error> {
-        let _ = positions;
-        Ok(())
-    }
-
-    /// Exactly once: the offsets [`Source::commit`] would commit, and the
-    /// consumer group they belong to, for a producer to commit in its
-    /// transaction instead. `None` for a source without commits.
-    fn transactional_offsets(
-        &self,
-        positions: &[(usize, i64, String)],
-    ) -> Option<Result<(rdkafka::TopicPartitionList, rdkafka::consumer::ConsumerGroupMetadata), Error>> {
-        let _ = positions;
+    /// The source's offsets, for one that has them (Kafka's): commits,
+    /// lag, positions. `None` for files, the generator and in-process
+    /// exchanges, whose progress is the checkpoint's alone.
+    fn offsets(&self) -> Option<&dyn Offsets> {
         None
     }
 
-    /// Consumer lag per slot, when known.
-    fn lag(&self, slot: usize) -> Option<i64> {
-        let _ = slot;
+    /// [`Source::offsets`], to change.
+    fn offsets_mut(&mut self) -> Option<&mut dyn Offsets> {
         None
-    }
-
-    /// The offset past the last record of each slot now (Kafka's high
-    /// watermark). Only a Kafka source has them.
-    fn end_offsets(&mut self, slots: &[usize]) -> Result<Vec<i64>, Error> {
-        let _ = slots;
-        Err(Error::Internal("end offsets of a source without offsets".into()))
-    }
-
-    /// The consumer's position in each slot, where everything it passed
-    /// was delivered or is a record it never delivers (a transaction's
-    /// commit marker); `None` where that is not known (a held slot, a
-    /// bounded run's, a source without offsets).
-    fn consumed_positions(&mut self, slots: &[usize]) -> Vec<Option<i64>> {
-        vec![None; slots.len()]
-    }
-
-    /// Whether the consumer's position in each `(slot, offset)` has reached
-    /// the offset (past records it skipped, such as transaction markers).
-    fn reached(&mut self, ends: &[(usize, i64)]) -> Result<bool, Error> {
-        let _ = ends;
-        Err(Error::Internal("positions of a source without offsets".into()))
-    }
-
-    /// Delivers nothing of these slots until [`Source::release`], which
-    /// goes back to the offsets given it: what arrives meanwhile is dropped,
-    /// to be read again.
-    fn hold(&mut self, slots: &[usize]) -> Result<(), Error> {
-        let _ = slots;
-        Err(Error::Internal("holding a source that cannot seek".into()))
-    }
-
-    /// Reads each held slot on from the offset given (where it was held).
-    fn release(&mut self, at: &[(usize, i64)]) -> Result<(), Error> {
-        let _ = at;
-        Err(Error::Internal("releasing a source that cannot seek".into()))
     }
 }
