@@ -64,7 +64,7 @@ pub fn plan_join(
     sources: &[SourceSpec],
     partitions: i32,
 ) -> Result<Option<Dataflow>, SqlError> {
-    let mut as_of = std::mem::take(&mut parsed.as_of);
+    let as_of = std::mem::take(&mut parsed.as_of);
     let referenced = referenced_names(&parsed.query, &as_of);
     let SetExpr::Select(select) = parsed.query.body.as_mut() else {
         parsed.as_of = as_of;
@@ -98,6 +98,38 @@ pub fn plan_join(
         split_and(w, &mut parts);
         conjuncts = parts.into_iter().map(|c| (c.clone(), false)).collect();
     }
+    let Chain { mut stages, branches, step } =
+        chain(&from, sources, referenced.as_ref(), as_of, &mut conjuncts, partitions)?;
+    let aggregate_select = join_select(select, &step, conjuncts, aggregating || ranking)?;
+    let joined_rows = rows_spec(&step.sides);
+    let aggregate = after_join(parsed, aggregate_select, &joined_rows, aggregating)?;
+    let mut outer = plan_parsed(parsed, std::slice::from_ref(&step.joined_spec()))?;
+    step.make_join_stage(&mut outer)?;
+    last_stages(&mut stages, outer, aggregate)?;
+    Ok(Some(Dataflow { stages, branches }))
+}
+
+/// The stages of a chain of joins, first to last, and the sources
+/// writing beside them; the last join's step.
+struct Chain<'a> {
+    stages: Vec<Stage>,
+    branches: Vec<Branch>,
+    step: JoinStep<'a>,
+}
+
+/// Phase one: each join of `from` in turn, its sides' stages (a windowed
+/// side re-keyed first, a side aggregating the other's rows computed once
+/// with it), WHERE's conjuncts on one stream side pushed before the
+/// exchange (`pushed` set on each), each `FOR SYSTEM_TIME AS OF` taken by
+/// the table it follows.
+fn chain<'a>(
+    from: &'a TableWithJoins,
+    sources: &'a [SourceSpec],
+    referenced: Option<&'a std::collections::HashSet<String>>,
+    mut as_of: Vec<AsOf>,
+    conjuncts: &mut [(Expr, bool)],
+    partitions: i32,
+) -> Result<Chain<'a>, SqlError> {
     let all_inner =
         from.joins.iter().all(|j| matches!(j.join_operator, JoinOperator::Join(_) | JoinOperator::Inner(_)));
     // A side aggregating the other side's rows computes them once with it.
@@ -117,7 +149,7 @@ pub fn plan_join(
     };
     let mut left = Some(match &cascade {
         Some(c) => cascade_side(c, 0, &from.relation)?,
-        None => side(&from.relation, sources, referenced.as_ref())?,
+        None => side(&from.relation, sources, referenced)?,
     });
     let mut stages = Vec::with_capacity(from.joins.len() + 2);
     let mut branches = Vec::with_capacity(from.joins.len());
@@ -134,10 +166,10 @@ pub fn plan_join(
         }
         let right = match &cascade {
             Some(c) => cascade_side(c, 1, &join.relation)?,
-            None => side(&join.relation, sources, referenced.as_ref())?,
+            None => side(&join.relation, sources, referenced)?,
         };
         let left_side = left.take().ok_or_else(|| SqlError::unpositioned("internal: a join without its left side"))?;
-        let conjuncts_here = all_inner.then_some(conjuncts.as_mut_slice());
+        let conjuncts_here = all_inner.then_some(&mut *conjuncts);
         let step = JoinStep::new(left_side, right, &from.relation, join, mine.first(), conjuncts_here)?;
         let mut filters: [Vec<Expr>; 2] = [Vec::new(), Vec::new()];
         if all_inner {
@@ -222,11 +254,22 @@ pub fn plan_join(
         ));
     }
     let Some(step) = previous else { return Err(SqlError::unpositioned("internal: a join without its step")) };
+    Ok(Chain { stages, branches, step })
+}
+
+/// Phase two: the outer query's SELECT over the last join's layout — its
+/// names rewritten to the layout's, WHERE the conjuncts not pushed down.
+/// A query that aggregates or ranks the joined rows (`after`) keeps the
+/// joined rows here, and its own SELECT over them is returned, for a
+/// stage after the join's.
+fn join_select(
+    select: &mut sqlparser::ast::Select,
+    step: &JoinStep<'_>,
+    conjuncts: Vec<(Expr, bool)>,
+    after: bool,
+) -> Result<Option<sqlparser::ast::Select>, SqlError> {
     let sides = &step.sides;
     let resolver = Resolver { sides };
-
-    // The last join's stage: the outer query over its joined layout.
-    let joined = step.joined_spec();
     let rewrite = |e: &Expr| -> Result<Expr, SqlError> {
         let mut e = e.clone();
         resolver.rewrite(&mut e)?;
@@ -248,7 +291,7 @@ pub fn plan_join(
     // join's, planned over the joined rows; WHERE stays with the join.
     let joined_rows = rows_spec(sides);
     let mut aggregate_select = None;
-    if aggregating || ranking {
+    if after {
         let mut a = select.clone();
         a.projection = items;
         if let GroupByExpr::Expressions(exprs, _) = &mut a.group_by {
@@ -278,40 +321,56 @@ pub fn plan_join(
         .reduce(|a, b| Ok(Expr::BinaryOp { left: Box::new(a?), op: BinaryOperator::And, right: Box::new(b?) }))
         .transpose()?;
     select.from = vec![TableWithJoins { relation: table_named(Ident::new(JOINED)), joins: Vec::new() }];
+    Ok(aggregate_select)
+}
+
+/// Phase three: the aggregate or top-N over the joined rows (`select`,
+/// from [`join_select`]), planned over them; only GROUP BY without a
+/// window, or a top-N, for now.
+fn after_join(
+    parsed: &mut ParsedQuery,
+    select: Option<sqlparser::ast::Select>,
+    joined_rows: &SourceSpec,
+    aggregating: bool,
+) -> Result<Option<sluice_plan::Plan>, SqlError> {
     let emit = if aggregating { parsed.emit.take() } else { None };
-    let aggregate = match aggregate_select {
-        None => None,
-        Some(a) => {
-            let mut query = parsed.query.clone();
-            *query.body = SetExpr::Select(a);
-            let mut p = ParsedQuery {
-                query,
-                window: None,
-                emit,
-                clauses: parsed.clauses.clone(),
-                top_n: parsed.top_n.take(),
-                as_of: Vec::new(),
-            };
-            let plan = plan_parsed(&mut p, std::slice::from_ref(&joined_rows))?;
-            match &plan.operator {
-                OperatorPlan::Aggregate(a) if a.window.is_some() => {
-                    return Err(SqlError::unpositioned(
-                        "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no \
-                         window)",
-                    ));
-                }
-                OperatorPlan::Aggregate(_) | OperatorPlan::TopN(_) => {}
-                _ => {
-                    return Err(SqlError::unpositioned(
-                        "only GROUP BY aggregates and top-N may read a join's rows (no OVER window) for now",
-                    ));
-                }
-            }
-            Some(plan)
-        }
+    let Some(a) = select else { return Ok(None) };
+    let mut query = parsed.query.clone();
+    *query.body = SetExpr::Select(Box::new(a));
+    let mut p = ParsedQuery {
+        query,
+        window: None,
+        emit,
+        clauses: parsed.clauses.clone(),
+        top_n: parsed.top_n.take(),
+        as_of: Vec::new(),
     };
-    let mut outer = plan_parsed(parsed, std::slice::from_ref(&joined))?;
-    step.make_join_stage(&mut outer)?;
+    let plan = plan_parsed(&mut p, std::slice::from_ref(joined_rows))?;
+    match &plan.operator {
+        OperatorPlan::Aggregate(a) if a.window.is_some() => {
+            return Err(SqlError::unpositioned(
+                "a time window over a join's rows is not supported yet: aggregate them with GROUP BY (no \
+                 window)",
+            ));
+        }
+        OperatorPlan::Aggregate(_) | OperatorPlan::TopN(_) => {}
+        _ => {
+            return Err(SqlError::unpositioned(
+                "only GROUP BY aggregates and top-N may read a join's rows (no OVER window) for now",
+            ));
+        }
+    }
+    Ok(Some(plan))
+}
+
+/// Phase four: the last join's stage, writing the sink — or, with an
+/// aggregate or top-N after it, the columns that reads, keyed by its
+/// group (or PARTITION BY), into that stage's exchange.
+fn last_stages(
+    stages: &mut Vec<Stage>,
+    mut outer: sluice_plan::Plan,
+    aggregate: Option<sluice_plan::Plan>,
+) -> Result<(), SqlError> {
     match aggregate {
         None => stages.push(Stage { plan: outer, output: StageOutput::Sink }),
         Some(mut aggregate) => {
@@ -346,5 +405,5 @@ pub fn plan_join(
             stages.push(Stage { plan: aggregate, output: StageOutput::Sink });
         }
     }
-    Ok(Some(Dataflow { stages, branches }))
+    Ok(())
 }
