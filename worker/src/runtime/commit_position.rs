@@ -22,17 +22,14 @@ pub(super) fn to_commit(next: Option<i64>, committed: Option<i64>, again: bool) 
 /// position where that is past it.
 pub(super) fn past_markers(parts: &mut [PartitionPipeline], source: &mut dyn Source) {
     let idle: Vec<usize> =
-        (0..parts.len()).filter(|&s| !parts[s].has_pending() && parts[s].next_offset.is_some()).collect();
+        (0..parts.len()).filter(|&s| !parts[s].has_pending() && parts[s].next_offset().is_some()).collect();
     if idle.is_empty() {
         return;
     }
     let Some(offsets) = source.offsets_mut() else { return };
     for (&slot, position) in idle.iter().zip(offsets.consumed_positions(&idle)) {
-        let part = &mut parts[slot];
-        if let (Some(position), Some(next)) = (position, part.next_offset)
-            && position > next
-        {
-            part.next_offset = Some(position);
+        if let Some(position) = position {
+            parts[slot].passed(position);
         }
     }
 }

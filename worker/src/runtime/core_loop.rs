@@ -258,7 +258,8 @@ impl<'a> Core<'a> {
 
     /// Whether every partition's input ended (only ever in bounded runs).
     fn all_ended(&self) -> bool {
-        (self.source_done || self.parts.iter().all(|p| p.exchange.is_some())) && self.parts.iter().all(|p| p.ended)
+        (self.source_done || self.parts.iter().all(PartitionPipeline::reads_exchange))
+            && self.parts.iter().all(PartitionPipeline::ended)
     }
 
     fn process_batch(&mut self) -> Result<(), Error> {
@@ -272,19 +273,15 @@ impl<'a> Core<'a> {
         for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
-                let from = p.upstream;
+                let from = p.upstream();
                 p.process(
                     &stage.encoder,
                     &mut stage.emitted,
                     &mut flush_to(&mut stage.sink, from, &mut written),
                     self.dead_letter.as_mut(),
                 )?;
-                let c = std::mem::take(&mut p.counters);
-                if c.records > 0 {
-                    p.last_input = started;
-                    p.idle_sent = false;
-                }
-                if p.exchange.is_none() && !p.input_counted_elsewhere {
+                let c = p.take_counters(started);
+                if p.counts_input() {
                     input.records += c.records;
                     input.bytes += c.bytes;
                 }
@@ -336,7 +333,7 @@ impl<'a> Core<'a> {
         let decoders: usize = self.parts.iter_mut().map(PartitionPipeline::decoder_bytes).sum();
         let (mut entries, mut bytes, mut largest, mut largest_slot) = (0usize, decoders, 0usize, 0usize);
         for (slot, p) in self.parts.iter().enumerate() {
-            let stats = p.engine.stats();
+            let stats = p.engine().stats();
             entries += stats.state_entries;
             bytes += stats.state_bytes;
             if stats.state_bytes > largest {
@@ -346,12 +343,12 @@ impl<'a> Core<'a> {
             if let Some(lag) = self.source.offsets().and_then(|o| o.lag(slot)) {
                 pm.consumer_lag.set(lag);
             }
-            if let Some(next) = p.next_offset {
+            if let Some(next) = p.next_offset() {
                 pm.position.set(next);
             }
             // A stage behind an exchange holds a watermark near i64::MIN
             // until every upstream partition has sent one: no lag to show.
-            if let Some(lag) = p.engine.watermark().filter(|w| *w != END).and_then(|w| now.checked_sub(w)) {
+            if let Some(lag) = p.engine().watermark().filter(|w| *w != END).and_then(|w| now.checked_sub(w)) {
                 #[allow(clippy::cast_precision_loss)]
                 pm.watermark_lag.set(lag as f64 / 1000.0);
             }
@@ -360,7 +357,7 @@ impl<'a> Core<'a> {
         m.state_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         m.state_largest.set(i64::try_from(largest).unwrap_or(i64::MAX));
         if let Some(spill) = &self.spill {
-            let spilled: u64 = self.parts.iter().map(|p| p.engine.stats().spilled_bytes).sum();
+            let spilled: u64 = self.parts.iter().map(|p| p.engine().stats().spilled_bytes).sum();
             m.state_spilled.set(i64::try_from(spilled).unwrap_or(i64::MAX));
             self.summary.peak_spilled_bytes = self.summary.peak_spilled_bytes.max(spilled);
             if let Some(limit) = spill.budget
@@ -378,7 +375,7 @@ impl<'a> Core<'a> {
         // sized per core from it (each engine also stops at it alone).
         if bytes > self.state_limit {
             let p = &self.parts[largest_slot];
-            let stats = p.engine.stats();
+            let stats = p.engine().stats();
             return Err(Error::StateLimit {
                 core: self.setup.core,
                 partitions: self.parts.len(),
@@ -388,7 +385,7 @@ impl<'a> Core<'a> {
                     "the largest, reading {} partition {}, holds {largest} bytes in memory ({} entries, {} bytes \
                      spilled to disk)",
                     p.topic(),
-                    p.partition,
+                    p.partition(),
                     stats.state_entries,
                     stats.spilled_bytes
                 ),
@@ -408,16 +405,12 @@ impl<'a> Core<'a> {
         for stage in &mut self.stages {
             for slot in stage.slots.clone() {
                 let p = &mut self.parts[slot];
-                let ended = match &p.exchange {
-                    None => self.source_done,
-                    Some(x) => x.ended(),
-                };
                 // Rows handed over in process since the batch ran are
                 // processed first (by the next batch).
-                if p.ended || !ended || p.has_pending() {
+                if p.ended() || !p.input_ended(self.source_done) || p.has_pending() {
                     continue;
                 }
-                let from = p.upstream;
+                let from = p.upstream();
                 p.finish(
                     &stage.encoder,
                     &mut stage.emitted,
@@ -427,7 +420,7 @@ impl<'a> Core<'a> {
                 let (r, b, rejected) = write(stage, p, self.dead_letter.as_mut())?;
                 written = (written.0 + r, written.1 + b, written.2 + rejected);
                 if let StageSink::Exchange(x) = &mut stage.sink {
-                    x.mark(Frame::Watermark { from: p.upstream, at: END })?;
+                    x.mark(Frame::Watermark { from: p.upstream(), at: END })?;
                 }
             }
             hand_over(stage, &mut self.parts, self.dead_letter.as_mut())?;
@@ -446,10 +439,9 @@ impl<'a> Core<'a> {
         for stage in &mut self.stages {
             let StageSink::Exchange(x) = &mut stage.sink else { continue };
             for p in &mut self.parts[stage.slots.clone()] {
-                if !p.idle_sent && !p.ended && p.last_input.elapsed() >= after {
-                    x.mark(Frame::Idle { from: p.upstream })?;
-                    p.idle_sent = true;
-                    tracing::info!(partition = p.partition, idle_for = ?after, "partition idle: it no longer holds back the watermark after the shuffle");
+                if p.goes_idle(after) {
+                    x.mark(Frame::Idle { from: p.upstream() })?;
+                    tracing::info!(partition = p.partition(), idle_for = ?after, "partition idle: it no longer holds back the watermark after the shuffle");
                 }
             }
             hand_over(stage, &mut self.parts, self.dead_letter.as_mut())?;
@@ -490,7 +482,7 @@ impl<'a> Core<'a> {
             let mut members = Vec::new();
             for slot in slots.clone() {
                 let group = &self.companions[slot];
-                if !self.parts[slot].dirty && !group.iter().any(|&c| self.parts[c].dirty) {
+                if !self.parts[slot].needs_saving() && !group.iter().any(|&c| self.parts[c].needs_saving()) {
                     continue;
                 }
                 snapshots.push(snapshot_group(&mut self.parts, slot, group)?);
@@ -508,15 +500,10 @@ impl<'a> Core<'a> {
             let (saved, bytes) = store.save(&snapshots, &mut page)?;
             self.setup.metrics.state_bytes_written.inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
             for (partition, metadata) in saved {
-                if let Some(slot) = slots.clone().find(|&s| self.parts[s].partition == partition) {
-                    for &c in &self.companions[slot] {
-                        self.parts[c].metadata.clone_from(&metadata);
-                        self.parts[c].dirty = false;
-                        self.parts[c].saved_uncommitted = true;
+                if let Some(slot) = slots.clone().find(|&s| self.parts[s].partition() == partition) {
+                    for &c in self.companions[slot].iter().chain([&slot]) {
+                        self.parts[c].saved(&metadata);
                     }
-                    self.parts[slot].metadata = metadata;
-                    self.parts[slot].dirty = false;
-                    self.parts[slot].saved_uncommitted = true;
                 }
             }
         }
@@ -527,14 +514,7 @@ impl<'a> Core<'a> {
             .parts
             .iter()
             .enumerate()
-            .filter_map(|(slot, p)| {
-                let next = super::commit_position::to_commit(
-                    p.next_offset,
-                    p.committed_offset,
-                    refresh || p.saved_uncommitted,
-                )?;
-                Some((slot, next, p.metadata.clone()))
-            })
+            .filter_map(|(slot, p)| p.to_commit(refresh).map(|(next, metadata)| (slot, next, metadata)))
             .collect();
         if refresh {
             self.last_refresh = Instant::now();
@@ -566,8 +546,7 @@ impl<'a> Core<'a> {
         };
         if committed {
             for (slot, offset, _) in positions {
-                self.parts[slot].committed_offset = Some(offset);
-                self.parts[slot].saved_uncommitted = false;
+                self.parts[slot].committed(offset);
             }
             self.setup.metrics.checkpoints.inc();
             self.setup.metrics.checkpoint_seconds.observe(started.elapsed().as_secs_f64());
@@ -594,8 +573,8 @@ impl<'a> Core<'a> {
                 continue;
             }
             for p in &self.parts[slots.clone()] {
-                if let Some(offset) = p.committed_offset {
-                    before.push((input.topic.as_str(), p.partition, offset));
+                if let Some(offset) = p.committed_offset() {
+                    before.push((input.topic.as_str(), p.partition(), offset));
                 }
             }
         }
@@ -614,14 +593,12 @@ fn write(
     p: &mut PartitionPipeline,
     dead: &mut dyn DeadLetterSink,
 ) -> Result<(u64, u64, u64), Error> {
-    let written = send(&mut stage.sink, p.upstream, &stage.emitted, dead)?;
+    let written = send(&mut stage.sink, p.upstream(), &stage.emitted, dead)?;
     stage.emitted.clear();
     if let StageSink::Exchange(x) = &mut stage.sink
-        && let Some(w) = p.engine.output_watermark()
-        && p.marked.is_none_or(|m| w > m)
+        && let Some(w) = p.watermark_to_mark()
     {
-        x.mark(Frame::Watermark { from: p.upstream, at: w })?;
-        p.marked = Some(w);
+        x.mark(Frame::Watermark { from: p.upstream(), at: w })?;
     }
     Ok(written)
 }

@@ -112,7 +112,7 @@ impl Direct {
         self.behind = slots
             .into_iter()
             .zip(ends)
-            .filter(|(slot, end)| parts[*slot].next_offset.is_some_and(|next| next < *end))
+            .filter(|(slot, end)| parts[*slot].next_offset().is_some_and(|next| next < *end))
             .collect();
         if self.behind.is_empty() {
             return Ok(true);
@@ -143,7 +143,7 @@ impl Direct {
             return Ok(false);
         }
         let at: Vec<(usize, i64)> =
-            self.held.iter().filter_map(|&slot| parts[slot].next_offset.map(|o| (slot, o))).collect();
+            self.held.iter().filter_map(|&slot| parts[slot].next_offset().map(|o| (slot, o))).collect();
         source.release(&at)?;
         tracing::info!(core, "exchange partitions read up to their ends: sources read again");
         self.behind.clear();

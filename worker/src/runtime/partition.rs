@@ -20,10 +20,12 @@ use sluice_plan::Batch;
 use sluice_plan::EmittedRows;
 use sluice_plan::Plan;
 
+mod progress;
+
 pub struct PartitionPipeline {
-    pub partition: i32,
+    partition: i32,
     topic: Arc<str>,
-    pub engine: Engine,
+    engine: Engine,
     decoder: RowDecoder,
     /// A column is the processing time: read the clock per record.
     clock: bool,
@@ -32,24 +34,24 @@ pub struct PartitionPipeline {
     offsets: Vec<i64>,
     timestamps: Vec<i64>,
     /// Next offset to read: everything before it has been processed.
-    pub next_offset: Option<i64>,
-    pub committed_offset: Option<i64>,
+    next_offset: Option<i64>,
+    committed_offset: Option<i64>,
     /// Checkpoint metadata of the last commit (points at the saved state).
-    pub metadata: String,
+    metadata: String,
     /// State changed since the last checkpoint.
-    pub dirty: bool,
+    dirty: bool,
     /// `metadata` points at a state saved since the last commit: the next
     /// commit carries it even if the offset did not move (a partition fed
     /// in process by its own core's upstream changes state without reading
     /// its topic).
-    pub saved_uncommitted: bool,
+    saved_uncommitted: bool,
     late_policy: LateRecordPolicy,
     /// Encodes late rows for the dead-letter output.
     late_encoder: JsonEncoder,
     late_rows: Vec<u32>,
-    pub counters: BatchCounters,
+    counters: BatchCounters,
     /// Fed by an exchange: what is known of the upstream partitions.
-    pub exchange: Option<ExchangeInput>,
+    exchange: Option<ExchangeInput>,
     /// Where the exchange's combined watermark moved during the batch:
     /// `(row, watermark)` (see `Engine::process_exchanged`).
     marks: Vec<(usize, i64)>,
@@ -58,27 +60,27 @@ pub struct PartitionPipeline {
     /// Rows this partition emitted that came from no input row (aggregate
     /// results) or from an exchange's (whose offsets are shared by a pack), counted so that, written to an exchange, each has a
     /// sequence number a replay after a restore repeats (it is checkpointed).
-    pub emitted: i64,
+    emitted: i64,
     /// The watermark last sent downstream as a marker (writing to an exchange).
-    pub marked: Option<i64>,
+    marked: Option<i64>,
     /// When this partition last had input, and whether it has since told
     /// its downstream partitions it is idle.
-    pub last_input: std::time::Instant,
-    pub idle_sent: bool,
+    last_input: std::time::Instant,
+    idle_sent: bool,
     /// The input ended (bounded runs) and the engine was finished.
-    pub ended: bool,
+    ended: bool,
     /// This partition as an upstream partition of the exchange its stage
     /// writes (a source's partitions follow the previous sources' in a
     /// UNION ALL).
-    pub upstream: u32,
+    upstream: u32,
     /// The checkpoint carries more than the engine's state: the partition
     /// belongs to a query cut into stages (see [`PartitionPipeline::snapshot`]).
-    pub framed: bool,
+    framed: bool,
     /// How the source's records stand for rows (a table's tombstones).
     envelope: Envelope,
     /// Another plan's pipeline reads the same records (one source, two
     /// plans: see `shared_source`) and counts them as the job's input.
-    pub input_counted_elsewhere: bool,
+    input_counted_elsewhere: bool,
     /// Where the writer schemas of an Avro source's records are looked up.
     registry: Option<Arc<Registry>>,
     /// When the decoders last forgot the ids the registry did not have

@@ -70,7 +70,7 @@ pub(super) fn attach(
     state_limit: usize,
 ) -> Result<Option<SpillDb>, Error> {
     let Some(dir) = setup.config.worker.state_dir.as_ref() else { return Ok(None) };
-    let spilling = parts.iter().filter(|p| p.engine.spills()).count();
+    let spilling = parts.iter().filter(|p| p.engine().spills()).count();
     if spilling == 0 {
         return Ok(None);
     }
@@ -86,12 +86,12 @@ pub(super) fn attach(
         .map_err(|e| Error::Config(format!("cannot open the spill store in {}: {e}", dir.display())))?;
     let budget = spill_budget(state_limit, spilling);
     let buffer = write_buffer(state_limit, spilling);
-    for (i, part) in parts.iter_mut().enumerate().filter(|(_, p)| p.engine.spills()) {
+    for (i, part) in parts.iter_mut().enumerate().filter(|(_, p)| p.engine().spills()) {
         let store = db.store(i, buffer).map_err(|e| Error::Config(format!("cannot open the spill store: {e}")))?;
-        if !part.engine.attach_spill(Box::new(store), budget) {
+        if !part.engine_mut().attach_spill(Box::new(store), budget) {
             return Err(Error::Internal(format!(
                 "partition {}'s engine says it spills but took no store",
-                part.partition
+                part.partition()
             )));
         }
     }

@@ -44,9 +44,9 @@ pub(super) fn snapshot_group(
     } else {
         let others: Vec<Vec<u8>> = heads.collect();
         postcard::to_allocvec(&(own, others))
-            .map_err(|e| Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", p.partition)))?
+            .map_err(|e| Error::Checkpoint(format!("cannot serialise the state of partition {}: {e}", p.partition())))?
     };
-    Ok(Snapshot { partition: p.partition, head, slot: StateStore::next_slot(&p.metadata), pages })
+    Ok(Snapshot { partition: p.partition(), head, slot: StateStore::next_slot(p.metadata()), pages })
 }
 
 /// The slots checkpointed together with `slot`, itself first: the order
@@ -63,7 +63,7 @@ pub(super) fn restore_group(
     loaded: &Loaded,
 ) -> Result<(), Error> {
     let head = loaded.pages.is_some();
-    let partition = parts[slot].partition;
+    let partition = parts[slot].partition();
     if companions.is_empty() {
         parts[slot].restore(&loaded.head, head)?;
     } else {

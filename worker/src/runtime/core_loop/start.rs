@@ -140,12 +140,11 @@ fn pipelines(setup: &CoreSetup, layout: &Layout, state_limit: usize) -> Result<V
             };
             let feed = input.upstreams.map(|n| (n, input.writer.as_slice()));
             let mut part = PartitionPipeline::new(&input.plan, Arc::clone(&topic), p, options, capacity, feed);
-            part.framed = framed;
             if let Some(source) = &input.source {
                 part.read_format(source, setup.registry.as_ref())?;
             }
-            part.upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
-            part.input_counted_elsewhere = layout.counted_elsewhere[parts.len()];
+            let upstream = input.upstream_offset + u32::try_from(p).unwrap_or(0);
+            part.place(upstream, framed, layout.counted_elsewhere[parts.len()]);
             parts.push(part);
         }
     }
@@ -341,14 +340,10 @@ fn restore(
     companions: &[Vec<usize>],
 ) -> Result<(), Error> {
     for (part, position) in parts.iter_mut().zip(positions) {
-        part.committed_offset = position.offset;
-        // A partition with no commit gets its resolved start committed by
-        // the first checkpoint (see `source::kafka::start_offset`).
-        part.next_offset = Some(position.start);
-        part.metadata.clone_from(&position.metadata);
+        part.resume(position);
     }
     for (slot, position) in positions.iter().enumerate() {
-        let partition = parts[slot].partition;
+        let partition = parts[slot].partition();
         let started = Instant::now();
         let Some((_, store)) = stores.iter_mut().find(|(r, _)| r.contains(&slot)) else { continue };
         let Some(loaded) = store.load(partition, &position.metadata)? else { continue };
