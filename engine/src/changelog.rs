@@ -26,9 +26,11 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::Error;
 use crate::join::bools;
 use crate::last_per_key::LastPerKey;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{
+    BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_head, write_state,
+};
 use crate::state::group_keys::GroupTable;
-use crate::state::pages::{KeyedPage, TableHead, page_keys, write_page};
+use crate::state::pages::{KeyedPage, page_keys, write_page};
 use crate::state::{PagedGroups, PagedState, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, ScalarRef, eval};
@@ -281,10 +283,7 @@ impl PagedGroups for ChangelogOperator {
     }
 
     fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
-            return write_state(OperatorTag::ChangelogSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::ChangelogHead, &TableHead::of(&self.paged.table), out)
+        write_head(&self.paged, [OperatorTag::ChangelogSpilledHead, OperatorTag::ChangelogHead], out)
     }
 
     fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {

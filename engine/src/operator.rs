@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use sluice_plan::{Batch, Column, Selection};
 
 use crate::Error;
-use crate::state::Paged;
+use crate::state::pages::TableHead;
+use crate::state::{Paged, PagedState};
 
 /// Rows of one batch as the engine hands them to an operator.
 #[derive(Debug)]
@@ -278,6 +279,16 @@ pub trait Operator: std::fmt::Debug + Send {
         _retracted: &mut Vec<u32>,
     ) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+/// The head of an incremental checkpoint of an operator that keeps
+/// nothing beside its paged groups: under `tags[0]` once it spilled (its
+/// pages no longer in the table's order), else under `tags[1]`.
+pub(crate) fn write_head(paged: &PagedState, tags: [OperatorTag; 2], out: Vec<u8>) -> Result<Vec<u8>, Error> {
+    match paged.spilling.head(&paged.table, ()) {
+        Some(head) => write_state(tags[0], &head, out),
+        None => write_state(tags[1], &TableHead::of(&paged.table), out),
     }
 }
 

@@ -14,11 +14,11 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
-use crate::state::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
-use crate::state::pages::{
-    PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+use crate::operator::{
+    BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_head, write_state,
 };
+use crate::state::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder};
+use crate::state::pages::{PageKeys, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
 use crate::state::{PagedGroups, PagedState, place_keys};
 use sluice_plan::eval;
 use sluice_plan::{AggFunc, DataType, RowsFunctionKind, RowsPlan, RowsSpec};
@@ -566,10 +566,7 @@ impl PagedGroups for RowsOperator {
     }
 
     fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
-            return write_state(OperatorTag::RowsSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::RowsHead, &TableHead::of(&self.paged.table), out)
+        write_head(&self.paged, [OperatorTag::RowsSpilledHead, OperatorTag::RowsHead], out)
     }
 
     fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {

@@ -22,11 +22,13 @@ use serde::{Deserialize, Serialize};
 
 use super::accumulators::Accumulator;
 use crate::Error;
-use crate::operator::{BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{
+    BatchInput, Closed, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_head, write_state,
+};
 use crate::state::group_keys::{BLOCK, GroupTable, GroupTableState, KeyEncoder, decode_key_into};
 use crate::state::page_due::PageDue;
 use crate::state::pages::{
-    PAGE_GROUPS, PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
+    PAGE_GROUPS, PageKeys, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
 };
 use crate::state::{FOLD_AT, PageIs, PagedGroups, PagedState, place_keys};
 use sluice_plan::Batch;
@@ -583,10 +585,7 @@ impl PagedGroups for SessionOperator {
     }
 
     fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
-            return write_state(OperatorTag::SessionSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::SessionHead, &TableHead::of(&self.paged.table), out)
+        write_head(&self.paged, [OperatorTag::SessionSpilledHead, OperatorTag::SessionHead], out)
     }
 
     fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {

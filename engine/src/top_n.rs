@@ -35,12 +35,12 @@ use serde::ser::{SerializeSeq, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Error;
-use crate::operator::{BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_state};
+use crate::operator::{
+    BatchInput, Operator, OperatorOutput, OperatorTag, StateSize, read_state, write_head, write_state,
+};
 use crate::state::group_keys::BLOCK;
 use crate::state::group_keys::{GroupTable, GroupTableState, KeyEncoder};
-use crate::state::pages::{
-    PageKeys, TableHead, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page,
-};
+use crate::state::pages::{PageKeys, page_groups, page_keys, read_page_and_rest, restore_page_keys, write_page};
 use crate::state::{PagedGroups, PagedState, place_keys};
 use sluice_plan::row_bytes::{self, AsScalars};
 use sluice_plan::{Batch, Column, ColumnData, Scalar, ScalarRef, TopNPlan, eval};
@@ -404,10 +404,7 @@ impl PagedGroups for TopNOperator {
     }
 
     fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
-            return write_state(OperatorTag::TopNSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::TopNHead, &TableHead::of(&self.paged.table), out)
+        write_head(&self.paged, [OperatorTag::TopNSpilledHead, OperatorTag::TopNHead], out)
     }
 
     fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {

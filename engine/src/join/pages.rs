@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use super::{JoinOperator, Store};
 use crate::Error;
-use crate::operator::{OperatorTag, read_state, write_state};
+use crate::operator::{OperatorTag, read_state, write_head, write_state};
 use crate::state::group_keys::{GroupTable, GroupTableState};
 use crate::state::pages::{KeyedPage, KeyedPageIn, TableHead, page_keys, read_page_and_rest, write_page};
 use crate::state::{FOLD_AT, PagedGroups, PagedState, SpilledHead, load_keyed_page, restore_keyed_page};
@@ -130,10 +130,7 @@ impl PagedGroups for JoinOperator {
     }
 
     fn head_bytes(&self, out: Vec<u8>) -> Result<Vec<u8>, Error> {
-        if let Some(head) = self.paged.spilling.head(&self.paged.table, ()) {
-            return write_state(OperatorTag::JoinSpilledHead, &head, out);
-        }
-        write_state(OperatorTag::JoinHead, &TableHead::of(&self.paged.table), out)
+        write_head(&self.paged, [OperatorTag::JoinSpilledHead, OperatorTag::JoinHead], out)
     }
 
     fn restore_from_head(&mut self, bytes: &[u8]) -> Result<(), Error> {

@@ -7,8 +7,9 @@
 //! wrong — a short record, an unknown tag, a value of the wrong kind — and
 //! it is reported like a malformed source record, never a panic.
 
-use sluice_plan::{Batch, Column, ColumnData, DataType, Plan};
+use sluice_plan::{Batch, DataType, Plan};
 
+use super::columns::empty_batch;
 use super::error::DecodeError;
 use crate::encode::{BOOL, FLOAT, INT, NULL, STR, WIDE};
 
@@ -48,15 +49,7 @@ impl BinaryDecoder {
 
     /// An empty batch with a builder for each used column.
     pub fn new_batch(&self, capacity: usize) -> Batch {
-        let columns =
-            self.types
-                .iter()
-                .zip(&self.used)
-                .map(|(t, used)| {
-                    if *used { Column::with_capacity(*t, capacity) } else { Column::new(*t, ColumnData::Null(0), None) }
-                })
-                .collect();
-        Batch::new(columns, 0)
+        empty_batch(&self.types, &self.used, capacity)
     }
 
     /// Appends `payload` as one row of `batch`, or explains why it cannot.

@@ -35,6 +35,21 @@ pub struct SourceColumns {
     pub(super) key: Option<Box<dyn KeyCells>>,
 }
 
+/// An empty batch of columns of `types`, with room for `capacity` rows in
+/// each `used` one (the others hold nothing: the query never reads them).
+pub(super) fn empty_batch(types: &[DataType], used: &[bool], capacity: usize) -> Batch {
+    let columns = types
+        .iter()
+        .zip(used)
+        .map(
+            |(t, used)| {
+                if *used { Column::with_capacity(*t, capacity) } else { Column::new(*t, ColumnData::Null(0), None) }
+            },
+        )
+        .collect();
+    Batch::new(columns, 0)
+}
+
 /// A column read from the Kafka record: its index, what it reads, and the
 /// header's name for a `header` column.
 pub(super) type MetadataColumn = (usize, RecordMetadata, Option<Box<[u8]>>);
@@ -71,15 +86,7 @@ impl SourceColumns {
 
     /// An empty batch with a builder for each used column.
     pub fn new_batch(&self, capacity: usize) -> Batch {
-        let columns =
-            self.types
-                .iter()
-                .zip(&self.used)
-                .map(|(t, used)| {
-                    if *used { Column::with_capacity(*t, capacity) } else { Column::new(*t, ColumnData::Null(0), None) }
-                })
-                .collect();
-        Batch::new(columns, 0)
+        empty_batch(&self.types, &self.used, capacity)
     }
 
     /// No field seen yet; metadata columns are not fields of the value.
