@@ -248,6 +248,15 @@ mod tests {
     }
 
     #[test]
+    fn a_nested_column_is_refused_naming_it() {
+        let source =
+            SourceSpec::table("orders", &[("id", ColumnType::Bigint, true), ("item.name", ColumnType::String, false)]);
+        let plan = sluice_sql::plan_query("SELECT * FROM orders", &[source]).unwrap();
+        let e = CsvDecoder::new(&plan).unwrap_err();
+        assert!(e.contains("`item.name` is not one (CSV has no nested fields)"), "{e}");
+    }
+
+    #[test]
     fn a_bad_record_is_a_dead_letter_naming_its_field_and_leaves_the_batch_as_it_was() {
         let mut d = decoder();
         for (record, reason) in [

@@ -15,7 +15,7 @@ use sluice_plan::{Batch, DataType};
 
 use super::columns::SourceColumns;
 use super::error::DecodeError;
-use super::json::{JsonDecoder, ValueSeed, describe};
+use super::json::{ValueSeed, describe};
 use super::record::{RecordHeaders, RecordMeta};
 
 impl SourceColumns {
@@ -178,25 +178,6 @@ impl SourceColumns {
     }
 }
 
-impl JsonDecoder {
-    /// Appends the record with value `payload` as one row of `batch`, its
-    /// metadata columns from `meta`; or explains why it cannot.
-    pub fn decode_record(
-        &mut self,
-        payload: &[u8],
-        meta: &RecordMeta<'_>,
-        batch: &mut Batch,
-    ) -> Result<(), DecodeError> {
-        self.decode(payload, batch)?;
-        self.columns.push_metadata_columns(meta, batch)
-    }
-
-    /// See [`SourceColumns::reads_processing_time`].
-    pub fn reads_processing_time(&self) -> bool {
-        self.columns.reads_processing_time()
-    }
-}
-
 /// Every header as a JSON object of strings (null for a null value; a
 /// repeated name keeps its last value, as a map would).
 fn headers_json(headers: &dyn RecordHeaders, out: &mut Vec<u8>) -> Result<(), String> {
@@ -232,6 +213,8 @@ mod tests {
     use sluice_plan::Scalar;
 
     use super::*;
+    use crate::decode::Encoding;
+    use crate::decode::json::JsonDecoder;
 
     struct Headers(Vec<(&'static [u8], Option<&'static [u8]>)>);
 
@@ -278,7 +261,7 @@ mod tests {
     #[test]
     fn nested_fields_and_metadata_fill_their_columns() {
         let mut d = decoder(all_metadata(), false);
-        assert!(d.reads_processing_time());
+        assert!(d.columns().reads_processing_time());
         let mut b = d.new_batch(4);
         let headers = Headers(vec![(b"trace", Some(b"a")), (b"x", None), (b"trace", Some(b"b\""))]);
         let meta = RecordMeta {
