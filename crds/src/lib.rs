@@ -14,6 +14,7 @@
 mod assignment;
 mod autoscaling;
 mod client_properties;
+mod column_type;
 mod condition;
 pub mod contract;
 mod crd;
@@ -36,6 +37,7 @@ mod worker_config;
 pub use assignment::{Assignment, CoreAssignment, PartitionSet, SourcePartitions, WorkerAssignment, assign};
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use client_properties::{OPERATOR_CLIENT_PROPERTIES, PropertyOrigin, operator_applies, rejected_property};
+pub use column_type::{ColumnType, DECIMAL_MAX_PRECISION, MAX_TYPE_DEPTH, MAX_TYPE_TEXT};
 pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};
 pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy, LocalStateSpec, LocalStateVolume};
@@ -58,9 +60,8 @@ pub use registry_columns::{
 pub use schema_references::{MAX_REFERENCE_DEPTH, MAX_REFERENCES, ReferenceWalk, SchemaReference, schema_references};
 pub use sink::{DeadLetterSpec, FileTarget, KafkaTarget, SinkFormat, SinkSpec, camel_case};
 pub use source::{
-    ColumnSpec, ColumnType, DECIMAL_MAX_PRECISION, DatagenScenario, DatagenSource, EventTimeSpec, FileSource,
-    KafkaSource, KeyFormat, RecordMetadata, RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom,
-    TableSpec,
+    ColumnSpec, DatagenScenario, DatagenSource, EventTimeSpec, FileSource, KafkaSource, KeyFormat, RecordMetadata,
+    RegistrySubject, SchemaSpec, SourceFormat, SourceSpec, StartFrom, TableSpec,
 };
 pub use status::{RegistrySchemaStatus, StreamJobStatus, condition_types, reasons};
 pub use stream_job::{Delivery, ReclaimPolicy, StreamJob, StreamJobSpec, UpgradeMode};

@@ -373,11 +373,18 @@ impl<'a> Walk<'a> {
                         "timestamp-millis" | "timestamp-micros" | "local-timestamp-millis" | "local-timestamp-micros",
                     )
                     | ("int", "date") => self.push(path, ColumnType::Timestamp),
-                    ("array", _) | ("map", _) => Err(format!(
-                        "field `{}` is {} {kind}, which no column type holds yet",
-                        shown(path),
-                        if kind == "array" { "an" } else { "a" }
-                    )),
+                    // An array or a map is one column of a nested type,
+                    // records in it `row`s: its items are values, not
+                    // columns of their own.
+                    ("array", _) | ("map", _) => match self.type_of(ty, path, ns, 0)? {
+                        Some(t) if t.name().len() <= crate::MAX_TYPE_TEXT => self.push(path, t),
+                        Some(_) => Err(format!(
+                            "field `{}`: its type is longer than {} characters, the most a column type may be",
+                            shown(path),
+                            crate::MAX_TYPE_TEXT
+                        )),
+                        None => Ok(()),
+                    },
                     (name, _) => self.named_type(name, path, ns),
                 }
             }
@@ -408,6 +415,125 @@ impl<'a> Walk<'a> {
         // name puts it.
         let def_ns = key.rsplit_once('.').map(|(ns, _)| ns.to_owned());
         self.field(def, path, def_ns.as_deref())
+    }
+}
+
+impl<'a> Walk<'a> {
+    /// The column type of a value of Avro type `ty` inside an array or a
+    /// map (`None`: only `null`): arrays and maps nest, records are rows.
+    fn type_of(
+        &mut self,
+        ty: &'a Value,
+        path: &str,
+        ns: Option<&str>,
+        depth: usize,
+    ) -> Result<Option<ColumnType>, String> {
+        self.walked += 1;
+        if self.walked > REGISTRY_MAX_FIELDS_WALKED {
+            return Err(format!(
+                "deriving the columns walks more than {REGISTRY_MAX_FIELDS_WALKED} fields (each reference to a \
+                 named record walks its fields again)"
+            ));
+        }
+        if depth > crate::MAX_TYPE_DEPTH {
+            return Err(format!(
+                "field `{}` nests arrays, maps and records more than {} levels, the most a column type may",
+                shown(path),
+                crate::MAX_TYPE_DEPTH
+            ));
+        }
+        match ty {
+            Value::String(name) => {
+                if let Some(t) = primitive(name) {
+                    return Ok(t);
+                }
+                let full = match ns {
+                    Some(ns) if !name.contains('.') && !ns.is_empty() => format!("{ns}.{name}"),
+                    _ => name.clone(),
+                };
+                let found = self.named.get_key_value(&full).or_else(|| self.named.get_key_value(name.as_str()));
+                let Some((key, &def)) = found else {
+                    return Err(format!("field `{}`: unknown type `{}`", shown(path), shown(name)));
+                };
+                let def_ns = key.rsplit_once('.').map(|(ns, _)| ns.to_owned());
+                self.type_of(def, path, def_ns.as_deref(), depth)
+            }
+            Value::Array(branches) => {
+                let others: Vec<&'a Value> = branches.iter().filter(|b| b.as_str() != Some("null")).collect();
+                match others.as_slice() {
+                    [one] => self.type_of(one, path, ns, depth),
+                    [] => Ok(None),
+                    _ => Err(format!(
+                        "field `{}` holds a union of {} types, which no one column type holds",
+                        shown(path),
+                        others.len()
+                    )),
+                }
+            }
+            Value::Object(o) => {
+                let kind = o.get("type").and_then(Value::as_str).unwrap_or("");
+                let logical = o.get("logicalType").and_then(Value::as_str).unwrap_or("");
+                let inner =
+                    |key: &str| o.get(key).ok_or_else(|| format!("field `{}`: an {kind} without {key}", shown(path)));
+                Ok(Some(match (kind, logical) {
+                    ("array", _) => {
+                        let item = self.type_of(inner("items")?, &format!("{path}[]"), ns, depth + 1)?;
+                        ColumnType::Array(Box::new(item.unwrap_or(ColumnType::String)))
+                    }
+                    ("map", _) => {
+                        let value = self.type_of(inner("values")?, &format!("{path}[]"), ns, depth + 1)?;
+                        ColumnType::Map(Box::new(ColumnType::String), Box::new(value.unwrap_or(ColumnType::String)))
+                    }
+                    ("record" | "error", _) => {
+                        let name =
+                            full_name(ty, ns).ok_or_else(|| format!("a record without a name at `{}`", shown(path)))?;
+                        if self.open.contains(&name) {
+                            return Err(format!(
+                                "field `{}` is a recursive record, which no column type can hold",
+                                shown(path)
+                            ));
+                        }
+                        let record_ns = name.rsplit_once('.').map(|(ns, _)| ns.to_owned());
+                        self.named.entry(name.clone()).or_insert(ty);
+                        self.open.push(name);
+                        let mut fields = Vec::new();
+                        for f in o.get("fields").and_then(Value::as_array).ok_or("a record without fields")? {
+                            let fname = f.get("name").and_then(Value::as_str).ok_or("a field without a name")?;
+                            let fty = f.get("type").ok_or_else(|| format!("field `{}` has no type", shown(fname)))?;
+                            let child = format!("{path}.{fname}");
+                            if let Some(t) = self.type_of(fty, &child, record_ns.as_deref(), depth + 1)? {
+                                fields.push((fname.to_owned(), t));
+                            }
+                        }
+                        self.open.pop();
+                        if fields.is_empty() {
+                            return Ok(None);
+                        }
+                        ColumnType::Row(fields)
+                    }
+                    ("fixed", "decimal") | ("bytes", "decimal") => decimal_column(o),
+                    ("enum" | "fixed", _) => {
+                        if let Some(n) = full_name(ty, ns) {
+                            self.named.entry(n).or_insert(ty);
+                        }
+                        ColumnType::String
+                    }
+                    (
+                        "long",
+                        "timestamp-millis" | "timestamp-micros" | "local-timestamp-millis" | "local-timestamp-micros",
+                    )
+                    | ("int", "date") => ColumnType::Timestamp,
+                    (name, _) => match (primitive(name), o.get("type")) {
+                        (Some(t), _) => return Ok(t),
+                        (None, Some(inner)) => {
+                            return self.type_of(inner, path, ns, depth + 1);
+                        }
+                        _ => return Err(format!("field `{}`: a type without a `type`", shown(path))),
+                    },
+                }))
+            }
+            _ => Err(format!("field `{}`: a type that is not an Avro type", shown(path))),
+        }
     }
 }
 
@@ -501,8 +627,8 @@ mod tests {
     #[test]
     fn what_no_column_holds_is_refused_with_the_fields_path() {
         for (ty, reason) in [
-            (r#"{"type":"array","items":"long"}"#, "field `r.x` is an array"),
-            (r#"{"type":"map","values":"long"}"#, "field `r.x` is a map"),
+            (r#"{"type":"array","items":["long","string"]}"#, "field `r.x[]` holds a union of 2 types"),
+            (r#"{"type":"map","values":"In"}"#, "field `r.x[]` is a recursive record"),
             (r#"["null","long","string"]"#, "field `r.x` is a union of 2 types"),
             (r#"["null","R"]"#, "field `r.x` is a recursive record"),
             (r#""Nope""#, "unknown type `Nope`"),
@@ -515,6 +641,35 @@ mod tests {
         }
         assert!(avro_columns(r#""long""#).unwrap_err().contains("not a record"));
         assert!(avro_columns("{").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn arrays_and_maps_are_nested_columns_their_records_rows() {
+        let schema = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+            {"name":"id","type":"long"},
+            {"name":"items","type":{"type":"array","items":{"type":"record","name":"Item","fields":[
+                {"name":"sku","type":"string"},
+                {"name":"qty","type":["null","int"]},
+                {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+                {"name":"tags","type":{"type":"array","items":"string"}}]}}},
+            {"name":"attrs","type":["null",{"type":"map","values":"string"}],"default":null},
+            {"name":"returns","type":{"type":"array","items":"Item"}},
+            {"name":"at","type":{"type":"map","values":{"type":"long","logicalType":"timestamp-millis"}}}
+        ]}"#;
+        let columns = avro_columns(schema).unwrap();
+        let got: Vec<(String, String)> =
+            columns.iter().map(|c| (c.name.clone(), c.type_.name().into_owned())).collect();
+        let item = "row<sku string, qty bigint, price decimal(9,2), tags array<string>>";
+        assert_eq!(
+            got,
+            [
+                ("id".to_owned(), "bigint".to_owned()),
+                ("items".to_owned(), format!("array<{item}>")),
+                ("attrs".to_owned(), "map<string, string>".to_owned()),
+                ("returns".to_owned(), format!("array<{item}>")),
+                ("at".to_owned(), "map<string, timestamp>".to_owned()),
+            ]
+        );
     }
 
     /// `levels` records, each holding two fields of the one before (the

@@ -6,7 +6,7 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
+use crate::{ColumnType, KafkaAuthentication, KafkaConnection, KafkaTls, SecretRef};
 
 /// One input of the job. `name` is the table name the SQL `FROM` clause uses.
 /// Exactly one of `kafka`, `file` or `datagen` is set.
@@ -508,104 +508,6 @@ impl RecordMetadata {
     }
 }
 
-/// SQL column types. `timestamp` accepts epoch milliseconds or RFC 3339
-/// strings; `decimal(p,s)` is exact, with `p` (1–38) digits of which `s`
-/// after the point.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ColumnType {
-    Bigint,
-    Double,
-    String,
-    Boolean,
-    Timestamp,
-    Decimal { precision: u8, scale: u8 },
-}
-
-/// The most digits a `decimal` column holds.
-pub const DECIMAL_MAX_PRECISION: u8 = 38;
-
-impl ColumnType {
-    /// The name manifests spell: `bigint`, `decimal(12,2)`.
-    pub fn name(self) -> std::borrow::Cow<'static, str> {
-        std::borrow::Cow::Borrowed(match self {
-            Self::Bigint => "bigint",
-            Self::Double => "double",
-            Self::String => "string",
-            Self::Boolean => "boolean",
-            Self::Timestamp => "timestamp",
-            Self::Decimal { precision, scale } => return format!("decimal({precision},{scale})").into(),
-        })
-    }
-
-    /// Reads a manifest's type name (lower case, as the CRD's pattern has it;
-    /// spaces allowed inside the parentheses), saying what is wrong otherwise.
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let t = text.trim();
-        Ok(match t {
-            "bigint" => Self::Bigint,
-            "double" => Self::Double,
-            "string" => Self::String,
-            "boolean" => Self::Boolean,
-            "timestamp" => Self::Timestamp,
-            _ => {
-                let args = t
-                    .strip_prefix("decimal")
-                    .map(str::trim_start)
-                    .and_then(|r| r.strip_prefix('('))
-                    .and_then(|r| r.strip_suffix(')'))
-                    .ok_or_else(|| {
-                        format!(
-                            "unknown column type `{text}`: expected bigint, double, string, boolean, timestamp or \
-                             decimal(p,s)"
-                        )
-                    })?;
-                let (p, s) = args.split_once(',').unwrap_or((args, "0"));
-                let (precision, scale) = (p.trim().parse::<u8>(), s.trim().parse::<u8>());
-                match (precision, scale) {
-                    (Ok(precision), Ok(scale))
-                        if (1..=DECIMAL_MAX_PRECISION).contains(&precision) && scale <= precision =>
-                    {
-                        Self::Decimal { precision, scale }
-                    }
-                    _ => {
-                        return Err(format!(
-                            "column type `{text}`: a decimal's precision is 1 to {DECIMAL_MAX_PRECISION} digits and \
-                             its scale 0 to the precision, as in decimal(12,2) (wider decimals: use double or string)"
-                        ));
-                    }
-                }
-            }
-        })
-    }
-}
-
-impl Serialize for ColumnType {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.name())
-    }
-}
-
-impl<'de> Deserialize<'de> for ColumnType {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        Self::parse(&text).map_err(serde::de::Error::custom)
-    }
-}
-
-impl JsonSchema for ColumnType {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "ColumnType".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "bigint, double, string, boolean, timestamp, or decimal(p,s) with p from 1 to 38 and s from 0 to p.",
-            "type": "string",
-            "pattern": r"^(bigint|double|string|boolean|timestamp|decimal\( *([1-9]|[12][0-9]|3[0-8]) *(, *([0-9]|[12][0-9]|3[0-8]) *)?\))$",
-        })
-    }
-}
-
 /// Event time and how far behind the newest event the watermark trails.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -637,7 +539,7 @@ impl SourceSpec {
             schema: SchemaSpec {
                 columns: columns
                     .iter()
-                    .map(|&(name, type_, required)| ColumnSpec::field(name, type_, required))
+                    .map(|(name, type_, required)| ColumnSpec::field(*name, type_.clone(), *required))
                     .collect(),
                 registry: None,
             },

@@ -435,6 +435,8 @@ impl Accumulator {
                         ColumnData::Bool(_) => "boolean",
                         ColumnData::Str(_) => "string",
                         ColumnData::Null(_) => "null",
+                        ColumnData::List(_) => "array or map",
+                        ColumnData::Struct(_) => "row",
                     }
                 )));
             }

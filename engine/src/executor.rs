@@ -203,6 +203,21 @@ impl Engine {
     /// [`Engine::process`], with the upstream partition of every row when
     /// the batch came through an exchange.
     fn run(&mut self, batch: &mut Batch, upstreams: &[u32], out: &mut dyn Output) -> Result<(), Error> {
+        let plan = Arc::clone(&self.plan);
+        match &plan.unnest {
+            // A plan that unnests reads a source, never an exchange: no
+            // upstreams or watermark marks to carry over to its rows.
+            Some(unnest) => {
+                let (mut rows, parents) = crate::unnest::unnest(unnest, batch)?;
+                let mut out = crate::unnest::ToRecords { out, parents: &parents, records: batch };
+                self.run_input(&mut rows, &[], &mut out)
+            }
+            None => self.run_input(batch, upstreams, out),
+        }
+    }
+
+    /// [`Engine::run`] once the input is what the plan reads (unnested).
+    fn run_input(&mut self, batch: &mut Batch, upstreams: &[u32], out: &mut dyn Output) -> Result<(), Error> {
         let n = batch.len;
         if n == 0 {
             return Ok(());
@@ -213,10 +228,10 @@ impl Engine {
         // The plan's shared subexpressions, once, as columns after the
         // source's (`sluice_plan::Plan::shared`).
         let inputs = batch.columns.len();
-        if inputs != self.plan.source.schema.fields.len() {
+        if inputs != self.plan.input_width() {
             return Err(Error::Internal(format!(
-                "a batch of {inputs} columns for a source of {}",
-                self.plan.source.schema.fields.len()
+                "a batch of {inputs} columns for an input of {}",
+                self.plan.input_width()
             )));
         }
         let plan = Arc::clone(&self.plan);
@@ -322,7 +337,9 @@ impl Engine {
             // The operator's columns join the input's for the SELECT list.
             let inputs = batch.columns.len();
             batch.columns.extend(self.columns.drain(..).map(|(_, c)| c));
-            let result = emit(&plan.outputs, &plan.keys, batch, selection, true, out);
+            // An unnested row is not one input record: its record's
+            // timestamp and offset do not carry over row for row.
+            let result = emit(&plan.outputs, &plan.keys, batch, selection, plan.unnest.is_none(), out);
             batch.columns.truncate(inputs);
             self.stats.records_out += result? as u64;
         } else {

@@ -29,6 +29,7 @@ mod table_join;
 #[cfg(test)]
 mod test_drivers;
 mod top_n;
+mod unnest;
 mod upsert_aggregate;
 
 pub use error::Error;

@@ -6,7 +6,9 @@
 //! allocations (reused across batches by the decoder), not N.
 
 use crate::Error;
-use crate::{DataType, Scalar, ScalarRef};
+use std::ops::Range;
+
+use crate::{DataType, NestedRef, Scalar, ScalarRef};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum ColumnData {
@@ -19,6 +21,10 @@ pub enum ColumnData {
     Str(StrData),
     /// A column of the `Null` type: only nulls, of this length.
     Null(usize),
+    /// `array` and `map` values ([`crate::nested_column`]).
+    List(ListData),
+    /// `row` values.
+    Struct(StructData),
 }
 
 /// Strings of a column: row `i` is `bytes[offsets[i]..offsets[i + 1]]`.
@@ -145,6 +151,10 @@ impl Column {
             DataType::Boolean => ColumnData::Bool(Vec::with_capacity(rows)),
             DataType::String => ColumnData::Str(StrData::with_capacity(rows, rows * 8)),
             DataType::Null => ColumnData::Null(0),
+            DataType::Array(_) | DataType::Map(_) => {
+                ColumnData::List(ListData::with_capacity(data_type.element().unwrap_or(DataType::Null), rows))
+            }
+            DataType::Row(_) => ColumnData::Struct(StructData::with_capacity(data_type, rows)),
         };
         Self { data_type, data, validity: None }
     }
@@ -200,6 +210,8 @@ impl Column {
             ColumnData::Bool(v) => v.len(),
             ColumnData::Str(s) => s.len(),
             ColumnData::Null(n) => *n,
+            ColumnData::List(l) => l.len(),
+            ColumnData::Struct(r) => r.len,
         }
     }
 
@@ -248,6 +260,19 @@ impl Column {
             ColumnData::Bool(v) => v.push(false),
             ColumnData::Str(s) => s.push(""),
             ColumnData::Null(n) => *n += 1,
+            ColumnData::List(l) => {
+                let end = l.offsets.last().copied().unwrap_or(0);
+                l.offsets.push(end);
+            }
+            ColumnData::Struct(r) => r.push_null(),
+        }
+    }
+
+    /// Marks `n` values just pushed as valid: rows of a `row` column (or
+    /// entries of a map) whose fields a decoder pushed one by one.
+    pub fn mark_valid(&mut self, n: usize) {
+        if let Some(v) = &mut self.validity {
+            v.extend(std::iter::repeat_n(true, n));
         }
     }
 
@@ -313,7 +338,10 @@ impl Column {
 
     /// Appends a scalar of this column's type (or NULL).
     pub fn push_scalar(&mut self, value: &Scalar) -> Result<(), Error> {
-        self.push_value(value.borrowed())
+        match value {
+            Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => self.push_nested_scalar(value),
+            _ => self.push_value(value.borrowed()),
+        }
     }
 
     /// Appends a value of this column's type (or NULL); a decimal is
@@ -338,6 +366,14 @@ impl Column {
             ScalarRef::Double(x) => self.push_f64(x),
             ScalarRef::Boolean(x) => self.push_bool(x),
             ScalarRef::String(x) => self.push_str(x),
+            ScalarRef::List(n) | ScalarRef::Map(n) | ScalarRef::Row(n) => match n {
+                NestedRef::Cell(c, i) => match c.as_any().downcast_ref::<Column>() {
+                    Some(c) => self.push_from(c, i),
+                    None => self.push_nested_scalar(&n.to_scalar()),
+                },
+                NestedRef::Scalar(s) => self.push_nested_scalar(s),
+                NestedRef::Encoded(_) => self.push_nested_scalar(&n.to_scalar()),
+            },
         }
     }
 
@@ -355,6 +391,18 @@ impl Column {
             ColumnData::Str(s) => self.push_str(s.get(i)),
             ColumnData::Null(_) => {
                 self.push_null();
+                Ok(())
+            }
+            ColumnData::List(from) => {
+                let ColumnData::List(to) = &mut self.data else { return Err(self.wrong("an array")) };
+                to.push_from(from, i)?;
+                self.mark(true);
+                Ok(())
+            }
+            ColumnData::Struct(from) => {
+                let ColumnData::Struct(to) = &mut self.data else { return Err(self.wrong("a row")) };
+                to.push_from(from, i)?;
+                self.mark(true);
                 Ok(())
             }
         }
@@ -380,6 +428,9 @@ impl Column {
             (ColumnData::Bool(v), _) => ScalarRef::Boolean(v[i]),
             (ColumnData::Str(s), _) => ScalarRef::String(s.get(i)),
             (ColumnData::Null(_), _) => ScalarRef::Null,
+            (ColumnData::List(_), DataType::Map(_)) => ScalarRef::Map(NestedRef::Cell(self, i)),
+            (ColumnData::List(_), _) => ScalarRef::List(NestedRef::Cell(self, i)),
+            (ColumnData::Struct(_), _) => ScalarRef::Row(NestedRef::Cell(self, i)),
         }
     }
 
@@ -392,6 +443,8 @@ impl Column {
             ColumnData::Bool(v) => v.truncate(rows),
             ColumnData::Str(s) => s.truncate(rows),
             ColumnData::Null(n) => *n = (*n).min(rows),
+            ColumnData::List(l) => l.truncate(rows),
+            ColumnData::Struct(r) => r.truncate(rows),
         }
         if let Some(v) = &mut self.validity {
             v.truncate(rows);
@@ -420,6 +473,8 @@ impl Column {
             ColumnData::Bool(v) => retain_rows(v, rows),
             ColumnData::Str(s) => s.retain_rows(rows),
             ColumnData::Null(n) => *n = rows.len(),
+            ColumnData::List(l) => l.retain_rows(rows),
+            ColumnData::Struct(r) => r.retain_rows(rows),
         }
     }
 
@@ -449,12 +504,128 @@ impl Column {
             ColumnData::Str(s) if written => s.written_bytes(),
             ColumnData::Str(s) => s.heap_bytes(),
             ColumnData::Null(_) => 0,
+            ColumnData::List(l) => l.bytes(written),
+            ColumnData::Struct(r) => r.bytes(written),
         };
         data + self.validity.as_ref().map_or(0, |v| of(v.len(), v.capacity(), 1))
     }
 
     fn wrong(&self, op: &str) -> Error {
         Error::Internal(format!("{op} on a {} column", self.data_type))
+    }
+}
+
+/// The values of an `array` or `map` column: row `i` holds
+/// `values[offsets[i]..offsets[i + 1]]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListData {
+    pub offsets: Vec<u32>,
+    pub values: Box<Column>,
+}
+
+/// The fields of a `row` column, each as long as the column.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StructData {
+    pub len: usize,
+    pub fields: Vec<Column>,
+}
+
+impl ListData {
+    pub fn with_capacity(element: DataType, rows: usize) -> Self {
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        Self { offsets, values: Box::new(Column::with_capacity(element, rows)) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `i`'s elements in [`ListData::values`].
+    #[inline]
+    pub fn range(&self, i: usize) -> Range<usize> {
+        self.offsets[i] as usize..self.offsets[i + 1] as usize
+    }
+
+    /// Ends the row whose elements were pushed to `values` since the last.
+    #[inline]
+    pub fn close_row(&mut self) -> Result<(), Error> {
+        let end = u32::try_from(self.values.len())
+            .map_err(|_| Error::Internal("more than 4 Gi elements in one batch's column".into()))?;
+        self.offsets.push(end);
+        Ok(())
+    }
+
+    /// Keeps the first `rows` rows, and drops elements pushed for a row
+    /// not yet ended (a record that failed halfway).
+    pub(crate) fn truncate(&mut self, rows: usize) {
+        if rows <= self.len() {
+            self.offsets.truncate(rows + 1);
+            self.values.truncate(self.offsets[rows] as usize);
+        }
+    }
+
+    pub(crate) fn push_from(&mut self, other: &ListData, i: usize) -> Result<(), Error> {
+        for j in other.range(i) {
+            self.values.push_from(&other.values, j)?;
+        }
+        self.close_row()
+    }
+
+    pub(crate) fn retain_rows(&mut self, rows: &[u32]) {
+        let mut elements = Vec::new();
+        let mut end = 0u32;
+        for (to, &row) in rows.iter().enumerate() {
+            let r = self.range(row as usize);
+            end += (r.end - r.start) as u32;
+            elements.extend(r.start as u32..r.end as u32);
+            self.offsets[to + 1] = end;
+        }
+        self.offsets.truncate(rows.len() + 1);
+        self.offsets.shrink_to_fit();
+        self.values.retain_rows(&elements);
+    }
+
+    pub(crate) fn bytes(&self, written: bool) -> usize {
+        4 * if written { self.offsets.len() } else { self.offsets.capacity() }
+            + if written { self.values.written_bytes() } else { self.values.heap_bytes() }
+    }
+}
+
+impl StructData {
+    pub fn with_capacity(row: DataType, rows: usize) -> Self {
+        Self { len: 0, fields: row.fields().iter().map(|(_, t)| Column::with_capacity(*t, rows)).collect() }
+    }
+
+    pub(crate) fn push_null(&mut self) {
+        self.fields.iter_mut().for_each(Column::push_null);
+        self.len += 1;
+    }
+
+    pub(crate) fn truncate(&mut self, rows: usize) {
+        self.fields.iter_mut().for_each(|f| f.truncate(rows));
+        self.len = self.len.min(rows);
+    }
+
+    pub(crate) fn push_from(&mut self, other: &StructData, i: usize) -> Result<(), Error> {
+        for (to, from) in self.fields.iter_mut().zip(&other.fields) {
+            to.push_from(from, i)?;
+        }
+        self.len += 1;
+        Ok(())
+    }
+
+    pub(crate) fn retain_rows(&mut self, rows: &[u32]) {
+        self.fields.iter_mut().for_each(|f| f.retain_rows(rows));
+        self.len = rows.len();
+    }
+
+    pub(crate) fn bytes(&self, written: bool) -> usize {
+        self.fields.iter().map(|f| if written { f.written_bytes() } else { f.heap_bytes() }).sum()
     }
 }
 
@@ -471,6 +642,15 @@ pub fn retain_rows<T: Copy>(v: &mut Vec<T>, rows: &[u32]) {
 
 /// A column with `len` copies of `value`.
 pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
+    if data_type.is_nested() {
+        let mut c = Column::with_capacity(data_type, len);
+        for _ in 0..len {
+            if c.push_scalar(value).is_err() {
+                c.push_null();
+            }
+        }
+        return c;
+    }
     let valid = !value.is_null();
     let data = match (value, data_type) {
         (Scalar::Decimal(x, scale), DataType::Decimal(p, s)) => match crate::decimal::rescale(*x, *scale, s, p) {
@@ -501,6 +681,10 @@ pub fn broadcast(value: &Scalar, data_type: DataType, len: usize) -> Column {
             ColumnData::Str(s)
         }
         (Scalar::Null, DataType::Null) => ColumnData::Null(len),
+        // Nested types were built above; a nested value of a flat type is
+        // not one.
+        (Scalar::Null, DataType::Array(_) | DataType::Map(_) | DataType::Row(_))
+        | (Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_), _) => ColumnData::Null(len),
     };
     let validity = if valid { None } else { Some(vec![false; len]) };
     Column { data_type, data, validity }

@@ -27,7 +27,7 @@ impl Plan {
         if !matches!(self.operator, OperatorPlan::Stateless) || !self.shared.is_empty() {
             return;
         }
-        let base = self.source.schema.fields.len();
+        let base = self.input_width();
         while let Some(common) = self.most_shared() {
             let column = PhysExpr::Column { index: base + self.shared.len(), data_type: common.data_type() };
             for root in self.roots_mut() {

@@ -424,6 +424,9 @@ fn compare(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<Column, 
         DataType::Boolean => apply(bool_side(l)?, bool_side(r)?, n, cmp_fn(op)),
         DataType::String => compare_strings(op, l, r, n)?,
         DataType::Null => (vec![false; n], Some(vec![false; n])),
+        DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => {
+            return Err(Error::Internal(format!("comparing {data_type} values")));
+        }
     };
     Ok(Column::new(DataType::Boolean, ColumnData::Bool(values), validity))
 }
@@ -550,7 +553,8 @@ fn in_list(c: &Column, list: &[Scalar], negated: bool) -> Column {
                 list.iter().filter_map(|x| if let Scalar::String(x) = x { Some(x.as_str()) } else { None }).collect();
             s.iter().map(|x| set.contains(x)).collect()
         }
-        ColumnData::Null(_) => vec![false; n],
+        // Refused when planned: IN compares flat values.
+        ColumnData::Null(_) | ColumnData::List(_) | ColumnData::Struct(_) => vec![false; n],
     };
     // x IN (…, NULL) is NULL (not FALSE) when x matches nothing.
     let mut validity = c.validity.clone().unwrap_or_else(|| vec![!matches!(c.data, ColumnData::Null(_)); n]);

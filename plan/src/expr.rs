@@ -215,6 +215,28 @@ pub enum ScalarFunc {
     /// INITCAP(s): each word's first letter upper case, the rest lower
     /// (a word: a run of letters and digits), as PostgreSQL.
     Initcap,
+    /// `r.name`: field `.0` of a row (NULL where the row is).
+    RowField(usize),
+    /// `arr[i]` and ELEMENT_AT(arr, i): element `i`, 1-based, NULL out of
+    /// range; `m[k]` and ELEMENT_AT(m, k): the value of key `k`, NULL
+    /// without it.
+    ElementAt,
+    /// CARDINALITY(x): an array's elements or a map's entries.
+    Cardinality,
+    /// ARRAY_CONTAINS(arr, x): whether an element equals `x` (NULL when
+    /// the array or `x` is).
+    ArrayContains,
+    /// ARRAY_POSITION(arr, x): the 1-based index of the first element
+    /// equal to `x`, NULL without one (PostgreSQL, DuckDB).
+    ArrayPosition,
+    /// ARRAY_JOIN(arr, sep [, null_text]) / ARRAY_TO_STRING: the elements
+    /// as text joined by `sep`; NULL elements skipped, or written as
+    /// `null_text`.
+    ArrayJoin,
+    /// MAP_KEYS(m), MAP_VALUES(m): a map's keys or values as an array, in
+    /// entry order.
+    MapKeys,
+    MapValues,
 }
 
 /// The digests [`ScalarFunc::Digest`] computes.

@@ -29,6 +29,7 @@ pub mod eval;
 mod expr;
 mod json_path;
 mod literal_pattern;
+mod nested_column;
 mod plan;
 pub mod row_bytes;
 mod scalar_fns;
@@ -40,7 +41,7 @@ pub mod time_zone;
 mod types;
 
 pub use batch::{Batch, Selection};
-pub use column::{Column, ColumnData, StrData, broadcast, retain_rows};
+pub use column::{Column, ColumnData, ListData, StrData, StructData, broadcast, retain_rows};
 pub use dataflow::{Branch, Dataflow, Stage, StageOutput};
 pub use emitted::EmittedRows;
 pub use error::{Error, SqlError};
@@ -52,9 +53,11 @@ pub use json_path::parse_json_path;
 pub use plan::{
     AggFunc, AggregateCall, AggregatePlan, ChangelogPlan, EmitMode, JoinKind, JoinPlan, MergeCall, MergePlan,
     OperatorPlan, OutputColumn, Partitioning, Plan, RowsFunction, RowsFunctionKind, RowsPlan, RowsSpec, SortKey,
-    TableJoinPlan, TableVersion, TimeWindow, TopNPlan, plan_fingerprint,
+    TableJoinPlan, TableVersion, TimeWindow, TopNPlan, UnnestPlan, plan_fingerprint,
 };
 pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
 pub use sql_text::{expr_sql, interval_sql, scalar_sql};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
-pub use types::{DataType, Scalar, ScalarRef};
+pub use types::{
+    DataType, MAX_INTERNED_TYPES, Nested, NestedCells, NestedRef, NestedType, Scalar, ScalarRef, TooManyTypes,
+};

@@ -40,6 +40,64 @@ pub struct Plan {
     /// `source.schema.fields.len() + i` (`cse.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared: Vec<PhysExpr>,
+    /// `CROSS JOIN UNNEST(…)`: each source row expanded into one row per
+    /// element, before the filter; its columns follow the source's (and
+    /// [`Plan::shared`] follows them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unnest: Option<UnnestPlan>,
+}
+
+/// `FROM s CROSS JOIN UNNEST(s.arr) [WITH ORDINALITY] AS t(…)`, or `LEFT
+/// JOIN UNNEST(…) ON TRUE`: a row per element of the array (or entry of
+/// the map), with the source row's columns, then the element's — a row
+/// element's fields (a map's key and value) as columns of their own, any
+/// other element as one column — then its 1-based position.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UnnestPlan {
+    /// The array or map, over the source's columns.
+    pub array: PhysExpr,
+    /// LEFT: a row whose array is empty or NULL is kept once, its element
+    /// columns NULL.
+    pub left: bool,
+    /// A row element (or a map entry) is split into its fields.
+    pub split_fields: bool,
+    /// WITH ORDINALITY: a BIGINT column of the element's position.
+    pub ordinality: bool,
+    /// The names of the columns it adds, as the query gives them.
+    pub names: Vec<String>,
+}
+
+impl UnnestPlan {
+    /// The types of the columns the unnest adds.
+    pub fn columns(&self) -> Vec<DataType> {
+        let element = self.array.data_type().element().unwrap_or(DataType::Null);
+        let mut out: Vec<DataType> =
+            if self.split_fields { element.fields().iter().map(|(_, t)| *t).collect() } else { vec![element] };
+        if self.ordinality {
+            out.push(DataType::Bigint);
+        }
+        out
+    }
+}
+
+impl Plan {
+    /// How many columns a batch has before the shared subexpressions: the
+    /// source's, and the unnest's after them.
+    pub fn input_width(&self) -> usize {
+        self.source.schema.fields.len() + self.unnest.as_ref().map_or(0, |u| u.columns().len())
+    }
+
+    /// The columns a batch has before the shared subexpressions, named:
+    /// the source's, then the unnest's.
+    pub fn input_schema(&self) -> Schema {
+        let mut schema = self.source.schema.clone();
+        if let Some(u) = &self.unnest {
+            for (name, t) in u.names.iter().zip(u.columns()) {
+                schema.push(name.clone(), t);
+            }
+        }
+        schema
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@
 use serde::ser::{Error as _, SerializeSeq};
 use serde::{Serialize, Serializer};
 
-use crate::{Column, Error, ScalarRef};
+use crate::{Column, Error, NestedRef, ScalarRef};
 
 const NULL: u8 = 0;
 const BIGINT: u8 = 1;
@@ -26,6 +26,9 @@ const STRING: u8 = 3;
 const BOOLEAN: u8 = 4;
 const TIMESTAMP: u8 = 5;
 const DECIMAL: u8 = 6;
+/// An array, map or row: a `u32` length and the value as postcard writes
+/// its [`crate::Scalar`].
+const NESTED: u8 = 7;
 
 /// Appends a value.
 #[inline]
@@ -55,6 +58,17 @@ pub fn push(value: ScalarRef<'_>, out: &mut Vec<u8>) {
             out.push(DECIMAL);
             out.extend_from_slice(&x.to_le_bytes());
             out.push(scale);
+        }
+        ScalarRef::List(_) | ScalarRef::Map(_) | ScalarRef::Row(_) => {
+            // Serialising a nested value into memory does not fail; were it
+            // to, the value is kept as NULL rather than the row lost.
+            let Ok(bytes) = postcard::to_allocvec(&value) else {
+                out.push(NULL);
+                return;
+            };
+            out.push(NESTED);
+            out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_le_bytes());
+            out.extend_from_slice(&bytes);
         }
     }
 }
@@ -112,6 +126,24 @@ impl<'a> Values<'a> {
                 let v = i128::from_le_bytes(self.take()?);
                 let [scale] = self.take::<1>()?;
                 ScalarRef::Decimal(v, scale)
+            }
+            NESTED => {
+                let len = u32::from_le_bytes(self.take()?) as usize;
+                if len > self.bytes.len() {
+                    return Err(corrupt());
+                }
+                let (value, rest) = self.bytes.split_at(len);
+                self.bytes = rest;
+                if postcard::from_bytes::<crate::Scalar>(value).is_err() {
+                    return Err(corrupt());
+                }
+                // The variant tag postcard wrote first says which kind.
+                match value.first() {
+                    Some(7) => ScalarRef::List(NestedRef::Encoded(value)),
+                    Some(8) => ScalarRef::Map(NestedRef::Encoded(value)),
+                    Some(9) => ScalarRef::Row(NestedRef::Encoded(value)),
+                    _ => return Err(corrupt()),
+                }
             }
             _ => return Err(corrupt()),
         })

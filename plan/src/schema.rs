@@ -94,7 +94,11 @@ impl SourceSchema {
                 )));
             }
             origins.push(origin(&spec.name, c)?);
-            schema.push(c.name.clone(), c.type_.into());
+            schema.push(
+                c.name.clone(),
+                DataType::of_column(&c.type_)
+                    .map_err(|e| SqlError::unpositioned(format!("source `{}`: column `{}`: {e}", spec.name, c.name)))?,
+            );
             required.push(c.required);
         }
         nested_fields_agree(&spec.name, &schema)?;
@@ -113,7 +117,7 @@ impl SourceSchema {
                         spec.name, et.column
                     ))
                 })?;
-                let t = spec.schema.columns[column].type_;
+                let t = &spec.schema.columns[column].type_;
                 if !matches!(t, ColumnType::Timestamp | ColumnType::Bigint) {
                     return Err(SqlError::unpositioned(format!(
                         "source `{}`: eventTime.column `{}` must be a timestamp or bigint (epoch ms) column",
@@ -185,7 +189,7 @@ fn origin(source: &str, c: &sluice_crds::ColumnSpec) -> Result<ColumnOrigin, Sql
         return Err(SqlError::unpositioned(format!(
             "source `{source}`: metadata column `{}` reads the record's {name}, which is a {wanted} column, not {}",
             c.name,
-            DataType::from(c.type_)
+            c.type_.name()
         )));
     }
     if c.name.contains('.') {

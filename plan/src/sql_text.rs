@@ -37,6 +37,12 @@ pub fn scalar_sql(value: &Scalar) -> String {
             crate::time::format_timestamp(*ms, &mut text);
             format!("TIMESTAMP '{}'", String::from_utf8_lossy(&text))
         }
+        Scalar::List(items) => format!("ARRAY[{}]", items.iter().map(scalar_sql).collect::<Vec<_>>().join(", ")),
+        Scalar::Map(entries) => format!(
+            "MAP[{}]",
+            entries.iter().map(|(k, v)| format!("{}, {}", scalar_sql(k), scalar_sql(v))).collect::<Vec<_>>().join(", ")
+        ),
+        Scalar::Row(values) => format!("ROW({})", values.iter().map(scalar_sql).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -217,6 +223,20 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         ScalarFunc::Digest(DigestKind::Sha384) => call("SHA2", args, &["384".into()], name, out),
         ScalarFunc::Digest(DigestKind::Sha512) => call("SHA2", args, &["512".into()], name, out),
         ScalarFunc::Initcap => simple("INITCAP", out),
+        ScalarFunc::RowField(i) => {
+            if let Some(a) = args.first() {
+                write_expr(a, name, out);
+            }
+            let field = args.first().and_then(|a| a.data_type().fields().get(*i)).map_or("?", |f| f.0.as_str());
+            let _ = write!(out, ".{field}");
+        }
+        ScalarFunc::ElementAt => simple("ELEMENT_AT", out),
+        ScalarFunc::Cardinality => simple("CARDINALITY", out),
+        ScalarFunc::ArrayContains => simple("ARRAY_CONTAINS", out),
+        ScalarFunc::ArrayPosition => simple("ARRAY_POSITION", out),
+        ScalarFunc::ArrayJoin => simple("ARRAY_JOIN", out),
+        ScalarFunc::MapKeys => simple("MAP_KEYS", out),
+        ScalarFunc::MapValues => simple("MAP_VALUES", out),
         ScalarFunc::ConvertTz { from: None, to: Some(zone) } => {
             if let Some(a) = args.first() {
                 write_expr(a, name, out);

@@ -1,6 +1,9 @@
 //! SQL data types and literal values.
 
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::{LazyLock, Mutex};
 
 use serde::{Deserialize, Serialize};
 use sluice_crds::ColumnType;
@@ -22,6 +25,14 @@ pub enum DataType {
     /// storage up to 18 digits and `i128` storage beyond
     /// ([`crate::decimal`]); precision 1 to 38, scale 0 to precision.
     Decimal(u8, u8),
+    // Appended after the flat types: a variant's number is part of the plan
+    // fingerprint and of checkpointed state.
+    /// `array<T>` ([`NestedType`]).
+    Array(NestedType),
+    /// `map<K, V>`.
+    Map(NestedType),
+    /// `row<name T, …>`.
+    Row(NestedType),
 }
 
 impl DataType {
@@ -114,16 +125,25 @@ impl DataType {
     }
 }
 
-impl From<ColumnType> for DataType {
-    fn from(t: ColumnType) -> Self {
-        match t {
+impl DataType {
+    /// The type a manifest's column type names.
+    pub fn of_column(t: &ColumnType) -> Result<Self, TooManyTypes> {
+        Ok(match t {
             ColumnType::Bigint => Self::Bigint,
             ColumnType::Double => Self::Double,
             ColumnType::String => Self::String,
             ColumnType::Boolean => Self::Boolean,
             ColumnType::Timestamp => Self::Timestamp,
-            ColumnType::Decimal { precision, scale } => Self::Decimal(precision, scale),
-        }
+            ColumnType::Decimal { precision, scale } => Self::Decimal(*precision, *scale),
+            ColumnType::Array(e) => Self::array(Self::of_column(e)?)?,
+            ColumnType::Map(k, v) => Self::map(Self::of_column(k)?, Self::of_column(v)?)?,
+            ColumnType::Row(fields) => Self::row(
+                fields
+                    .iter()
+                    .map(|(n, t)| Ok((n.clone(), Self::of_column(t)?)))
+                    .collect::<Result<_, TooManyTypes>>()?,
+            )?,
+        })
     }
 }
 
@@ -131,6 +151,9 @@ impl fmt::Display for DataType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Self::Decimal(p, s) = self {
             return write!(f, "decimal({p},{s})");
+        }
+        if self.is_nested() {
+            return self.fmt_nested(f);
         }
         f.write_str(match self {
             Self::Decimal(..) => "decimal",
@@ -140,6 +163,9 @@ impl fmt::Display for DataType {
             Self::Boolean => "boolean",
             Self::Timestamp => "timestamp",
             Self::Null => "null",
+            Self::Array(_) => "array",
+            Self::Map(_) => "map",
+            Self::Row(_) => "row",
         })
     }
 }
@@ -157,6 +183,12 @@ pub enum Scalar {
     /// `i128` whatever the value's width: postcard writes every integer as
     /// a zigzag varint, so state saved when this was an `i64` reads back.
     Decimal(i128, u8),
+    /// An `array<T>` value.
+    List(Vec<Scalar>),
+    /// A `map<K, V>` value: its entries, in order.
+    Map(Vec<(Scalar, Scalar)>),
+    /// A `row<…>` value: its fields, in order.
+    Row(Vec<Scalar>),
 }
 
 /// A [`Scalar`] that borrows its string: what a kept row's bytes
@@ -175,11 +207,16 @@ pub enum ScalarRef<'a> {
     Boolean(bool),
     Timestamp(i64),
     Decimal(i128, u8),
+    /// An array, map or row, read where it lies ([`NestedRef`]).
+    List(NestedRef<'a>),
+    Map(NestedRef<'a>),
+    Row(NestedRef<'a>),
 }
 
 impl ScalarRef<'_> {
     pub fn to_scalar(self) -> Scalar {
         match self {
+            Self::List(n) | Self::Map(n) | Self::Row(n) => n.to_scalar(),
             Self::Null => Scalar::Null,
             Self::Bigint(x) => Scalar::Bigint(x),
             Self::Double(x) => Scalar::Double(x),
@@ -202,6 +239,9 @@ impl Scalar {
             Self::Boolean(x) => ScalarRef::Boolean(*x),
             Self::Timestamp(x) => ScalarRef::Timestamp(*x),
             Self::Decimal(x, s) => ScalarRef::Decimal(*x, *s),
+            Self::List(_) => ScalarRef::List(NestedRef::Scalar(self)),
+            Self::Map(_) => ScalarRef::Map(NestedRef::Scalar(self)),
+            Self::Row(_) => ScalarRef::Row(NestedRef::Scalar(self)),
         }
     }
 
@@ -221,10 +261,295 @@ impl Scalar {
                 },
                 *s,
             ),
+            // A nested value's type is the column's it came from: it is
+            // never read off the value.
+            Self::List(_) | Self::Map(_) | Self::Row(_) => DataType::Null,
         }
     }
 
     pub fn is_null(&self) -> bool {
         matches!(self, Self::Null)
+    }
+}
+
+// The nested types, `array<T>`, `map<K, V>` and `row<name T, …>`, as the
+// engine computes with them.
+//
+// [`DataType`] is `Copy`: the planner, every operator and every decoder
+// pass types by value, and a flat type is a tag and two bytes. A nested
+// type keeps that by pointing at an interned description: each distinct
+// nested type is stored once per process and never freed, so equal
+// types are the same pointer (comparing them is one instruction) and a
+// type costs nothing to copy. The table is bounded
+// ([`MAX_INTERNED_TYPES`]): a shared operator validating tenants'
+// manifests for months keeps at most that many, and a manifest that would
+// add one more is refused with the reason rather than growing memory.
+
+/// The most distinct nested types one process interns.
+pub const MAX_INTERNED_TYPES: usize = 100_000;
+
+/// What a nested type holds.
+#[derive(Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Nested {
+    /// `array<T>`.
+    Array(DataType),
+    /// `map<K, V>`: laid out as an array of `row<key K, value V>`.
+    Map(DataType, DataType),
+    /// `row<name T, …>`: named fields, in order.
+    Row(Vec<(String, DataType)>),
+}
+
+/// An interned [`Nested`]: equal types are the same pointer.
+#[derive(Clone, Copy)]
+pub struct NestedType(&'static Nested);
+
+/// A nested type could not be made: the process holds
+/// [`MAX_INTERNED_TYPES`] already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TooManyTypes;
+
+impl fmt::Display for TooManyTypes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "this process already holds {MAX_INTERNED_TYPES} distinct nested types")
+    }
+}
+
+static INTERNED: LazyLock<Mutex<HashSet<&'static Nested>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+impl NestedType {
+    /// The one copy of `nested` this process keeps.
+    pub fn intern(nested: Nested) -> Result<Self, TooManyTypes> {
+        let mut table = INTERNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(&t) = table.get(&nested) {
+            return Ok(Self(t));
+        }
+        if table.len() >= MAX_INTERNED_TYPES {
+            return Err(TooManyTypes);
+        }
+        let t: &'static Nested = Box::leak(Box::new(nested));
+        table.insert(t);
+        Ok(Self(t))
+    }
+
+    pub fn get(self) -> &'static Nested {
+        self.0
+    }
+}
+
+impl PartialEq for NestedType {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for NestedType {}
+
+impl Hash for NestedType {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // By content, so a hash does not depend on where the type lives.
+        self.0.hash(state);
+    }
+}
+
+impl fmt::Debug for NestedType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for NestedType {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for NestedType {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::intern(Nested::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl DataType {
+    /// `array<element>`.
+    pub fn array(element: DataType) -> Result<Self, TooManyTypes> {
+        Ok(Self::Array(NestedType::intern(Nested::Array(element))?))
+    }
+
+    /// `map<key, value>`.
+    pub fn map(key: DataType, value: DataType) -> Result<Self, TooManyTypes> {
+        Ok(Self::Map(NestedType::intern(Nested::Map(key, value))?))
+    }
+
+    /// `row<name T, …>`.
+    pub fn row(fields: Vec<(String, DataType)>) -> Result<Self, TooManyTypes> {
+        Ok(Self::Row(NestedType::intern(Nested::Row(fields))?))
+    }
+
+    /// Whether values of this type are arrays, maps or rows.
+    pub fn is_nested(self) -> bool {
+        matches!(self, Self::Array(_) | Self::Map(_) | Self::Row(_))
+    }
+
+    /// Whether this type, or one it holds, is nested.
+    pub fn holds_nested(types: &[DataType]) -> bool {
+        types.iter().any(|t| t.is_nested())
+    }
+
+    /// An array's element type; a map's entry type (`row<key K, value V>`),
+    /// the elements its layout holds.
+    pub fn element(self) -> Option<DataType> {
+        match self {
+            Self::Array(t) => match t.get() {
+                Nested::Array(e) => Some(*e),
+                _ => None,
+            },
+            Self::Map(t) => match t.get() {
+                Nested::Map(k, v) => Self::row(vec![("key".to_owned(), *k), ("value".to_owned(), *v)]).ok(),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A map's key and value types.
+    pub fn map_types(self) -> Option<(DataType, DataType)> {
+        match self {
+            Self::Map(t) => match t.get() {
+                Nested::Map(k, v) => Some((*k, *v)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// A row's fields.
+    pub fn fields(self) -> &'static [(String, DataType)] {
+        match self {
+            Self::Row(t) => match t.get() {
+                Nested::Row(f) => f,
+                _ => &[],
+            },
+            _ => &[],
+        }
+    }
+
+    /// The index and type of the row field `name` (an exact match first,
+    /// then any case, as SQL names are matched).
+    pub fn field(self, name: &str) -> Option<(usize, DataType)> {
+        let fields = self.fields();
+        fields
+            .iter()
+            .position(|(n, _)| n == name)
+            .or_else(|| fields.iter().position(|(n, _)| n.eq_ignore_ascii_case(name)))
+            .map(|i| (i, fields[i].1))
+    }
+
+    /// The name a type's text gives it, nested ones included.
+    pub(crate) fn fmt_nested(self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Array(_) => write!(f, "array<{}>", self.element().unwrap_or(DataType::Null)),
+            Self::Map(_) => {
+                let (k, v) = self.map_types().unwrap_or((DataType::Null, DataType::Null));
+                write!(f, "map<{k}, {v}>")
+            }
+            _ => {
+                f.write_str("row<")?;
+                for (i, (name, t)) in self.fields().iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    let bare = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if bare {
+                        write!(f, "{name} {t}")?;
+                    } else {
+                        write!(f, "\"{}\" {t}", name.replace('"', "\"\""))?;
+                    }
+                }
+                f.write_str(">")
+            }
+        }
+    }
+}
+
+/// A column of nested values, as a [`NestedRef`] reads one of its rows
+/// (`crate::Column` is the one there is; the trait keeps a value's type
+/// free of the column's).
+pub trait NestedCells: fmt::Debug {
+    /// Row `row`'s value.
+    fn nested_scalar(&self, row: usize) -> Scalar;
+    /// The column itself, for code that reads its layout
+    /// (`downcast_ref::<Column>()`).
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// A nested value where it lies: row `.1` of a nested column, or a
+/// [`Scalar`]. It serialises as the `Scalar` it stands for, so state
+/// written from a column reads back as `Scalar`s.
+#[derive(Clone, Copy, Debug)]
+pub enum NestedRef<'a> {
+    Cell(&'a dyn NestedCells, usize),
+    Scalar(&'a Scalar),
+    /// The value as postcard wrote its `Scalar`: a kept row's bytes
+    /// ([`crate::row_bytes`]), checked when read.
+    Encoded(&'a [u8]),
+}
+
+impl NestedRef<'_> {
+    pub fn to_scalar(self) -> Scalar {
+        match self {
+            Self::Scalar(s) => s.clone(),
+            Self::Encoded(b) => postcard::from_bytes(b).unwrap_or(Scalar::Null),
+            Self::Cell(c, i) => c.nested_scalar(i),
+        }
+    }
+}
+
+impl PartialEq for NestedRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_scalar() == other.to_scalar()
+    }
+}
+
+impl Serialize for NestedRef<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let owned;
+        let value = match *self {
+            Self::Scalar(v) => v,
+            _ => {
+                owned = self.to_scalar();
+                &owned
+            }
+        };
+        match value {
+            Scalar::List(v) | Scalar::Row(v) => v.serialize(s),
+            Scalar::Map(v) => v.serialize(s),
+            _ => Err(serde::ser::Error::custom("a flat value where a nested one was expected")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for NestedRef<'_> {
+    fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(serde::de::Error::custom("a nested value reads back as a Scalar, not borrowed"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DataType;
+
+    #[test]
+    fn equal_nested_types_are_one_interned_value() {
+        let a = DataType::array(DataType::row(vec![("sku".into(), DataType::String)]).unwrap()).unwrap();
+        let b = DataType::array(DataType::row(vec![("sku".into(), DataType::String)]).unwrap()).unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, DataType::array(DataType::String).unwrap());
+        assert_eq!(a.to_string(), "array<row<sku string>>");
+        let bytes = postcard::to_allocvec(&a).unwrap();
+        assert_eq!(postcard::from_bytes::<DataType>(&bytes).unwrap(), a);
+        let m = DataType::map(DataType::String, DataType::Bigint).unwrap();
+        assert_eq!(m.to_string(), "map<string, bigint>");
+        assert_eq!(m.element().unwrap().to_string(), "row<key string, value bigint>");
     }
 }

@@ -129,6 +129,7 @@ pub(crate) fn plan_over_table(parsed: &mut ParsedQuery, sources: &[SourceSpec]) 
     }
     used[marker] = true;
     let changelog = Plan {
+        unnest: None,
         source: plan.source.clone(),
         used_columns: used,
         filter: None,

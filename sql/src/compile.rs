@@ -11,11 +11,13 @@
 
 use crate::diagnostic::Located;
 use sqlparser::ast::{
-    BinaryOperator, CastKind, CeilFloorKind, DataType as AstType, DateTimeField, DuplicateTreatment, Expr, Function,
-    FunctionArg, FunctionArgExpr, FunctionArguments, Ident, TrimWhereField, TypedString, UnaryOperator, Value,
+    AccessExpr, BinaryOperator, CastKind, CeilFloorKind, DataType as AstType, DateTimeField, DuplicateTreatment, Expr,
+    Function, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, Subscript, TrimWhereField, TypedString,
+    UnaryOperator, Value,
 };
 
-use super::functions::{KNOWN_FUNCTIONS, compile_scalar_function, function_suggestion, time_part_named};
+use super::functions::{compile_scalar_function, function_suggestion, is_known, time_part_named};
+use super::nested_values::{element_at, row_field};
 use crate::typing::{
     arith, cast, coerce_literal_to, compare, expect_bool, expect_string, expect_timestamp, fold, numeric_unary,
 };
@@ -45,7 +47,12 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
     }
     let compiled = match expr {
         Expr::Identifier(id) => scope.resolve_column(std::slice::from_ref(id), expr)?,
-        Expr::CompoundIdentifier(ids) => scope.resolve_column(ids, expr)?,
+        Expr::CompoundIdentifier(ids) => match scope.resolve_column(ids, expr) {
+            Ok(e) => e,
+            // `r.field`: a row column's field.
+            Err(unknown) => field_path(ids, scope, expr).unwrap_or(Err(unknown))?,
+        },
+        Expr::CompoundFieldAccess { root, access_chain } => compound_access(root, access_chain, scope, expr)?,
         Expr::Nested(inner) => compile(inner, scope)?,
         Expr::Value(v) => literal(&v.value, expr)?,
         Expr::TypedString(ts) => typed_string(ts, expr)?,
@@ -229,7 +236,7 @@ fn unsupported(expr: &Expr) -> SqlError {
         Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => "subqueries",
         Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => "* here",
         Expr::Array(_) | Expr::Map(_) | Expr::Struct { .. } | Expr::Tuple(_) => "arrays, maps, structs and tuples",
-        Expr::JsonAccess { .. } | Expr::CompoundFieldAccess { .. } => "nested field access",
+        Expr::JsonAccess { .. } => "JSON access operators (use JSON_VALUE)",
         Expr::Collate { .. } => "COLLATE",
         Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",
         Expr::IsDistinctFrom(..) | Expr::IsNotDistinctFrom(..) => "IS [NOT] DISTINCT FROM",
@@ -286,8 +293,86 @@ fn typed_string(ts: &TypedString, node: &Expr) -> Result<PhysExpr, SqlError> {
     }
 }
 
+/// `a.b.c` that names no column: the longest prefix that does, if it is
+/// a row, followed into its fields. `None` when no prefix is a column (the
+/// caller reports its own error).
+fn field_path(ids: &[Ident], scope: &mut dyn Scope, node: &Expr) -> Option<Result<PhysExpr, SqlError>> {
+    for split in (1..ids.len()).rev() {
+        let Ok(base) = scope.resolve_column(&ids[..split], node) else { continue };
+        return Some(ids[split..].iter().try_fold(base, |e, id| row_field(e, id, node)));
+    }
+    None
+}
+
+/// `root[…]…` and `root.field…` after a subscript.
+fn compound_access(
+    root: &Expr,
+    chain: &[AccessExpr],
+    scope: &mut dyn Scope,
+    node: &Expr,
+) -> Result<PhysExpr, SqlError> {
+    // `o.attrs['k']` parses as `o` then `.attrs` then `['k']`: the leading
+    // names are one compound name (a qualified column, then fields).
+    let mut idents = match root {
+        Expr::Identifier(id) => vec![id.clone()],
+        Expr::CompoundIdentifier(ids) => ids.clone(),
+        _ => Vec::new(),
+    };
+    let mut chain = chain;
+    if !idents.is_empty() {
+        while let Some(AccessExpr::Dot(Expr::Identifier(id))) = chain.first() {
+            idents.push(id.clone());
+            chain = &chain[1..];
+        }
+    }
+    let mut e = match idents.len() {
+        0 => compile(root, scope)?,
+        1 => compile(&Expr::Identifier(idents.remove(0)), scope)?,
+        _ => compile(&Expr::CompoundIdentifier(idents), scope)?,
+    };
+    for access in chain {
+        e = match access {
+            AccessExpr::Dot(Expr::Identifier(id)) => row_field(e, id, node)?,
+            AccessExpr::Dot(other) => {
+                return Err(SqlError::at_node(other, "a field is read by its name: `row.field`"));
+            }
+            AccessExpr::Subscript(Subscript::Index { index }) => {
+                let at = compile(index, scope)?;
+                element_at(e, at, index)?
+            }
+            AccessExpr::Subscript(Subscript::Slice { .. }) => {
+                return Err(SqlError::at_node(node, "array slices (`arr[a:b]`) are not supported"));
+            }
+        };
+    }
+    Ok(e)
+}
+
 /// Maps a SQL type name to an engine type, or says why it cannot.
 pub(crate) fn sql_type(t: &AstType) -> Result<DataType, String> {
+    use sqlparser::ast::ArrayElemTypeDef as Elem;
+    let nested = |r: Result<DataType, sluice_plan::TooManyTypes>| r.map_err(|e| e.to_string());
+    match t {
+        AstType::Array(Elem::AngleBracket(e) | Elem::SquareBracket(e, _) | Elem::Parenthesis(e)) => {
+            return nested(DataType::array(sql_type(e)?));
+        }
+        AstType::Map(k, v, _) => {
+            let k = sql_type(k)?;
+            if !matches!(k, DataType::String | DataType::Bigint) {
+                return Err(format!("a map's keys are string or bigint, not {k}"));
+            }
+            return nested(DataType::map(k, sql_type(v)?));
+        }
+        AstType::Struct(fields, _) => {
+            let mut out = Vec::with_capacity(fields.len());
+            for (i, f) in fields.iter().enumerate() {
+                let name = f.field_name.as_ref().map_or_else(|| format!("f{}", i + 1), |n| n.value.clone());
+                out.push((name, sql_type(&f.field_type)?));
+            }
+            return nested(DataType::row(out));
+        }
+        _ => {}
+    }
     let name = t.to_string().to_ascii_uppercase();
     let base = name.split(['(', ' ']).next().unwrap_or_default();
     Ok(match base {
@@ -320,7 +405,11 @@ pub(crate) fn sql_type(t: &AstType) -> Result<DataType, String> {
         "VARCHAR" | "TEXT" | "STRING" | "CHAR" | "CHARACTER" | "NVARCHAR" => DataType::String,
         "BOOLEAN" | "BOOL" => DataType::Boolean,
         "TIMESTAMP" | "DATETIME" | "DATE" | "TIMESTAMPTZ" => DataType::Timestamp,
-        _ => return Err("supported types are bigint, double, decimal(p, s), string, boolean, timestamp".into()),
+        _ => {
+            return Err("supported types are bigint, double, decimal(p, s), string, boolean, timestamp, \
+                        ARRAY<T>, MAP(K, V) and STRUCT<name T, …>"
+                .into());
+        }
     })
 }
 
@@ -455,7 +544,7 @@ fn scalar_call(call: &Function, node: &Expr, scope: &mut dyn Scope) -> Result<Ph
     let name = call.name.to_string().to_ascii_uppercase();
     // An unknown name is the error, before its arguments are judged
     // (`AVERAGE(price)` is a misspelt aggregate, not an ungrouped column).
-    if !KNOWN_FUNCTIONS.contains(&name.as_str()) && name != "DATEPART" {
+    if !is_known(&name) && name != "DATEPART" {
         return Err(SqlError::at_node(node, format!("unknown function {name}{}", function_suggestion(&name))));
     }
     if call.over.is_some() {

@@ -9,8 +9,8 @@
 //! subquery that is a side of a join (`join.rs`).
 
 use sluice_plan::{
-    AggFunc, AggregateCall, AggregatePlan, Branch, CmpOp, DataType, Dataflow, EmitMode, Field, MergeCall, MergePlan,
-    OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, Scalar, Schema, SourceSchema, SqlError, Stage,
+    AggFunc, AggregateCall, AggregatePlan, Branch, CmpOp, ColumnOrigin, DataType, Dataflow, EmitMode, Field, MergeCall,
+    MergePlan, OperatorPlan, OutputColumn, Partitioning, PhysExpr, Plan, Scalar, Schema, SourceSchema, SqlError, Stage,
     StageOutput, TimeWindow,
 };
 
@@ -89,6 +89,11 @@ fn split_global(plan: &Plan) -> Option<Dataflow> {
 /// partition aggregates the values forwarded. A value crosses the
 /// exchange once per partition that has it, not once per record.
 fn split_distinct(plan: &Plan, aggregate: &AggregatePlan) -> Option<Dataflow> {
+    if plan.unnest.is_some() {
+        // Its phases forward the source's columns; an unnest's rows take
+        // the general cut (`split_at_state`).
+        return None;
+    }
     let arg = aggregate.aggregates.first()?.arg.clone()?;
     let by_value = aggregate.aggregates.iter().all(|a| {
         a.arg.as_ref() == Some(&arg)
@@ -164,6 +169,9 @@ const ROWS_SEEN: &str = "__rows";
 /// (upstream partition, family).
 fn split_few_groups(plan: &Plan) -> Option<Dataflow> {
     let OperatorPlan::Aggregate(aggregate) = &plan.operator else { return None };
+    if plan.unnest.is_some() {
+        return None;
+    }
     let event_time = plan.source.event_time.map(|e| e.column);
     let few = aggregate.group_exprs.iter().all(|g| {
         let mut read = Vec::new();
@@ -378,7 +386,7 @@ fn split_distinct_families(
     source.schema.fields.push(Field { name: FAMILY.into(), data_type: DataType::Bigint });
     source.required = vec![false; source.schema.fields.len()];
     if !source.origins.is_empty() {
-        source.origins.push(sluice_plan::ColumnOrigin::Field(vec![FAMILY.into()]));
+        source.origins.push(ColumnOrigin::Field(vec![FAMILY.into()]));
     }
     let mut used_columns = plan.used_columns.clone();
     used_columns.resize(source_columns, false);
@@ -396,6 +404,7 @@ fn split_distinct_families(
             outputs: columns,
             partitioning: Partitioning::ByExchange,
             shared: Vec::new(),
+            unnest: None,
             ..plan.clone()
         },
         output: StageOutput::Exchange,
@@ -445,10 +454,22 @@ fn split_at_state(plan: Plan) -> Option<Dataflow> {
             .collect(),
         _ => return None,
     };
-    let forwarded = columns_of(&plan.source.schema, |i| plan.used_columns.get(i).copied().unwrap_or(false));
-    let exchange =
-        first_stage(&plan, OperatorPlan::Stateless, plan.source.schema.clone(), forwarded, keys, EmitMode::PerRecord);
+    // The source's columns the query reads, and an unnest's (the first
+    // stage unnests; the second reads its rows).
+    let input = plan.input_schema();
+    let width = plan.source.schema.fields.len();
+    let forwarded = columns_of(&input, |i| i >= width || plan.used_columns.get(i).copied().unwrap_or(false));
+    let exchange = first_stage(&plan, OperatorPlan::Stateless, input.clone(), forwarded, keys, EmitMode::PerRecord);
     let mut stateful = plan;
+    if stateful.unnest.take().is_some() {
+        let added = input.fields.len() - width;
+        if !stateful.source.origins.is_empty() {
+            stateful.source.origins.extend(input.fields[width..].iter().map(|f| ColumnOrigin::field(&f.name)));
+        }
+        stateful.source.schema = input;
+        stateful.used_columns.extend(std::iter::repeat_n(true, added));
+        stateful.source.required.extend(std::iter::repeat_n(false, added));
+    }
     stateful.filter = None;
     // Records on the exchange were validated by the first stage; columns
     // the query does not read are not forwarded at all.
@@ -494,6 +515,7 @@ fn first_stage(
         emit,
         partitioning: Partitioning::Any,
         shared: Vec::new(),
+        unnest: plan.unnest.clone(),
     };
     Stage { plan, output: StageOutput::Exchange }
 }
@@ -516,6 +538,7 @@ fn last_stage(plan: &Plan, schema: Schema, operator: OperatorPlan) -> Stage {
         filter: None,
         operator,
         partitioning: Partitioning::ByExchange,
+        unnest: None,
         ..plan.clone()
     };
     Stage { plan, output: StageOutput::Sink }

@@ -76,6 +76,11 @@ fn plan_stages(sql: &str, sources: &[SourceSpec], partitions: i32) -> Result<Dat
 fn plan_parsed_stages(mut parsed: ParsedQuery, sources: &[SourceSpec], partitions: i32) -> Result<Dataflow, SqlError> {
     // First: a top-N's subquery may join (Nexmark q9), or read a union.
     crate::top_n::take_top_n(&mut parsed)?;
+    if parsed.unnest.is_some() {
+        // One source expanded: what the planner takes (it refuses joins,
+        // unions and subqueries beside an UNNEST).
+        return cut_query(plan_parsed(&mut parsed, sources)?, partitions);
+    }
     if let Some(flow) = crate::join::plan_join(&mut parsed, sources, partitions)? {
         return Ok(flow);
     }

@@ -4,15 +4,16 @@ use crate::diagnostic::Located;
 use sqlparser::ast::Expr;
 
 use super::diagnostic::suggestion;
+use crate::nested_values::NESTED_FUNCTIONS;
 use crate::typing::{
     arith, cast, coerce_literal_to, common_type, compare, expect_bigint, expect_string, expect_timestamp, numeric_unary,
 };
 use sluice_plan::{ArithOp, CmpOp, DigestKind, PhysExpr, ScalarFunc, TimePart, TrimSide};
 use sluice_plan::{DataType, Scalar, SqlError};
 
-/// Every function name the engine knows, for "did you mean" suggestions.
-/// A test below keeps it in step with the names the compilers take, both
-/// ways.
+/// Every function name the engine knows, for "did you mean" suggestions,
+/// beside [`NESTED_FUNCTIONS`] (see [`is_known`]). A test below keeps it in
+/// step with the names the compilers take, both ways.
 pub const KNOWN_FUNCTIONS: &[&str] = &[
     "UPPER",
     "UCASE",
@@ -119,6 +120,11 @@ fn expect_number(e: PhysExpr, node: &Expr, name: &str) -> Result<PhysExpr, SqlEr
     }
 }
 
+/// Whether `name` (upper case) is a function some compiler takes.
+pub(crate) fn is_known(name: &str) -> bool {
+    KNOWN_FUNCTIONS.contains(&name) || NESTED_FUNCTIONS.contains(&name)
+}
+
 /// Names other SQL dialects and spreadsheets use for functions Sluice has
 /// under another name: too far apart to be caught as typos.
 const OTHER_NAMES: &[(&str, &str)] = &[
@@ -136,13 +142,16 @@ const OTHER_NAMES: &[(&str, &str)] = &[
 /// function other dialects call so, or the nearest known name.
 pub(crate) fn function_suggestion(name: &str) -> String {
     match OTHER_NAMES.iter().find(|(other, _)| *other == name) {
-        Some((_, ours)) if KNOWN_FUNCTIONS.contains(ours) => format!(" (did you mean `{ours}`?)"),
-        _ => suggestion(name, KNOWN_FUNCTIONS.iter().copied()),
+        Some((_, ours)) if is_known(ours) => format!(" (did you mean `{ours}`?)"),
+        _ => suggestion(name, KNOWN_FUNCTIONS.iter().chain(NESTED_FUNCTIONS).copied()),
     }
 }
 
 /// Builds the call of scalar function `name` (upper case) on compiled `args`.
 pub(crate) fn compile_scalar_function(name: &str, args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    if NESTED_FUNCTIONS.contains(&name) {
+        return crate::nested_values::nested_function(name, args, node);
+    }
     let count = args.len();
     let arity = |min: usize, max: usize| {
         if count < min || count > max {

@@ -19,11 +19,13 @@ mod distinct;
 mod functions;
 mod join;
 mod nested;
+mod nested_values;
 mod planner;
 mod rewrite;
 mod top_n;
 mod typing;
 mod union;
+mod unnest;
 mod views;
 
 pub use depth::{MAX_EXPR_DEPTH, MAX_SQL_BYTES};

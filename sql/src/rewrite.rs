@@ -38,13 +38,24 @@ pub struct ParsedQuery {
     /// Each `FOR SYSTEM_TIME AS OF <column>` after a table in FROM, in
     /// the order written.
     pub as_of: Vec<AsOf>,
+    /// The query's `CROSS JOIN UNNEST(…)`, taken out of FROM
+    /// (`crate::unnest`).
+    pub unnest: Option<crate::unnest::UnnestClause>,
 }
 
 impl ParsedQuery {
     /// A query planned as written: no streaming clauses of its own (a
     /// subquery, or a query the planner rewrote).
     pub fn of(query: Query) -> Self {
-        Self { query: Box::new(query), window: None, emit: None, clauses: Vec::new(), top_n: None, as_of: Vec::new() }
+        Self {
+            query: Box::new(query),
+            window: None,
+            emit: None,
+            clauses: Vec::new(),
+            top_n: None,
+            as_of: Vec::new(),
+            unnest: None,
+        }
     }
 }
 
@@ -132,7 +143,8 @@ pub fn parse(sql: &str) -> Result<ParsedQuery, SqlError> {
     match first {
         Statement::Query(mut query) => {
             crate::agg_filter::rewrite_aggregate_filters(&mut query);
-            Ok(ParsedQuery { query, window, emit, clauses, top_n: None, as_of })
+            let unnest = crate::unnest::take_unnest(&mut query)?;
+            Ok(ParsedQuery { query, window, emit, clauses, top_n: None, as_of, unnest })
         }
         other => Err(SqlError::unpositioned(format!(
             "only SELECT queries can run as stream jobs, found: {}",

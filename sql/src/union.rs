@@ -44,6 +44,7 @@ pub fn plan_union(parsed: &mut ParsedQuery, sources: &[SourceSpec]) -> Result<Op
         clauses: parsed.clauses.clone(),
         top_n: None,
         as_of: Vec::new(),
+        unnest: None,
     };
     inner.query.with.clone_from(&parsed.query.with);
     from.relation = table_named(name.clone());
@@ -130,6 +131,7 @@ fn plan_branches(parsed: &ParsedQuery, body: &SetExpr, sources: &[SourceSpec]) -
             clauses: parsed.clauses.clone(),
             top_n: None,
             as_of: Vec::new(),
+            unnest: None,
         };
         let mut plan = plan_parsed(&mut one, sources)?;
         if !matches!(plan.operator, OperatorPlan::Stateless) {

@@ -326,6 +326,12 @@ pub(crate) fn column_type(t: sluice_plan::DataType) -> sluice_crds::ColumnType {
         DataType::Timestamp => ColumnType::Timestamp,
         DataType::String | DataType::Null => ColumnType::String,
         DataType::Decimal(precision, scale) => ColumnType::Decimal { precision, scale },
+        DataType::Array(_) => ColumnType::Array(Box::new(column_type(t.element().unwrap_or(DataType::Null)))),
+        DataType::Map(_) => {
+            let (k, v) = t.map_types().unwrap_or((DataType::String, DataType::Null));
+            ColumnType::Map(Box::new(column_type(k)), Box::new(column_type(v)))
+        }
+        DataType::Row(_) => ColumnType::Row(t.fields().iter().map(|(n, t)| (n.clone(), column_type(*t))).collect()),
     }
 }
 

@@ -423,6 +423,8 @@ fn sort_key(v: &Json) -> String {
             parts.sort();
             parts.join(",")
         }
+        // Arrays keep their order; their numbers round as a row's do.
+        Json::Array(v) => format!("[{}]", v.iter().map(sort_key).collect::<Vec<_>>().join(",")),
         other => other.to_string(),
     }
 }
@@ -436,6 +438,7 @@ fn approx_equal(a: &Json, b: &Json) -> bool {
         (Json::Object(x), Json::Object(y)) => {
             x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| approx_equal(v, w)))
         }
+        (Json::Array(x), Json::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| approx_equal(a, b)),
         _ => a == b,
     }
 }

@@ -389,6 +389,9 @@ enum KeyCol<'a> {
     Float(&'a [f64], Option<&'a [bool]>),
     Bool(&'a [bool], Option<&'a [bool]>),
     Str(&'a StrData, Option<&'a [bool]>),
+    /// An array, map or row: its value as postcard writes its `Scalar`,
+    /// which equal values write alike.
+    Nested(&'a Column),
     Null,
 }
 
@@ -412,6 +415,7 @@ impl<'a> KeyEncoder<'a> {
                     ColumnData::Bool(x) => KeyCol::Bool(x, v),
                     ColumnData::Str(s) => KeyCol::Str(s, v),
                     ColumnData::Null(_) => KeyCol::Null,
+                    ColumnData::List(_) | ColumnData::Struct(_) => KeyCol::Nested(c),
                 }
             })
             .collect();
@@ -453,6 +457,15 @@ impl<'a> KeyEncoder<'a> {
                     let text = s.get(row);
                     out.extend_from_slice(&u32::try_from(text.len()).unwrap_or(u32::MAX).to_le_bytes());
                     out.extend_from_slice(text.as_bytes());
+                }
+                KeyCol::Nested(c) if c.is_valid(row) => {
+                    out.push(1);
+                    let at = out.len();
+                    out.extend_from_slice(&[0; 4]);
+                    // Writing into memory cannot fail for a column's value.
+                    let _ = postcard::to_io(&c.value(row), &mut *out);
+                    let len = u32::try_from(out.len() - at - 4).unwrap_or(u32::MAX);
+                    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
                 }
                 _ => out.push(0),
             }
@@ -500,6 +513,15 @@ pub fn decode_key_into(key: &[u8], skip: usize, types: &[DataType], out: &mut [C
                 pos += len;
             }
             DataType::Null => col.push_null(),
+            DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => {
+                let len: [u8; 4] = key.get(pos..pos + 4).and_then(|s| s.try_into().ok()).ok_or_else(bad)?;
+                pos += 4;
+                let len = u32::from_le_bytes(len) as usize;
+                let bytes = key.get(pos..pos + len).ok_or_else(bad)?;
+                let value: sluice_plan::Scalar = postcard::from_bytes(bytes).map_err(|_| bad())?;
+                col.push_scalar(&value)?;
+                pos += len;
+            }
         }
     }
     Ok(())

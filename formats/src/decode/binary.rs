@@ -11,7 +11,7 @@ use sluice_plan::{Batch, DataType, Plan};
 
 use super::columns::empty_batch;
 use super::error::DecodeError;
-use crate::encode::{BOOL, FLOAT, INT, NULL, STR, WIDE};
+use crate::encode::{BOOL, FLOAT, INT, NESTED, NULL, STR, WIDE};
 
 #[derive(Debug, Clone)]
 pub struct BinaryDecoder {
@@ -83,7 +83,7 @@ impl BinaryDecoder {
                 INT | FLOAT => 8,
                 WIDE => 16,
                 BOOL => 1,
-                STR => {
+                STR | NESTED => {
                     4 + payload.get(at..at + 4).map_or(0, |n| {
                         usize::try_from(u32::from_le_bytes([n[0], n[1], n[2], n[3]])).unwrap_or(usize::MAX)
                     })
@@ -130,6 +130,10 @@ impl BinaryDecoder {
                     Ok(s) => c.push_str(s),
                     Err(_) => return Err(self.error(field, "a string that is not UTF-8")),
                 },
+                (NESTED, t) if t.is_nested() => match postcard::from_bytes::<sluice_plan::Scalar>(&bytes[4..]) {
+                    Ok(v) => c.push_scalar(&v),
+                    Err(_) => return Err(self.error(field, "a nested value that does not read back")),
+                },
                 (_, t) => return Err(self.error(field, &format!("{} for a {t} column", kind(tag)))),
             };
             pushed.map_err(|e| self.error(field, &e.to_string()))?;
@@ -162,6 +166,7 @@ fn kind(tag: u8) -> &'static str {
         BOOL => "a boolean",
         STR => "a string",
         WIDE => "a wide decimal",
+        NESTED => "an array, map or row",
         _ => "NULL",
     }
 }

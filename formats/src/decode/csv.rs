@@ -38,6 +38,14 @@ impl CsvDecoder {
                         path.join(".")
                     ));
                 }
+                let t = plan.source.schema.fields[i].data_type;
+                if t.is_nested() {
+                    return Err(format!(
+                        "a source with format csv has text fields: column `{}` of type {t} cannot be read from one \
+                         (declare it string and read it with JSON_VALUE / JSON_QUERY)",
+                        path.join(".")
+                    ));
+                }
                 fields.push(i);
             }
         }
@@ -93,6 +101,8 @@ impl CsvDecoder {
                 c.push_null();
                 Ok(())
             }),
+            // Refused when the decoder is built.
+            DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => return Err(bad()),
         };
         pushed.transpose().map(|_| ()).map_err(|e| format!("field `{}`: {e}", name()))
     }

@@ -168,7 +168,7 @@ mod tests {
         for (i, (name, ty)) in keys.iter().enumerate() {
             source.schema.columns.push(ColumnSpec {
                 metadata: Some(RecordMetadata::Key),
-                ..ColumnSpec::field(*name, *ty, required && i == 0)
+                ..ColumnSpec::field(*name, ty.clone(), required && i == 0)
             });
         }
         let names: Vec<&str> = std::iter::once("amount").chain(keys.iter().map(|k| k.0)).collect();

@@ -145,7 +145,7 @@ impl SourceColumns {
             return Ok(());
         }
         let seed = ValueSeed {
-            name: &self.names[col],
+            name: super::json::FieldName::Column(&self.names[col]),
             data_type: self.types[col],
             required: self.required[col],
             time_bounded: self.time_bounded[col],

@@ -48,7 +48,7 @@ impl TombstoneDecoder {
             .primary_key
             .iter()
             .filter_map(|k| source.schema.columns.iter().find(|c| &c.name == k))
-            .map(|c| (c.name.clone(), c.type_))
+            .map(|c| (c.name.clone(), c.type_.clone()))
             .collect();
         let names = primary.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ");
         let prefix = source.key_fields_prefix.as_deref().unwrap_or_default();

@@ -11,25 +11,10 @@ use sluice_crds::SinkFormat;
 use sluice_plan::EmittedRows;
 use sluice_plan::{DataType, Scalar};
 
+use super::avro_binary::{avro_type, decimal_bytes, nested_schema, text, write_nested, zigzag};
 use super::json::{EncodedRows, prefixes};
 use super::key::{KeyWriter, wire_header};
 use super::view::{Cells, Data, View};
-
-/// A result column's Avro type (the union's second branch).
-fn avro_type(t: DataType) -> serde_json::Value {
-    match t {
-        DataType::Bigint => "long".into(),
-        DataType::Double => "double".into(),
-        DataType::String => "string".into(),
-        DataType::Boolean => "boolean".into(),
-        DataType::Timestamp => serde_json::json!({ "type": "long", "logicalType": "timestamp-millis" }),
-        DataType::Decimal(precision, scale) => {
-            serde_json::json!({ "type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale })
-        }
-        // A column of NULLs only: the union's `null` branch always.
-        DataType::Null => "null".into(),
-    }
-}
 
 /// The writer schema of a query's results: record `name` (an Avro name
 /// made of the job's: other characters become `_`) with one nullable
@@ -54,10 +39,12 @@ fn record_schema(record: &str, outputs: &[(String, DataType)]) -> Result<String,
     if let Some(problem) = SinkFormat::Avro.outputs_problem(outputs.iter().map(|c| c.0.as_str())) {
         return Err(problem);
     }
+    let mut rows = 0;
     let mut fields = Vec::with_capacity(outputs.len());
     for (column, t) in outputs {
         let ty = match t {
             DataType::Null => serde_json::json!("null"),
+            t if t.is_nested() => serde_json::json!(["null", nested_schema(*t, record, column, &mut rows)?]),
             t => serde_json::json!(["null", avro_type(*t)]),
         };
         fields.push(serde_json::json!({ "name": column, "type": ty, "default": null }));
@@ -96,33 +83,6 @@ pub struct AvroEncoder {
 /// One value as a `["null", T]` union: its branch, then the value.
 pub(super) struct Avro;
 
-fn zigzag(v: i64, out: &mut Vec<u8>) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        out.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    out.push(z as u8);
-}
-
-/// A decimal's unscaled value as Avro `bytes`: its length, then the
-/// shortest big-endian two's complement (the decimal logical type's form).
-fn decimal_bytes(v: i128, out: &mut Vec<u8>) {
-    let be = v.to_be_bytes();
-    // Drop leading bytes that only repeat the sign.
-    let mut start = 0;
-    while start < 15 && ((be[start] == 0 && be[start + 1] < 0x80) || (be[start] == 0xff && be[start + 1] >= 0x80)) {
-        start += 1;
-    }
-    zigzag(16 - start as i64, out);
-    out.extend_from_slice(&be[start..]);
-}
-
-fn text(s: &str, out: &mut Vec<u8>) {
-    zigzag(i64::try_from(s.len()).unwrap_or(i64::MAX), out);
-    out.extend_from_slice(s.as_bytes());
-}
-
 impl Cells for Avro {
     fn null(out: &mut Vec<u8>) {
         out.push(0);
@@ -149,12 +109,20 @@ impl Cells for Avro {
                 text(s.get(row), out);
             }
             Data::Null => out.push(0),
+            Data::Nested(c) => {
+                out.push(2);
+                write_nested(c.value(row), c.data_type, out);
+            }
         }
     }
 
     fn scalar(s: &Scalar, t: DataType, out: &mut Vec<u8>) {
         match s {
             Scalar::Null => out.push(0),
+            Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => {
+                out.push(2);
+                write_nested(s.borrowed(), t, out);
+            }
             Scalar::Decimal(x, scale) => match super::view::decimal_constant(*x, *scale, t) {
                 Some((x, _)) => {
                     out.push(2);

@@ -13,6 +13,7 @@
 //! | [`BOOL`] | one byte, 0 or 1 |
 //! | [`STR`] | `u32` byte length, little-endian, then UTF-8 |
 //! | [`WIDE`] | `i128`, little-endian (DECIMAL of 19 to 38 digits, unscaled) |
+//! | [`NESTED`] | `u32` byte length, little-endian, then the value as postcard writes its `Scalar` (ARRAY, MAP, ROW) |
 //!
 //! The reader maps positions to its own columns by the writer's output
 //! names (`decode::BinaryDecoder`). Keys are written the same way: on an
@@ -30,10 +31,22 @@ pub const FLOAT: u8 = 2;
 pub const BOOL: u8 = 3;
 pub const STR: u8 = 4;
 pub const WIDE: u8 = 5;
+pub const NESTED: u8 = 6;
 
 /// Writes [`EmittedRows`] as binary rows (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BinaryEncoder;
+
+/// An array, map or row value as [`NESTED`].
+fn nested(value: sluice_plan::ScalarRef<'_>, out: &mut Vec<u8>) {
+    out.push(NESTED);
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    // Writing a value into memory does not fail.
+    let _ = postcard::to_io(&value, &mut *out);
+    let len = u32::try_from(out.len() - at - 4).unwrap_or(u32::MAX);
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
 
 /// The binary encoding of one value.
 struct Binary;
@@ -61,6 +74,7 @@ impl Cells for Binary {
             Data::Bool(x) => out.extend_from_slice(&[BOOL, u8::from(x[row])]),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.push(NULL),
+            Data::Nested(c) => nested(c.value(row), out),
         }
     }
 
@@ -88,6 +102,7 @@ impl Cells for Binary {
             }
             Scalar::Boolean(x) => out.extend_from_slice(&[BOOL, u8::from(*x)]),
             Scalar::String(x) => write_str(x, out),
+            Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => nested(s.borrowed(), out),
         }
     }
 }

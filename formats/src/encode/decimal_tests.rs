@@ -31,7 +31,7 @@ fn columns() -> Vec<Value<'static>> {
 
 /// A plan reading `d` and `c` as columns of `t`.
 fn plan(t: ColumnType) -> Plan {
-    let source = SourceSpec::table("r", &[("d", t, false), ("c", t, false)]);
+    let source = SourceSpec::table("r", &[("d", t.clone(), false), ("c", t, false)]);
     sluice_sql::plan_query("SELECT d, c FROM r", &[source]).unwrap()
 }
 

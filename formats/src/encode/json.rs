@@ -7,8 +7,9 @@
 //! `values[ends[i-1]..ends[i]]`.
 
 use sluice_plan::EmittedRows;
-use sluice_plan::time::format_timestamp;
 
+use super::json_nested::{write_scalar, write_value};
+use super::json_text::{write_float, write_str, write_timestamp};
 use super::key::KeyWriter;
 use super::view::{Cells, Data, View};
 use sluice_plan::{DataType, Scalar};
@@ -107,6 +108,7 @@ impl Cells for Json {
             Data::Bool(x) => out.extend_from_slice(if x[row] { b"true" } else { b"false" }),
             Data::Str(s) => write_str(s.get(row), out),
             Data::Null => out.extend_from_slice(b"null"),
+            Data::Nested(c) => write_value(c.value(row), c.data_type, out),
         }
     }
 
@@ -123,14 +125,9 @@ impl Cells for Json {
             },
             Scalar::Boolean(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
             Scalar::String(x) => write_str(x, out),
+            Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => write_scalar(s, t, out),
         }
     }
-}
-
-fn write_timestamp(ms: i64, out: &mut Vec<u8>) {
-    out.push(b'"');
-    format_timestamp(ms, out);
-    out.push(b'"');
 }
 
 pub(super) fn prefixes(names: &[String]) -> Vec<Vec<u8>> {
@@ -192,65 +189,6 @@ pub(super) fn write_object(prefixes: &[Vec<u8>], views: &[View<'_>], row: usize,
         v.write::<Json>(row, out);
     }
     out.push(b'}');
-}
-
-/// JSON has no NaN or infinities: they are written as null.
-///
-/// Whole numbers below 10^15 (prices, quantities, sums of them) are written
-/// with `itoa` and `.0`, byte for byte what `ryu` writes, at a fraction of
-/// its cost; everything else goes through `ryu`.
-pub fn write_float(x: f64, out: &mut Vec<u8>) {
-    #[allow(clippy::cast_possible_truncation, clippy::float_cmp)]
-    if x != 0.0 && x.abs() < 1e15 && x.trunc() == x {
-        out.extend_from_slice(itoa::Buffer::new().format(x as i64).as_bytes());
-        out.extend_from_slice(b".0");
-    } else if x.is_finite() {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(x).as_bytes());
-    } else {
-        out.extend_from_slice(b"null");
-    }
-}
-
-/// Bytes that must be escaped inside a JSON string.
-static ESCAPE: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
-        i += 1;
-    }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
-    t
-};
-
-/// Writes `s` as a quoted JSON string.
-pub fn write_str(s: &str, out: &mut Vec<u8>) {
-    out.push(b'"');
-    let bytes = s.as_bytes();
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !ESCAPE[b as usize] {
-            continue;
-        }
-        out.extend_from_slice(&bytes[start..i]);
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(b"\\u00");
-                out.push(HEX[(b >> 4) as usize]);
-                out.push(HEX[(b & 0xf) as usize]);
-            }
-        }
-        start = i + 1;
-    }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
 }
 
 #[cfg(test)]

@@ -1,17 +1,21 @@
 //! Result rows → record bytes.
 
 mod avro;
+mod avro_binary;
 mod binary;
 mod debezium;
 mod json;
+mod json_nested;
+mod json_text;
 mod key;
 mod protobuf;
 mod view;
 
 pub use avro::{AvroEncoder, key_record_full_name, key_schema, record_full_name, writer_schema};
-pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NULL, STR, WIDE};
+pub use binary::{BOOL, BinaryEncoder, FLOAT, INT, NESTED, NULL, STR, WIDE};
 pub use debezium::DebeziumJsonEncoder;
-pub use json::{EncodedRows, JsonEncoder, write_float, write_str};
+pub use json::{EncodedRows, JsonEncoder};
+pub use json_text::{write_float, write_str};
 pub use key::KeyWriter;
 pub use protobuf::{ProtobufEncoder, proto_key_schema, proto_schema};
 

@@ -54,12 +54,20 @@ fn proto_type(t: DataType) -> &'static str {
         DataType::Timestamp => "google.protobuf.Timestamp",
         // Every digit, as text: proto3 has no decimal scalar.
         DataType::Decimal(..) => "string",
+        // Refused by `message_schema`.
+        DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => "bytes",
     }
 }
 
 fn message_schema(message: &str, columns: &[(String, DataType)]) -> Result<String, String> {
     if let Some(problem) = SinkFormat::Protobuf.outputs_problem(columns.iter().map(|c| c.0.as_str())) {
         return Err(problem);
+    }
+    if let Some((column, t)) = columns.iter().find(|(_, t)| t.is_nested()) {
+        return Err(format!(
+            "output column `{column}` is {t}: a protobuf sink writes flat columns (select the fields it needs, \
+             or UNNEST it); use format: json for nested results"
+        ));
     }
     let mut fields = String::new();
     for (number, (column, t)) in (1..).zip(columns) {
@@ -181,14 +189,16 @@ fn cell(key: u32, data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
             let (v, s) = data.decimal(row);
             decimal(key, v, s, out);
         }
-        Data::Null => {}
+        // Nested columns are refused when the schema is derived.
+        Data::Null | Data::Nested(_) => {}
     }
 }
 
 /// A constant of type `t` as field `key >> 3`.
 fn scalar(key: u32, s: &Scalar, t: DataType, out: &mut Vec<u8>) {
     match s {
-        Scalar::Null => {}
+        // Nested columns are refused when the schema is derived.
+        Scalar::Null | Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => {}
         Scalar::Bigint(x) if t == DataType::Timestamp => timestamp(key, *x, out),
         Scalar::Timestamp(x) => timestamp(key, *x, out),
         Scalar::Bigint(x) => {

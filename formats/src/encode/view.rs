@@ -19,6 +19,8 @@ pub(super) enum Data<'a> {
     Str(&'a StrData),
     /// A column of NULLs only.
     Null,
+    /// An `array`, `map` or `row` column, read a value at a time.
+    Nested(&'a Column),
 }
 
 impl Data<'_> {
@@ -51,6 +53,7 @@ impl<'a> ColumnView<'a> {
             (ColumnData::Bool(v), _) => Data::Bool(v),
             (ColumnData::Str(s), _) => Data::Str(s),
             (ColumnData::Null(_), _) => Data::Null,
+            (ColumnData::List(_) | ColumnData::Struct(_), _) => Data::Nested(c),
         };
         Self { data, valid: c.validity.as_deref() }
     }

@@ -9,7 +9,7 @@ use crate::Error;
 use crate::time::{civil_from_days, date_ms, extract, extract_epoch, format_timestamp, parse_timestamp_ms, truncate};
 use crate::{DataType, LikePattern, LikeToken, Scalar, ScalarFunc, TimePart, TrimSide};
 pub(crate) use rows::MAX_PAD_CHARS;
-use rows::{ints, map_rows_str, strings};
+use rows::{ints, map_rows_str, round_to, strings};
 
 /// Applies `f` to each valid string row, building a string column.
 fn map_str(c: &Column, f: impl Fn(&str, &mut String)) -> Result<Column, Error> {
@@ -216,6 +216,7 @@ pub(super) fn eval_function(
             };
             map_str(a, |s, buf| buf.push_str(&re.replace_all(s, replacement.as_str())))
         }
+        f if nested::takes(f) => nested::eval(func, &args.iter().map(AsRef::as_ref).collect::<Vec<_>>(), data_type),
         other => {
             let columns: Vec<&Column> = args.iter().map(AsRef::as_ref).collect();
             text_math::eval(other, &columns, data_type, n)?
@@ -591,20 +592,15 @@ fn numeric(func: &ScalarFunc, a: &Column, digits: Option<&Column>, data_type: Da
     Ok(Column::new(data_type, data, validity))
 }
 
-/// Rounds half away from zero to `digits` decimal places.
-fn round_to(x: f64, digits: i64) -> f64 {
-    let d = i32::try_from(digits.clamp(-300, 300)).unwrap_or(0);
-    let p = 10f64.powi(d);
-    let y = (x * p).round() / p;
-    if y.is_finite() { y } else { x }
-}
-
 /// CAST of a whole column. Values that do not convert (e.g. 'abc' to bigint)
 /// become NULL rather than failing the record.
 pub(super) fn cast_column(c: &Column, to: DataType) -> Result<Column, Error> {
     let n = c.len();
     if c.data_type == to {
         return Ok(c.clone());
+    }
+    if c.data_type.is_nested() || to.is_nested() {
+        return nested::cast(c, to, cast_column);
     }
     if matches!(c.data_type, DataType::Decimal(..)) || matches!(to, DataType::Decimal(..)) {
         return cast_decimal(c, to);
@@ -871,6 +867,7 @@ fn like_general(text: &str, tokens: &[LikeToken]) -> bool {
     }
 }
 
+mod nested;
 mod rows;
 mod text_math;
 

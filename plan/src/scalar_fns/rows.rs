@@ -41,3 +41,11 @@ pub(super) fn map_rows_str(inputs: &[&Column], n: usize, mut f: impl FnMut(usize
     let validity = if validity.iter().all(|v| *v) { None } else { Some(validity) };
     Column::new(DataType::String, ColumnData::Str(out), validity)
 }
+
+/// Rounds half away from zero to `digits` decimal places.
+pub(super) fn round_to(x: f64, digits: i64) -> f64 {
+    let d = i32::try_from(digits.clamp(-300, 300)).unwrap_or(0);
+    let p = 10f64.powi(d);
+    let y = (x * p).round() / p;
+    if y.is_finite() { y } else { x }
+}

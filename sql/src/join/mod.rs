@@ -344,6 +344,7 @@ fn after_join(
         clauses: parsed.clauses.clone(),
         top_n: parsed.top_n.take(),
         as_of: Vec::new(),
+        unnest: None,
     };
     let plan = plan_parsed(&mut p, std::slice::from_ref(joined_rows))?;
     match &plan.operator {

@@ -176,7 +176,7 @@ impl<'a> JoinStep<'a> {
             for (c, column) in other.spec.schema.columns.iter().enumerate() {
                 let name = quote(&other.joined_name(c));
                 if side != j {
-                    items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(column.type_)));
+                    items.push(format!("CAST(NULL AS {}) AS {name}", sql_type(&column.type_)));
                     continue;
                 }
                 match (&s.rows, &s.subquery) {
@@ -428,7 +428,7 @@ pub(super) fn rows_spec(sides: &[Side<'_>; 2]) -> SourceSpec {
                 .columns
                 .iter()
                 .enumerate()
-                .map(|(c, column)| ColumnSpec::field(s.joined_name(c), column.type_, false))
+                .map(|(c, column)| ColumnSpec::field(s.joined_name(c), column.type_.clone(), false))
         })
         .collect();
     SourceSpec { schema: SchemaSpec { columns, registry: None }, ..SourceSpec::table(JOINED, &[]) }
@@ -439,7 +439,7 @@ fn joined_spec(sides: &[Side<'_>; 2], table: bool) -> SourceSpec {
     let mut columns = Vec::new();
     for s in sides {
         for (c, column) in s.spec.schema.columns.iter().enumerate() {
-            columns.push(ColumnSpec::field(s.joined_name(c), column.type_, false));
+            columns.push(ColumnSpec::field(s.joined_name(c), column.type_.clone(), false));
         }
     }
     columns.push(ColumnSpec::field(RIGHT, ColumnType::Boolean, false));
@@ -458,7 +458,7 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn sql_type(t: ColumnType) -> Cow<'static, str> {
+fn sql_type(t: &ColumnType) -> Cow<'static, str> {
     Cow::Borrowed(match t {
         ColumnType::Bigint => "BIGINT",
         ColumnType::Double => "DOUBLE",
@@ -466,5 +466,11 @@ fn sql_type(t: ColumnType) -> Cow<'static, str> {
         ColumnType::Boolean => "BOOLEAN",
         ColumnType::Timestamp => "TIMESTAMP",
         ColumnType::Decimal { precision, scale } => return format!("DECIMAL({precision}, {scale})").into(),
+        ColumnType::Array(e) => return format!("ARRAY<{}>", sql_type(e)).into(),
+        ColumnType::Map(k, v) => return format!("MAP({}, {})", sql_type(k), sql_type(v)).into(),
+        ColumnType::Row(fields) => {
+            let fields: Vec<String> = fields.iter().map(|(n, t)| format!("{} {}", quote(n), sql_type(t))).collect();
+            return format!("STRUCT<{}>", fields.join(", ")).into();
+        }
     })
 }

@@ -14,6 +14,7 @@ mod query;
 mod rows;
 mod scope;
 mod top_n;
+mod unnest;
 
 pub(crate) use query::find_source;
 pub(crate) use scope::{WINDOW_END, WINDOW_START};
@@ -160,9 +161,19 @@ impl Planner<'_> {
                 ));
             }
         }
+        // The source as its records have it: the unnest's columns are the
+        // engine's to make.
+        let mut source = self.source;
+        let mut used_columns = self.used;
+        let unnest = self.unnest.map(|(plan, width)| {
+            source.schema.fields.truncate(width);
+            source.required.truncate(width);
+            used_columns.truncate(width);
+            plan
+        });
         Ok(Plan {
-            used_columns: self.used,
-            source: self.source,
+            used_columns,
+            source,
             filter,
             operator,
             intermediate,
@@ -172,6 +183,7 @@ impl Planner<'_> {
             emit: emit_mode,
             partitioning,
             shared: Vec::new(),
+            unnest,
         })
     }
 }

@@ -16,6 +16,9 @@ pub(super) struct Planner<'q> {
     pub(super) source: SourceSchema,
     pub(super) qualifiers: Vec<String>,
     pub(super) used: Vec<bool>,
+    /// The query's UNNEST, and how many columns the source has before
+    /// the unnest's (`source` holds both while the query is planned).
+    pub(super) unnest: Option<(sluice_plan::UnnestPlan, usize)>,
 }
 
 impl<'q> Planner<'q> {
@@ -121,7 +124,26 @@ impl<'q> Planner<'q> {
         if let Some(et) = source.event_time {
             used[et.column] = true;
         }
-        Ok(Self { parsed, select, source, qualifiers, used })
+        let mut planner = Self { parsed, select, source, qualifiers, used, unnest: None };
+        if let Some(clause) = &parsed.unnest {
+            if spec.table.is_some() {
+                return Err(SqlError::at_span(
+                    clause.span,
+                    format!("UNNEST over table `{}` is not supported: unnest a stream", spec.name),
+                ));
+            }
+            let width = planner.source.schema.fields.len();
+            let taken = planner.source.column_names();
+            let columns = super::unnest::plan_unnest(clause, &mut planner.input_scope("UNNEST"), &taken)?;
+            for f in columns.fields {
+                planner.source.schema.fields.push(f);
+                planner.source.required.push(false);
+                planner.used.push(true);
+            }
+            planner.qualifiers.extend(columns.qualifier);
+            planner.unnest = Some((columns.plan, width));
+        }
+        Ok(planner)
     }
 
     pub(super) fn input_scope(&mut self, context: &'static str) -> InputScope<'_> {

@@ -13,7 +13,10 @@ checks the engine against those files.
 
 What an oracle query sees: a table ``input`` with the source's declared
 columns (bigint -> BIGINT, double -> DOUBLE, string -> VARCHAR, boolean ->
-BOOLEAN, timestamp -> BIGINT epoch milliseconds), plus
+BOOLEAN, timestamp -> BIGINT epoch milliseconds; nested ones as
+array<T> -> T[], map<K, V> -> MAP(K, V), row<a T, ...> -> STRUCT(a T, ...),
+timestamps inside them BIGINT too, so an oracle writes ``ts_text`` of
+them where Sluice writes a timestamp's text), plus
 
 * ``_partition`` (INTEGER): the Kafka partition the record came from;
 * ``_seq`` (BIGINT): 0-based arrival index among the valid records of that
@@ -34,6 +37,14 @@ writes timestamps (``2024-01-15T09:30:00.000Z``), and ``wrap_bigint(h)``
 that wraps a HUGEINT into bigint range as Sluice's bigint arithmetic does on
 overflow. An optional
 ``oracle_late`` query returns one integer: how many records are late.
+
+Nested values are decoded by the rules of Sluice's JSON reader: an array
+from a JSON array, a map from a JSON object (a bigint key from its text),
+a row from a JSON object (fields by exact name, else ignoring ASCII case;
+other keys ignored; a field given twice, or any other shape, fails the
+record), each element read as a column of its type. The oracle's nested
+results are written as Sluice writes them: a list as a JSON array, a row
+or a map (dicts in DuckDB's Python API) as an object, keys as text.
 
 Usage (deps: duckdb and pyyaml, see requirements.txt):
 
@@ -89,13 +100,120 @@ def decimal_type(col_type: str):
     return (int(m.group(1)), int(m.group(2) or 0)) if m else None
 
 
-def sql_type(col_type: str) -> str:
-    d = decimal_type(col_type)
+def parse_type(text: str):
+    """A manifest's column type -> a flat type's name (`bigint`,
+    `decimal(9,2)`), or ("array", T), ("map", K, V), ("row", [(name, T)])."""
+    pos = 0
+
+    def space():
+        nonlocal pos
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+
+    def eat(token: str) -> bool:
+        nonlocal pos
+        space()
+        if text.startswith(token, pos):
+            pos += len(token)
+            return True
+        return False
+
+    def expect(token: str):
+        if not eat(token):
+            raise SystemExit(f"column type {text!r}: expected {token!r} at {pos}")
+
+    def word() -> str:
+        nonlocal pos
+        space()
+        m = re.compile(r"[A-Za-z0-9_]*").match(text, pos)
+        pos = m.end()
+        return m.group(0)
+
+    def field_name() -> str:
+        nonlocal pos
+        space()
+        if not text.startswith('"', pos):
+            name = word()
+            if not name:
+                raise SystemExit(f"column type {text!r}: expected a field name at {pos}")
+            return name
+        name, pos = "", pos + 1
+        while True:
+            end = text.find('"', pos)
+            if end < 0:
+                raise SystemExit(f"column type {text!r}: unterminated field name")
+            name += text[pos:end]
+            pos = end + 1
+            if text.startswith('"', pos):  # "" is a quote
+                name += '"'
+                pos += 1
+            else:
+                return name
+
+    def one():
+        w = word()
+        if w in SQL_TYPES:
+            return w
+        if w == "decimal":
+            expect("(")
+            p, s = word(), "0"
+            if eat(","):
+                s = word()
+            expect(")")
+            if not (p.isdigit() and s.isdigit()):
+                raise SystemExit(f"column type {text!r}: bad decimal")
+            return f"decimal({int(p)},{int(s)})"
+        if w == "array":
+            expect("<")
+            t = one()
+            expect(">")
+            return ("array", t)
+        if w == "map":
+            expect("<")
+            k = one()
+            expect(",")
+            v = one()
+            expect(">")
+            if k not in ("string", "bigint"):
+                raise SystemExit(f"column type {text!r}: a map key is string or bigint")
+            return ("map", k, v)
+        if w == "row":
+            expect("<")
+            fields = []
+            while True:
+                name = field_name()
+                fields.append((name, one()))
+                if not eat(","):
+                    break
+            expect(">")
+            return ("row", fields)
+        raise SystemExit(f"unknown column type {text!r}")
+
+    t = one()
+    space()
+    if pos != len(text):
+        raise SystemExit(f"column type {text!r}: unexpected {text[pos:]!r}")
+    return t
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql_type(col_type) -> str:
+    """DuckDB's type for a column type (its text or parse_type's tree):
+    array<T> -> T[], map<K, V> -> MAP(K, V), row<a T> -> STRUCT("a" T)."""
+    t = parse_type(col_type) if isinstance(col_type, str) else col_type
+    if isinstance(t, tuple):
+        if t[0] == "array":
+            return f"{sql_type(t[1])}[]"
+        if t[0] == "map":
+            return f"MAP({sql_type(t[1])}, {sql_type(t[2])})"
+        return "STRUCT(" + ", ".join(f"{_quote(n)} {sql_type(ft)}" for n, ft in t[1]) + ")"
+    d = decimal_type(t)
     if d:
         return f"DECIMAL({d[0]},{d[1]})"
-    if col_type not in SQL_TYPES:
-        raise SystemExit(f"unknown column type {col_type!r}")
-    return SQL_TYPES[col_type]
+    return SQL_TYPES[t]
 
 
 def to_decimal(value, precision: int, scale: int) -> Decimal:
@@ -236,10 +354,60 @@ def parse_timestamp_text(s: str) -> int:
     return ms
 
 
-def convert(value, col_type: str):
-    """A JSON value -> the Python value of a column of `col_type` (None for NULL)."""
+_MAP_BIGINT_KEY = re.compile(r"[+-]?[0-9]+")
+
+
+def _ascii_lower(name: str) -> str:
+    return "".join(c.lower() if c.isascii() else c for c in name)
+
+
+def convert_nested(value, t):
+    """A JSON value -> an array (a list), a map (DuckDB's {"key": [...],
+    "value": [...]}, entries in JSON order) or a row (a dict of every field,
+    in declared order); each element, value or field read as a column of
+    its type is. Invalid when the JSON has another shape."""
+    kind = t[0]
+    if kind == "array":
+        if not isinstance(value, list):
+            raise Invalid(f"{value!r} is not an array")
+        return [convert(v, t[1]) for v in value]
+    if not isinstance(value, dict):
+        raise Invalid(f"{value!r} is not an object")
+    if kind == "map":
+        keys, values = [], []
+        for k, v in value.items():
+            if t[1] == "bigint":
+                if not _MAP_BIGINT_KEY.fullmatch(k) or not I64_MIN <= int(k) <= I64_MAX:
+                    raise Invalid(f"map key {k!r} is not a bigint")
+                k = int(k)
+            keys.append(k)
+            values.append(convert(v, t[2]))
+        return {"key": keys, "value": values}
+    # A row: each key names the field of that exact name, else the first
+    # whose name matches it ignoring case; other keys are ignored.
+    fields = t[1]
+    out = {name: None for name, _ in fields}
+    seen = set()
+    for k, v in value.items():
+        f = next((i for i, (n, _) in enumerate(fields) if n == k), None)
+        if f is None:
+            f = next((i for i, (n, _) in enumerate(fields) if _ascii_lower(n) == _ascii_lower(k)), None)
+        if f is None:
+            continue
+        if f in seen:
+            raise Invalid(f"field {fields[f][0]!r} given twice")
+        seen.add(f)
+        out[fields[f][0]] = convert(v, fields[f][1])
+    return out
+
+
+def convert(value, col_type):
+    """A JSON value -> the Python value of a column of `col_type` (its text
+    or parse_type's tree; None for NULL)."""
     if value is None:
         return None
+    if isinstance(col_type, tuple):
+        return convert_nested(value, col_type)
     if col_type == "bigint":
         return _integral(value)
     d = decimal_type(col_type)
@@ -294,7 +462,7 @@ def decode(payload: str, columns, required) -> list:
         raise Invalid("not a JSON object")
     row = []
     for col, req in zip(columns, required):
-        v = convert(field(obj, col["name"]), col["type"])
+        v = convert(field(obj, col["name"]), parse_type(col["type"]))
         if v is None and req:
             raise Invalid(f"required column {col['name']!r} is missing or null")
         row.append(v)
@@ -317,6 +485,15 @@ def partitions(text: str):
     return out
 
 
+def nested_json_value(v):
+    """json_value inside an array, map or row: a decimal of scale 0 as a
+    JSON integer, as Sluice writes it (elsewhere a float: the runner
+    compares top-level numbers approximately, array elements exactly)."""
+    if isinstance(v, Decimal) and v.is_finite() and v.as_tuple().exponent >= 0:
+        return int(v)
+    return json_value(v)
+
+
 def json_value(v):
     if v is None or isinstance(v, (bool, str, int)):
         return v
@@ -324,6 +501,12 @@ def json_value(v):
         return v if math.isfinite(v) else None
     if isinstance(v, Decimal):
         return json_value(float(v))
+    # Nested results: an array as a JSON array; a row (a dict) and a map (a
+    # dict from DuckDB's Python API) as a JSON object, keys as text.
+    if isinstance(v, (list, tuple)):
+        return [nested_json_value(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): nested_json_value(x) for k, x in v.items()}
     raise SystemExit(f"oracle returned a {type(v).__name__} ({v!r}): cast it to a number or a string (ts_text)")
 
 

@@ -13,31 +13,26 @@
 //! that end early or run on — is rejected with a reason, and the batch is
 //! left as before it (the dead-letter output gets the record).
 
+mod nested;
 mod program;
 mod resolve;
 mod schema;
+mod values;
 mod writers;
 
 use std::collections::HashMap;
 
 use sluice_crds::SourceSpec;
-use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan, Scalar};
 
-use self::program::{Conv, Op, Program};
+use self::program::{Op, Program};
 use self::resolve::{absent, default_value};
 use self::schema::{Type, TypeId};
-use super::cells::{name, push_null, time};
+use self::values::Conv;
+use self::values::{Budget, Cursor, read_value, skip};
+use super::cells::{name, push_null};
 use super::wire::HEADER;
 use super::{DecodeError, SourceColumns, wire};
-
-const MS_PER_DAY: i64 = 86_400_000;
-/// Nesting a datum may reach (a recursive type's values nest as deep as
-/// the writer made them; decoding recurses).
-const MAX_NESTING: usize = 64;
-/// Array and map items a value may hold beyond one per byte (items of
-/// no bytes: nulls).
-const ITEMS_BEYOND_BYTES: u64 = 65_536;
 
 /// Reads Avro values of one source.
 #[derive(Debug, Clone)]
@@ -134,7 +129,7 @@ impl AvroDecoder {
         };
         let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
         let mut nothing = Batch::new(Vec::new(), 0);
-        let mut run = Run { program, columns: &self.columns, batch: &mut nothing, depth: 0, items: 0 };
+        let mut run = Run { program, columns: &self.columns, batch: &mut nothing, budget: Budget::default() };
         for field in fields {
             if field.name != name {
                 run.skip(field.ty, &mut cursor)?;
@@ -203,7 +198,7 @@ impl AvroDecoder {
         };
         let rows = batch.len;
         let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
-        let mut run = Run { program, columns: &self.columns, batch, depth: 0, items: 0 };
+        let mut run = Run { program, columns: &self.columns, batch, budget: Budget::default() };
         let result = run.op(&program.root, &mut cursor).and_then(|()| {
             for &col in &program.absent {
                 absent(run.columns, &self.defaults, run.batch, col)?;
@@ -354,66 +349,13 @@ pub fn schema_id(payload: &[u8]) -> Result<u32, String> {
     wire::schema_id(payload).map_err(|e| format!("avro: {e}"))
 }
 
-/// The bytes of one datum, read front to back.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    /// A zig-zag varint of at most 10 bytes.
-    fn long(&mut self) -> Result<i64, String> {
-        let mut value: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let Some(&b) = self.buf.get(self.at) else { return Err(self.ended("a number")) };
-            self.at += 1;
-            if shift == 63 && b > 1 {
-                return Err(format!("a number longer than 64 bits at byte {}", self.at));
-            }
-            value |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
-            }
-        }
-        Err(format!("a number longer than 10 bytes at byte {}", self.at))
-    }
-
-    fn int(&mut self) -> Result<i32, String> {
-        let v = self.long()?;
-        i32::try_from(v).map_err(|_| format!("{v} is out of range for an Avro int"))
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.buf.len()).ok_or_else(|| self.ended("bytes"))?;
-        let bytes = &self.buf[self.at..end];
-        self.at = end;
-        Ok(bytes)
-    }
-
-    /// Length-prefixed bytes (`bytes`, `string`).
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
-        let n = self.long()?;
-        let n = usize::try_from(n).map_err(|_| format!("a negative length {n}"))?;
-        self.take(n)
-    }
-
-    fn text(&mut self) -> Result<&'a str, String> {
-        std::str::from_utf8(self.bytes()?).map_err(|_| "a string that is not UTF-8".to_owned())
-    }
-
-    fn ended(&self, what: &str) -> String {
-        format!("the value ends at byte {} in the middle of {what}", self.buf.len())
-    }
-}
-
 /// One record's decoding.
 struct Run<'a, 'b> {
     program: &'a Program,
     columns: &'a SourceColumns,
     batch: &'b mut Batch,
-    depth: usize,
-    /// Array and map items so far.
-    items: u64,
+    /// How deep and how many items the value has gone so far.
+    budget: Budget,
 }
 
 impl Run<'_, '_> {
@@ -437,69 +379,24 @@ impl Run<'_, '_> {
                 self.op(then, cur)
             }
             Op::Fail(why) => Err(why.clone()),
+            Op::Nested { col, read } => {
+                let col = *col;
+                let name = name(self.columns, col);
+                let types = &self.program.schema.types;
+                let mut reader = nested::Reader::new(types, &self.program.symbols, &mut self.budget, &name);
+                let column = &mut self.batch.columns[col];
+                reader.read(read, cur, Some(&mut *column))?;
+                if self.columns.required[col] && !column.is_valid(column.len() - 1) {
+                    return Err(format!("required column `{name}` is null"));
+                }
+                Ok(())
+            }
         }
     }
 
     /// Skips a value of writer type `ty`.
     fn skip(&mut self, ty: TypeId, cur: &mut Cursor<'_>) -> Result<(), String> {
-        self.depth += 1;
-        if self.depth > MAX_NESTING {
-            return Err(format!("a value nested more than {MAX_NESTING} levels"));
-        }
-        let types = &self.program.schema.types;
-        let skipped = match &types[ty] {
-            Type::Null => Ok(()),
-            Type::Boolean => cur.take(1).map(drop),
-            Type::Int(_) | Type::Long(_) | Type::Enum { .. } => cur.long().map(drop),
-            Type::Float => cur.take(4).map(drop),
-            Type::Double => cur.take(8).map(drop),
-            Type::Bytes(_) | Type::String(_) => cur.bytes().map(drop),
-            Type::Fixed { size, .. } => cur.take(*size).map(drop),
-            Type::Record { fields, .. } => fields.iter().try_for_each(|f| self.skip(f.ty, cur)),
-            Type::Union(branches) => {
-                let b = cur.long()?;
-                let branch = usize::try_from(b).ok().and_then(|b| branches.get(b)).copied();
-                let branch = branch.ok_or_else(|| format!("union branch {b} of {}", branches.len()))?;
-                self.skip(branch, cur)
-            }
-            Type::Array(item) => self.blocks(cur, |run, cur| run.skip(*item, cur)),
-            Type::Map(value) => self.blocks(cur, |run, cur| {
-                cur.bytes()?;
-                run.skip(*value, cur)
-            }),
-        };
-        self.depth -= 1;
-        skipped
-    }
-
-    /// An array's or map's blocks: a count (negative: followed by the
-    /// block's size in bytes), its items, until a count of 0.
-    fn blocks(
-        &mut self,
-        cur: &mut Cursor<'_>,
-        mut item: impl FnMut(&mut Self, &mut Cursor<'_>) -> Result<(), String>,
-    ) -> Result<(), String> {
-        loop {
-            let count = cur.long()?;
-            if count == 0 {
-                return Ok(());
-            }
-            if count < 0 {
-                cur.long()?;
-            }
-            // An item takes a byte at least, unless it is a null (or a
-            // record of nothing): items beyond the value's bytes, past a
-            // margin for those, cannot be honest — and would loop for
-            // ever over a few bytes of counts.
-            let n = count.unsigned_abs();
-            self.items = self.items.saturating_add(n);
-            if self.items > cur.buf.len() as u64 + ITEMS_BEYOND_BYTES {
-                return Err(format!("{} array or map items in a value of {} bytes", self.items, cur.buf.len()));
-            }
-            for _ in 0..n {
-                item(self, cur)?;
-            }
-        }
+        skip(&self.program.schema.types, ty, cur, &mut self.budget)
     }
 
     fn push_null(&mut self, col: usize) -> Result<(), String> {
@@ -509,194 +406,6 @@ impl Run<'_, '_> {
     fn read(&mut self, col: usize, conv: Conv, cur: &mut Cursor<'_>) -> Result<(), String> {
         read_value(self.columns, self.batch, col, conv, cur, &self.program.symbols)
     }
-}
-
-/// Reads one value and pushes it into column `col` (when the query uses it).
-#[inline]
-fn read_value(
-    columns: &SourceColumns,
-    batch: &mut Batch,
-    col: usize,
-    conv: Conv,
-    cur: &mut Cursor<'_>,
-    symbols: &[Vec<String>],
-) -> Result<(), String> {
-    let used = columns.used[col];
-    let pushed = match conv {
-        Conv::Null => return push_null(columns, batch, col),
-        Conv::Boolean => {
-            let b = match cur.take(1)?[0] {
-                0 => false,
-                1 => true,
-                b => return Err(format!("column `{}`: boolean byte {b}", name(columns, col))),
-            };
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_bool(b)
-        }
-        Conv::IntToBigint | Conv::LongToBigint | Conv::MillisToTimestamp => {
-            let x = if conv == Conv::IntToBigint { i64::from(cur.int()?) } else { cur.long()? };
-            let x = if conv == Conv::MillisToTimestamp { time(columns, col, Some(x))? } else { x };
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_i64(x)
-        }
-        Conv::MicrosToTimestamp | Conv::DaysToTimestamp => {
-            let ms = if conv == Conv::MicrosToTimestamp {
-                Some(cur.long()?.div_euclid(1000))
-            } else {
-                i64::from(cur.int()?).checked_mul(MS_PER_DAY)
-            };
-            let x = time(columns, col, ms)?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_i64(x)
-        }
-        Conv::IntToDouble | Conv::LongToDouble | Conv::FloatToDouble | Conv::DoubleToDouble => {
-            #[allow(clippy::cast_precision_loss)]
-            let x = match conv {
-                Conv::IntToDouble => f64::from(cur.int()?),
-                Conv::LongToDouble => cur.long()? as f64,
-                Conv::FloatToDouble => {
-                    let b = cur.take(4)?;
-                    f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                }
-                _ => {
-                    let mut w = [0; 8];
-                    w.copy_from_slice(cur.take(8)?);
-                    f64::from_le_bytes(w)
-                }
-            };
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_f64(x)
-        }
-        Conv::StringToTimestamp => {
-            let text = cur.text()?;
-            let ms = parse_timestamp_ms(text)
-                .ok_or_else(|| format!("column `{}`: `{text}` is not a timestamp", name(columns, col)))?;
-            let x = time(columns, col, Some(ms))?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_i64(x)
-        }
-        Conv::StringToString | Conv::BytesToString | Conv::FixedToString(_) => {
-            let bytes = match conv {
-                Conv::FixedToString(n) => cur.take(n)?,
-                _ => cur.bytes()?,
-            };
-            let text = std::str::from_utf8(bytes)
-                .map_err(|_| format!("column `{}`: a string that is not UTF-8", name(columns, col)))?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_str(text)
-        }
-        Conv::EnumToString(e) => {
-            let i = cur.long()?;
-            let symbols = symbols.get(e).map_or(&[][..], Vec::as_slice);
-            let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
-            let symbol = symbol.ok_or_else(|| format!("enum symbol {i} of {}", symbols.len()))?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_str(symbol)
-        }
-        Conv::DecimalToDouble { scale, fixed } | Conv::DecimalToString { scale, fixed } => {
-            let bytes = match fixed {
-                Some(n) => cur.take(n)?,
-                None => cur.bytes()?,
-            };
-            let unscaled = unscaled(bytes)
-                .ok_or_else(|| format!("column `{}`: a decimal of {} bytes", name(columns, col), bytes.len()))?;
-            if !used {
-                return Ok(());
-            }
-            let column = &mut batch.columns[col];
-            if matches!(conv, Conv::DecimalToDouble { .. }) {
-                #[allow(clippy::cast_precision_loss)]
-                column.push_f64(unscaled as f64 / 10f64.powi(i32::try_from(scale).unwrap_or(0)))
-            } else {
-                column.push_str(&decimal_text(unscaled, scale))
-            }
-        }
-        Conv::DecimalToDecimal { scale, fixed, precision, to } => {
-            let bytes = match fixed {
-                Some(n) => cur.take(n)?,
-                None => cur.bytes()?,
-            };
-            let v = unscaled(bytes).and_then(|v| {
-                use sluice_plan::decimal::{div_round, fit, pow10};
-                let from = u8::try_from(scale).ok()?;
-                let v = if to >= from { v.checked_mul(pow10(to - from))? } else { div_round(v, pow10(from - to)) };
-                fit(v, precision)
-            });
-            let v = v.ok_or_else(|| {
-                format!("column `{}`: a decimal that does not fit decimal({precision},{to})", name(columns, col))
-            })?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_decimal(v)
-        }
-        Conv::IntegerToDecimal { wide, precision, to } => {
-            let x = if wide { cur.long()? } else { i64::from(cur.int()?) };
-            let v = sluice_plan::decimal::rescale(i128::from(x), 0, to, precision).ok_or_else(|| {
-                format!("column `{}`: {x} does not fit decimal({precision},{to})", name(columns, col))
-            })?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_decimal(v)
-        }
-        Conv::StringToDecimal { precision, to } => {
-            let text = cur.text()?;
-            let v = sluice_plan::decimal::parse(text, precision, to).ok_or_else(|| {
-                let shown: String = text.chars().take(40).collect();
-                format!("column `{}`: {shown:?} is no decimal({precision},{to}) value", name(columns, col))
-            })?;
-            if !used {
-                return Ok(());
-            }
-            batch.columns[col].push_decimal(v)
-        }
-    };
-    pushed.map_err(|e| e.to_string())
-}
-
-/// A big-endian two's-complement integer that fits 16 bytes (a longer
-/// `fixed` whose leading bytes only extend the sign, as a `fixed(20)` of a
-/// small value has, reads too).
-fn unscaled(mut bytes: &[u8]) -> Option<i128> {
-    let fill = if bytes.first().is_some_and(|b| b & 0x80 != 0) { 0xff } else { 0 };
-    while bytes.len() > 16 {
-        // A dropped byte must be fill, and the byte after it keep the sign.
-        if bytes[0] != fill || (bytes[1] & 0x80 != 0) != (fill != 0) {
-            return None;
-        }
-        bytes = &bytes[1..];
-    }
-    let mut word = [fill; 16];
-    word[16 - bytes.len()..].copy_from_slice(bytes);
-    Some(i128::from_be_bytes(word))
-}
-
-/// `unscaled × 10^-scale`, exactly (`-12345`, scale 2 → `-123.45`).
-fn decimal_text(unscaled: i128, scale: u32) -> String {
-    let digits = unscaled.unsigned_abs().to_string();
-    let sign = if unscaled < 0 { "-" } else { "" };
-    let scale = scale as usize;
-    if scale == 0 {
-        return format!("{sign}{digits}");
-    }
-    let padded = format!("{digits:0>width$}", width = scale + 1);
-    let (whole, frac) = padded.split_at(padded.len() - scale);
-    format!("{sign}{whole}.{frac}")
 }
 
 #[cfg(test)]

@@ -20,7 +20,9 @@
 //! value straight into its column, with no lookup by name and no
 //! allocation per record.
 
-use super::schema::{Logical, Schema, Type, TypeId};
+use super::nested::{self, Nested};
+use super::schema::{Schema, Type, TypeId};
+use super::values::{Conv, conv};
 use sluice_plan::DataType;
 
 /// One step of a compiled program.
@@ -39,57 +41,8 @@ pub(super) enum Op {
     Nulls(Vec<usize>, Box<Op>),
     /// A branch no column can take: the record is a dead letter, with this reason.
     Fail(String),
-}
-
-/// How a writer value becomes a column value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Conv {
-    Null,
-    Boolean,
-    IntToBigint,
-    LongToBigint,
-    IntToDouble,
-    LongToDouble,
-    FloatToDouble,
-    DoubleToDouble,
-    /// A `long` of milliseconds (`timestamp-millis`, or no logical type).
-    MillisToTimestamp,
-    MicrosToTimestamp,
-    DaysToTimestamp,
-    StringToTimestamp,
-    StringToString,
-    BytesToString,
-    FixedToString(usize),
-    /// An enum's symbol, by index into [`Program::symbols`].
-    EnumToString(usize),
-    /// A decimal (`bytes` when `fixed` is `None`).
-    DecimalToDouble {
-        scale: u32,
-        fixed: Option<usize>,
-    },
-    DecimalToString {
-        scale: u32,
-        fixed: Option<usize>,
-    },
-    /// A decimal into a `decimal(precision, to)` column, rescaled exactly
-    /// (rounded half away from zero when the column keeps fewer places).
-    DecimalToDecimal {
-        scale: u32,
-        fixed: Option<usize>,
-        precision: u8,
-        to: u8,
-    },
-    /// An `int` (`long` when `wide`) into a decimal column.
-    IntegerToDecimal {
-        wide: bool,
-        precision: u8,
-        to: u8,
-    },
-    /// Decimal text into a decimal column.
-    StringToDecimal {
-        precision: u8,
-        to: u8,
-    },
+    /// A value read into nested column `col` ([`super::nested`]).
+    Nested { col: usize, read: Nested },
 }
 
 /// A writer schema resolved against the columns.
@@ -115,6 +68,9 @@ pub(super) struct Columns<'a> {
     pub(super) defaulted: &'a [bool],
     pub(super) types: &'a [DataType],
     pub(super) required: &'a [bool],
+    /// Per column: whether the query reads it (a nested one it does not
+    /// is skipped whole).
+    pub(super) used: &'a [bool],
     pub(super) names: &'a [Box<[u8]>],
 }
 
@@ -192,6 +148,19 @@ impl Compiler<'_, '_> {
         }
         let fields = self.fields;
         let here = wanted.iter().copied().find(|&w| fields[w].1.len() == path.len());
+        // A nested column takes the writer's value whole, whatever its
+        // type: an array, map or record, or a union of them and null.
+        if let Some(w) = here
+            && let col = fields[w].0
+            && self.columns.types[col].is_nested()
+        {
+            if !self.columns.used[col] {
+                return Ok((Op::Skip(ty), vec![col]));
+            }
+            let read = nested::compile(&self.schema.types, ty, self.columns.types[col], &mut self.symbols, 0)
+                .map_err(|e| format!("column `{}`: {e}", self.columns.name(col)))?;
+            return Ok((Op::Nested { col, read }, vec![col]));
+        }
         match &self.schema.types[ty] {
             Type::Union(branches) => {
                 let mut ops = Vec::with_capacity(branches.len());
@@ -260,7 +229,7 @@ impl Compiler<'_, '_> {
                     ));
                 };
                 let col = fields[w].0;
-                let conv = self.conv(other, self.columns.types[col]).ok_or_else(|| {
+                let conv = conv(other, self.columns.types[col], &mut self.symbols).ok_or_else(|| {
                     format!(
                         "column `{}` is {}, but the writer's field `{}` is {}",
                         self.columns.name(col),
@@ -272,57 +241,5 @@ impl Compiler<'_, '_> {
                 Ok((Op::Read { col, conv }, vec![col]))
             }
         }
-    }
-
-    /// How a writer value of type `ty` goes into a column of type `to`.
-    fn conv(&mut self, ty: &Type, to: DataType) -> Option<Conv> {
-        use DataType as D;
-        Some(match (ty, to) {
-            (Type::Boolean, D::Boolean) => Conv::Boolean,
-            (Type::Int(Logical::Date), D::Timestamp) => Conv::DaysToTimestamp,
-            (Type::Int(_), D::Bigint) => Conv::IntToBigint,
-            (Type::Int(_), D::Double) => Conv::IntToDouble,
-            (Type::Long(Logical::TimestampMicros), D::Timestamp) => Conv::MicrosToTimestamp,
-            (Type::Long(_), D::Timestamp) => Conv::MillisToTimestamp,
-            (Type::Long(_), D::Bigint) => Conv::LongToBigint,
-            (Type::Long(_), D::Double) => Conv::LongToDouble,
-            (Type::Float, D::Double) => Conv::FloatToDouble,
-            (Type::Double, D::Double) => Conv::DoubleToDouble,
-            (Type::String(_), D::String) => Conv::StringToString,
-            (Type::String(_), D::Timestamp) => Conv::StringToTimestamp,
-            (Type::Bytes(Logical::Decimal { scale }), D::Double) => {
-                Conv::DecimalToDouble { scale: *scale, fixed: None }
-            }
-            (Type::Bytes(Logical::Decimal { scale }), D::String) => {
-                Conv::DecimalToString { scale: *scale, fixed: None }
-            }
-            (Type::Bytes(Logical::Decimal { scale }), D::Decimal(precision, to)) => {
-                Conv::DecimalToDecimal { scale: *scale, fixed: None, precision, to }
-            }
-            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::Decimal(precision, to)) => {
-                Conv::DecimalToDecimal { scale: *scale, fixed: Some(*size), precision, to }
-            }
-            (Type::Int(Logical::None), D::Decimal(precision, to)) => {
-                Conv::IntegerToDecimal { wide: false, precision, to }
-            }
-            (Type::Long(Logical::None), D::Decimal(precision, to)) => {
-                Conv::IntegerToDecimal { wide: true, precision, to }
-            }
-            (Type::String(_), D::Decimal(precision, to)) => Conv::StringToDecimal { precision, to },
-            (Type::Bytes(_), D::String) => Conv::BytesToString,
-            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::Double) => {
-                Conv::DecimalToDouble { scale: *scale, fixed: Some(*size) }
-            }
-            (Type::Fixed { size, logical: Logical::Decimal { scale }, .. }, D::String) => {
-                Conv::DecimalToString { scale: *scale, fixed: Some(*size) }
-            }
-            (Type::Fixed { size, .. }, D::String) => Conv::FixedToString(*size),
-            (Type::Enum { symbols, .. }, D::String) => {
-                self.symbols.push(symbols.clone());
-                Conv::EnumToString(self.symbols.len() - 1)
-            }
-            (Type::Null, _) => Conv::Null,
-            _ => return None,
-        })
     }
 }

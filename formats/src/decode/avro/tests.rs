@@ -329,20 +329,20 @@ fn an_unknown_id_between_known_ones_is_still_reported_missing() {
 #[test]
 fn decimal_bytes_read_up_to_sixteen_significant_bytes() {
     let max = sluice_plan::decimal::pow10(38) - 1;
-    assert_eq!(super::unscaled(&max.to_be_bytes()), Some(max));
+    assert_eq!(super::values::unscaled(&max.to_be_bytes()), Some(max));
     let mut fixed20 = vec![0xff; 4];
     fixed20.extend_from_slice(&(-max).to_be_bytes());
-    assert_eq!(super::unscaled(&fixed20), Some(-max));
-    assert_eq!(super::unscaled(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05]), Some(5));
+    assert_eq!(super::values::unscaled(&fixed20), Some(-max));
+    assert_eq!(super::values::unscaled(&[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x05]), Some(5));
     let mut too_wide = vec![0x01];
     too_wide.extend_from_slice(&[0; 16]);
-    assert_eq!(super::unscaled(&too_wide), None, "2^128 fits no i128");
+    assert_eq!(super::values::unscaled(&too_wide), None, "2^128 fits no i128");
     // A dropped 0x00 whose next byte has the top bit set: the value is
     // 2^127 or more, not negative.
     let mut top = vec![0x00, 0x80];
     top.extend_from_slice(&[0; 15]);
-    assert_eq!(super::unscaled(&top), None);
-    assert_eq!(super::unscaled(&[0xff, 0x7f]), Some(-129));
+    assert_eq!(super::values::unscaled(&top), None);
+    assert_eq!(super::values::unscaled(&[0xff, 0x7f]), Some(-129));
 }
 
 /// Avro's schema resolution against the reader's aliases and defaults:

@@ -85,6 +85,7 @@ impl Encoding for AvroDecoder {
                     defaulted: &defaulted,
                     types: &self.columns.types,
                     required: &self.columns.required,
+                    used: &self.columns.used,
                     names: &self.columns.names,
                 };
                 Program::compile(schema, &columns).map_err(|e| format!("schema id {id}: {e}"))

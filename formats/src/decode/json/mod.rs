@@ -13,14 +13,20 @@
 //! batch is left exactly as before it.
 
 mod flat;
+mod nested;
+mod value;
+
+use nested::NestedSeed;
+use value::NestedPath;
+use value::shorten;
+pub(crate) use value::{FieldName, ValueSeed};
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
-use sluice_plan::time::{MAX_TIMESTAMP_MS, parse_timestamp_ms};
-use sluice_plan::{Batch, Column};
-use sluice_plan::{ColumnOrigin, DataType, Plan};
+use sluice_plan::Batch;
+use sluice_plan::{ColumnOrigin, Plan};
 
 use super::columns::SourceColumns;
 use super::encoding::Encoding;
@@ -37,6 +43,8 @@ pub struct JsonDecoder {
     /// No column is nested, so every entry of level 0 is a column and the
     /// flat fast path applies (metadata columns are filled after it).
     pub(super) flat: bool,
+    /// Where a nested column's value is being read, for errors.
+    path: NestedPath,
 }
 
 /// One JSON object's keys and what each holds.
@@ -100,8 +108,10 @@ impl JsonDecoder {
             level.in_place =
                 level.keys.iter().map(|k| k.iter().all(|&b| b != b'"' && b != b'\\' && b >= 0x20)).collect();
         }
-        let flat = levels.len() == 1;
-        Self { columns: SourceColumns::new(plan), levels, flat }
+        let columns = SourceColumns::new(plan);
+        let flat =
+            levels.len() == 1 && !columns.types.iter().zip(&columns.used).any(|(t, used)| *used && t.is_nested());
+        Self { columns, levels, flat, path: NestedPath::default() }
     }
 
     pub fn new_batch(&self, capacity: usize) -> Batch {
@@ -281,8 +291,24 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
                     String::from_utf8_lossy(&self.dec.columns.names[col])
                 )));
             }
+            let data_type = self.dec.columns.types[col];
+            if data_type.is_nested() {
+                if !self.dec.columns.used[col] {
+                    // A nested value the query never reads costs a skip.
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                self.dec.path.start(&self.dec.columns.names[col]);
+                let seed = NestedSeed {
+                    path: &mut self.dec.path,
+                    column: &mut self.batch.columns[col],
+                    required: self.dec.columns.required[col],
+                };
+                map.next_value_seed(seed)?;
+                continue;
+            }
             let field = ValueSeed {
-                name: &self.dec.columns.names[col],
+                name: FieldName::Column(&self.dec.columns.names[col]),
                 data_type: self.dec.columns.types[col],
                 required: self.dec.columns.required[col],
                 time_bounded: self.dec.columns.time_bounded[col],
@@ -367,196 +393,6 @@ impl Visitor<'_> for KeySeed<'_> {
             None => Err(E::custom("field name is not valid UTF-8")),
         }
     }
-}
-
-/// Parses one field's value into its column (or only checks it when the
-/// query does not read the column).
-pub(super) struct ValueSeed<'a> {
-    pub(super) name: &'a [u8],
-    pub(super) data_type: DataType,
-    pub(super) required: bool,
-    pub(super) time_bounded: bool,
-    pub(super) column: Option<&'a mut Column>,
-}
-
-impl ValueSeed<'_> {
-    fn mismatch<E: de::Error>(&self, got: fmt::Arguments<'_>) -> E {
-        E::custom(format_args!(
-            "field `{}`: expected {}, got {got}",
-            String::from_utf8_lossy(self.name),
-            self.data_type
-        ))
-    }
-
-    fn push_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        if self.time_bounded && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&v) {
-            return Err(self.mismatch(format_args!("{v}, outside ±{MAX_TIMESTAMP_MS} ms from the epoch")));
-        }
-        if let Some(c) = self.column {
-            c.push_i64(v).map_err(E::custom)?;
-        }
-        Ok(())
-    }
-
-    /// A decimal read from `text` (a number's digits or a string), rounded
-    /// to the column's scale; a value too large for it is an error.
-    fn push_decimal<E: de::Error>(self, shown: &dyn fmt::Display, read: Option<i128>) -> Result<(), E> {
-        match read {
-            Some(v) => {
-                if let Some(c) = self.column {
-                    c.push_decimal(v).map_err(E::custom)?;
-                }
-                Ok(())
-            }
-            None => Err(self.mismatch(format_args!("{shown}, which does not fit {}", self.data_type))),
-        }
-    }
-
-    /// A decimal column's raw JSON value: a number, a string of one, or
-    /// null.
-    fn decimal_text<E: de::Error>(self, raw: &str, p: u8, s: u8) -> Result<(), E> {
-        match raw.as_bytes().first() {
-            Some(b'n') => self.visit_unit(),
-            Some(b'"') => {
-                let text: std::borrow::Cow<'_, str> = serde_json::from_str(raw).map_err(E::custom)?;
-                self.push_decimal(
-                    &format_args!("string {:?}", shorten(&text)),
-                    sluice_plan::decimal::parse(&text, p, s),
-                )
-            }
-            Some(b'-' | b'0'..=b'9') => self.push_decimal(&raw, sluice_plan::decimal::parse(raw, p, s)),
-            _ => Err(self.mismatch(format_args!("{}", shorten(raw)))),
-        }
-    }
-
-    fn push_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        if let Some(c) = self.column {
-            c.push_f64(v).map_err(E::custom)?;
-        }
-        Ok(())
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for ValueSeed<'_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        // A decimal is read from its text, every digit of it: the visitor
-        // would see a number only as a double (15 to 17 digits), and the
-        // flat path reads the text too, so both paths agree.
-        if let DataType::Decimal(p, s) = self.data_type {
-            let raw = <&'de serde_json::value::RawValue as de::Deserialize<'de>>::deserialize(d)?;
-            return self.decimal_text(raw.get(), p, s);
-        }
-        // Columns the query does not read are still type-checked (the
-        // visitor stores nothing when `column` is None): a declared column
-        // holding the wrong type makes the record a dead letter either way.
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ValueSeed<'_> {
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a {} value", self.data_type)
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        match self.data_type {
-            DataType::Bigint | DataType::Timestamp => self.push_i64(v),
-            #[allow(clippy::cast_precision_loss)]
-            DataType::Double => self.push_f64(v as f64),
-            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::rescale(i128::from(v), 0, s, p)),
-            _ => Err(self.mismatch(format_args!("number {v}"))),
-        }
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        match (self.data_type, i64::try_from(v)) {
-            (DataType::Bigint | DataType::Timestamp, Ok(x)) => self.push_i64(x),
-            #[allow(clippy::cast_precision_loss)]
-            (DataType::Double, _) => self.push_f64(v as f64),
-            (DataType::Decimal(p, s), _) => {
-                self.push_decimal(&v, sluice_plan::decimal::rescale(i128::from(v), 0, s, p))
-            }
-            _ => Err(self.mismatch(format_args!("number {v}"))),
-        }
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        match self.data_type {
-            DataType::Double => self.push_f64(v),
-            // 150.0 is a fine bigint; 150.5 is not.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
-            DataType::Bigint | DataType::Timestamp if v.fract() == 0.0 && v.abs() < 9.0e18 => self.push_i64(v as i64),
-            // The double's shortest text: exact for the 15 significant
-            // digits a double holds (flat records read the text itself).
-            DataType::Decimal(p, s) => self.push_decimal(&v, sluice_plan::decimal::from_f64(v, p, s)),
-            _ => Err(self.mismatch(format_args!("number {v}"))),
-        }
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        if self.data_type != DataType::Boolean {
-            return Err(self.mismatch(format_args!("boolean {v}")));
-        }
-        if let Some(c) = self.column {
-            c.push_bool(v).map_err(E::custom)?;
-        }
-        Ok(())
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
-        match self.data_type {
-            DataType::String => {
-                if let Some(c) = self.column {
-                    c.push_str(v).map_err(E::custom)?;
-                }
-                Ok(())
-            }
-            DataType::Timestamp => match parse_timestamp_ms(v) {
-                Some(ms) => self.push_i64(ms),
-                // Shortened as every value in a reason is: reasons are logged.
-                None => Err(self.mismatch(format_args!("string {:?}, which is not an RFC 3339 timestamp", shorten(v)))),
-            },
-            // Debezium's `decimal.handling.mode: string`, and any producer
-            // that keeps every digit by quoting them.
-            DataType::Decimal(p, s) => {
-                self.push_decimal(&format_args!("string {:?}", shorten(v)), sluice_plan::decimal::parse(v, p, s))
-            }
-            _ => {
-                let shown = shorten(v);
-                Err(self.mismatch(format_args!("string {shown:?}")))
-            }
-        }
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        if self.required {
-            return Err(E::custom(format_args!("required field `{}` is null", String::from_utf8_lossy(self.name))));
-        }
-        if let Some(c) = self.column {
-            c.push_null();
-        }
-        Ok(())
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<(), E> {
-        self.visit_unit()
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, _map: A) -> Result<(), A::Error> {
-        Err(self.mismatch(format_args!("an object")))
-    }
-
-    fn visit_seq<A: de::SeqAccess<'de>>(self, _seq: A) -> Result<(), A::Error> {
-        Err(self.mismatch(format_args!("an array")))
-    }
-}
-
-/// At most 40 characters of a value, for an error message.
-fn shorten(text: &str) -> String {
-    text.chars().take(40).collect()
 }
 
 impl Encoding for JsonDecoder {

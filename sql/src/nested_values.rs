@@ -1,0 +1,164 @@
+//! Reading arrays, maps and rows in SQL: `r.field` and `r.a.b` paths,
+//! `arr[i]` (1-based) and `m['k']`, and the functions over them
+//! (CARDINALITY, ELEMENT_AT, ARRAY_CONTAINS, ARRAY_POSITION,
+//! ARRAY_JOIN / ARRAY_TO_STRING, MAP_KEYS, MAP_VALUES), as Flink SQL
+//! spells them.
+
+use sqlparser::ast::{Expr, Ident};
+
+use crate::diagnostic::Located;
+
+use crate::typing::{cast, coerce_literal_to};
+use sluice_plan::{DataType, PhysExpr, Scalar, ScalarFunc, SqlError};
+
+/// The functions this file compiles (known beside `KNOWN_FUNCTIONS`).
+pub(crate) const NESTED_FUNCTIONS: &[&str] = &[
+    "CARDINALITY",
+    "ELEMENT_AT",
+    "ARRAY_CONTAINS",
+    "ARRAY_POSITION",
+    "ARRAY_JOIN",
+    "ARRAY_TO_STRING",
+    "MAP_KEYS",
+    "MAP_VALUES",
+];
+
+/// Field `id` of row `e`.
+pub(crate) fn row_field(e: PhysExpr, id: &Ident, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let t = e.data_type();
+    if !matches!(t, DataType::Row(_)) {
+        return Err(SqlError::at_span(id.span, format!("`.{}` reads a field of a row, but this is {t}", id.value)));
+    }
+    let Some((index, data_type)) = t.field(&id.value) else {
+        let names: Vec<&str> = t.fields().iter().map(|(n, _)| n.as_str()).collect();
+        return Err(SqlError::at_span(
+            id.span,
+            format!("{t} has no field `{}`{}", id.value, crate::diagnostic::suggestion(&id.value, names.into_iter())),
+        ));
+    };
+    let _ = node;
+    Ok(PhysExpr::Func { func: ScalarFunc::RowField(index), args: vec![e], data_type })
+}
+
+/// Element `at` of an array (a bigint, 1-based) or the value of key `at`
+/// in a map.
+pub(crate) fn element_at(e: PhysExpr, at: PhysExpr, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let t = e.data_type();
+    let (at, data_type) = match t {
+        DataType::Array(_) => {
+            let at = match at.data_type() {
+                DataType::Bigint => at,
+                DataType::Null => cast(at, DataType::Bigint),
+                other => {
+                    return Err(SqlError::at_node(
+                        node,
+                        format!("an array's index is a bigint (1 is the first), got {other}"),
+                    ));
+                }
+            };
+            (at, t.element().unwrap_or(DataType::Null))
+        }
+        DataType::Map(_) => {
+            let (k, v) = t.map_types().unwrap_or((DataType::String, DataType::Null));
+            (coerce_key(at, k, node)?, v)
+        }
+        DataType::Null => return Ok(PhysExpr::literal(Scalar::Null)),
+        other => {
+            return Err(SqlError::at_node(
+                node,
+                format!("`[…]` reads an element of an array or map, but this is {other}"),
+            ));
+        }
+    };
+    Ok(PhysExpr::Func { func: ScalarFunc::ElementAt, args: vec![e, at], data_type })
+}
+
+fn coerce_key(at: PhysExpr, key: DataType, node: &Expr) -> Result<PhysExpr, SqlError> {
+    match at.data_type() {
+        t if t == key => Ok(at),
+        DataType::Null => Ok(cast(at, key)),
+        _ if at.is_literal() => coerce_literal_to(at, key, node),
+        t => Err(SqlError::at_node(node, format!("this map's keys are {key}, got {t}"))),
+    }
+}
+
+/// The nested function `name` (upper case, one of [`NESTED_FUNCTIONS`]).
+pub(crate) fn nested_function(name: &str, mut args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let (min, max) = match name {
+        "CARDINALITY" | "MAP_KEYS" | "MAP_VALUES" => (1, 1),
+        "ARRAY_JOIN" | "ARRAY_TO_STRING" => (2, 3),
+        _ => (2, 2),
+    };
+    if args.len() < min || args.len() > max {
+        let expected = if min == max { format!("{min}") } else { format!("{min} to {max}") };
+        return Err(SqlError::at_node(node, format!("{name} takes {expected} argument(s), got {}", args.len())));
+    }
+    let first = args.remove(0);
+    let t = first.data_type();
+    let wrong = |wanted: &str| SqlError::at_node(node, format!("{name} needs {wanted}, got {t}"));
+    let func = |func, args, data_type| Ok(PhysExpr::Func { func, args, data_type });
+    match name {
+        "CARDINALITY" if matches!(t, DataType::Array(_) | DataType::Map(_)) => {
+            func(ScalarFunc::Cardinality, vec![first], DataType::Bigint)
+        }
+        "CARDINALITY" => Err(wrong("an array or map")),
+        "ELEMENT_AT" => element_at(first, args.remove(0), node),
+        "MAP_KEYS" | "MAP_VALUES" => {
+            let Some((k, v)) = t.map_types() else { return Err(wrong("a map")) };
+            let element = if name == "MAP_KEYS" { k } else { v };
+            let (f, data_type) =
+                if name == "MAP_KEYS" { (ScalarFunc::MapKeys, element) } else { (ScalarFunc::MapValues, element) };
+            func(f, vec![first], array_of(data_type, node)?)
+        }
+        "ARRAY_CONTAINS" | "ARRAY_POSITION" => {
+            let Some(element) = t.element().filter(|_| matches!(t, DataType::Array(_))) else {
+                return Err(wrong("an array"));
+            };
+            if element.is_nested() {
+                return Err(SqlError::at_node(
+                    node,
+                    format!("{name} compares flat elements; this array holds {element}"),
+                ));
+            }
+            let needle = args.remove(0);
+            let needle = match needle.data_type() {
+                n if n == element => needle,
+                DataType::Null => cast(needle, element),
+                _ if needle.is_literal() => coerce_literal_to(needle, element, node)?,
+                n => match n.common(element) {
+                    Some(c) if c == element => cast(needle, element),
+                    _ => return Err(SqlError::at_node(node, format!("{name}: the array holds {element}, got {n}"))),
+                },
+            };
+            let (f, data_type) = if name == "ARRAY_CONTAINS" {
+                (ScalarFunc::ArrayContains, DataType::Boolean)
+            } else {
+                (ScalarFunc::ArrayPosition, DataType::Bigint)
+            };
+            func(f, vec![first, needle], data_type)
+        }
+        _ => {
+            // ARRAY_JOIN / ARRAY_TO_STRING: elements as text.
+            let Some(element) = t.element().filter(|_| matches!(t, DataType::Array(_))) else {
+                return Err(wrong("an array"));
+            };
+            if element.is_nested() {
+                return Err(SqlError::at_node(node, format!("{name} joins flat elements; this array holds {element}")));
+            }
+            let array = if element == DataType::String {
+                first
+            } else {
+                PhysExpr::Cast { expr: Box::new(first), to: array_of(DataType::String, node)? }
+            };
+            let mut rest = vec![array];
+            for a in args {
+                rest.push(crate::typing::expect_string(a, node, name)?);
+            }
+            func(ScalarFunc::ArrayJoin, rest, DataType::String)
+        }
+    }
+}
+
+fn array_of(t: DataType, node: &Expr) -> Result<DataType, SqlError> {
+    DataType::array(t).map_err(|e| SqlError::at_node(node, e.to_string()))
+}

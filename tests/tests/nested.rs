@@ -1,0 +1,143 @@
+//! Nested data end to end, against the real broker and Schema Registry:
+//! orders with an array of line-item records and a map of attributes,
+//! written by confluent-kafka's `AvroSerializer`, the job's columns derived
+//! from the registry subject, the line items unnested.
+
+// Test code: failing loudly is its job.
+#![allow(clippy::panic, clippy::expect_used, clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use sluice_e2e::kafka;
+use sluice_e2e::worker::{Worker, write_temp};
+use sluice_e2e::{harness, unique_name};
+
+const N: i64 = 2000;
+
+/// A result row: order id, SKU, amount in cents, note, channel, items.
+type Line = (i64, String, i64, Option<String>, Option<String>, i64);
+
+/// The line items `avro_nested_produce.py` writes for order `i`: (sku,
+/// qty, price in cents).
+fn items(i: i64) -> Vec<(String, i64, i64)> {
+    (0..i % 4).map(|j| (format!("sku-{}", (i + j) % 7), j + 1, (i % 5 + j) * 100 + 25)).collect()
+}
+
+fn produce(topic: &str) {
+    let h = harness();
+    let produced = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_nested_produce.py"))
+        .args([&h.bootstrap, &h.registry_url, topic, &N.to_string()])
+        .output()
+        .expect("run the Python producer");
+    assert!(produced.status.success(), "avro_nested_produce.py: {}", String::from_utf8_lossy(&produced.stderr));
+}
+
+fn run(name: &str, sql: &str, topic: &str, out: &str) {
+    let h = harness();
+    let manifest = format!(
+        r#"apiVersion: sluice.dev/v1alpha1
+kind: StreamJob
+metadata:
+  name: {name}
+spec:
+  sql: |
+    {sql}
+  schemaRegistry: {{ url: "{registry}" }}
+  sources:
+    - name: orders
+      kafka: {{ bootstrapServers: "{bootstrap}", topic: {topic} }}
+      format: avro
+      schema:
+        registry: {{ subject: {topic}-value }}
+  sink:
+    kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+"#,
+        registry = h.registry_url,
+        bootstrap = h.bootstrap,
+    );
+    let m = write_temp(&format!("{name}.yaml"), &manifest);
+    let mut w = Worker::run(&m, &["--bounded", "--cores", "2", "--group", &unique_name("g")]);
+    assert!(w.wait(Duration::from_secs(120)).success(), "worker failed:\n{}", w.log());
+    assert!(w.log().contains("dead-lettered: 0"), "{}", w.log());
+}
+
+fn cents(v: &serde_json::Value) -> i64 {
+    (v.as_f64().unwrap_or_else(|| panic!("a number: {v}")) * 100.0).round() as i64
+}
+
+/// Every line item of every order, exactly once, with its order's id and
+/// amount; orders without items give no row.
+#[test]
+fn line_items_written_by_the_avro_serializer_unnest_exactly() {
+    let (topic, out) = (unique_name("nested-orders"), unique_name("nested-lines"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    produce(&topic);
+    run(
+        &unique_name("nested-lines"),
+        "SELECT o.id, i.sku, i.qty * i.price AS amount, i.note, o.attrs['channel'] AS channel, \
+         CARDINALITY(o.items) AS n FROM orders AS o CROSS JOIN UNNEST(o.items) AS i",
+        &topic,
+        &out,
+    );
+    let mut expected: Vec<Line> = Vec::new();
+    for i in 0..N {
+        let channel = (i % 2 == 0).then(|| if i % 4 == 0 { "web" } else { "app" }.to_owned());
+        for (j, (sku, qty, price)) in items(i).into_iter().enumerate() {
+            let note = (j % 2 == 1).then(|| "gift".to_owned());
+            expected.push((i, sku, qty * price, note, channel.clone(), i % 4));
+        }
+    }
+    let mut got: Vec<Line> = kafka::consume_all(&out, Duration::from_secs(60))
+        .iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+            (
+                v["id"].as_i64().unwrap(),
+                v["sku"].as_str().unwrap().to_owned(),
+                cents(&v["amount"]),
+                v["note"].as_str().map(str::to_owned),
+                v["channel"].as_str().map(str::to_owned),
+                v["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(got, expected);
+}
+
+/// A per-SKU total over the unnested line items: the items cross a
+/// repartition topic keyed by SKU (their nested order with them).
+#[test]
+fn a_total_per_sku_over_unnested_line_items_is_exact() {
+    let (topic, out) = (unique_name("nested-orders"), unique_name("nested-skus"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    produce(&topic);
+    run(
+        &unique_name("nested-skus"),
+        "SELECT i.sku, SUM(i.qty * i.price) AS total, COUNT(*) AS lines \
+         FROM orders AS o CROSS JOIN UNNEST(o.items) AS i GROUP BY i.sku",
+        &topic,
+        &out,
+    );
+    let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for i in 0..N {
+        for (sku, qty, price) in items(i) {
+            let e = expected.entry(sku).or_default();
+            e.0 += qty * price;
+            e.1 += 1;
+        }
+    }
+    let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for r in kafka::consume_all(&out, Duration::from_secs(60)) {
+        let v: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+        got.insert(v["sku"].as_str().unwrap().to_owned(), (cents(&v["total"]), v["lines"].as_i64().unwrap()));
+    }
+    assert_eq!(got, expected, "the last result per SKU is its total");
+}
