@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzzes the places untrusted input enters — the JSON, Avro, Protobuf and Debezium (JSON, Avro) decoders, registry
+# Fuzzes the places untrusted input enters — the JSON (flat and nested), Avro, Protobuf and Debezium (JSON, Avro) decoders, registry
 # schemas (column derivation and compilation: what the operator and each core run per schema) and
 # the SQL front end (planner, then the engine over extreme records) — with the
 # deterministic mutation fuzzer in worker/examples/fuzz.rs. Not a CI step:
@@ -16,9 +16,9 @@ cd "$(dirname "$0")/.."
 INPUTS="${INPUTS:-10000000}"
 SEED="${SEED:-24301}"
 cargo build --release -q -p sluice-worker --example fuzz
-for target in json avro protobuf debezium debezium-avro registry-schema sql; do
+for target in json json-nested avro protobuf debezium debezium-avro registry-schema sql; do
   ./target/release/examples/fuzz "$target" "$INPUTS" "$SEED"
 done
 # The property tests at volume, from a fresh seed each run.
 PROPTEST_CASES="${PROPTEST_CASES:-20000}" PROPTEST_RNG_SEED="$SEED" \
-  cargo test --release -q -p sluice-worker --test never_panics --test decode_paths --test avro_never_panics --test protobuf_never_panics --test debezium_never_panics
+  cargo test --release -q -p sluice-worker --test never_panics --test decode_paths --test avro_never_panics --test protobuf_never_panics --test debezium_never_panics --test nested_never_panics

@@ -91,6 +91,10 @@ pub struct Engine {
     /// watermark reached `watermark` before row `row` of the batch in
     /// process (see [`Engine::process_exchanged`]).
     marks: Vec<(usize, i64)>,
+    /// While a batch an UNNEST expanded runs: each row's source record,
+    /// and the records' event times, which move the watermark whether or
+    /// not a record has elements.
+    unnested: Option<(Vec<u32>, Vec<i64>)>,
     /// Rows emitted by a stateful operator, before HAVING and the SELECT list (scratch).
     intermediate: Batch,
     /// Columns an operator computed for its input rows (scratch).
@@ -153,6 +157,7 @@ impl Engine {
             selection: Vec::new(),
             watermark_before: Vec::new(),
             marks: Vec::new(),
+            unnested: None,
             columns: Vec::new(),
             having: Vec::new(),
             late: Vec::new(),
@@ -209,8 +214,22 @@ impl Engine {
             // upstreams or watermark marks to carry over to its rows.
             Some(unnest) => {
                 let (mut rows, parents) = crate::unnest::unnest(unnest, batch)?;
+                let times = plan
+                    .source
+                    .event_time
+                    .and_then(|et| batch.columns.get(et.column).and_then(int_values))
+                    .map(<[i64]>::to_vec)
+                    .unwrap_or_default();
+                let newest = times.iter().copied().max();
                 let mut out = crate::unnest::ToRecords { out, parents: &parents, records: batch };
-                self.run_input(&mut rows, &[], &mut out)
+                self.unnested = Some((parents.clone(), times));
+                let result = self.run_input(&mut rows, &[], &mut out);
+                self.unnested = None;
+                // A batch of records without elements still moves time on.
+                if let Some(t) = newest {
+                    self.max_event_time = self.max_event_time.max(t);
+                }
+                result
             }
             None => self.run_input(batch, upstreams, out),
         }
@@ -278,13 +297,28 @@ impl Engine {
                 // lateness does not depend on batch boundaries.
                 self.watermark_before.clear();
                 let mut max = self.max_event_time;
-                for &t in ts {
-                    self.watermark_before.push(max.saturating_sub(et.delay_ms));
-                    max = max.max(t);
+                match &self.unnested {
+                    // Per source record, then each of its rows.
+                    Some((parents, times)) => {
+                        let mut per_record = Vec::with_capacity(times.len());
+                        for &t in times {
+                            per_record.push(max.saturating_sub(et.delay_ms));
+                            max = max.max(t);
+                        }
+                        let at = |p: &u32| per_record.get(*p as usize).copied().unwrap_or(max);
+                        self.watermark_before.extend(parents.iter().map(at));
+                    }
+                    None => {
+                        for &t in ts {
+                            self.watermark_before.push(max.saturating_sub(et.delay_ms));
+                            max = max.max(t);
+                        }
+                    }
                 }
                 self.max_event_time = max;
             } else {
-                self.max_event_time = ts.iter().copied().fold(self.max_event_time, i64::max);
+                let times = self.unnested.as_ref().map_or(ts, |(_, times)| times.as_slice());
+                self.max_event_time = times.iter().copied().fold(self.max_event_time, i64::max);
             }
             event_times = ts;
         }

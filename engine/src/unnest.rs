@@ -39,8 +39,12 @@ pub(crate) fn unnest(plan: &UnnestPlan, batch: &Batch) -> Result<(Batch, Vec<u32
         }
     }
     let mut columns = Vec::with_capacity(batch.columns.len() + 4);
-    for c in &batch.columns {
-        columns.push(gather(c, &rows)?);
+    for (i, c) in batch.columns.iter().enumerate() {
+        if plan.keep.get(i).copied().unwrap_or(true) {
+            columns.push(gather(c, &rows)?);
+        } else {
+            columns.push(Column::new(c.data_type, ColumnData::Null(rows.len()), None));
+        }
     }
     match (&list.values.data, plan.split_fields) {
         (ColumnData::Struct(fields), true) => {
@@ -135,6 +139,7 @@ mod tests {
             split_fields: true,
             ordinality: true,
             names: vec!["sku".into(), "qty".into(), "n".into()],
+            keep: Vec::new(),
         }
     }
 

@@ -424,11 +424,34 @@ fn compare(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<Column, 
         DataType::Boolean => apply(bool_side(l)?, bool_side(r)?, n, cmp_fn(op)),
         DataType::String => compare_strings(op, l, r, n)?,
         DataType::Null => (vec![false; n], Some(vec![false; n])),
-        DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => {
-            return Err(Error::Internal(format!("comparing {data_type} values")));
-        }
+        DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => compare_nested(op, l, r, n)?,
     };
     Ok(Column::new(DataType::Boolean, ColumnData::Bool(values), validity))
+}
+
+/// `=` and `<>` of arrays, maps or rows: equal when every element,
+/// entry or field is (the planner refuses an order).
+fn compare_nested(op: CmpOp, l: &Value<'_>, r: &Value<'_>, n: usize) -> Result<(Vec<bool>, Option<Vec<bool>>), Error> {
+    let at = |v: &'_ Value<'_>, i: usize| match v {
+        Value::Column(c) => c.value(i).to_scalar(),
+        Value::Scalar(s, _) => s.clone(),
+    };
+    let (mut values, mut valid) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        let (a, b) = (at(l, i), at(r, i));
+        let known = !a.is_null() && !b.is_null();
+        valid.push(known);
+        values.push(
+            known
+                && match op {
+                    CmpOp::Eq => a == b,
+                    CmpOp::NotEq => a != b,
+                    _ => return Err(Error::Internal(format!("ordering nested values ({op:?})"))),
+                },
+        );
+    }
+    let validity = if valid.iter().all(|v| *v) { None } else { Some(valid) };
+    Ok((values, validity))
 }
 
 fn cmp_str(op: CmpOp, x: &str, y: &str) -> bool {

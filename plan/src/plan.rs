@@ -65,6 +65,9 @@ pub struct UnnestPlan {
     pub ordinality: bool,
     /// The names of the columns it adds, as the query gives them.
     pub names: Vec<String>,
+    /// Per source column: whether the rows carry it (the rest of the query
+    /// reads it); the others are NULL placeholders in the unnested rows.
+    pub keep: Vec<bool>,
 }
 
 impl UnnestPlan {

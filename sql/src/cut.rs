@@ -458,7 +458,11 @@ fn split_at_state(plan: Plan) -> Option<Dataflow> {
     // stage unnests; the second reads its rows).
     let input = plan.input_schema();
     let width = plan.source.schema.fields.len();
-    let forwarded = columns_of(&input, |i| i >= width || plan.used_columns.get(i).copied().unwrap_or(false));
+    let carried = |i: usize| match &plan.unnest {
+        Some(u) => u.keep.get(i).copied().unwrap_or(false),
+        None => plan.used_columns.get(i).copied().unwrap_or(false),
+    };
+    let forwarded = columns_of(&input, |i| i >= width || carried(i));
     let exchange = first_stage(&plan, OperatorPlan::Stateless, input.clone(), forwarded, keys, EmitMode::PerRecord);
     let mut stateful = plan;
     if stateful.unnest.take().is_some() {

@@ -77,7 +77,6 @@ fn coerce_key(at: PhysExpr, key: DataType, node: &Expr) -> Result<PhysExpr, SqlE
     match at.data_type() {
         t if t == key => Ok(at),
         DataType::Null => Ok(cast(at, key)),
-        _ if at.is_literal() => coerce_literal_to(at, key, node),
         t => Err(SqlError::at_node(node, format!("this map's keys are {key}, got {t}"))),
     }
 }
@@ -161,4 +160,76 @@ pub(crate) fn nested_function(name: &str, mut args: Vec<PhysExpr>, node: &Expr) 
 
 fn array_of(t: DataType, node: &Expr) -> Result<DataType, SqlError> {
     DataType::array(t).map_err(|e| SqlError::at_node(node, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_crds::{ColumnType, SourceSpec};
+
+    fn orders() -> SourceSpec {
+        let t = |s: &str| ColumnType::parse(s).unwrap();
+        SourceSpec::table(
+            "orders",
+            &[
+                ("id", ColumnType::Bigint, true),
+                ("items", t("array<row<sku string, qty bigint>>"), false),
+                ("attrs", t("map<string, string>"), false),
+                ("customer", t("row<name string, addr row<city string>>"), false),
+                ("ts", ColumnType::Timestamp, false),
+            ],
+        )
+    }
+
+    fn error(sql: &str) -> String {
+        match crate::plan_dataflow(sql, &[orders()], 2) {
+            Ok(_) => panic!("planned: {sql}"),
+            Err(e) => e.message,
+        }
+    }
+
+    #[test]
+    fn paths_functions_and_unnest_plan() {
+        for sql in [
+            "SELECT o.customer.addr.city, customer.name, items[1].sku, attrs['k'], CARDINALITY(items) FROM orders o",
+            "SELECT id FROM orders WHERE customer = customer AND items <> CAST(items AS ARRAY<STRUCT<sku VARCHAR, qty BIGINT>>)",
+            "SELECT o.id, i.sku FROM orders o CROSS JOIN UNNEST(o.items) WITH ORDINALITY AS i(sku, qty, n)",
+            "SELECT i.sku, COUNT(*) FROM orders o LEFT JOIN UNNEST(o.items) AS i ON TRUE GROUP BY i.sku",
+            "SELECT k, v FROM orders, UNNEST(attrs) AS a(k, v)",
+            "SELECT customer, COUNT(*) FROM orders GROUP BY customer",
+        ] {
+            if let Err(e) = crate::plan_dataflow(sql, &[orders()], 2) {
+                panic!("{sql}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn what_nested_values_cannot_do_is_refused_naming_it() {
+        for (sql, says) in [
+            ("SELECT id FROM orders WHERE items < items", "no order"),
+            ("SELECT MAX(customer) FROM orders", "MAX orders its values"),
+            ("SELECT customer.nam FROM orders", "has no field `nam` (did you mean `name`?)"),
+            ("SELECT id.x FROM orders", "reads a field of a row, but this is bigint"),
+            ("SELECT items['a'] FROM orders", "an array's index is a bigint"),
+            ("SELECT attrs[1] FROM orders", "this map's keys are string"),
+            ("SELECT id[1] FROM orders", "reads an element of an array or map, but this is bigint"),
+            ("SELECT CARDINALITY(id) FROM orders", "CARDINALITY needs an array or map, got bigint"),
+            ("SELECT ARRAY_CONTAINS(items, 1) FROM orders", "compares flat elements"),
+            ("SELECT * FROM orders o CROSS JOIN UNNEST(o.id) AS x", "UNNEST takes an array or a map, got bigint"),
+            (
+                "SELECT * FROM orders o CROSS JOIN UNNEST(o.items) AS i(a)",
+                "gives 2 column(s) (sku, qty); the alias names 1",
+            ),
+            ("SELECT * FROM orders o CROSS JOIN UNNEST(o.attrs) AS a(id, v)", "has the name of another column"),
+            ("SELECT * FROM orders o JOIN UNNEST(o.items) AS i ON i.qty > 1", "LEFT JOIN UNNEST(…) ON TRUE"),
+            ("SELECT * FROM orders o CROSS JOIN UNNEST(o.items) WITH OFFSET AS i", "WITH ORDINALITY"),
+            (
+                "SELECT id, ROW_NUMBER() OVER (PARTITION BY id ORDER BY items) AS rn FROM orders",
+                "have no order: ORDER BY a field",
+            ),
+        ] {
+            let e = error(sql);
+            assert!(e.contains(says), "{sql}: {e}");
+        }
+    }
 }

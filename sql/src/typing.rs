@@ -179,6 +179,19 @@ pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Resul
         (String, Timestamp) if l.is_literal() => (coerce_literal_to(l, Timestamp, node)?, r),
         _ => (l, r),
     };
+    if lt.is_nested() || rt.is_nested() {
+        // Equal or not, as PostgreSQL compares arrays and rows; no order.
+        return match (op, lt.common(rt)) {
+            (CmpOp::Eq | CmpOp::NotEq, Some(common)) => {
+                Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })
+            }
+            (CmpOp::Eq | CmpOp::NotEq, None) => Err(SqlError::at_node(node, format!("cannot compare {lt} with {rt}"))),
+            _ => Err(SqlError::at_node(
+                node,
+                format!("{lt} values are equal or not, with no order: compare a field or an element"),
+            )),
+        };
+    }
     let (l, r) = exact_beside_decimal(l, r);
     let (lt, rt) = (l.data_type(), r.data_type());
     if decimal_pair(lt, rt).is_some() {

@@ -371,9 +371,12 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if !["json", "sql", "avro", "protobuf", "debezium", "debezium-avro", "registry-schema"].contains(&target.as_str()) {
+    if !["json", "json-nested", "sql", "avro", "protobuf", "debezium", "debezium-avro", "registry-schema"]
+        .contains(&target.as_str())
+    {
         eprintln!(
-            "usage: fuzz json|sql|avro|protobuf|debezium|debezium-avro|registry-schema [inputs] [seed] [first input]"
+            "usage: fuzz json|json-nested|sql|avro|protobuf|debezium|debezium-avro|registry-schema [inputs] [seed] \
+             [first input]"
         );
         std::process::exit(2);
     }
@@ -407,6 +410,8 @@ fn main() {
     let avro_seeds = fixtures::avro_seeds();
     let mut avro = fixtures::avro_decoder();
     let mut avro_batch = avro.new_batch(4);
+    let mut nested = fixtures::nested_json_decoder();
+    let mut nested_batch = nested.new_batch(4);
     let protobuf_seeds = fixtures::protobuf_seeds();
     let mut protobuf = fixtures::protobuf_decoder();
     let mut protobuf_batch = protobuf.new_batch(4);
@@ -424,11 +429,13 @@ fn main() {
                 ^ (u64::from(target == "protobuf") << 2)
                 ^ (u64::from(target == "debezium") << 3)
                 ^ (u64::from(target == "debezium-avro") << 4)
-                ^ (u64::from(target == "registry-schema") << 5),
+                ^ (u64::from(target == "registry-schema") << 5)
+                ^ (u64::from(target == "json-nested") << 6),
             i,
         );
         let input = match target.as_str() {
             "json" => mutate(JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
+            "json-nested" => mutate(fixtures::NESTED_JSON_SEEDS, JSON_DICTIONARY, JSON_CHAINS, &mut rng),
             "avro" => {
                 let mut v = mutate(&avro_seeds, AVRO_DICTIONARY, AVRO_CHAINS, &mut rng);
                 // Mostly a known schema id: the datum is what is fuzzed.
@@ -472,6 +479,13 @@ fn main() {
                 // source's columns (what every core does per schema id).
                 avro.add_schema_with(1, &text, &references);
                 return Verdict::Fine;
+            }
+            if target == "json-nested" {
+                nested_batch.clear();
+                return match fixtures::decode_whole_row_or_none(&mut nested_batch, |b| nested.decode(&input, b)) {
+                    Ok(()) => Verdict::Fine,
+                    Err(why) => Verdict::Disagreement(why),
+                };
             }
             if target == "avro" {
                 avro_batch.clear();
@@ -542,6 +556,8 @@ fn main() {
                 // A panic mid-decode can leave the decoders half way: start afresh.
                 avro = fixtures::avro_decoder();
                 avro_batch = avro.new_batch(4);
+                nested = fixtures::nested_json_decoder();
+                nested_batch = nested.new_batch(4);
                 protobuf = fixtures::protobuf_decoder();
                 protobuf_batch = protobuf.new_batch(4);
                 debezium = fixtures::debezium_decoder();

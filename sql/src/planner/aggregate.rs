@@ -407,6 +407,14 @@ impl AggScope<'_> {
                 t => return Err(SqlError::at_node(node, format!("{name} needs a number, got {t}"))),
             },
             AggFunc::Min | AggFunc::Max if arg_type == DataType::Null => arg.map(|a| cast(a, DataType::Double)),
+            AggFunc::Min | AggFunc::Max if arg_type.is_nested() => {
+                return Err(SqlError::at_node(
+                    node,
+                    format!(
+                        "{name} orders its values; {arg_type} values have no order (take it of a field or element)"
+                    ),
+                ));
+            }
             _ => arg,
         };
         let input_type = arg.as_ref().map_or(DataType::Bigint, PhysExpr::data_type);

@@ -165,10 +165,14 @@ impl Planner<'_> {
         // engine's to make.
         let mut source = self.source;
         let mut used_columns = self.used;
-        let unnest = self.unnest.map(|(plan, width)| {
+        let unnest = self.unnest.map(|(mut plan, width, array_reads)| {
             source.schema.fields.truncate(width);
             source.required.truncate(width);
             used_columns.truncate(width);
+            // What the rows carry: the source columns the rest of the
+            // query reads; the decoder also fills what the array reads.
+            plan.keep = used_columns.clone();
+            used_columns.iter_mut().zip(&array_reads).for_each(|(u, a)| *u |= *a);
             plan
         });
         Ok(Plan {

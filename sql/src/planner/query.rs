@@ -16,9 +16,10 @@ pub(super) struct Planner<'q> {
     pub(super) source: SourceSchema,
     pub(super) qualifiers: Vec<String>,
     pub(super) used: Vec<bool>,
-    /// The query's UNNEST, and how many columns the source has before
-    /// the unnest's (`source` holds both while the query is planned).
-    pub(super) unnest: Option<(sluice_plan::UnnestPlan, usize)>,
+    /// The query's UNNEST, how many columns the source has before the
+    /// unnest's (`source` holds both while the query is planned), and the
+    /// source columns its array reads.
+    pub(super) unnest: Option<(sluice_plan::UnnestPlan, usize, Vec<bool>)>,
 }
 
 impl<'q> Planner<'q> {
@@ -134,14 +135,24 @@ impl<'q> Planner<'q> {
             }
             let width = planner.source.schema.fields.len();
             let taken = planner.source.column_names();
-            let columns = super::unnest::plan_unnest(clause, &mut planner.input_scope("UNNEST"), &taken)?;
+            // The array's columns are noted apart: a row per element need
+            // not carry what only the array read (the whole array, once
+            // per element, would make unnesting quadratic).
+            let mut array_reads = vec![false; width];
+            let mut scope = InputScope {
+                source: &planner.source,
+                qualifiers: &planner.qualifiers,
+                used: &mut array_reads,
+                context: "UNNEST",
+            };
+            let columns = super::unnest::plan_unnest(clause, &mut scope, &taken)?;
             for f in columns.fields {
                 planner.source.schema.fields.push(f);
                 planner.source.required.push(false);
                 planner.used.push(true);
             }
             planner.qualifiers.extend(columns.qualifier);
-            planner.unnest = Some((columns.plan, width));
+            planner.unnest = Some((columns.plan, width, array_reads));
         }
         Ok(planner)
     }

@@ -144,6 +144,12 @@ impl RowsScope<'_> {
                 let Some(col) = e.as_column() else {
                     return Err(SqlError::at_node(&o.expr, "window ORDER BY must name a column"));
                 };
+                if e.data_type().is_nested() {
+                    return Err(SqlError::at_node(
+                        &o.expr,
+                        format!("{} values have no order: ORDER BY a field or an element", e.data_type()),
+                    ));
+                }
                 if let Some(et) = self.source.event_time
                     && et.column != col
                 {

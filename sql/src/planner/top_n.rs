@@ -168,6 +168,12 @@ impl TopNScope<'_> {
             if matches!(expr.data_type(), DataType::Null) {
                 return Err(SqlError::at_node(&o.expr, "ORDER BY needs a typed expression, not NULL"));
             }
+            if expr.data_type().is_nested() {
+                return Err(SqlError::at_node(
+                    &o.expr,
+                    format!("{} values have no order: ORDER BY a field or an element", expr.data_type()),
+                ));
+            }
             let descending = match o.options.sort {
                 None | Some(OrderBySort::Asc) => false,
                 Some(OrderBySort::Desc) => true,

@@ -74,6 +74,7 @@ pub(crate) fn plan_unnest(
             split_fields,
             ordinality: clause.ordinality,
             names: fields.iter().map(|f| f.name.clone()).collect(),
+            keep: Vec::new(),
         },
         fields,
         qualifier: clause.alias.as_ref().map(|a| a.name.value.to_ascii_lowercase()),

@@ -170,9 +170,31 @@ fn binary_decoder_plan() -> Plan {
     sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap()
 }
 
-/// An Avro decoder of the fixtures' columns, with every [`AVRO_SCHEMAS`] entry.
+/// An Avro decoder of the fixtures' columns, with every [`AVRO_SCHEMAS`]
+/// entry, and schema 1's array and map as nested columns.
+#[allow(clippy::unwrap_used)]
 pub fn avro_decoder() -> AvroDecoder {
-    let mut d = AvroDecoder::new(&binary_decoder_plan());
+    let nested = |s: &str| ColumnType::parse(s).unwrap();
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("price", ColumnType::Double, false),
+            ("name", ColumnType::String, false),
+            ("ts", ColumnType::Timestamp, false),
+            ("amount", ColumnType::String, false),
+            ("nested.day", ColumnType::Timestamp, false),
+            ("flag", ColumnType::Boolean, false),
+            ("tags", nested("array<string>"), false),
+            ("attrs", nested("map<string, string>"), false),
+        ],
+    );
+    let plan = sluice_sql::plan_query(
+        r#"SELECT id, price, name, ts, amount, "nested.day", flag, tags, attrs FROM t"#,
+        &[source],
+    )
+    .unwrap();
+    let mut d = AvroDecoder::new(&plan);
     for (id, schema) in AVRO_SCHEMAS {
         d.add_schema(*id, schema);
     }
@@ -229,6 +251,33 @@ pub fn avro_seeds() -> Vec<Vec<u8>> {
     avro_bytes(b"true", &mut s);
     vec![r, l, s]
 }
+
+/// A JSON decoder of nested columns: arrays of rows holding arrays, maps,
+/// deep arrays, rows of rows.
+#[allow(clippy::unwrap_used)]
+pub fn nested_json_decoder() -> JsonDecoder {
+    let nested = |s: &str| ColumnType::parse(s).unwrap();
+    let source = SourceSpec::table(
+        "t",
+        &[
+            ("id", ColumnType::Bigint, true),
+            ("items", nested("array<row<sku string, qty bigint, price decimal(9,2), tags array<string>>>"), false),
+            ("attrs", nested("map<string, bigint>"), false),
+            ("codes", nested("map<bigint, timestamp>"), false),
+            ("deep", nested("array<array<array<double>>>"), false),
+            ("r", nested("row<a row<b array<map<string, boolean>>>, c decimal(38,10)>"), false),
+        ],
+    );
+    JsonDecoder::new(&sluice_sql::plan_query("SELECT id, items, attrs, codes, deep, r FROM t", &[source]).unwrap())
+}
+
+/// Valid records of [`nested_json_decoder`]'s columns, to mutate.
+pub const NESTED_JSON_SEEDS: &[&str] = &[
+    r#"{"id":1,"items":[{"sku":"a","qty":2,"price":"1.50","tags":["x","y"]},{"sku":"b","qty":null,"price":0.1}],"attrs":{"k":1,"l":-2},"codes":{"7":0,"-3":"2024-01-01T00:00:00Z"},"deep":[[[1.5,null],[]],null],"r":{"a":{"b":[{"t":true},{}]},"c":"12345678901234567890.0123456789"}}"#,
+    r#"{"id":2,"items":[],"attrs":{},"codes":null,"deep":[],"r":null}"#,
+    r#"{"id":3,"items":null,"r":{"a":null,"c":-1}}"#,
+    r#"{"id":4,"items":[null,{"SKU":"c"}],"deep":[[[1e308,-0.0]]],"r":{"A":{"B":null}}}"#,
+];
 
 /// Decodes with `decode`, checking that the batch took one whole row (a
 /// value in every column) or, on an error, nothing at all.
