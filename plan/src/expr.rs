@@ -237,6 +237,14 @@ pub enum ScalarFunc {
     /// entry order.
     MapKeys,
     MapValues,
+    /// `ARRAY[a, b, …]`: the arguments (of one type) as an array.
+    MakeArray,
+    /// `MAP {k: v, …}`: the arguments, keys and values alternating, as a
+    /// map in that order.
+    MakeMap,
+    /// `ROW(a, b, …)`: the arguments as a row of fields `f1`, `f2`, …
+    /// (PostgreSQL's names).
+    MakeRow,
 }
 
 /// The digests [`ScalarFunc::Digest`] computes.

@@ -237,6 +237,29 @@ fn write_func(func: &ScalarFunc, args: &[PhysExpr], name: &dyn Fn(usize) -> Stri
         ScalarFunc::ArrayJoin => simple("ARRAY_JOIN", out),
         ScalarFunc::MapKeys => simple("MAP_KEYS", out),
         ScalarFunc::MapValues => simple("MAP_VALUES", out),
+        ScalarFunc::MakeArray => {
+            out.push_str("ARRAY[");
+            for (i, a) in args.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_expr(a, name, out);
+            }
+            out.push(']');
+        }
+        ScalarFunc::MakeMap => {
+            out.push_str("MAP {");
+            for (i, a) in args.iter().enumerate() {
+                out.push_str(match i {
+                    0 => "",
+                    i if i % 2 == 1 => ": ",
+                    _ => ", ",
+                });
+                write_expr(a, name, out);
+            }
+            out.push('}');
+        }
+        ScalarFunc::MakeRow => simple("ROW", out),
         ScalarFunc::ConvertTz { from: None, to: Some(zone) } => {
             if let Some(a) = args.first() {
                 write_expr(a, name, out);

@@ -53,6 +53,18 @@ pub(crate) fn compile(expr: &Expr, scope: &mut dyn Scope) -> Result<PhysExpr, Sq
             Err(unknown) => field_path(ids, scope, expr).unwrap_or(Err(unknown))?,
         },
         Expr::CompoundFieldAccess { root, access_chain } => compound_access(root, access_chain, scope, expr)?,
+        Expr::Array(a) => {
+            let elements = a.elem.iter().map(|e| compile(e, scope)).collect::<Result<Vec<_>, _>>()?;
+            crate::nested_values::make_array(elements, expr)?
+        }
+        Expr::Map(m) => {
+            let mut args = Vec::with_capacity(m.entries.len() * 2);
+            for e in &m.entries {
+                args.push(compile(&e.key, scope)?);
+                args.push(compile(&e.value, scope)?);
+            }
+            crate::nested_values::make_map(args, expr)?
+        }
         Expr::Nested(inner) => compile(inner, scope)?,
         Expr::Value(v) => literal(&v.value, expr)?,
         Expr::TypedString(ts) => typed_string(ts, expr)?,
@@ -235,7 +247,7 @@ fn unsupported(expr: &Expr) -> SqlError {
     let what = match expr {
         Expr::Subquery(_) | Expr::InSubquery { .. } | Expr::Exists { .. } => "subqueries",
         Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => "* here",
-        Expr::Array(_) | Expr::Map(_) | Expr::Struct { .. } | Expr::Tuple(_) => "arrays, maps, structs and tuples",
+        Expr::Struct { .. } | Expr::Tuple(_) => "STRUCT(…) and tuples (ROW(…) makes a row)",
         Expr::JsonAccess { .. } => "JSON access operators (use JSON_VALUE)",
         Expr::Collate { .. } => "COLLATE",
         Expr::SimilarTo { .. } | Expr::RLike { .. } => "regular expressions",

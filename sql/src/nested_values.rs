@@ -21,6 +21,7 @@ pub(crate) const NESTED_FUNCTIONS: &[&str] = &[
     "ARRAY_TO_STRING",
     "MAP_KEYS",
     "MAP_VALUES",
+    "ROW",
 ];
 
 /// Field `id` of row `e`.
@@ -83,6 +84,9 @@ fn coerce_key(at: PhysExpr, key: DataType, node: &Expr) -> Result<PhysExpr, SqlE
 
 /// The nested function `name` (upper case, one of [`NESTED_FUNCTIONS`]).
 pub(crate) fn nested_function(name: &str, mut args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    if name == "ROW" {
+        return make_row(args, node);
+    }
     let (min, max) = match name {
         "CARDINALITY" | "MAP_KEYS" | "MAP_VALUES" => (1, 1),
         "ARRAY_JOIN" | "ARRAY_TO_STRING" => (2, 3),
@@ -156,6 +160,56 @@ pub(crate) fn nested_function(name: &str, mut args: Vec<PhysExpr>, node: &Expr) 
             func(ScalarFunc::ArrayJoin, rest, DataType::String)
         }
     }
+}
+
+/// `ARRAY[a, b, …]`: the elements cast to the type they share.
+pub(crate) fn make_array(elements: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let element = crate::typing::common_type(&elements, "ARRAY[…]", node)?;
+    if elements.is_empty() || element == DataType::Null {
+        return Err(SqlError::at_node(
+            node,
+            "ARRAY[…] takes its element type from its elements: give one that is not NULL, or CAST(NULL AS \
+             ARRAY<BIGINT>)",
+        ));
+    }
+    let args = elements.into_iter().map(|e| cast(e, element)).collect();
+    Ok(PhysExpr::Func { func: ScalarFunc::MakeArray, args, data_type: array_of(element, node)? })
+}
+
+/// `MAP {k: v, …}`: keys (string or bigint) and values each cast to the
+/// type they share.
+pub(crate) fn make_map(args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    let (keys, values): (Vec<_>, Vec<_>) = args.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let keys: Vec<PhysExpr> = keys.into_iter().map(|(_, e)| e).collect();
+    let values: Vec<PhysExpr> = values.into_iter().map(|(_, e)| e).collect();
+    let k = crate::typing::common_type(&keys, "MAP keys", node)?;
+    let v = crate::typing::common_type(&values, "MAP values", node)?;
+    if !matches!(k, DataType::String | DataType::Bigint) || v == DataType::Null {
+        return Err(SqlError::at_node(
+            node,
+            format!("MAP {{…}} takes string or bigint keys and values of one type that is not NULL, got {k} keys"),
+        ));
+    }
+    let args = keys.into_iter().zip(values).flat_map(|(key, value)| [cast(key, k), cast(value, v)]).collect();
+    let data_type = DataType::map(k, v).map_err(|e| SqlError::at_node(node, e.to_string()))?;
+    Ok(PhysExpr::Func { func: ScalarFunc::MakeMap, args, data_type })
+}
+
+/// `ROW(a, b, …)`: a row of fields `f1`, `f2`, … (PostgreSQL's names).
+fn make_row(args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+    if args.is_empty() {
+        return Err(SqlError::at_node(node, "ROW() needs at least one field"));
+    }
+    let mut fields = Vec::with_capacity(args.len());
+    let mut cast_args = Vec::with_capacity(args.len());
+    for (i, a) in args.into_iter().enumerate() {
+        // A NULL field is a string one, as PostgreSQL types an unknown.
+        let t = if a.data_type() == DataType::Null { DataType::String } else { a.data_type() };
+        fields.push((format!("f{}", i + 1), t));
+        cast_args.push(cast(a, t));
+    }
+    let data_type = DataType::row(fields).map_err(|e| SqlError::at_node(node, e.to_string()))?;
+    Ok(PhysExpr::Func { func: ScalarFunc::MakeRow, args: cast_args, data_type })
 }
 
 fn array_of(t: DataType, node: &Expr) -> Result<DataType, SqlError> {

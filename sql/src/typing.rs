@@ -181,7 +181,7 @@ pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Resul
     };
     if lt.is_nested() || rt.is_nested() {
         // Equal or not, as PostgreSQL compares arrays and rows; no order.
-        return match (op, lt.common(rt)) {
+        return match (op, nested_common(lt, rt)) {
             (CmpOp::Eq | CmpOp::NotEq, Some(common)) => {
                 Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })
             }
@@ -202,6 +202,33 @@ pub(crate) fn compare(l: PhysExpr, op: CmpOp, r: PhysExpr, node: &Expr) -> Resul
     let common = lt.common(rt).ok_or_else(|| SqlError::at_node(node, format!("cannot compare {lt} with {rt}")))?;
     let common = if common == Null { Boolean } else { common };
     Ok(PhysExpr::Compare { op, left: Box::new(cast(l, common)), right: Box::new(cast(r, common)) })
+}
+
+/// The type two nested values are compared as: the same type, or, as
+/// PostgreSQL compares rows by position, rows of as many fields whose
+/// fields share types (named as the left's), arrays and maps whose
+/// elements do.
+fn nested_common(l: DataType, r: DataType) -> Option<DataType> {
+    if let Some(t) = l.common(r) {
+        return Some(t);
+    }
+    match (l, r) {
+        (DataType::Array(_), DataType::Array(_)) => DataType::array(nested_common(l.element()?, r.element()?)?).ok(),
+        (DataType::Map(_), DataType::Map(_)) => {
+            let ((lk, lv), (rk, rv)) = (l.map_types()?, r.map_types()?);
+            DataType::map(lk.common(rk)?, nested_common(lv, rv)?).ok()
+        }
+        (DataType::Row(_), DataType::Row(_)) if l.fields().len() == r.fields().len() => {
+            let fields = l
+                .fields()
+                .iter()
+                .zip(r.fields())
+                .map(|((name, a), (_, b))| Some((name.clone(), nested_common(*a, *b)?)))
+                .collect::<Option<Vec<_>>>()?;
+            DataType::row(fields).ok()
+        }
+        _ => None,
+    }
 }
 
 /// A constant converted to `to` at compile time, with a clear error when it

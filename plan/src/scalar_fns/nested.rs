@@ -18,6 +18,9 @@ pub(super) fn takes(func: &ScalarFunc) -> bool {
             | ScalarFunc::ArrayJoin
             | ScalarFunc::MapKeys
             | ScalarFunc::MapValues
+            | ScalarFunc::MakeArray
+            | ScalarFunc::MakeMap
+            | ScalarFunc::MakeRow
     )
 }
 
@@ -40,6 +43,12 @@ pub(super) fn eval(func: &ScalarFunc, args: &[&Column], data_type: DataType) -> 
             let values = entries.fields[usize::from(matches!(func, ScalarFunc::MapValues))].clone();
             let data = ColumnData::List(ListData { offsets: l.offsets.clone(), values: Box::new(values) });
             Ok(Column::new(data_type, data, a.validity.clone()))
+        }
+        ScalarFunc::MakeArray | ScalarFunc::MakeMap => make_list(func, args, data_type),
+        ScalarFunc::MakeRow => {
+            let len = a.len();
+            let fields = args.iter().map(|c| (*c).clone()).collect();
+            Ok(Column::new(data_type, ColumnData::Struct(StructData { len, fields }), None))
         }
         other => Err(Error::Internal(format!("{other:?} is not a nested function"))),
     }
@@ -75,6 +84,36 @@ pub(super) fn cast(
         _ => return Err(Error::Internal(format!("CAST of {} to {to}", c.data_type))),
     };
     Ok(Column::new(to, data, c.validity.clone()))
+}
+
+/// `ARRAY[…]` and `MAP {…}`: per row, each argument (each key and value
+/// pair) an element.
+fn make_list(func: &ScalarFunc, args: &[&Column], data_type: DataType) -> Result<Column, Error> {
+    let n = args.first().map_or(0, |c| c.len());
+    let mut out = Column::with_capacity(data_type, n);
+    let ColumnData::List(list) = &mut out.data else {
+        return Err(Error::Internal(format!("{func:?} into {data_type}")));
+    };
+    for row in 0..n {
+        if matches!(func, ScalarFunc::MakeMap) {
+            let ColumnData::Struct(entries) = &mut list.values.data else {
+                return Err(Error::Internal("a map column without its entries".into()));
+            };
+            for pair in args.chunks(2) {
+                let [k, v] = pair else { continue };
+                entries.fields[0].push_from(k, row)?;
+                entries.fields[1].push_from(v, row)?;
+                entries.len += 1;
+            }
+            list.values.mark_valid(args.len() / 2);
+        } else {
+            for a in args {
+                list.values.push_from(a, row)?;
+            }
+        }
+        list.close_row()?;
+    }
+    Ok(out)
 }
 
 fn list(c: &Column) -> Result<&ListData, Error> {
