@@ -33,7 +33,7 @@ use crate::state::group_keys::GroupTable;
 use crate::state::pages::{KeyedPage, page_keys, write_page};
 use crate::state::{PagedGroups, PagedState, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::{self, AsScalars};
-use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, ScalarRef, eval};
+use sluice_plan::{Batch, ChangelogPlan, Column, Scalar, StateValue, eval};
 
 #[derive(Debug)]
 pub struct ChangelogOperator {
@@ -128,11 +128,11 @@ impl ChangelogOperator {
     }
 
     /// Files key `g`'s row from a checkpoint or a page read back.
-    fn restore_row(&mut self, g: usize, row: Option<Vec<ScalarRef<'_>>>) {
+    fn restore_row(&mut self, g: usize, row: Option<Vec<StateValue<'_>>>) {
         let row = row.map(|values| {
             let mut bytes = Vec::new();
-            for value in values {
-                row_bytes::push(value, &mut bytes);
+            for value in &values {
+                row_bytes::push(value.as_ref(), &mut bytes);
             }
             bytes.into_boxed_slice()
         });
@@ -299,7 +299,7 @@ impl PagedGroups for ChangelogOperator {
     }
 
     fn restore_from_page(&mut self, page: u32, bytes: &[u8]) -> Result<(), Error> {
-        restore_keyed_page(self, page, bytes, |op, g, row: Option<Vec<ScalarRef<'_>>>| {
+        restore_keyed_page(self, page, bytes, |op, g, row: Option<Vec<StateValue<'_>>>| {
             op.restore_row(g, row);
             Ok(())
         })
@@ -311,7 +311,7 @@ impl PagedGroups for ChangelogOperator {
     }
 
     fn load_page(&mut self, page: u32, bytes: &[u8], block: u32) -> Result<(), Error> {
-        load_keyed_page(self, page, bytes, block, |op, g, _, row: Option<Vec<ScalarRef<'_>>>| {
+        load_keyed_page(self, page, bytes, block, |op, g, _, row: Option<Vec<StateValue<'_>>>| {
             op.restore_row(g, row);
             Ok(())
         })

@@ -36,6 +36,7 @@ mod scalar_fns;
 mod schema;
 mod sql_text;
 mod state;
+mod state_value;
 pub mod time;
 pub mod time_zone;
 mod types;
@@ -58,6 +59,7 @@ pub use plan::{
 pub use schema::{ColumnOrigin, EventTime, Field, Schema, SourceSchema};
 pub use sql_text::{expr_sql, interval_sql, scalar_sql};
 pub use state::{state_difference, state_fingerprint, state_layout, state_signature};
+pub use state_value::StateValue;
 pub use types::{
     DataType, MAX_INTERNED_TYPES, Nested, NestedCells, NestedRef, NestedType, Scalar, ScalarRef, TooManyTypes,
 };

@@ -12,8 +12,8 @@ use crate::operator::{OperatorTag, read_state, write_head, write_state};
 use crate::state::group_keys::{GroupTable, GroupTableState};
 use crate::state::pages::{KeyedPage, KeyedPageIn, TableHead, page_keys, read_page_and_rest, write_page};
 use crate::state::{FOLD_AT, PagedGroups, PagedState, SpilledHead, load_keyed_page, restore_keyed_page};
-use sluice_plan::ScalarRef;
 use sluice_plan::row_bytes::RowCells;
+use sluice_plan::{ScalarRef, StateValue};
 
 /// A kept row as a checkpoint holds it: its time, whether it matched,
 /// and its side's cells as a list of scalars — read back with its
@@ -26,7 +26,7 @@ pub(super) struct Kept<'a> {
     pub(super) time: i64,
     pub(super) matched: bool,
     #[serde(borrow)]
-    pub(super) row: Vec<ScalarRef<'a>>,
+    pub(super) row: Vec<StateValue<'a>>,
 }
 
 /// The kept rows of one key, left side and right side, as a checkpoint
@@ -239,8 +239,8 @@ impl JoinOperator {
     /// schedules it.
     fn kept_expires(&self, right: bool, k: &Kept<'_>) -> i64 {
         let until = self.plan.until.and_then(|c| c.checked_sub(self.plan.left.0)).filter(|_| !right);
-        match until.map(|c| k.row.get(c)) {
-            Some(Some(ScalarRef::Timestamp(v) | ScalarRef::Bigint(v))) => *v,
+        match until.map(|c| k.row.get(c).map(StateValue::as_ref)) {
+            Some(Some(ScalarRef::Timestamp(v) | ScalarRef::Bigint(v))) => v,
             Some(_) => i64::MIN,
             None => Self::expires(&self.plan, right, k.time),
         }
@@ -255,7 +255,7 @@ impl JoinOperator {
         for (right, kept) in [false, true].into_iter().zip(entry.sides) {
             for k in kept {
                 let store = &mut self.stores[usize::from(right)];
-                let slot = store.push_values(k.row.iter().copied(), k.time)?;
+                let slot = store.push_values(k.row.iter().map(StateValue::as_ref), k.time)?;
                 store.matched[slot as usize] = k.matched;
                 self.file(gid, id, right, slot, k.time);
             }

@@ -17,7 +17,7 @@ use crate::state::group_keys::{GroupTable, GroupTableState};
 use crate::state::pages::{KeyedPage, KeyedPageIn, PAGE_GROUPS, TableHead, page_keys, read_page_and_rest, write_page};
 use crate::state::{PagedGroups, PagedState, SpilledHead, load_keyed_page, restore_keyed_page};
 use sluice_plan::row_bytes::RowCells;
-use sluice_plan::{Scalar, ScalarRef};
+use sluice_plan::{Scalar, StateValue};
 
 /// A key's versions, as a whole checkpoint holds them.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -57,7 +57,7 @@ struct WaitingIn<'a> {
     time: i64,
     id: u32,
     #[serde(borrow)]
-    row: Vec<ScalarRef<'a>>,
+    row: Vec<StateValue<'a>>,
 }
 
 /// The waiting stream rows, in arrival order, written as [`WaitingIn`]s
@@ -89,7 +89,7 @@ type PageIn<'a> = KeyedPageIn<'a, Vec<EntryIn<'a>>>;
 struct EntryIn<'a> {
     waiting: u32,
     #[serde(borrow)]
-    versions: Vec<(i64, Option<Vec<ScalarRef<'a>>>)>,
+    versions: Vec<(i64, Option<Vec<StateValue<'a>>>)>,
 }
 
 /// The entries of keys `groups`, written as [`EntryIn`]s from the stores.
@@ -170,7 +170,7 @@ impl PagedGroups for TableJoinOperator {
             head.waiting
         };
         for w in waiting {
-            let slot = self.stream.push_values(w.row.iter().copied(), w.time)?;
+            let slot = self.stream.push_values(w.row.iter().map(StateValue::as_ref), w.time)?;
             self.seq += 1;
             self.waiting.push(Reverse(Waiting { time: w.time, seq: self.seq, slot, id: w.id }));
         }
@@ -259,7 +259,8 @@ impl TableJoinOperator {
         let gid = u32::try_from(g).unwrap_or(u32::MAX);
         self.grow(gid);
         for (time, row) in entry.versions {
-            let slot = row.map(|cells| self.rows.push_values(cells.iter().copied(), time)).transpose()?;
+            let slot =
+                row.map(|cells| self.rows.push_values(cells.iter().map(StateValue::as_ref), time)).transpose()?;
             self.versions[g].push(Version { time, slot });
             self.held += 1;
         }

@@ -236,6 +236,50 @@ pub(in crate::decode) mod tests {
         assert_eq!(row(&batch, 3)[..4], [Scalar::Bigint(2), Scalar::Null, Scalar::Boolean(true), s("d")]);
     }
 
+    /// A row with a JSON column Debezium sends as an object and an array
+    /// column (PostgreSQL's `text[]`, `jsonb` decoded by the connector):
+    /// nested columns of the change's row, NULL in a delete's key-only
+    /// `before`.
+    #[test]
+    fn nested_values_in_a_changed_row_fill_nested_columns() {
+        let t = |s: &str| ColumnType::parse(s).unwrap();
+        let source = SourceSpec::table(
+            "orders",
+            &[
+                ("id", ColumnType::Bigint, true),
+                ("tags", t("array<string>"), false),
+                ("address", t("row<city string, zip string>"), false),
+                ("__deleted", ColumnType::Boolean, false),
+            ],
+        );
+        let plan = sluice_sql::plan_query("SELECT id, tags, address, __deleted FROM orders", &[source]).unwrap();
+        let mut d = DebeziumDecoder::new(&plan);
+        let mut batch = d.new_batch(2);
+        let meta = RecordMeta::default();
+        let insert = format!(
+            r#"{{"before":null,"after":{{"id":1,"tags":["a","b"],"address":{{"city":"Oslo","zip":"0150"}}}},"source":{SOURCE},"op":"c","ts_ms":1}}"#
+        );
+        let delete = format!(r#"{{"before":{{"id":1}},"after":null,"source":{SOURCE},"op":"d","ts_ms":2}}"#);
+        d.decode_record(insert.as_bytes(), &meta, &mut batch).unwrap();
+        d.decode_record(delete.as_bytes(), &meta, &mut batch).unwrap();
+        let s = |x: &str| Scalar::String(x.into());
+        assert_eq!(
+            row(&batch, 0),
+            [
+                Scalar::Bigint(1),
+                Scalar::List(vec![s("a"), s("b")]),
+                Scalar::Row(vec![s("Oslo"), s("0150")]),
+                Scalar::Boolean(false)
+            ]
+        );
+        assert_eq!(row(&batch, 1), [Scalar::Bigint(1), Scalar::Null, Scalar::Null, Scalar::Boolean(true)]);
+        let bad =
+            format!(r#"{{"before":null,"after":{{"id":2,"tags":["a",3]}},"source":{SOURCE},"op":"c","ts_ms":3}}"#);
+        let e = d.decode_record(bad.as_bytes(), &meta, &mut batch).unwrap_err().0;
+        assert!(e.contains("tags[2]"), "{e}");
+        assert_eq!(batch.len, 2);
+    }
+
     #[test]
     fn what_is_not_a_change_event_is_rejected_with_a_reason_and_leaves_the_batch_as_it_was() {
         let mut d = decoder();
