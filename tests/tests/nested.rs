@@ -21,7 +21,7 @@ type Line = (i64, String, i64, Option<String>, Option<String>, i64);
 
 /// The line items `avro_nested_produce.py` writes for order `i`: (sku,
 /// qty, price in cents).
-fn items(i: i64) -> Vec<(String, i64, i64)> {
+fn items_of(i: i64) -> Vec<(String, i64, i64)> {
     (0..i % 4).map(|j| (format!("sku-{}", (i + j) % 7), j + 1, (i % 5 + j) * 100 + 25)).collect()
 }
 
@@ -35,7 +35,7 @@ fn produce(topic: &str) {
     assert!(produced.status.success(), "avro_nested_produce.py: {}", String::from_utf8_lossy(&produced.stderr));
 }
 
-fn run(name: &str, sql: &str, topic: &str, out: &str) {
+fn run(name: &str, sql: &str, topic: &str, out: &str, sink_format: &str) {
     let h = harness();
     let manifest = format!(
         r#"apiVersion: sluice.dev/v1alpha1
@@ -54,6 +54,7 @@ spec:
         registry: {{ subject: {topic}-value }}
   sink:
     kafka: {{ bootstrapServers: "{bootstrap}", topic: {out} }}
+    format: {sink_format}
 "#,
         registry = h.registry_url,
         bootstrap = h.bootstrap,
@@ -82,11 +83,12 @@ fn line_items_written_by_the_avro_serializer_unnest_exactly() {
          CARDINALITY(o.items) AS n FROM orders AS o CROSS JOIN UNNEST(o.items) AS i",
         &topic,
         &out,
+        "json",
     );
     let mut expected: Vec<Line> = Vec::new();
     for i in 0..N {
         let channel = (i % 2 == 0).then(|| if i % 4 == 0 { "web" } else { "app" }.to_owned());
-        for (j, (sku, qty, price)) in items(i).into_iter().enumerate() {
+        for (j, (sku, qty, price)) in items_of(i).into_iter().enumerate() {
             let note = (j % 2 == 1).then(|| "gift".to_owned());
             expected.push((i, sku, qty * price, note, channel.clone(), i % 4));
         }
@@ -125,10 +127,11 @@ fn a_total_per_sku_over_unnested_line_items_is_exact() {
          FROM orders AS o CROSS JOIN UNNEST(o.items) AS i GROUP BY i.sku",
         &topic,
         &out,
+        "json",
     );
     let mut expected: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for i in 0..N {
-        for (sku, qty, price) in items(i) {
+        for (sku, qty, price) in items_of(i) {
             let e = expected.entry(sku).or_default();
             e.0 += qty * price;
             e.1 += 1;
@@ -140,4 +143,55 @@ fn a_total_per_sku_over_unnested_line_items_is_exact() {
         got.insert(v["sku"].as_str().unwrap().to_owned(), (cents(&v["total"]), v["lines"].as_i64().unwrap()));
     }
     assert_eq!(got, expected, "the last result per SKU is its total");
+}
+
+/// Nested results written as Avro (the writer schema derived from the
+/// query's output: an array of line-item records, a map), read back by
+/// confluent-kafka's `AvroDeserializer` with the schema the registry
+/// serves for the id in each value: every order's items and attributes
+/// as the producer wrote them.
+#[test]
+fn nested_results_written_as_avro_are_read_back_by_confluent_kafkas_deserializer() {
+    let (topic, out) = (unique_name("nested-orders"), unique_name("nested-avro-out"));
+    kafka::create_topic(&topic, 2);
+    kafka::create_topic(&out, 1);
+    produce(&topic);
+    run(&unique_name("nested-avro-out"), "SELECT o.id, o.items, o.attrs FROM orders AS o", &topic, &out, "avro");
+    let h = harness();
+    let read = Command::new(&h.clients_python)
+        .arg(h.repo.join("tests/clients/avro_consume.py"))
+        .args([&h.bootstrap, &h.registry_url, &out])
+        .output()
+        .expect("run the Python consumer");
+    assert!(read.status.success(), "avro_consume.py: {}", String::from_utf8_lossy(&read.stderr));
+    let mut seen = 0;
+    for line in String::from_utf8(read.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let v = &v["value"];
+        let i = v["id"].as_i64().unwrap();
+        let items: Vec<(String, i64, i64, Option<String>)> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|it| {
+                let price: f64 = it["price"].as_str().unwrap().parse().unwrap();
+                (
+                    it["sku"].as_str().unwrap().to_owned(),
+                    it["qty"].as_i64().unwrap(),
+                    (price * 100.0).round() as i64,
+                    it["note"].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        let want: Vec<(String, i64, i64, Option<String>)> = items_of(i)
+            .into_iter()
+            .enumerate()
+            .map(|(j, (sku, qty, price))| (sku, qty, price, (j % 2 == 1).then(|| "gift".to_owned())))
+            .collect();
+        assert_eq!(items, want, "order {i}");
+        let channel = (i % 2 == 0).then_some(if i % 4 == 0 { "web" } else { "app" });
+        assert_eq!(v["attrs"]["channel"].as_str(), channel, "order {i}: {v}");
+        seen += 1;
+    }
+    assert_eq!(seen, N);
 }
