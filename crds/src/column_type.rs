@@ -88,9 +88,9 @@ impl ColumnType {
     }
 }
 
-/// A field name as a type's text gives it: bare when it is an identifier,
-/// double-quoted otherwise.
-fn field_name(name: &str) -> String {
+/// A row field's name as a type's text gives it: bare when it is an
+/// identifier, double-quoted otherwise.
+pub fn field_name(name: &str) -> String {
     let bare = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if bare { name.to_owned() } else { format!("\"{}\"", name.replace('"', "\"\"")) }

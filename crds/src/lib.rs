@@ -37,7 +37,7 @@ mod worker_config;
 pub use assignment::{Assignment, CoreAssignment, PartitionSet, SourcePartitions, WorkerAssignment, assign};
 pub use autoscaling::{AutoscalingSpec, AutoscalingStatus};
 pub use client_properties::{OPERATOR_CLIENT_PROPERTIES, PropertyOrigin, operator_applies, rejected_property};
-pub use column_type::{ColumnType, DECIMAL_MAX_PRECISION, MAX_TYPE_DEPTH, MAX_TYPE_TEXT};
+pub use column_type::{ColumnType, DECIMAL_MAX_PRECISION, MAX_TYPE_DEPTH, MAX_TYPE_TEXT, field_name};
 pub use condition::{ConditionStatus, set_condition};
 pub use crd::{CRD_FILE, crd_yaml};
 pub use engine::{EmitChangesMode, EngineSpec, LateRecordPolicy, LocalStateSpec, LocalStateVolume};

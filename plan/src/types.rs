@@ -458,13 +458,7 @@ impl DataType {
                     if i > 0 {
                         f.write_str(", ")?;
                     }
-                    let bare = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-                    if bare {
-                        write!(f, "{name} {t}")?;
-                    } else {
-                        write!(f, "\"{}\" {t}", name.replace('"', "\"\""))?;
-                    }
+                    write!(f, "{} {t}", sluice_crds::field_name(name))?;
                 }
                 f.write_str(">")
             }

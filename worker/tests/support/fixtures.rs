@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use sluice_crds::{ColumnType, EventTimeSpec, SourceSpec};
+use sluice_crds::{ColumnSpec, ColumnType, EventTimeSpec, SourceSpec};
 use sluice_engine::{Engine, EngineOptions, Output};
 use sluice_formats::decode::{AvroDecoder, DebeziumAvroDecoder, DebeziumDecoder, JsonDecoder, ProtobufDecoder};
 use sluice_plan::EmittedRows;
@@ -155,7 +155,16 @@ pub const AVRO_FLAT_SCHEMA: &str = r#"{"type":"record","name":"F","fields":[
 /// [`AVRO_SCHEMAS`] and [`PROTOBUF_SCHEMA`], nested ones too.
 #[allow(clippy::unwrap_used)]
 fn binary_decoder_plan() -> Plan {
-    let source = SourceSpec::table(
+    sluice_sql::plan_query(
+        r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#,
+        &[binary_decoder_source()],
+    )
+    .unwrap()
+}
+
+/// The source [`binary_decoder_plan`] reads.
+fn binary_decoder_source() -> SourceSpec {
+    SourceSpec::table(
         "t",
         &[
             ("id", ColumnType::Bigint, true),
@@ -166,29 +175,17 @@ fn binary_decoder_plan() -> Plan {
             ("nested.day", ColumnType::Timestamp, false),
             ("flag", ColumnType::Boolean, false),
         ],
-    );
-    sluice_sql::plan_query(r#"SELECT id, price, name, ts, amount, "nested.day", flag FROM t"#, &[source]).unwrap()
+    )
 }
 
 /// An Avro decoder of the fixtures' columns, with every [`AVRO_SCHEMAS`]
 /// entry, and schema 1's array and map as nested columns.
 #[allow(clippy::unwrap_used)]
 pub fn avro_decoder() -> AvroDecoder {
-    let nested = |s: &str| ColumnType::parse(s).unwrap();
-    let source = SourceSpec::table(
-        "t",
-        &[
-            ("id", ColumnType::Bigint, true),
-            ("price", ColumnType::Double, false),
-            ("name", ColumnType::String, false),
-            ("ts", ColumnType::Timestamp, false),
-            ("amount", ColumnType::String, false),
-            ("nested.day", ColumnType::Timestamp, false),
-            ("flag", ColumnType::Boolean, false),
-            ("tags", nested("array<string>"), false),
-            ("attrs", nested("map<string, string>"), false),
-        ],
-    );
+    let mut source = binary_decoder_source();
+    for (name, t) in [("tags", "array<string>"), ("attrs", "map<string, string>")] {
+        source.schema.columns.push(ColumnSpec::field(name, ColumnType::parse(t).unwrap(), false));
+    }
     let plan = sluice_sql::plan_query(
         r#"SELECT id, price, name, ts, amount, "nested.day", flag, tags, attrs FROM t"#,
         &[source],

@@ -50,6 +50,9 @@ pub struct AvroDecoder {
     /// records of a topic name the same id one after another, and a flat
     /// record of values (most are) runs without the tree's recursion.
     last: Option<(u32, Option<Vec<Step>>)>,
+    /// Where in a nested column's value a record is being read, for
+    /// errors (kept here so that reading allocates nothing).
+    nested_path: nested::Path,
     /// A writer schema that is not a record is read whole into the one
     /// field column (a record key's decoder: a `string` or `long` key).
     pub(crate) whole_primitive: bool,
@@ -73,6 +76,7 @@ impl AvroDecoder {
             fields,
             programs: HashMap::new(),
             last: None,
+            nested_path: nested::Path::new(),
             whole_primitive: false,
             aliases: Vec::new(),
         }
@@ -129,7 +133,14 @@ impl AvroDecoder {
         };
         let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
         let mut nothing = Batch::new(Vec::new(), 0);
-        let mut run = Run { program, columns: &self.columns, batch: &mut nothing, budget: Budget::default() };
+        let mut path = nested::Path::new();
+        let mut run = Run {
+            program,
+            columns: &self.columns,
+            batch: &mut nothing,
+            budget: Budget::default(),
+            nested_path: &mut path,
+        };
         for field in fields {
             if field.name != name {
                 run.skip(field.ty, &mut cursor)?;
@@ -198,7 +209,13 @@ impl AvroDecoder {
         };
         let rows = batch.len;
         let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
-        let mut run = Run { program, columns: &self.columns, batch, budget: Budget::default() };
+        let mut run = Run {
+            program,
+            columns: &self.columns,
+            batch,
+            budget: Budget::default(),
+            nested_path: &mut self.nested_path,
+        };
         let result = run.op(&program.root, &mut cursor).and_then(|()| {
             for &col in &program.absent {
                 absent(run.columns, &self.defaults, run.batch, col)?;
@@ -356,6 +373,7 @@ struct Run<'a, 'b> {
     batch: &'b mut Batch,
     /// How deep and how many items the value has gone so far.
     budget: Budget,
+    nested_path: &'b mut nested::Path,
 }
 
 impl Run<'_, '_> {
@@ -381,13 +399,13 @@ impl Run<'_, '_> {
             Op::Fail(why) => Err(why.clone()),
             Op::Nested { col, read } => {
                 let col = *col;
-                let name = name(self.columns, col);
                 let types = &self.program.schema.types;
-                let mut reader = nested::Reader::new(types, &self.program.symbols, &mut self.budget, &name);
+                let (symbols, names) = (&self.program.symbols, &self.columns.names);
+                let mut reader = nested::Reader::new(types, symbols, &mut self.budget, &names[col], self.nested_path);
                 let column = &mut self.batch.columns[col];
                 reader.read(read, cur, Some(&mut *column))?;
                 if self.columns.required[col] && !column.is_valid(column.len() - 1) {
-                    return Err(format!("required column `{name}` is null"));
+                    return Err(format!("required column `{}` is null", name(self.columns, col)));
                 }
                 Ok(())
             }

@@ -103,11 +103,16 @@ pub(super) fn compile(
 
 /// One step of the path to the value being read.
 #[derive(Debug, Clone, Copy)]
-enum Step {
+pub(super) enum Step {
     Index(usize),
     Field(usize),
     Entry(usize),
 }
+
+/// The steps to the value being read, each with its parent's type (a
+/// field's name is its row's): kept by the decoder, so a record's reading
+/// allocates none.
+pub(super) type Path = Vec<(Step, DataType)>;
 
 /// Reads one record's value of a nested column.
 pub(super) struct Reader<'a> {
@@ -115,19 +120,26 @@ pub(super) struct Reader<'a> {
     pub(super) symbols: &'a [Vec<String>],
     pub(super) budget: &'a mut Budget,
     /// The column's name, for errors.
-    pub(super) name: &'a str,
-    path: Vec<(Step, DataType)>,
+    name: &'a [u8],
+    path: &'a mut Path,
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn new(types: &'a [Type], symbols: &'a [Vec<String>], budget: &'a mut Budget, name: &'a str) -> Self {
-        Self { types, symbols, budget, name, path: Vec::new() }
+    pub(super) fn new(
+        types: &'a [Type],
+        symbols: &'a [Vec<String>],
+        budget: &'a mut Budget,
+        name: &'a [u8],
+        path: &'a mut Path,
+    ) -> Self {
+        path.clear();
+        Self { types, symbols, budget, name, path }
     }
 
     /// Where the reader is: `items[3].price`.
     fn at(&self) -> String {
-        let mut text = self.name.to_owned();
-        for (step, parent) in &self.path {
+        let mut text = String::from_utf8_lossy(self.name).into_owned();
+        for (step, parent) in self.path.iter() {
             let _ = match *step {
                 Step::Index(i) => write!(text, "[{}]", i + 1),
                 Step::Entry(i) => write!(text, "[entry {}]", i + 1),

@@ -12,7 +12,7 @@ use sluice_plan::{Column, DataType};
 /// Where in a nested value the decoder is: the column, then each step.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct NestedPath {
-    column: Box<[u8]>,
+    column: Vec<u8>,
     steps: Vec<Step>,
     /// The text of the map keys in `steps`, back to back.
     pub(super) keys: String,
@@ -28,7 +28,9 @@ pub(super) enum Step {
 
 impl NestedPath {
     pub(crate) fn start(&mut self, column: &[u8]) {
-        self.column = column.into();
+        // Room kept from record to record: nothing allocated per record.
+        self.column.clear();
+        self.column.extend_from_slice(column);
         self.steps.clear();
         self.keys.clear();
     }
