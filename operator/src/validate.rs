@@ -39,10 +39,7 @@ pub fn validate(spec: &StreamJobSpec) -> Result<Dataflow, Invalid> {
     let dataflow = plan_dataflow(&spec.sql, &spec.sources, 1)
         .map_err(|e| Invalid { reason: reasons::INVALID_SQL, message: e.to_string() })?;
     if let Some(stage) = dataflow.stages.last()
-        && let Some(message) = spec.sink.results_problem(
-            stage.plan.outputs.iter().map(|o| o.name.as_str()),
-            stage.plan.keys.iter().map(|k| k.name.as_str()),
-        )
+        && let Some(message) = stage.plan.results_problem(&spec.sink)
     {
         return Err(Invalid { reason: reasons::INVALID_SQL, message });
     }
@@ -166,6 +163,27 @@ mod tests {
     /// Protobuf keys are messages of the key columns: a key named by an
     /// expression is refused before anything runs, naming it; shown in the
     /// SELECT list under an alias, it takes the alias.
+    /// A key is flat: a nested GROUP BY key is refused for a Kafka sink,
+    /// as is a nested result Protobuf cannot write.
+    #[test]
+    fn nested_keys_and_results_a_format_cannot_hold_are_refused() {
+        let mut j = job("SELECT ARRAY[symbol] AS s, COUNT(*) AS n FROM market_data GROUP BY ARRAY[symbol]");
+        let e = validate(&j.spec).unwrap_err();
+        assert!(e.message.contains("key column `s` is array<string>, and a record key is flat"), "{}", e.message);
+        j.spec.sql = "SELECT ARRAY[ARRAY[symbol]] AS s FROM market_data".into();
+        validate(&j.spec).unwrap();
+        j.spec.sink.format = sluice_crds::SinkFormat::Protobuf;
+        j.spec.schema_registry = Some(serde_saphyr::from_str("url: http://registry:8081").unwrap());
+        let e = validate(&j.spec).unwrap_err();
+        assert!(
+            e.message.contains("`s` is array<array<string>>") && e.message.contains("do not nest"),
+            "{}",
+            e.message
+        );
+        j.spec.sql = "SELECT ARRAY[symbol] AS s, MAP {symbol: 1} AS m FROM market_data".into();
+        validate(&j.spec).unwrap();
+    }
+
     #[test]
     fn protobuf_keys_need_key_names_protobuf_can_hold() {
         let mut j = job("SELECT COUNT(*) AS n FROM market_data GROUP BY UPPER(symbol)");

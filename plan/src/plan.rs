@@ -510,7 +510,51 @@ pub enum Partitioning {
     ByExchange,
 }
 
+/// Whether a Protobuf message can hold a value of `t`: no array or map
+/// directly inside an array or a map.
+fn protobuf_holds(t: DataType) -> bool {
+    let inner = match t {
+        DataType::Array(_) => t.element().into_iter().collect::<Vec<_>>(),
+        DataType::Map(_) => t.map_types().map(|(_, v)| vec![v]).unwrap_or_default(),
+        DataType::Row(_) => return t.fields().iter().all(|(_, f)| protobuf_holds(*f)),
+        _ => return true,
+    };
+    inner.into_iter().all(|e| !matches!(e, DataType::Array(_) | DataType::Map(_)) && protobuf_holds(e))
+}
+
 impl Plan {
+    /// Why these results cannot be written to `sink`: a column its format
+    /// cannot name ([`sluice_crds::SinkSpec::results_problem`]), or a
+    /// nested key column — a Kafka record key is a flat value, what
+    /// partitioning, compaction and joins on the key compare. Checked by
+    /// `validate`, the operator and the worker before anything runs.
+    pub fn results_problem(&self, sink: &sluice_crds::SinkSpec) -> Option<String> {
+        if let Some(problem) = sink
+            .results_problem(self.outputs.iter().map(|o| o.name.as_str()), self.keys.iter().map(|k| k.name.as_str()))
+        {
+            return Some(problem);
+        }
+        if sink.format == sluice_crds::SinkFormat::Protobuf
+            && let Some(o) = self.outputs.iter().find(|o| !protobuf_holds(o.expr.data_type()))
+        {
+            return Some(format!(
+                "spec.sink.format protobuf: output column `{}` is {}, which holds lists or maps as elements or map \
+                 values, and Protobuf's repeated and map fields do not nest: use format json or avro, or UNNEST it",
+                o.name,
+                o.expr.data_type()
+            ));
+        }
+        let nested = self.keys.iter().find(|k| k.expr.data_type().is_nested())?;
+        sink.kafka.as_ref()?;
+        Some(format!(
+            "spec.sink: key column `{}` is {}, and a record key is flat: group by its fields (`{}.<field>`) or \
+             its elements, or keep it as a value column",
+            nested.name,
+            nested.expr.data_type(),
+            nested.name
+        ))
+    }
+
     pub fn is_windowed(&self) -> bool {
         matches!(&self.operator, OperatorPlan::Aggregate(a) if a.window.is_some())
     }

@@ -93,15 +93,6 @@ impl SourceSchema {
                     spec.name, c.name
                 )));
             }
-            if c.type_.is_nested() && spec.format == sluice_crds::SourceFormat::Protobuf {
-                return Err(SqlError::unpositioned(format!(
-                    "source `{}`: column `{}` is {}: a protobuf source does not read repeated, map or message \
-                     fields into nested columns yet (read a message's fields as dotted columns, or use avro or json)",
-                    spec.name,
-                    c.name,
-                    c.type_.name()
-                )));
-            }
             origins.push(origin(&spec.name, c)?);
             schema.push(
                 c.name.clone(),

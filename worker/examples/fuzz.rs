@@ -155,6 +155,12 @@ const PROTOBUF_DICTIONARY: &[&[u8]] = &[
     &[0x32],
     &[0x3b],
     &[0x4d],
+    // The repeated, map and packed fields (11, 12, 13) and an entry's key.
+    &[0x5a],
+    &[0x62],
+    &[0x6a],
+    &[0x68],
+    &[0x0a, 0x01, b'k'],
     &[0x00],
     &[0x7f],
     &[0x80, 0x01],
@@ -163,7 +169,7 @@ const PROTOBUF_DICTIONARY: &[&[u8]] = &[
     &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01],
 ];
 /// Runs of a nested message opening inside the last (the recursive `N`).
-const PROTOBUF_CHAINS: &[&[u8]] = &[&[0x1a, 0x7f], &[0x32, 0x02], &[0x80]];
+const PROTOBUF_CHAINS: &[&[u8]] = &[&[0x1a, 0x7f], &[0x32, 0x02], &[0x5a, 0x02], &[0x80]];
 
 const JSON_SEEDS: &[&str] = &[
     r#"{"id":1,"price":2.5,"name":"x","ts":1700000000000,"flag":true,"unread":5,"note":"n"}"#,

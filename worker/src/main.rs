@@ -425,10 +425,7 @@ fn check(file: &str, text: &str, secrets_dir: &str, partitions: Option<i32>) -> 
     let dataflow = sluice_sql::plan_dataflow(&job.spec.sql, &job.spec.sources, planned)
         .map_err(|e| format!("{file}: {}", in_file(file, text, &e)))?;
     if let Some(last) = dataflow.stages.last()
-        && let Some(problem) = job.spec.sink.results_problem(
-            last.plan.outputs.iter().map(|o| o.name.as_str()),
-            last.plan.keys.iter().map(|k| k.name.as_str()),
-        )
+        && let Some(problem) = last.plan.results_problem(&job.spec.sink)
     {
         return Err(format!("{file}: {problem}"));
     }

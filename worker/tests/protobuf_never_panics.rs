@@ -1,7 +1,8 @@
 //! The Protobuf decoder on hostile bytes: arbitrary messages after a
 //! valid header, and valid messages cut short, flipped and extended,
 //! under a schema with nested and recursive messages, an enum, a
-//! well-known Timestamp, a repeated field and every wire type. It must
+//! well-known Timestamp, repeated fields (packed, unpacked, of messages
+//! read as rows), a map and every wire type. It must
 //! never panic or loop, and a record is either one whole row or none.
 //! (CI runs a fixed seed; `bash bench/fuzz.sh protobuf` explores at volume.)
 
@@ -134,9 +135,15 @@ fn the_seeds_read_as_written() {
         (0..2).map(|r| batch.columns.iter().map(|c| format!("{:?}", c.scalar(r))).collect()).collect();
     assert_eq!(
         rows[0].join(" "),
-        "Bigint(5) Double(2.5) String(\"B\") Timestamp(1700000000000) String(\"1.5\") Timestamp(-3) Boolean(true)"
+        "Bigint(5) Double(2.5) String(\"B\") Timestamp(1700000000000) String(\"1.5\") Timestamp(-3) Boolean(true) \
+         List([String(\"a\")]) List([Row([Bigint(-3), String(\"x\"), Row([Timestamp(1), Null])]), Row([Bigint(1), \
+         String(\"y\"), Null])]) Map([(String(\"k\"), Bigint(-2)), (String(\"\"), Bigint(2))]) List([Bigint(1), \
+         Bigint(150), Bigint(127), Bigint(5)])"
     );
-    assert_eq!(rows[1].join(" "), "Bigint(127) Double(0.0) String(\"A\") Null Null Null Boolean(false)");
+    assert_eq!(
+        rows[1].join(" "),
+        "Bigint(127) Double(0.0) String(\"A\") Null Null Null Boolean(false) List([]) List([]) Map([]) List([])"
+    );
 }
 
 /// A fuzzer finding (seed 5150, input 1332): a length-delimited field read

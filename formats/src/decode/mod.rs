@@ -21,6 +21,7 @@ mod json;
 mod key;
 mod key_cells;
 mod metadata;
+mod nested_path;
 mod protobuf;
 mod raw;
 mod record;

@@ -9,6 +9,8 @@ mod json_nested;
 mod json_text;
 mod key;
 mod protobuf;
+mod protobuf_nested;
+mod protobuf_wire;
 mod view;
 
 pub use avro::{AvroEncoder, key_record_full_name, key_schema, record_full_name, writer_schema};

@@ -7,7 +7,8 @@
 //! presence, so a NULL is a field left out and a 0, `false` or `""` is a
 //! field written — without it a reader could not tell the two apart.
 //! Timestamps are `google.protobuf.Timestamp`, Protobuf's well-known type
-//! for a time. Keys are
+//! for a time; arrays, maps and rows are repeated, map and message fields
+//! ([`super::protobuf_nested`]). Keys are
 //! JSON objects, Avro records, or messages of the key columns
 //! ([`proto_key_schema`], `sink.keyFormat: protobuf`).
 //!
@@ -21,12 +22,9 @@ use sluice_plan::{DataType, Scalar, Value};
 use super::avro::{NAMESPACE, record_name};
 use super::json::{EncodedRows, prefixes};
 use super::key::{KeyWriter, wire_header};
+use super::protobuf_nested::{message_body, uses_timestamp, write_field};
+use super::protobuf_wire::{FIXED64, VARINT, decimal, text, timestamp, varint};
 use super::view::{ColumnView, Data};
-
-/// Wire types.
-const VARINT: u32 = 0;
-const FIXED64: u32 = 1;
-const LENGTH: u32 = 2;
 
 /// The writer schema of job `name`'s results: message `name` (a
 /// Protobuf name made of the job's: other characters become `_`) in
@@ -43,44 +41,19 @@ pub fn proto_key_schema(name: &str, keys: &[(String, DataType)]) -> Result<Strin
     message_schema(&format!("{}Key", record_name(name)), keys)
 }
 
-/// A column's Protobuf type. A column of NULLs only is a `string` field
-/// that is never set.
-fn proto_type(t: DataType) -> &'static str {
-    match t {
-        DataType::Bigint => "int64",
-        DataType::Double => "double",
-        DataType::String | DataType::Null => "string",
-        DataType::Boolean => "bool",
-        DataType::Timestamp => "google.protobuf.Timestamp",
-        // Every digit, as text: proto3 has no decimal scalar.
-        DataType::Decimal(..) => "string",
-        // Refused by `message_schema`.
-        DataType::Array(_) | DataType::Map(_) | DataType::Row(_) => "bytes",
-    }
-}
-
 fn message_schema(message: &str, columns: &[(String, DataType)]) -> Result<String, String> {
     if let Some(problem) = SinkFormat::Protobuf.outputs_problem(columns.iter().map(|c| c.0.as_str())) {
         return Err(problem);
     }
-    if let Some((column, t)) = columns.iter().find(|(_, t)| t.is_nested()) {
-        return Err(format!(
-            "output column `{column}` is {t}: a protobuf sink writes flat columns (select the fields it needs, \
-             or UNNEST it); use format: json for nested results"
-        ));
-    }
-    let mut fields = String::new();
-    for (number, (column, t)) in (1..).zip(columns) {
-        fields.push_str(&format!("  optional {} {column} = {number};\n", proto_type(*t)));
-    }
-    let import = if columns.iter().any(|c| c.1 == DataType::Timestamp) {
+    let body = message_body(columns, "", "  ")?;
+    let import = if columns.iter().any(|c| uses_timestamp(c.1)) {
         "import \"google/protobuf/timestamp.proto\";\n\n"
     } else {
         ""
     };
     Ok(format!(
         "syntax = \"proto3\";\n\npackage {NAMESPACE};\n\n{import}// Written by Sluice: one message per result row; an absent field is \
-         NULL.\nmessage {message} {{\n{fields}}}\n"
+         NULL.\nmessage {message} {{\n{body}}}\n"
     ))
 }
 
@@ -121,51 +94,6 @@ pub(super) fn fields<'a>(columns: &'a [Value<'a>]) -> Vec<Field<'a>> {
         .collect()
 }
 
-#[inline]
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-#[inline]
-fn text(key: u32, s: &str, out: &mut Vec<u8>) {
-    varint(u64::from(key | LENGTH), out);
-    varint(s.len() as u64, out);
-    out.extend_from_slice(s.as_bytes());
-}
-
-/// A decimal as a `string` field of its text (`-12.50`).
-#[inline]
-fn decimal(key: u32, v: i128, scale: u8, out: &mut Vec<u8>) {
-    varint(u64::from(key | LENGTH), out);
-    varint(sluice_plan::decimal::text_len(v, scale) as u64, out);
-    sluice_plan::decimal::write(v, scale, out);
-}
-
-/// A `google.protobuf.Timestamp` of `ms` epoch milliseconds: `seconds`
-/// (floored) and `nanos` (0 to 999,999,999), each left out when 0 as
-/// proto3 writes them.
-#[inline]
-fn timestamp(key: u32, ms: i64, out: &mut Vec<u8>) {
-    varint(u64::from(key | LENGTH), out);
-    let (seconds, nanos) = (ms.div_euclid(1000), ms.rem_euclid(1000) * 1_000_000);
-    // At most 1 + 10 + 1 + 4 bytes: the length is one byte.
-    let at = out.len();
-    out.push(0);
-    if seconds != 0 {
-        out.push(0x08);
-        varint(seconds as u64, out);
-    }
-    if nanos != 0 {
-        out.push(0x10);
-        varint(nanos as u64, out);
-    }
-    out[at] = (out.len() - at - 1) as u8;
-}
-
 /// Row `row` of a column that is not NULL there, as field `key >> 3`.
 #[inline]
 fn cell(key: u32, data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
@@ -189,16 +117,16 @@ fn cell(key: u32, data: &Data<'_>, row: usize, out: &mut Vec<u8>) {
             let (v, s) = data.decimal(row);
             decimal(key, v, s, out);
         }
-        // Nested columns are refused when the schema is derived.
-        Data::Null | Data::Nested(_) => {}
+        Data::Nested(c) => write_field(key, c.value(row), c.data_type, out),
+        Data::Null => {}
     }
 }
 
 /// A constant of type `t` as field `key >> 3`.
 fn scalar(key: u32, s: &Scalar, t: DataType, out: &mut Vec<u8>) {
     match s {
-        // Nested columns are refused when the schema is derived.
-        Scalar::Null | Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => {}
+        Scalar::Null => {}
+        Scalar::List(_) | Scalar::Map(_) | Scalar::Row(_) => write_field(key, s.borrowed(), t, out),
         Scalar::Bigint(x) if t == DataType::Timestamp => timestamp(key, *x, out),
         Scalar::Timestamp(x) => timestamp(key, *x, out),
         Scalar::Bigint(x) => {

@@ -322,13 +322,32 @@ message R {
   fixed64 f = 8;
   float g = 9;
   optional string amount = 10;
+  repeated N ns = 11;
+  map<string, sint64> m = 12;
+  repeated int64 packed = 13;
 }
 "#;
 
 /// A Protobuf decoder of the fixtures' columns, with [`PROTOBUF_SCHEMA`]
-/// as id 1 and a schema that does not compile as id 2.
+/// as id 1 and a schema that does not compile as id 2; `R`'s repeated,
+/// map and message fields as nested columns too.
+#[allow(clippy::unwrap_used)]
 pub fn protobuf_decoder() -> ProtobufDecoder {
-    let mut d = ProtobufDecoder::new(&binary_decoder_plan());
+    let mut source = binary_decoder_source();
+    for (name, t) in [
+        ("tags", "array<string>"),
+        ("ns", "array<row<day bigint, s string, next row<day timestamp, next row<s string>>>>"),
+        ("m", "map<string, bigint>"),
+        ("packed", "array<bigint>"),
+    ] {
+        source.schema.columns.push(ColumnSpec::field(name, ColumnType::parse(t).unwrap(), false));
+    }
+    let plan = sluice_sql::plan_query(
+        r#"SELECT id, price, name, ts, amount, "nested.day", flag, tags, ns, m, packed FROM t"#,
+        &[source],
+    )
+    .unwrap();
+    let mut d = ProtobufDecoder::new(&plan);
     d.add_schema(1, PROTOBUF_SCHEMA);
     d.add_schema(2, "message {");
     d
@@ -402,6 +421,12 @@ pub fn protobuf_seeds() -> Vec<Vec<u8>> {
     r.push(0x4d);
     r.extend_from_slice(&1.5f32.to_le_bytes());
     pb_bytes(10, b"1.5", &mut r);
+    pb_bytes(11, &nested, &mut r);
+    pb_bytes(11, &next, &mut r);
+    pb_bytes(12, &[0x0a, 0x01, b'k', 0x10, 0x03], &mut r);
+    pb_bytes(12, &[0x10, 0x04], &mut r);
+    pb_bytes(13, &[0x01, 0x96, 0x01, 0x7f], &mut r);
+    r.extend_from_slice(&[0x68, 0x05]);
     let mut sparse = header(&[2, 2]);
     sparse.extend_from_slice(&[0x08, 0x7f]);
     let mut other = header(&[0]);

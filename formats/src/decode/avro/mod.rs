@@ -31,6 +31,7 @@ use self::schema::{Type, TypeId};
 use self::values::Conv;
 use self::values::{Budget, Cursor, read_value, skip};
 use super::cells::{name, push_null};
+use super::nested_path::Path;
 use super::wire::HEADER;
 use super::{DecodeError, SourceColumns, wire};
 
@@ -52,7 +53,7 @@ pub struct AvroDecoder {
     last: Option<(u32, Option<Vec<Step>>)>,
     /// Where in a nested column's value a record is being read, for
     /// errors (kept here so that reading allocates nothing).
-    nested_path: nested::Path,
+    nested_path: Path,
     /// A writer schema that is not a record is read whole into the one
     /// field column (a record key's decoder: a `string` or `long` key).
     pub(crate) whole_primitive: bool,
@@ -76,7 +77,7 @@ impl AvroDecoder {
             fields,
             programs: HashMap::new(),
             last: None,
-            nested_path: nested::Path::new(),
+            nested_path: Path::new(),
             whole_primitive: false,
             aliases: Vec::new(),
         }
@@ -133,7 +134,7 @@ impl AvroDecoder {
         };
         let mut cursor = Cursor { buf: &payload[HEADER..], at: 0 };
         let mut nothing = Batch::new(Vec::new(), 0);
-        let mut path = nested::Path::new();
+        let mut path = Path::new();
         let mut run = Run {
             program,
             columns: &self.columns,
@@ -373,7 +374,7 @@ struct Run<'a, 'b> {
     batch: &'b mut Batch,
     /// How deep and how many items the value has gone so far.
     budget: Budget,
-    nested_path: &'b mut nested::Path,
+    nested_path: &'b mut Path,
 }
 
 impl Run<'_, '_> {

@@ -12,10 +12,9 @@
 //! A value that does not fit fails the record with the path to it
 //! (`items[3].price`); the record's rollback takes back what it pushed.
 
-use std::fmt::Write as _;
-
 use sluice_plan::{Column, ColumnData, DataType};
 
+use super::super::nested_path::{Path, Step, render};
 use super::schema::{Type, TypeId};
 use super::values::{Budget, Conv, Counted, Cursor, Target, blocks, conv, read_into, skip};
 
@@ -101,19 +100,6 @@ pub(super) fn compile(
     })
 }
 
-/// One step of the path to the value being read.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Step {
-    Index(usize),
-    Field(usize),
-    Entry(usize),
-}
-
-/// The steps to the value being read, each with its parent's type (a
-/// field's name is its row's): kept by the decoder, so a record's reading
-/// allocates none.
-pub(super) type Path = Vec<(Step, DataType)>;
-
 /// Reads one record's value of a nested column.
 pub(super) struct Reader<'a> {
     pub(super) types: &'a [Type],
@@ -138,15 +124,7 @@ impl<'a> Reader<'a> {
 
     /// Where the reader is: `items[3].price`.
     fn at(&self) -> String {
-        let mut text = String::from_utf8_lossy(self.name).into_owned();
-        for (step, parent) in self.path.iter() {
-            let _ = match *step {
-                Step::Index(i) => write!(text, "[{}]", i + 1),
-                Step::Entry(i) => write!(text, "[entry {}]", i + 1),
-                Step::Field(f) => write!(text, ".{}", parent.fields().get(f).map_or("?", |(n, _)| n.as_str())),
-            };
-        }
-        text
+        render(self.name, self.path)
     }
 
     /// Reads a value of `read` into `column` (`None`: checked, not kept).

@@ -20,7 +20,10 @@
 //! the wrong wire type, bytes that end early — is rejected with a reason,
 //! and the batch is left as before it (the dead-letter output gets it).
 
+mod cell;
+mod nested;
 mod program;
+mod wire;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,11 +32,13 @@ use base64::Engine;
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use protox::prost::Message;
 use protox::prost_reflect::{DescriptorPool, MessageDescriptor};
-use sluice_plan::time::parse_timestamp_ms;
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
-use self::program::{Action, Columns, Default, Fill, Node, Program, Read, Step};
-use super::cells::{name, push_null, time};
+use self::cell::{push, push_default};
+use self::nested::{Reader, Scratch, Spans, through};
+use self::program::{Action, Columns, FieldKind, Fill, Node, Program, Read, Step};
+use self::wire::{Slot, skip, take, value, varint, zigzag};
+use super::cells::push_null;
 use super::encoding::{Encoding, MAX_SCHEMAS};
 use super::wire::{HEADER, schema_id as wire_id};
 use super::{DecodeError, SourceColumns};
@@ -74,6 +79,8 @@ pub struct ProtobufDecoder {
     /// Per message node, whether the record has it (scratch).
     present: Vec<bool>,
     indexes: Vec<i64>,
+    /// What reading nested columns reuses from record to record.
+    scratch: Scratch,
     /// Whether records in field-number order take the one-pass path
     /// (`Program::flat`); off only to test the two paths against each
     /// other.
@@ -81,19 +88,6 @@ pub struct ProtobufDecoder {
     /// Records the one-pass path read (tests check it is taken).
     #[cfg(test)]
     flat_reads: usize,
-}
-
-/// A column's value in the record being read.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Slot {
-    Unset,
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    /// `payload[start..end]`, UTF-8.
-    Text(usize, usize),
-    /// Value `number` of enum `enum_index`.
-    Enum(usize, i32),
 }
 
 impl ProtobufDecoder {
@@ -117,6 +111,7 @@ impl ProtobufDecoder {
             slots,
             present: Vec::new(),
             indexes: Vec::new(),
+            scratch: Scratch::default(),
             flat_path: true,
             #[cfg(test)]
             flat_reads: 0,
@@ -282,14 +277,44 @@ impl ProtobufDecoder {
         // Every field column, as the record set it or as it was left.
         for (col, fill) in &program.fill {
             let col = *col;
-            match self.slots[col] {
-                Slot::Unset => match fill {
-                    Fill::Default { node, value } if self.present[*node] => {
-                        push_default(&self.columns, batch, col, value)?;
+            match (self.slots[col], fill) {
+                (Slot::Seen, Fill::Nested { index, .. }) => {
+                    let nested = &program.nested[*index];
+                    if !self.columns.used[col] {
+                        continue;
                     }
-                    _ => push_null(&self.columns, batch, col)?,
-                },
-                slot => push(&self.columns, batch, col, slot, payload, program)?,
+                    let mut reader = Reader {
+                        payload,
+                        enums: &program.enums,
+                        name: &self.columns.names[col],
+                        scratch: &mut self.scratch,
+                    };
+                    reader.scratch.path.clear();
+                    // The messages the field is in: the root, or every
+                    // occurrence of the message fields on its path.
+                    let parents = &nested.numbers[..nested.numbers.len().saturating_sub(1)];
+                    let column = &mut batch.columns[col];
+                    through(&Spans::One(body, payload.len()), parents, &mut |spans| {
+                        reader.field(&nested.field, spans, column)
+                    })?;
+                }
+                // A repeated or map field left out has no elements.
+                (Slot::Unset, Fill::Nested { index, node })
+                    if self.present[*node]
+                        && matches!(
+                            program.nested[*index].field.kind,
+                            FieldKind::Repeated(_) | FieldKind::Map { .. }
+                        ) =>
+                {
+                    if self.columns.used[col] {
+                        batch.columns[col].end_nested_row().map_err(|e| e.to_string())?;
+                    }
+                }
+                (Slot::Unset, Fill::Default { node, value }) if self.present[*node] => {
+                    push_default(&self.columns, batch, col, value)?;
+                }
+                (Slot::Unset | Slot::Seen, _) => push_null(&self.columns, batch, col)?,
+                (slot, _) => push(&self.columns, batch, col, slot, payload, &program.enums)?,
             }
         }
         Ok(())
@@ -365,57 +390,6 @@ pub(crate) fn parse_schema_with(text: &str, references: &[(String, String)]) -> 
     Ok(compiler.descriptor_pool())
 }
 
-/// A varint of at most 10 bytes at `payload[*at..]`. Field keys and most
-/// lengths are one byte: those return at once.
-#[inline]
-fn varint(payload: &[u8], at: &mut usize) -> Result<u64, String> {
-    if let Some(&b) = payload.get(*at)
-        && b < 0x80
-    {
-        *at += 1;
-        return Ok(u64::from(b));
-    }
-    varint_long(payload, at)
-}
-
-#[inline(never)]
-fn varint_long(payload: &[u8], at: &mut usize) -> Result<u64, String> {
-    let mut value: u64 = 0;
-    let mut shift = 0;
-    loop {
-        let Some(&b) = payload.get(*at) else {
-            return Err(format!("the value ends at byte {} in a number", payload.len()));
-        };
-        *at += 1;
-        if shift == 63 && b > 1 {
-            return Err(format!("a number longer than 64 bits at byte {at}"));
-        }
-        value |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return Ok(value);
-        }
-        shift += 7;
-        if shift > 63 {
-            return Err(format!("a number longer than 10 bytes at byte {at}"));
-        }
-    }
-}
-
-#[inline]
-fn zigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-/// `n` bytes at `payload[*at..end]`, or an error if fewer are left.
-#[inline]
-fn take(at: &mut usize, n: u64, end: usize) -> Result<(usize, usize), String> {
-    let start = *at;
-    let stop = usize::try_from(n).ok().and_then(|n| start.checked_add(n)).filter(|&s| s <= end);
-    let stop = stop.ok_or_else(|| format!("a field of {n} bytes where {} are left", end.saturating_sub(start)))?;
-    *at = stop;
-    Ok((start, stop))
-}
-
 /// One record's reading.
 struct Reading<'a> {
     slots: &'a mut [Slot],
@@ -442,6 +416,10 @@ impl Reading<'_> {
                 Some(Action::Value { col, read, .. }) if read.wire() == wire => {
                     self.slots[*col] = self.value(*read, &mut at, end)?;
                 }
+                Some(Action::Nested { col, wires }) if wires & 1 << wire != 0 => {
+                    self.slots[*col] = Slot::Seen;
+                    skip(bytes, &mut at, wire, end)?;
+                }
                 Some(Action::Message(child)) if wire == 2 => {
                     let n = varint(bytes, &mut at)?;
                     let (start, stop) = take(&mut at, n, end)?;
@@ -465,66 +443,6 @@ impl Reading<'_> {
     }
 }
 
-/// The value of a field read as `read`, at `payload[*at..end]`.
-#[inline(always)]
-fn value(payload: &[u8], read: Read, at: &mut usize, end: usize) -> Result<Slot, String> {
-    let bytes = &payload[..end];
-    let fixed = |at: &mut usize, n: u64| take(at, n, end).map(|(s, e)| &bytes[s..e]);
-    Ok(match read {
-        Read::Varint => Slot::Int(varint(bytes, at)? as i64),
-        Read::Unsigned => {
-            let v = varint(bytes, at)?;
-            Slot::Int(i64::try_from(v).map_err(|_| format!("uint64 {v} is larger than a bigint"))?)
-        }
-        Read::ZigZag => Slot::Int(zigzag(varint(bytes, at)?)),
-        Read::Bool => Slot::Bool(varint(bytes, at)? != 0),
-        Read::EnumName(e) => Slot::Enum(e, varint(bytes, at)? as i32),
-        Read::Fixed32Unsigned | Read::Fixed32Signed | Read::Float => {
-            let b = fixed(at, 4)?;
-            let w = [b[0], b[1], b[2], b[3]];
-            match read {
-                Read::Fixed32Unsigned => Slot::Int(i64::from(u32::from_le_bytes(w))),
-                Read::Fixed32Signed => Slot::Int(i64::from(i32::from_le_bytes(w))),
-                _ => Slot::Float(f64::from(f32::from_le_bytes(w))),
-            }
-        }
-        Read::Fixed64Unsigned | Read::Fixed64Signed | Read::Double => {
-            let mut w = [0; 8];
-            w.copy_from_slice(fixed(at, 8)?);
-            match read {
-                Read::Fixed64Unsigned => {
-                    let v = u64::from_le_bytes(w);
-                    Slot::Int(i64::try_from(v).map_err(|_| format!("fixed64 {v} is larger than a bigint"))?)
-                }
-                Read::Fixed64Signed => Slot::Int(i64::from_le_bytes(w)),
-                _ => Slot::Float(f64::from_le_bytes(w)),
-            }
-        }
-        // Checked for UTF-8 when pushed (once, and only the value
-        // that counts).
-        Read::Text => {
-            let n = varint(bytes, at)?;
-            let (start, stop) = take(at, n, end)?;
-            Slot::Text(start, stop)
-        }
-        Read::Timestamp => {
-            let n = varint(bytes, at)?;
-            let (start, stop) = take(at, n, end)?;
-            let (mut seconds, mut nanos, mut i) = (0i64, 0i64, start);
-            while i < stop {
-                let key = varint(bytes, &mut i)?;
-                match (key >> 3, key & 7) {
-                    (1, 0) => seconds = varint(bytes, &mut i)? as i64,
-                    (2, 0) => nanos = i64::from(varint(bytes, &mut i)? as i32),
-                    (_, wire) => skip(bytes, &mut i, (wire & 7) as u8, stop)?,
-                }
-            }
-            let ms = seconds.checked_mul(1000).and_then(|s| s.checked_add(nanos.div_euclid(1_000_000)));
-            Slot::Int(ms.ok_or_else(|| format!("a Timestamp of {seconds} s out of range"))?)
-        }
-    })
-}
-
 /// One pass over a record whose fields come in field-number order, each
 /// at most once, every value pushed as it is read and every field left
 /// out filled as [`ProtobufDecoder::run`] fills it. `false` at anything
@@ -544,6 +462,8 @@ fn read_flat(
     let fill = |col: usize, fill: &Fill, batch: &mut Batch| match fill {
         Fill::Default { value, .. } => push_default(columns, batch, col, value).is_ok(),
         Fill::Null => push_null(columns, batch, col).is_ok(),
+        // No flat path reads a message with a nested column.
+        Fill::Nested { .. } => false,
     };
     let end = payload.len();
     let (mut at, mut next) = (body, 0);
@@ -557,117 +477,13 @@ fn read_flat(
         }
         let step = &steps[next + skipped];
         let Ok(slot) = value(payload, step.read, &mut at, end) else { return false };
-        if push(columns, batch, step.col, slot, payload, program).is_err() {
+        if push(columns, batch, step.col, slot, payload, &program.enums).is_err() {
             return false;
         }
         next += skipped + 1;
     }
     steps[next..].iter().all(|step| fill(step.col, &step.fill, batch))
         && program.unfed.iter().all(|(col, f)| fill(*col, f, batch))
-}
-
-/// Skips a field of wire type `wire`.
-fn skip(bytes: &[u8], at: &mut usize, wire: u8, end: usize) -> Result<(), String> {
-    match wire {
-        0 => varint(bytes, at).map(drop),
-        1 => take(at, 8, end).map(drop),
-        2 => {
-            let n = varint(bytes, at)?;
-            take(at, n, end).map(drop)
-        }
-        5 => take(at, 4, end).map(drop),
-        3 | 4 => Err("a group (deprecated wire types 3 and 4) is not supported".into()),
-        w => Err(format!("wire type {w} at byte {at}")),
-    }
-}
-
-/// A column's default, for a field the record leaves out.
-fn push_default(columns: &SourceColumns, batch: &mut Batch, col: usize, value: &Default) -> Result<(), String> {
-    if !columns.used[col] {
-        return Ok(());
-    }
-    let column = &mut batch.columns[col];
-    let pushed = match value {
-        // A decimal's default is zero, in its storage.
-        Default::Int(x) if matches!(column.data_type, sluice_plan::DataType::Decimal(..)) => {
-            column.push_decimal(i128::from(*x))
-        }
-        Default::Int(x) => column.push_i64(time(columns, col, Some(*x))?),
-        Default::Float(x) => column.push_f64(*x),
-        Default::Bool(x) => column.push_bool(*x),
-        Default::Text(x) => column.push_str(x),
-    };
-    pushed.map_err(|e| e.to_string())
-}
-
-/// The value the record set, into column `col`.
-#[inline(always)]
-fn push(
-    columns: &SourceColumns,
-    batch: &mut Batch,
-    col: usize,
-    slot: Slot,
-    payload: &[u8],
-    program: &Program,
-) -> Result<(), String> {
-    let into = columns.types[col];
-    let text = |s: usize, e: usize| {
-        std::str::from_utf8(&payload[s..e])
-            .map_err(|_| format!("column `{}`: a string that is not UTF-8", name(columns, col)))
-    };
-    let pushed = match (slot, into) {
-        (Slot::Unset, _) => return push_null(columns, batch, col),
-        (Slot::Int(x), sluice_plan::DataType::Timestamp) => {
-            let x = time(columns, col, Some(x))?;
-            if !columns.used[col] {
-                return Ok(());
-            }
-            batch.columns[col].push_i64(x)
-        }
-        (Slot::Text(s, e), sluice_plan::DataType::Timestamp) => {
-            let t = text(s, e)?;
-            let ms = parse_timestamp_ms(t)
-                .ok_or_else(|| format!("column `{}`: `{t}` is not a timestamp", name(columns, col)))?;
-            let x = time(columns, col, Some(ms))?;
-            if !columns.used[col] {
-                return Ok(());
-            }
-            batch.columns[col].push_i64(x)
-        }
-        (slot @ (Slot::Int(_) | Slot::Float(_) | Slot::Text(..)), sluice_plan::DataType::Decimal(p, s)) => {
-            use sluice_plan::decimal;
-            let v = match slot {
-                Slot::Int(x) => decimal::rescale(i128::from(x), 0, s, p),
-                Slot::Float(x) => decimal::from_f64(x, p, s),
-                Slot::Text(a, b) => decimal::parse(text(a, b)?, p, s),
-                _ => None,
-            };
-            let v = v.ok_or_else(|| format!("column `{}`: a value that is no {into} value", name(columns, col)))?;
-            if !columns.used[col] {
-                return Ok(());
-            }
-            batch.columns[col].push_decimal(v)
-        }
-        _ if !columns.used[col] => return Ok(()),
-        (Slot::Int(x), sluice_plan::DataType::Double) =>
-        {
-            #[allow(clippy::cast_precision_loss)]
-            batch.columns[col].push_f64(x as f64)
-        }
-        (Slot::Int(x), _) => batch.columns[col].push_i64(x),
-        (Slot::Float(x), _) => batch.columns[col].push_f64(x),
-        (Slot::Bool(x), _) => batch.columns[col].push_bool(x),
-        (Slot::Text(s, e), _) => batch.columns[col].push_str(text(s, e)?),
-        (Slot::Enum(e, number), _) => {
-            let names = &program.enums[e];
-            match names.binary_search_by_key(&number, |n| n.0) {
-                Ok(i) => batch.columns[col].push_str(&names[i].1),
-                // An unknown number (a newer writer's value): its number.
-                Err(_) => batch.columns[col].push_str(&number.to_string()),
-            }
-        }
-    };
-    pushed.map_err(|e| e.to_string())
 }
 
 impl Encoding for ProtobufDecoder {

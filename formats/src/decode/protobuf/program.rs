@@ -60,6 +60,14 @@ pub(super) enum Action {
     },
     /// A nested message some column reads a field of.
     Message(Box<Node>),
+    /// The field of a nested column ([`Program::nested`]): the record has
+    /// it when its wire type is one of `wires` (a bit per wire type), and
+    /// the column's value is read from every occurrence when the record
+    /// ends.
+    Nested {
+        col: usize,
+        wires: u8,
+    },
 }
 
 /// One message: its actions by field number.
@@ -111,6 +119,13 @@ impl Node {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Fill {
     Null,
+    /// Nested column `index` of [`Program::nested`]: an empty array or
+    /// map (a repeated field left out has no elements) when message
+    /// `node` is in the record, NULL otherwise.
+    Nested {
+        index: usize,
+        node: usize,
+    },
     /// The field's default, when message `node` is in the record (NULL
     /// otherwise).
     Default {
@@ -146,7 +161,62 @@ pub(super) struct Program {
     pub flat: Option<Vec<Step>>,
     /// With `flat`: the columns no field of the message feeds.
     pub unfed: Vec<(usize, Fill)>,
+    /// The columns of a repeated, map or message field.
+    pub nested: Vec<NestedColumn>,
 }
+
+/// A column read from a repeated field (an array), a map field, or a
+/// message read as a row.
+#[derive(Debug, Clone)]
+pub(super) struct NestedColumn {
+    /// The field numbers from the root message to the field.
+    pub numbers: Vec<u32>,
+    pub field: FieldRead,
+}
+
+/// How a field becomes a value of a column, or of a row's field.
+#[derive(Debug, Clone)]
+pub(super) struct FieldRead {
+    pub number: u32,
+    pub kind: FieldKind,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum FieldKind {
+    /// One value: the last occurrence counts, as Protobuf merges; left
+    /// out, its default (`None`: NULL, for a field with presence).
+    Scalar { read: Read, default: Option<Default> },
+    /// A message read as a row: NULL when left out; written more than
+    /// once, merged (each field's last value, repeated fields' elements
+    /// of every occurrence).
+    Message(RowRead),
+    /// A repeated field read as an array: every element of every
+    /// occurrence, in order, packed runs and single elements alike.
+    Repeated(Elem),
+    /// A map field: entry messages of key (field 1) and value (field 2),
+    /// a key written twice keeping its last value, as Protobuf's maps do.
+    Map { key: Read, key_default: Default, value: Elem },
+}
+
+/// An element of a repeated field or a map's value.
+#[derive(Debug, Clone)]
+pub(super) enum Elem {
+    /// A value; `default` where a map entry leaves it out.
+    Scalar { read: Read, default: Option<Default> },
+    /// A message, read as a row (a map entry that leaves it out: the
+    /// message with every field left out).
+    Row(RowRead),
+}
+
+/// A message read as a row: per row field, in the row's order, the
+/// message field it reads (`None`: no field of that name, NULL).
+#[derive(Debug, Clone)]
+pub(super) struct RowRead {
+    pub fields: Vec<Option<FieldRead>>,
+}
+
+/// How deep a nested column's type may lead into messages.
+const MAX_DEPTH: usize = 64;
 
 /// One field of the flat path: the key it is written with (field number
 /// and wire type, as a varint's value), the column it feeds, how, and
@@ -182,6 +252,7 @@ impl Program {
             enums: Vec::new(),
             flat: None,
             unfed: Vec::new(),
+            nested: Vec::new(),
         };
         for (col, path) in columns.fields {
             let (col, fill) = program.column(message, *col, path, columns)?;
@@ -230,15 +301,20 @@ impl Program {
                 }
                 return Ok((col, Fill::Null));
             };
+            let last = depth + 1 == path.len();
+            if last && (field.is_list() || field.is_map() || columns.types[col].is_nested()) {
+                numbers.push(field.number());
+                return self.nested_column(&field, col, &numbers, &node_ids, columns.types[col], &column);
+            }
             if field.is_list() || field.is_map() {
                 return Err(format!(
-                    "column `{column}`: field `{}` of {} is {}, which no column type holds",
+                    "column `{column}`: field `{}` of {} is {}: declare the column on the field itself, {}",
                     field.name(),
                     msg.full_name(),
-                    if field.is_map() { "a map" } else { "repeated" }
+                    if field.is_map() { "a map" } else { "repeated" },
+                    if field.is_map() { "typed map<K, V>" } else { "typed array<T>" }
                 ));
             }
-            let last = depth + 1 == path.len();
             match field.kind() {
                 Kind::Message(m) if !last => {
                     numbers.push(field.number());
@@ -275,6 +351,119 @@ impl Program {
             }
         }
         Err(format!("column `{column}`: an empty field path"))
+    }
+
+    /// Files nested column `col`, of type `t`, on `field` (at field-number
+    /// path `numbers`, through the messages of presence flags `node_ids`).
+    fn nested_column(
+        &mut self,
+        field: &FieldDescriptor,
+        col: usize,
+        numbers: &[u32],
+        node_ids: &[usize],
+        t: DataType,
+        column: &str,
+    ) -> Result<(usize, Fill), String> {
+        let read = self.field_read(field, t, column, 0)?;
+        let wires = match &read.kind {
+            FieldKind::Repeated(Elem::Scalar { read, .. }) => 1 << read.wire() | 1 << 2,
+            _ => 1 << 2,
+        };
+        let mut node = &mut self.root;
+        let (last, parents) = numbers.split_last().ok_or("internal: an empty field path")?;
+        for (i, &n) in parents.iter().enumerate() {
+            node = node.child(n, node_ids[i + 1])?;
+        }
+        // (A column and columns under its path are refused when the
+        // query is planned: no other action is there.)
+        node.insert(*last, Action::Nested { col, wires });
+        self.nested.push(NestedColumn { numbers: numbers.to_vec(), field: read });
+        let parent = *node_ids.last().unwrap_or(&0);
+        Ok((col, Fill::Nested { index: self.nested.len() - 1, node: parent }))
+    }
+
+    /// How `field` is read into a value of type `t` (`column` names it
+    /// for errors).
+    fn field_read(
+        &mut self,
+        field: &FieldDescriptor,
+        t: DataType,
+        column: &str,
+        depth: usize,
+    ) -> Result<FieldRead, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("column `{column}`: messages nested more than {MAX_DEPTH} levels"));
+        }
+        let refuse = |what: &str, declare: &str| {
+            Err(format!("column `{column}` is {t}, but field `{}` is {what} (declare it {declare})", field.full_name()))
+        };
+        let kind = if field.is_map() {
+            let (Some((k, v)), Kind::Message(entry)) = (t.map_types(), field.kind()) else {
+                return refuse("a map", "map<K, V>");
+            };
+            let (key, key_default) = self.conversion(&entry.map_entry_key_field(), k, &format!("{column} key"))?;
+            let key_default = key_default.unwrap_or(Default::Int(0));
+            let value = self.elem(&entry.map_entry_value_field(), v, column, depth)?;
+            FieldKind::Map { key, key_default, value }
+        } else if field.is_list() {
+            let Some(element) = t.element().filter(|_| matches!(t, DataType::Array(_))) else {
+                return refuse("repeated", "array<T>");
+            };
+            FieldKind::Repeated(self.elem(field, element, column, depth)?)
+        } else {
+            match (field.kind(), t) {
+                (Kind::Message(m), DataType::Row(_)) if !is_timestamp(&m) => {
+                    FieldKind::Message(self.row(&m, t, column, depth)?)
+                }
+                (Kind::Message(m), _) if t.is_nested() && !is_timestamp(&m) => {
+                    return refuse(&format!("a message ({})", m.full_name()), "row<…>");
+                }
+                _ if t.is_nested() => return refuse("a single value", "a flat type"),
+                _ => {
+                    let (read, default) = self.conversion(field, t, column)?;
+                    let default = if field.supports_presence() { None } else { default };
+                    FieldKind::Scalar { read, default }
+                }
+            }
+        };
+        Ok(FieldRead { number: field.number(), kind })
+    }
+
+    /// An element of repeated `field`, or a map's value, as type `t`.
+    fn elem(&mut self, field: &FieldDescriptor, t: DataType, column: &str, depth: usize) -> Result<Elem, String> {
+        match field.kind() {
+            Kind::Message(m) if !is_timestamp(&m) => match t {
+                DataType::Row(_) => Ok(Elem::Row(self.row(&m, t, column, depth)?)),
+                _ => Err(format!(
+                    "column `{column}`: the elements of field `{}` are messages ({}), read as rows (declare them row<…>), not {t}",
+                    field.full_name(),
+                    m.full_name()
+                )),
+            },
+            _ if t.is_nested() => Err(format!(
+                "column `{column}`: the elements of field `{}` are single values, not {t} (Protobuf has no \
+                 repeated of repeated)",
+                field.full_name()
+            )),
+            _ => {
+                let (read, default) = self.conversion(field, t, column)?;
+                Ok(Elem::Scalar { read, default })
+            }
+        }
+    }
+
+    /// Message `m` read as row type `t`: fields matched by name, exactly
+    /// and then ignoring case.
+    fn row(&mut self, m: &MessageDescriptor, t: DataType, column: &str, depth: usize) -> Result<RowRead, String> {
+        let mut fields = Vec::with_capacity(t.fields().len());
+        for (name, ft) in t.fields() {
+            let field = m.get_field_by_name(name).or_else(|| m.fields().find(|f| f.name().eq_ignore_ascii_case(name)));
+            fields.push(match field {
+                Some(f) => Some(self.field_read(&f, *ft, &format!("{column}.{name}"), depth + 1)?),
+                None => None,
+            });
+        }
+        Ok(RowRead { fields })
     }
 
     /// The presence flag of the message at field-number path `numbers`,
@@ -349,7 +538,7 @@ impl Program {
                 DataType::Bigint => Ok((Read::Varint, Some(Default::Int(0)))),
                 _ => refuse("an enum (declare the column string for its names, or bigint for its numbers)"),
             },
-            Kind::Message(m) if m.full_name() == "google.protobuf.Timestamp" => match t {
+            Kind::Message(m) if is_timestamp(&m) => match t {
                 DataType::Timestamp => Ok((Read::Timestamp, None)),
                 _ => refuse("a google.protobuf.Timestamp (declare the column timestamp)"),
             },
@@ -359,4 +548,8 @@ impl Program {
             Kind::Bytes => refuse("bytes, which no column type holds"),
         }
     }
+}
+
+fn is_timestamp(m: &MessageDescriptor) -> bool {
+    m.full_name() == "google.protobuf.Timestamp"
 }

@@ -187,3 +187,155 @@ fn output_names_protobuf_cannot_hold_are_refused_naming_them() {
     let e = proto_schema("j", &[("a_b".into(), DataType::Bigint), ("aB".into(), DataType::Bigint)]).unwrap_err();
     assert!(e.contains("`a_b`") && e.contains("`aB`"), "{e}");
 }
+
+fn ty(s: &str) -> DataType {
+    DataType::of_column(&ColumnType::parse(s).unwrap()).unwrap()
+}
+
+const NESTED: [(&str, &str); 7] = [
+    ("items", "array<row<sku string, qty bigint, price decimal(9,2), at timestamp>>"),
+    ("attrs", "map<string, string>"),
+    ("by_id", "map<bigint, double>"),
+    ("tags", "array<bigint>"),
+    ("scores", "array<double>"),
+    ("names", "array<string>"),
+    ("meta", "row<channel string, inner row<b boolean, items array<string>>>"),
+];
+
+fn s(x: &str) -> Scalar {
+    Scalar::String(x.into())
+}
+
+/// A full row (NULLs inside), a NULL in every column, empty values.
+fn nested_rows() -> Vec<Vec<Scalar>> {
+    let item =
+        |sku: &str, qty, cents, at| Scalar::Row(vec![s(sku), Scalar::Bigint(qty), Scalar::Decimal(cents, 2), at]);
+    vec![
+        vec![
+            Scalar::List(vec![
+                item("a", 2, 150, Scalar::Timestamp(1_700_000_000_001)),
+                item("b", -1, -5, Scalar::Null),
+            ]),
+            Scalar::Map(vec![(s("color"), s("red")), (s("size"), Scalar::Null)]),
+            Scalar::Map(vec![(Scalar::Bigint(-7), Scalar::Double(0.5))]),
+            Scalar::List(vec![Scalar::Bigint(1), Scalar::Bigint(-300), Scalar::Bigint(i64::MAX)]),
+            Scalar::List(vec![Scalar::Double(1.25)]),
+            Scalar::List(vec![s("x"), s(&"y".repeat(200))]),
+            Scalar::Row(vec![s("web"), Scalar::Row(vec![Scalar::Boolean(true), Scalar::List(vec![s("i")])])]),
+        ],
+        vec![Scalar::Null; 7],
+        vec![
+            Scalar::List(vec![]),
+            Scalar::Map(vec![]),
+            Scalar::Map(vec![]),
+            Scalar::List(vec![]),
+            Scalar::List(vec![]),
+            Scalar::List(vec![]),
+            Scalar::Row(vec![Scalar::Null, Scalar::Row(vec![Scalar::Null, Scalar::List(vec![])])]),
+        ],
+    ]
+}
+
+fn nested_encoded() -> EncodedRows {
+    let rows = nested_rows();
+    let mut columns: Vec<Value<'_>> = (0..NESTED.len())
+        .map(|c| column(ty(NESTED[c].1), &rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>()))
+        .collect();
+    columns.push(Value::Scalar(Scalar::List(vec![Scalar::Bigint(4)]), ty("array<bigint>")));
+    let mut out = EncodedRows::default();
+    let rows = EmittedRows {
+        columns: &columns,
+        keys: &[],
+        selection: Selection::All(rows.len()),
+        from_input: false,
+        delete: false,
+    };
+    ProtobufEncoder::new(5, &[]).encode(&rows, &mut out);
+    out
+}
+
+fn nested_outputs() -> Vec<(String, DataType)> {
+    let mut outputs: Vec<(String, DataType)> = NESTED.iter().map(|(n, t)| ((*n).to_owned(), ty(t))).collect();
+    outputs.push(("constant".into(), ty("array<bigint>")));
+    outputs
+}
+
+/// Arrays, maps and rows written under the derived schema (repeated
+/// fields, map fields, messages inside the result's) read back by Sluice's
+/// decoder: as they were, except what Protobuf cannot hold — a NULL
+/// element or map value is its default, a NULL array or map an empty one.
+#[test]
+fn nested_results_written_as_protobuf_read_back_with_protobufs_defaults() {
+    let schema = proto_schema("orders", &nested_outputs()).unwrap();
+    for line in [
+        "repeated Items items = 1;",
+        "map<string, string> attrs = 2;",
+        "map<int64, double> by_id = 3;",
+        "repeated int64 tags = 4;",
+        "Meta meta = 7;",
+        "message Inner {",
+        "optional google.protobuf.Timestamp at = 4;",
+    ] {
+        assert!(schema.contains(line), "{line}: {schema}");
+    }
+    let out = nested_encoded();
+    let mut columns: Vec<(&str, ColumnType, bool)> =
+        NESTED.iter().map(|(n, t)| (*n, ColumnType::parse(t).unwrap(), false)).collect();
+    columns.push(("constant", ColumnType::parse("array<bigint>").unwrap(), false));
+    let source = SourceSpec::table("r", &columns);
+    let plan = sluice_sql::plan_query("SELECT * FROM r", &[source]).unwrap();
+    let mut decoder = ProtobufDecoder::new(&plan);
+    decoder.add_schema(5, &schema);
+    let mut batch = decoder.new_batch(3);
+    for i in 0..3 {
+        decoder.decode(out.value(i), &mut batch).unwrap();
+    }
+    let mut want = nested_rows();
+    // A NULL map value: the default. A NULL array or map: empty.
+    let Scalar::Map(attrs) = &mut want[0][1] else { unreachable!() };
+    attrs[1].1 = s("");
+    for (c, empty) in [(0, Scalar::List(vec![])), (1, Scalar::Map(vec![])), (2, Scalar::Map(vec![]))] {
+        want[1][c] = empty;
+    }
+    want[1][3..6].fill(Scalar::List(vec![]));
+    for (r, want) in want.iter().enumerate() {
+        let got: Vec<Scalar> = batch.columns.iter().map(|c| c.scalar(r)).collect();
+        assert_eq!(got[..7], want[..], "row {r}");
+        assert_eq!(got[7], Scalar::List(vec![Scalar::Bigint(4)]), "row {r}");
+    }
+}
+
+/// The same bytes through prost-reflect's decoder: repeated messages,
+/// packed numbers, map entries and messages inside messages.
+#[test]
+fn nested_results_read_back_by_prost_reflect() {
+    let schema = proto_schema("orders", &nested_outputs()).unwrap();
+    let pool = parse_schema(&schema).unwrap();
+    let descriptor = pool.get_message_by_name("dev.sluice.orders").unwrap();
+    let out = nested_encoded();
+    let m = DynamicMessage::decode(descriptor, &out.value(0)[6..]).unwrap();
+    let items = m.get_field_by_name("items").unwrap();
+    let items = items.as_list().unwrap();
+    assert_eq!(items.len(), 2);
+    let second = items[1].as_message().unwrap();
+    assert_eq!(second.get_field_by_name("sku").unwrap().as_str(), Some("b"));
+    assert_eq!(second.get_field_by_name("price").unwrap().as_str(), Some("-0.05"));
+    assert!(!second.has_field_by_name("at"), "a NULL field of a row is left out");
+    let tags = m.get_field_by_name("tags").unwrap();
+    assert_eq!(tags.as_list().unwrap(), &[Field::I64(1), Field::I64(-300), Field::I64(i64::MAX)]);
+    let meta = m.get_field_by_name("meta").unwrap();
+    let inner = meta.as_message().unwrap().get_field_by_name("inner").unwrap();
+    assert_eq!(inner.as_message().unwrap().get_field_by_name("b").unwrap().as_bool(), Some(true));
+    let by_id = m.get_field_by_name("by_id").unwrap();
+    assert_eq!(by_id.as_map().unwrap().len(), 1);
+}
+
+#[test]
+fn nested_types_protobuf_cannot_hold_are_refused_naming_the_column() {
+    let e = proto_schema("j", &[("grid".into(), ty("array<array<bigint>>"))]).unwrap_err();
+    assert!(e.contains("`grid`") && e.contains("holds lists"), "{e}");
+    let e = proto_schema("j", &[("r".into(), ty("row<a map<string, array<bigint>>>"))]).unwrap_err();
+    assert!(e.contains("`r.a`") && e.contains("holds lists"), "{e}");
+    let e = proto_schema("j", &[("r".into(), ty("row<\"count(*)\" bigint>"))]).unwrap_err();
+    assert!(e.contains("`r`") && e.contains("count(*)"), "{e}");
+}
