@@ -69,13 +69,16 @@ pub struct ResolvedSchema {
 impl StreamJobSpec {
     /// The spec with every `schema.registry` source's field columns
     /// derived from its subject's schema (`lookup(subject, version)`,
-    /// `None` for the latest), its declared (metadata) columns after them,
-    /// and `registry` cleared — the columns are declared now, as the
-    /// operator writes them into the workers' config — and which schema
-    /// each came from.
+    /// `None` for the latest) by `derive` (the subject's schema, and the
+    /// Protobuf message the source names), its declared (metadata) columns
+    /// after them, and `registry` cleared — the columns are declared now,
+    /// as the operator writes them into the workers' config — and which
+    /// schema each came from. [`avro_columns_with`] derives Avro's here;
+    /// the formats crate's `registry_columns` derives Protobuf's too.
     pub fn with_registry_columns(
         &self,
         mut lookup: impl FnMut(&str, Option<u32>) -> Result<SubjectSchema, String>,
+        derive: impl Fn(&SubjectSchema, Option<&str>) -> Result<Vec<ColumnSpec>, String>,
     ) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), String> {
         let mut spec = self.clone();
         let mut resolved = Vec::new();
@@ -89,20 +92,30 @@ impl StreamJobSpec {
                     c.name
                 ));
             }
-            if source.format != crate::SourceFormat::Avro {
-                return Err(format!("{at}: columns are derived from Avro schemas: the source needs format avro"));
+            let kind = match source.format {
+                crate::SourceFormat::Avro => "AVRO",
+                crate::SourceFormat::Protobuf => "PROTOBUF",
+                _ => {
+                    return Err(format!(
+                        "{at}: columns are derived from Avro and Protobuf schemas: the source needs format avro or \
+                         protobuf"
+                    ));
+                }
+            };
+            if registry.message.is_some() && kind != "PROTOBUF" {
+                return Err(format!("{at}.message names a Protobuf message: the source's format is not protobuf"));
             }
             let version = requested_version(registry.version.as_ref()).map_err(|e| format!("{at}: {e}"))?;
             let found =
                 lookup(&registry.subject, version).map_err(|e| format!("{at}: subject {}: {e}", registry.subject))?;
-            if found.kind != "AVRO" {
+            if found.kind != kind {
                 return Err(format!(
-                    "{at}: subject {} holds a {} schema; columns are derived from Avro schemas only (declare this \
-                     source's columns)",
+                    "{at}: subject {} holds a {} schema, and the source's format reads {kind} (declare this \
+                     source's columns, or name a subject of its format)",
                     registry.subject, found.kind
                 ));
             }
-            let mut columns = avro_columns_with(&found.text, &found.references)
+            let mut columns = derive(&found, registry.message.as_deref())
                 .map_err(|e| format!("{at}: subject {} version {}: {e}", registry.subject, found.version))?;
             if let Some(clash) = columns.iter().find(|c| source.schema.columns.iter().any(|d| d.name == c.name)) {
                 return Err(format!("{at}: column `{}` is both a field of the schema and declared", clash.name));
@@ -791,9 +804,18 @@ spec:
         let text = doubling(24, "long");
         let err = job
             .spec
-            .with_registry_columns(|_, _| {
-                Ok(SubjectSchema { id: 7, version: 3, kind: "AVRO".into(), text: text.clone(), references: Vec::new() })
-            })
+            .with_registry_columns(
+                |_, _| {
+                    Ok(SubjectSchema {
+                        id: 7,
+                        version: 3,
+                        kind: "AVRO".into(),
+                        text: text.clone(),
+                        references: Vec::new(),
+                    })
+                },
+                |found, _| avro_columns_with(&found.text, &found.references),
+            )
             .unwrap_err();
         assert!(err.starts_with("spec.sources[0].schema.registry: subject orders-value version 3: "), "{err}");
         assert!(err.contains("10000 columns"), "{err}");

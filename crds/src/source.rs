@@ -390,8 +390,8 @@ pub struct SchemaSpec {
     #[schemars(length(max = 100))]
     #[x_kube(validation = Rule::new("self.all(c, self.exists_one(d, d.name == c.name))").message("column names must be unique"))]
     pub columns: Vec<ColumnSpec>,
-    /// Derive the value's columns from this subject's Avro schema
-    /// (docs/formats.md, "Columns from the registry").
+    /// Derive the value's columns from this subject's Avro or Protobuf
+    /// schema (docs/formats.md, "Columns from the registry").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub registry: Option<RegistrySubject>,
 }
@@ -408,6 +408,12 @@ pub struct RegistrySubject {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("type(self) == int ? self > 0 : self == 'latest'").message("a positive version number, or latest"))]
     pub version: Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+    /// For a Protobuf subject: the full name of the message the records
+    /// hold (`shop.Order`); the file's first message by default, the one
+    /// Confluent's message index `[0]` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 255))]
+    pub message: Option<String>,
 }
 
 /// One column: a field of the record's JSON value (`bid.price` names the

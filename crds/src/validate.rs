@@ -63,10 +63,13 @@ impl StreamJobSpec {
             // planned (`StreamJobSpec::with_registry_columns`), which
             // clears `registry`; here it is still the user's.
             match &s.schema.registry {
-                Some(_) if s.format != crate::SourceFormat::Avro || self.schema_registry.is_none() => {
+                Some(_)
+                    if !matches!(s.format, crate::SourceFormat::Avro | crate::SourceFormat::Protobuf)
+                        || self.schema_registry.is_none() =>
+                {
                     problems.push(format!(
-                        "{at}.schema.registry: columns are derived from a subject's Avro schema: the source needs \
-                         format avro and the job spec.schemaRegistry"
+                        "{at}.schema.registry: columns are derived from a subject's Avro or Protobuf schema: the \
+                         source needs format avro or protobuf and the job spec.schemaRegistry"
                     ));
                 }
                 Some(r) => {

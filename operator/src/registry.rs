@@ -94,9 +94,12 @@ async fn derive(
 ) -> Result<(StreamJobSpec, Vec<ResolvedSchema>), Blocked> {
     let invalid = |message: String| Blocked::Invalid(Invalid { reason: reasons::INVALID_SPEC, message });
     let derived = off_runtime(deadline, move || {
-        spec.with_registry_columns(|subject, version| {
-            found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
-        })
+        spec.with_registry_columns(
+            |subject, version| {
+                found.get(&(subject.to_owned(), version)).cloned().unwrap_or_else(|| Err("not read".into()))
+            },
+            sluice_formats::registry_columns::registry_columns,
+        )
     })
     .await;
     match derived {

@@ -485,14 +485,17 @@ pub fn resolve_columns(spec: &StreamJobSpec, secrets_dir: &str) -> Result<(Strea
     }
     let registry = Registry::connect(registry_spec, secrets_dir)?;
     let mut unreachable = None;
-    let resolved = spec.with_registry_columns(|subject, version| match registry.subject_schema(subject, version) {
-        Ok(answer) => answer,
-        Err(e) => {
-            let why = e.to_string();
-            unreachable = Some(e);
-            Err(why)
-        }
-    });
+    let resolved = spec.with_registry_columns(
+        |subject, version| match registry.subject_schema(subject, version) {
+            Ok(answer) => answer,
+            Err(e) => {
+                let why = e.to_string();
+                unreachable = Some(e);
+                Err(why)
+            }
+        },
+        sluice_formats::registry_columns::registry_columns,
+    );
     match (resolved, unreachable) {
         (Ok(r), _) => Ok(r),
         (Err(_), Some(e)) => Err(e),

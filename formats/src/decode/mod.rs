@@ -41,6 +41,7 @@ pub use key::KeyDecoder;
 pub use protobuf::ProtobufDecoder;
 #[cfg(test)]
 pub(crate) use protobuf::parse_schema;
+pub(crate) use protobuf::{parse_schema_with, schema_file};
 pub use raw::RawDecoder;
 pub use record::{RecordHeaders, RecordMeta};
 pub use row::RowDecoder;

@@ -31,7 +31,7 @@ use std::path::Path;
 use base64::Engine;
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use protox::prost::Message;
-use protox::prost_reflect::{DescriptorPool, MessageDescriptor};
+use protox::prost_reflect::{DescriptorPool, FileDescriptor, MessageDescriptor};
 use sluice_plan::{Batch, ColumnOrigin, Plan};
 
 use self::cell::{push, push_default};
@@ -323,7 +323,7 @@ impl ProtobufDecoder {
 
 /// The message `indexes` names in the schema's file.
 fn message(pool: &DescriptorPool, indexes: &[i64]) -> Result<MessageDescriptor, String> {
-    let file = pool.get_file_by_name(SCHEMA_FILE).or_else(|| pool.files().last()).ok_or("an empty schema")?;
+    let file = schema_file(pool).ok_or("an empty schema")?;
     let bad = || format!("message indexes {indexes:?} name no message of the schema");
     let at = |i: i64, mut messages: Box<dyn Iterator<Item = MessageDescriptor> + '_>| {
         usize::try_from(i).ok().and_then(|i| messages.nth(i)).ok_or_else(bad)
@@ -334,6 +334,12 @@ fn message(pool: &DescriptorPool, indexes: &[i64]) -> Result<MessageDescriptor, 
         m = at(i, Box::new(m.child_messages()))?;
     }
     Ok(m)
+}
+
+/// The registry's schema itself among the files compiled with it (those
+/// it imports).
+pub(crate) fn schema_file(pool: &DescriptorPool) -> Option<FileDescriptor> {
+    pool.get_file_by_name(SCHEMA_FILE).or_else(|| pool.files().last())
 }
 
 /// Files from the registry — the schema and the files it imports (its
