@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::collect::Collected;
 use crate::distinct::DistinctState;
 use crate::state::group_keys::KeyEncoder;
 use sluice_plan::{AggFunc, AggregateCall, DataType, Scalar};
@@ -75,6 +76,8 @@ pub enum Accumulator {
         seen: Vec<bool>,
         max: bool,
     },
+    /// ARRAY_AGG and MAP_AGG: every argument row of each group.
+    Collect(Box<Collected>),
 }
 
 use sluice_plan::decimal::add_wrapping as add_wide;
@@ -102,6 +105,9 @@ impl Accumulator {
         let max = call.func == AggFunc::Max;
         match call.func {
             AggFunc::Count if call.distinct => Self::CountDistinct(Box::default()),
+            AggFunc::ArrayAgg | AggFunc::MapAgg => {
+                Self::Collect(Box::new(Collected::new(&call.order, call.func == AggFunc::MapAgg)))
+            }
             AggFunc::CountStar | AggFunc::Count => Self::Count { counts: Vec::new() },
             // A decimal's sum is the sum of its unscaled values.
             AggFunc::Sum if arg_type.is_wide() => {
@@ -167,6 +173,7 @@ impl Accumulator {
             }
             Self::MinMaxStr { values, .. } => grow(values, groups, None),
             Self::CountDistinct(d) => d.ensure(groups),
+            Self::Collect(c) => c.ensure(groups),
             Self::SumWide { sums, carries, seen } => {
                 grow(sums, groups, 0);
                 grow(carries, groups, 0);
@@ -193,6 +200,7 @@ impl Accumulator {
             | Self::MinMaxWide { seen, .. } => seen[g] = false,
             Self::MinMaxStr { values, .. } => values[g] = None,
             Self::CountDistinct(d) => d.reset(g),
+            Self::Collect(c) => c.reset(g),
             Self::SumWide { sums, carries, seen } => (sums[g], carries[g], seen[g]) = (0, 0, 0),
         }
     }
@@ -230,6 +238,7 @@ impl Accumulator {
             }
             Self::MinMaxStr { values, max } => Self::MinMaxStr { values: cut(values, r), max: *max },
             Self::CountDistinct(d) => Self::CountDistinct(Box::new(d.page(groups))),
+            Self::Collect(c) => Self::Collect(Box::new(c.gather(groups))),
             Self::SumWide { sums, carries, seen } => {
                 Self::SumWide { sums: cut(sums, r), carries: cut(carries, r), seen: cut(seen, r) }
             }
@@ -256,6 +265,7 @@ impl Accumulator {
             | Self::MinMaxWide { seen, .. } => seen.len(),
             Self::MinMaxStr { values, .. } => values.len(),
             Self::CountDistinct(d) => d.groups(),
+            Self::Collect(c) => c.groups(),
         }
     }
 
@@ -302,6 +312,7 @@ impl Accumulator {
             }
             (Self::MinMaxStr { values, .. }, Self::MinMaxStr { values: v, .. }) => put(values, start, v),
             (Self::CountDistinct(d), Self::CountDistinct(page)) => d.scatter(start.clone(), *page),
+            (Self::Collect(c), Self::Collect(page)) => c.scatter(start.clone(), *page),
             (Self::SumWide { sums, carries, seen }, Self::SumWide { sums: s, carries: c, seen: n }) => {
                 put(sums, start, s);
                 put(carries, start, c);
@@ -338,6 +349,7 @@ impl Accumulator {
         let pairs = pairs.map(|(r, g)| (*r as usize, *g as usize));
         match (self, &arg.data) {
             (_, ColumnData::Null(_)) => {}
+            (Self::Collect(c), _) => c.update(pairs, arg),
             (Self::Count { counts }, _) => pairs.for_each(|(_, g)| counts[g] += 1),
             (Self::SumInt { sums, seen }, ColumnData::Int(v)) => pairs.for_each(|(r, g)| {
                 sums[g] += i128::from(v[r]);
@@ -449,6 +461,7 @@ impl Accumulator {
     pub fn retract(&mut self, g: usize, value: &Scalar, star: bool) -> Result<(), Error> {
         match (self, value) {
             (Self::Count { counts }, _) if star => counts[g] -= 1,
+            (Self::Collect(c), value) => c.retract(g, value)?,
             (_, Scalar::Null) => {}
             (Self::Count { counts }, _) => counts[g] -= 1,
             (Self::SumInt { sums, seen }, Scalar::Bigint(v)) => {
@@ -616,6 +629,7 @@ impl Accumulator {
                 }
             }
             Self::CountDistinct(d) => d.merge(dst, src)?,
+            Self::Collect(c) => c.merge(dst, src),
         }
         Ok(())
     }
@@ -629,6 +643,7 @@ impl Accumulator {
         match self {
             Self::Count { counts } => out.push_i64(counts[g]),
             Self::CountDistinct(d) => out.push_i64(d.count(g)),
+            Self::Collect(c) => c.emit(g, out),
             // NULL when the total does not fit (a decimal: its precision).
             Self::SumInt { sums, seen } => match (seen[g], out.data_type) {
                 (0, _) => {
@@ -748,6 +763,7 @@ impl Accumulator {
                 values.capacity() * 24 + values.iter().flatten().map(String::capacity).sum::<usize>()
             }
             Self::CountDistinct(d) => d.heap_bytes(),
+            Self::Collect(c) => c.heap_bytes(),
             Self::SumWide { sums, carries, seen } => sums.capacity() * 16 + (carries.capacity() + seen.capacity()) * 8,
             Self::MinMaxWide { values, seen, .. } => values.capacity() * 16 + seen.capacity(),
         }
@@ -765,6 +781,7 @@ impl Accumulator {
             | Self::MinMaxStr { .. }
             | Self::MinMaxWide { .. } => "MIN/MAX",
             Self::CountDistinct(_) => "COUNT(DISTINCT)",
+            Self::Collect(_) => "ARRAY_AGG/MAP_AGG",
         }
     }
 }
@@ -821,6 +838,7 @@ mod tests {
             arg: Some(PhysExpr::Column { index: 0, data_type: t }),
             distinct: false,
             data_type: func.result_type(t),
+            order: Vec::new(),
         }
     }
 

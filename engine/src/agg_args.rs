@@ -135,8 +135,13 @@ mod tests {
         }
         let batch = Batch::new(vec![x, p, q], 6);
         let (x, p, q) = (column(0, DataType::Bigint), column(1, DataType::Boolean), column(2, DataType::Boolean));
-        let call =
-            |func, arg: PhysExpr| AggregateCall { func, arg: Some(arg), distinct: false, data_type: DataType::Bigint };
+        let call = |func, arg: PhysExpr| AggregateCall {
+            func,
+            arg: Some(arg),
+            distinct: false,
+            data_type: DataType::Bigint,
+            order: Vec::new(),
+        };
         let one = PhysExpr::literal(Scalar::Bigint(1));
         let calls = [
             call(AggFunc::Sum, when(p.clone(), when(q.clone(), x.clone()))),

@@ -248,7 +248,8 @@ mod tests {
 
     fn plan() -> AggregatePlan {
         let col = |index| PhysExpr::Column { index, data_type: DataType::Bigint };
-        let call = |func, arg| AggregateCall { func, arg, distinct: false, data_type: DataType::Bigint };
+        let call =
+            |func, arg| AggregateCall { func, arg, distinct: false, data_type: DataType::Bigint, order: Vec::new() };
         AggregatePlan {
             group_exprs: vec![col(0)],
             aggregates: vec![
@@ -378,6 +379,7 @@ mod tests {
             arg: Some(PhysExpr::Column { index: 1, data_type: DataType::Double }),
             distinct: false,
             data_type: DataType::Double,
+            order: Vec::new(),
         };
         assert_eq!(HopPaneOperator::applies(&float, EmitMode::Final), None, "a float sum rounds by order");
     }

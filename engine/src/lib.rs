@@ -9,6 +9,7 @@ mod accumulators;
 mod agg_args;
 mod aggregate;
 mod changelog;
+mod collect;
 mod distinct;
 mod error;
 mod executor;

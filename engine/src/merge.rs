@@ -252,7 +252,13 @@ fn combine<'a>(call: &MergeCall, partials: impl Iterator<Item = &'a [Scalar]>) -
             best.cloned().unwrap_or(Scalar::Null)
         }
         // The planner merges only the functions above (AggFunc::merges).
-        AggFunc::StddevSamp | AggFunc::StddevPop | AggFunc::VarSamp | AggFunc::VarPop => Scalar::Null,
+        // Not split in phases (`AggFunc::merges`).
+        AggFunc::StddevSamp
+        | AggFunc::StddevPop
+        | AggFunc::VarSamp
+        | AggFunc::VarPop
+        | AggFunc::ArrayAgg
+        | AggFunc::MapAgg => Scalar::Null,
     }
 }
 

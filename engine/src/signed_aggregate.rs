@@ -59,8 +59,13 @@ struct State {
 }
 
 /// The hidden aggregate: each group's row count.
-const ROW_COUNT: AggregateCall =
-    AggregateCall { func: AggFunc::CountStar, arg: None, distinct: false, data_type: DataType::Bigint };
+const ROW_COUNT: AggregateCall = AggregateCall {
+    func: AggFunc::CountStar,
+    arg: None,
+    distinct: false,
+    data_type: DataType::Bigint,
+    order: Vec::new(),
+};
 
 impl SignedAggregateOperator {
     pub fn new(plan: &AggregatePlan, retract: &PhysExpr) -> Self {
@@ -228,7 +233,7 @@ mod tests {
 
     fn operator() -> SignedAggregateOperator {
         let col = |index, data_type| PhysExpr::Column { index, data_type };
-        let call = |func, arg, data_type| AggregateCall { func, arg, distinct: false, data_type };
+        let call = |func, arg, data_type| AggregateCall { func, arg, distinct: false, data_type, order: Vec::new() };
         let plan = AggregatePlan {
             group_exprs: vec![col(0, DataType::String)],
             aggregates: vec![

@@ -199,7 +199,7 @@ mod tests {
 
     fn plan() -> AggregatePlan {
         let col = |index, data_type| PhysExpr::Column { index, data_type };
-        let call = |func, arg, data_type| AggregateCall { func, arg, distinct: false, data_type };
+        let call = |func, arg, data_type| AggregateCall { func, arg, distinct: false, data_type, order: Vec::new() };
         AggregatePlan {
             group_exprs: vec![col(1, DataType::Bigint)],
             aggregates: vec![

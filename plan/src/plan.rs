@@ -310,7 +310,7 @@ impl AggFunc {
     /// an updating input, see [`AggregatePlan::upsert_key`]): MIN and MAX
     /// would have to keep every value to find the next extreme.
     pub fn retracts(self) -> bool {
-        matches!(self, Self::CountStar | Self::Count | Self::Sum | Self::Avg)
+        matches!(self, Self::CountStar | Self::Count | Self::Sum | Self::Avg | Self::ArrayAgg | Self::MapAgg)
     }
 }
 
@@ -353,6 +353,14 @@ pub enum AggFunc {
     StddevPop,
     VarSamp,
     VarPop,
+    /// Each group's values as an array (NULLs kept), in the order of the
+    /// call's ORDER BY ([`AggregateCall::order`]), else as they came. Its
+    /// argument is `ROW(x, order keys…)`.
+    ArrayAgg,
+    /// Each group's `(key, value)` pairs as a map (a NULL key skipped, a
+    /// key seen twice keeping its latest value). Its argument is
+    /// `ROW(key, value)`.
+    MapAgg,
 }
 
 impl AggFunc {
@@ -367,6 +375,8 @@ impl AggFunc {
             "STDDEV_POP" => Self::StddevPop,
             "VARIANCE" | "VAR_SAMP" => Self::VarSamp,
             "VAR_POP" => Self::VarPop,
+            "ARRAY_AGG" => Self::ArrayAgg,
+            "MAP_AGG" => Self::MapAgg,
             _ => return None,
         })
     }
@@ -383,6 +393,8 @@ impl AggFunc {
             Self::StddevPop => "STDDEV_POP",
             Self::VarSamp => "VAR_SAMP",
             Self::VarPop => "VAR_POP",
+            Self::ArrayAgg => "ARRAY_AGG",
+            Self::MapAgg => "MAP_AGG",
         }
     }
 
@@ -397,6 +409,15 @@ impl AggFunc {
                 DataType::Decimal(DataType::decimal_cap(&[arg]), arg.decimal_parts().1)
             }
             Self::Min | Self::Max => arg,
+            // The argument is a row: the value (and its order keys), or
+            // the key and the value.
+            Self::ArrayAgg => {
+                DataType::array(arg.fields().first().map_or(DataType::Null, |f| f.1)).unwrap_or(DataType::Null)
+            }
+            Self::MapAgg => match arg.fields() {
+                [k, v] => DataType::map(k.1, v.1).unwrap_or(DataType::Null),
+                _ => DataType::Null,
+            },
             _ => DataType::Double,
         }
     }
@@ -409,6 +430,10 @@ pub struct AggregateCall {
     pub arg: Option<PhysExpr>,
     pub distinct: bool,
     pub data_type: DataType,
+    /// ARRAY_AGG's `ORDER BY` inside the call: per order key (fields 2…
+    /// of its argument row), whether it is descending.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub order: Vec<bool>,
 }
 
 /// Event-time windows. The time column is always the source's eventTime

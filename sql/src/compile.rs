@@ -518,6 +518,8 @@ pub(crate) struct CallArgs<'a> {
     pub args: Vec<&'a Expr>,
     pub star: bool,
     pub distinct: bool,
+    /// `ORDER BY` inside the call (ARRAY_AGG's only).
+    pub order_by: &'a [sqlparser::ast::OrderByExpr],
 }
 
 pub(crate) fn call_args<'a>(call: &'a Function, node: &Expr) -> Result<CallArgs<'a>, SqlError> {
@@ -531,13 +533,17 @@ pub(crate) fn call_args<'a>(call: &'a Function, node: &Expr) -> Result<CallArgs<
     if !matches!(call.parameters, FunctionArguments::None) {
         return Err(SqlError::at_node(node, format!("parametric function {name} is not supported")));
     }
-    let mut out = CallArgs { args: Vec::new(), star: false, distinct: false };
+    let mut out = CallArgs { args: Vec::new(), star: false, distinct: false, order_by: &[] };
     match &call.args {
         FunctionArguments::None => {}
         FunctionArguments::Subquery(_) => return Err(SqlError::at_node(node, "subqueries are not supported")),
         FunctionArguments::List(list) => {
-            if !list.clauses.is_empty() {
-                return Err(SqlError::at_node(node, format!("clauses inside {name}(...) are not supported")));
+            match list.clauses.as_slice() {
+                [] => {}
+                [sqlparser::ast::FunctionArgumentClause::OrderBy(order)] if name == "ARRAY_AGG" => {
+                    out.order_by = order;
+                }
+                _ => return Err(SqlError::at_node(node, format!("clauses inside {name}(...) are not supported"))),
             }
             out.distinct = matches!(list.duplicate_treatment, Some(DuplicateTreatment::Distinct));
             for a in &list.args {

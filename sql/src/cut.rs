@@ -355,7 +355,13 @@ fn split_distinct_families(
     // kept out of the results: until a group's count of them reaches the
     // merge, its other partials (distinct counts from other partitions)
     // would show it with COUNT(*) 0 and SUM NULL, so it is not shown.
-    let rows_seen = AggregateCall { func: AggFunc::CountStar, arg: None, distinct: false, data_type: DataType::Bigint };
+    let rows_seen = AggregateCall {
+        func: AggFunc::CountStar,
+        arg: None,
+        distinct: false,
+        data_type: DataType::Bigint,
+        order: Vec::new(),
+    };
     let gated: Vec<AggregateCall> = aggregate
         .aggregates
         .iter()

@@ -196,7 +196,7 @@ pub(crate) fn make_map(args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, Sql
 }
 
 /// `ROW(a, b, …)`: a row of fields `f1`, `f2`, … (PostgreSQL's names).
-fn make_row(args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
+pub(crate) fn make_row(args: Vec<PhysExpr>, node: &Expr) -> Result<PhysExpr, SqlError> {
     if args.is_empty() {
         return Err(SqlError::at_node(node, "ROW() needs at least one field"));
     }
@@ -280,6 +280,16 @@ mod tests {
             (
                 "SELECT id, ROW_NUMBER() OVER (PARTITION BY id ORDER BY items) AS rn FROM orders",
                 "have no order: ORDER BY a field",
+            ),
+            ("SELECT ARRAY_AGG(id ORDER BY items) FROM orders", "have no order: ORDER BY a field"),
+            ("SELECT MAP_AGG(items, id) FROM orders", "MAP_AGG's keys are string or bigint"),
+            ("SELECT MAP_AGG(id) FROM orders", "MAP_AGG takes a key and a value"),
+            ("SELECT ARRAY_AGG(DISTINCT id) FROM orders", "ARRAY_AGG(DISTINCT …)"),
+            ("SELECT ARRAY_AGG(id ORDER BY id NULLS FIRST) FROM orders", "NULLS FIRST / LAST is not supported"),
+            ("SELECT SUM(id ORDER BY id) FROM orders", "clauses inside SUM(...) are not supported"),
+            (
+                "SELECT id, ARRAY_AGG(id) OVER (PARTITION BY customer ORDER BY id) AS a FROM orders",
+                "ARRAY_AGG is not supported as a window function",
             ),
         ] {
             let e = error(sql);

@@ -361,6 +361,10 @@ impl AggScope<'_> {
             used: self.used,
             context: "aggregate function arguments",
         };
+        if matches!(func, AggFunc::ArrayAgg | AggFunc::MapAgg) {
+            let call = super::collect::collect_call(func, name, &args, &mut scope, node)?;
+            return Ok(self.call_column(call));
+        }
         let (func, arg) = match (func, args.star, args.args.as_slice()) {
             (AggFunc::Count, true, []) => (AggFunc::CountStar, None),
             (_, false, [a]) => (func, Some(compile(a, &mut scope)?)),
@@ -391,12 +395,14 @@ impl AggScope<'_> {
                         data_type: DataType::Bigint,
                         arg: arg.clone(),
                         distinct: false,
+                        order: Vec::new(),
                     };
                     let sum = AggregateCall {
                         func: AggFunc::Sum,
                         data_type: AggFunc::Sum.result_type(arg_type),
                         arg,
                         distinct: false,
+                        order: Vec::new(),
                     };
                     let (sum, count) = (self.call_column(sum), self.call_column(count));
                     return crate::typing::arith(sum, sluice_plan::ArithOp::Div, count, node);
@@ -418,7 +424,13 @@ impl AggScope<'_> {
             _ => arg,
         };
         let input_type = arg.as_ref().map_or(DataType::Bigint, PhysExpr::data_type);
-        let call = AggregateCall { func, data_type: func.result_type(input_type), arg, distinct: args.distinct };
+        let call = AggregateCall {
+            func,
+            data_type: func.result_type(input_type),
+            arg,
+            distinct: args.distinct,
+            order: Vec::new(),
+        };
         Ok(self.call_column(call))
     }
 

@@ -10,6 +10,7 @@
 //! `scope` resolves names against the source.
 
 mod aggregate;
+mod collect;
 mod query;
 mod rows;
 mod scope;

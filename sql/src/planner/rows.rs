@@ -124,6 +124,12 @@ impl RowsScope<'_> {
         };
         let kind = match (name, AggFunc::from_name(name)) {
             ("ROW_NUMBER", _) => RowsFunctionKind::RowNumber,
+            (_, Some(AggFunc::ArrayAgg | AggFunc::MapAgg)) => {
+                return Err(SqlError::at_node(
+                    node,
+                    format!("{name} is not supported as a window function (OVER): aggregate with GROUP BY"),
+                ));
+            }
             (_, Some(f)) => RowsFunctionKind::Aggregate(f),
             _ => return Err(SqlError::at_node(node, format!("{name} is not supported as a window function"))),
         };
