@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 INPUTS="${INPUTS:-10000000}"
 SEED="${SEED:-24301}"
 cargo build --release -q -p sluice-worker --example fuzz
-for target in json json-nested avro protobuf debezium debezium-avro registry-schema sql; do
+for target in json json-nested avro protobuf debezium debezium-avro registry-schema registry-proto sql; do
   ./target/release/examples/fuzz "$target" "$INPUTS" "$SEED"
 done
 # The property tests at volume, from a fresh seed each run.

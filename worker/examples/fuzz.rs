@@ -36,6 +36,9 @@
 //! aliases and defaults, and the hostile shapes (records whose fields
 //! double at each level, chains of definitions, deep nesting), mutated;
 //! a "disagreement" is a derivation past its column limit.
+//! `registry-proto` does the same for Protobuf schemas
+//! (`sluice_formats::registry_columns::protobuf_columns`, which the
+//! operator runs too).
 
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -377,12 +380,22 @@ fn main() {
     let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0x5EED);
     // Inputs `first..first + inputs`: one input reported again, alone.
     let first: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(0);
-    if !["json", "json-nested", "sql", "avro", "protobuf", "debezium", "debezium-avro", "registry-schema"]
-        .contains(&target.as_str())
+    if ![
+        "json",
+        "json-nested",
+        "sql",
+        "avro",
+        "protobuf",
+        "debezium",
+        "debezium-avro",
+        "registry-schema",
+        "registry-proto",
+    ]
+    .contains(&target.as_str())
     {
         eprintln!(
-            "usage: fuzz json|json-nested|sql|avro|protobuf|debezium|debezium-avro|registry-schema [inputs] [seed] \
-             [first input]"
+            "usage: fuzz json|json-nested|sql|avro|protobuf|debezium|debezium-avro|registry-schema|registry-proto \
+             [inputs] [seed] [first input]"
         );
         std::process::exit(2);
     }
@@ -410,6 +423,7 @@ fn main() {
 
     let decoder_plan = decoder_plan();
     let schema_seeds = schema_seeds();
+    let proto_seeds = proto_schema_seeds();
     let plans = [fixtures::all_types_source(ColumnType::Timestamp), fixtures::all_types_source(ColumnType::Bigint)];
     let (mut fast, mut reference) = (JsonDecoder::new(&decoder_plan), JsonDecoder::new(&decoder_plan));
     let (mut a, mut b) = (fast.new_batch(4), reference.new_batch(4));
@@ -468,6 +482,7 @@ fn main() {
                 v
             }
             "registry-schema" => mutate(&schema_seeds, JSON_DICTIONARY, SCHEMA_CHAINS, &mut rng),
+            "registry-proto" => mutate(&proto_seeds, PROTO_SCHEMA_DICTIONARY, PROTO_SCHEMA_CHAINS, &mut rng),
             _ => mutate(SQL_SEEDS, SQL_DICTIONARY, SQL_CHAINS, &mut rng),
         };
         started_at.store(u64::try_from(clock.elapsed().as_millis()).unwrap_or(0), Ordering::Release);
@@ -484,6 +499,17 @@ fn main() {
                 // The same text as a writer schema, compiled against a
                 // source's columns (what every core does per schema id).
                 avro.add_schema_with(1, &text, &references);
+                return Verdict::Fine;
+            }
+            if target == "registry-proto" {
+                let text = String::from_utf8_lossy(&input);
+                let derived = sluice_formats::registry_columns::protobuf_columns(&text, &[], None);
+                if derived.as_ref().is_ok_and(|c| c.len() > sluice_crds::REGISTRY_MAX_COLUMNS) {
+                    return Verdict::Disagreement(format!("{} columns", derived.map_or(0, |c| c.len())));
+                }
+                // The same text as a writer schema, compiled against the
+                // nested columns (what every core does per schema id).
+                protobuf.add_schema(3, &text);
                 return Verdict::Fine;
             }
             if target == "json-nested" {
@@ -594,6 +620,34 @@ const MONEY: &str = r#"{"type":"record","name":"Money","namespace":"shared","fie
 
 /// Runs of one token that build the shapes a schema's size hides: nested
 /// records, unions and arrays opened and never closed.
+/// Protobuf schema text: keywords, types, braces, the constructs of a
+/// message.
+const PROTO_SCHEMA_DICTIONARY: &[&str] = &[
+    "message ",
+    "repeated ",
+    "map<string, ",
+    "map<int64, ",
+    "optional ",
+    "oneof o { ",
+    "enum E { A = 0; } ",
+    "google.protobuf.Timestamp ",
+    "import \"google/protobuf/timestamp.proto\"; ",
+    "bytes ",
+    "string ",
+    "int64 ",
+    "double ",
+    " = 1; ",
+    " = 536870911; ",
+    "{ ",
+    "} ",
+    "; ",
+    "M ",
+    ".M ",
+    "syntax = \"proto2\"; ",
+];
+/// Messages opening inside the last, and fields of the message itself.
+const PROTO_SCHEMA_CHAINS: &[&str] = &["message N { N n = 1; ", "message K { repeated K k = 1; map<string, K> m = 2; "];
+
 const SCHEMA_CHAINS: &[&str] = &[
     r#"{"type":"record","name":"N","fields":[{"name":"f","type":"#,
     r#"{"type":"array","items":"#,
@@ -604,6 +658,38 @@ const SCHEMA_CHAINS: &[&str] = &[
 /// Registry schemas to mutate: every construct, a reference, aliases and
 /// defaults, and the hostile shapes at sizes that stay under the limits
 /// until mutated past them.
+/// Protobuf schemas with every construct column derivation meets, and the
+/// hostile shapes: messages whose fields double at each level, deep
+/// nesting, recursion through repeated and map fields.
+fn proto_schema_seeds() -> Vec<Vec<u8>> {
+    let mut doubling = String::from("syntax = \"proto3\";\nmessage M0 { int64 a = 1; int64 b = 2; }\n");
+    for i in 1..20 {
+        doubling.push_str(&format!("message M{i} {{ M{} x = 1; M{} y = 2; }}\n", i - 1, i - 1));
+    }
+    let mut deep = String::from("syntax = \"proto3\";\n");
+    for i in 0..40 {
+        deep.push_str(&format!("message D{i} {{ repeated int64 v = 1; "));
+    }
+    deep.push_str(&"}".repeat(40));
+    let shop = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+message Order {
+  message LineItem { string sku = 1; int32 qty = 2; double price = 3; optional string note = 4; bytes b = 5; }
+  int64 id = 1;
+  repeated LineItem items = 2;
+  map<string, string> attrs = 3;
+  map<int64, LineItem> by_line = 4;
+  repeated sint64 packed = 5;
+  google.protobuf.Timestamp at = 6;
+  Node tree = 7;
+  oneof pick { string a = 8; int64 b = 9; }
+}
+message Node { string name = 1; repeated Node children = 2; map<string, Node> named = 3; }
+"#;
+    [fixtures::PROTOBUF_SCHEMA, shop, &doubling, &deep].iter().map(|s| s.as_bytes().to_vec()).collect()
+}
+
 fn schema_seeds() -> Vec<Vec<u8>> {
     let mut seeds: Vec<Vec<u8>> = fixtures::AVRO_SCHEMAS.iter().map(|(_, s)| s.as_bytes().to_vec()).collect();
     seeds.push(
