@@ -257,6 +257,19 @@ mod tests {
         }
     }
 
+    /// Flink's `MAP[k, v, …]` is DuckDB's `MAP {k: v, …}`, nested commas
+    /// and brackets included; `attrs['k']` stays an element.
+    #[test]
+    fn flinks_map_constructor_is_a_map_literal() {
+        let plan = |sql: &str| crate::plan_dataflow(sql, &[orders()], 2).unwrap().stages.pop().unwrap().plan.outputs;
+        assert_eq!(
+            plan("SELECT MAP['id', id, 'first', items[1].qty, 'n', CARDINALITY(ARRAY[1, 2])] AS m FROM orders"),
+            plan("SELECT MAP {'id': id, 'first': items[1].qty, 'n': CARDINALITY(ARRAY[1, 2])} AS m FROM orders"),
+        );
+        assert_eq!(plan("SELECT attrs['k'] AS v FROM orders"), plan("SELECT ELEMENT_AT(attrs, 'k') AS v FROM orders"));
+        assert!(error("SELECT MAP['a', 1, 'b'] FROM orders").contains("keys and values in pairs"));
+    }
+
     #[test]
     fn what_nested_values_cannot_do_is_refused_naming_it() {
         for (sql, says) in [

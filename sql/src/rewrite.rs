@@ -14,6 +14,7 @@
 //! * after a joined table's name: `FOR SYSTEM_TIME AS OF s.ts` (sqlparser's
 //!   generic dialect does not parse it)
 //! * inside `OVER (…)`: `ROWS WINDOW BUFFER n ROWS` = `ROWS BETWEEN n-1 PRECEDING AND CURRENT ROW`
+//! * Flink's `MAP[k1, v1, k2, v2]` = `MAP {k1: v1, k2: v2}`
 
 use crate::diagnostic::Located;
 use sqlparser::ast::{DateTimeField, Expr, Query, Statement, Value};
@@ -217,6 +218,52 @@ impl Rewriter {
         Err(SqlError::at_span(self.tokens[open].span, "syntax error: unbalanced parenthesis"))
     }
 
+    /// Flink's map constructor `MAP[k1, v1, k2, v2]` at `map`, as the
+    /// `MAP {k1: v1, k2: v2}` sqlparser reads: brackets become braces and
+    /// every other top-level comma a colon, each token keeping its span.
+    /// `map[x]` (one value: an element of a column named `map`) is left.
+    fn rewrite_map_brackets(&mut self, map: usize) -> Result<(), SqlError> {
+        let Some(open) = self.next_significant(map + 1) else { return Ok(()) };
+        if self.tokens[open].token != Token::LBracket {
+            return Ok(());
+        }
+        let mut depth = 0usize;
+        let mut commas = Vec::new();
+        let mut close = None;
+        for (i, t) in self.tokens.iter().enumerate().skip(open) {
+            match t.token {
+                Token::LParen | Token::LBracket | Token::LBrace => depth += 1,
+                Token::RParen | Token::RBracket | Token::RBrace => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        close = Some(i);
+                        break;
+                    }
+                }
+                Token::Comma if depth == 1 => commas.push(i),
+                _ => {}
+            }
+        }
+        let Some(close) = close else {
+            return Err(SqlError::at_span(self.tokens[open].span, "syntax error: MAP[ without its ]"));
+        };
+        if commas.is_empty() {
+            return Ok(());
+        }
+        if commas.len() % 2 == 0 {
+            return Err(SqlError::at_span(
+                self.tokens[map].span,
+                "MAP[…] takes keys and values in pairs: MAP[k1, v1, k2, v2]",
+            ));
+        }
+        self.tokens[open].token = Token::LBrace;
+        self.tokens[close].token = Token::RBrace;
+        for &c in commas.iter().step_by(2) {
+            self.tokens[c].token = Token::Colon;
+        }
+        Ok(())
+    }
+
     fn rewrite(&mut self) -> Result<(), SqlError> {
         let mut depth = 0usize;
         let mut i = 0;
@@ -228,6 +275,8 @@ impl Rewriter {
             }
             if word_is(&self.tokens[i], "OVER") {
                 self.rewrite_rows_buffer(i)?;
+            } else if word_is(&self.tokens[i], "MAP") {
+                self.rewrite_map_brackets(i)?;
             } else if word_is(&self.tokens[i], "FOR")
                 && let Some(end) = self.take_as_of(i)?
             {

@@ -32,7 +32,7 @@ fn convert<'p>(
     into: DataType,
     payload: &'p [u8],
     enums: &'p [Vec<(i32, String)>],
-    name: &dyn Fn() -> String,
+    name: impl Fn() -> String,
 ) -> Result<Cell<'p>, String> {
     let text = |s: usize, e: usize| {
         std::str::from_utf8(&payload[s..e]).map_err(|_| format!("column `{}`: a string that is not UTF-8", name()))
@@ -68,6 +68,7 @@ fn convert<'p>(
     })
 }
 
+#[inline(always)]
 fn put(column: &mut Column, cell: Cell<'_>) -> Result<(), String> {
     match cell {
         Cell::Int(x) => column.push_i64(x),
@@ -101,7 +102,7 @@ pub(super) fn push(
     if !columns.used[col] && !checked {
         return Ok(());
     }
-    let mut cell = convert(slot, into, payload, enums, &|| name(columns, col))?;
+    let mut cell = convert(slot, into, payload, enums, || name(columns, col))?;
     if into == DataType::Timestamp
         && let Cell::Int(x) = cell
     {
