@@ -11,36 +11,45 @@ use super::super::cells::{name, push_null, time};
 use super::program::Default;
 use super::wire::Slot;
 
-/// A value as the column stores it.
-#[derive(Clone, Copy)]
-enum Cell<'p> {
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-    Str(&'p str),
-    /// An enum number the schema does not name (a newer writer's value):
-    /// its number, as text.
-    Number(i32),
-    Decimal(i128),
-}
-
-/// `slot` (not [`Slot::Unset`]) as a value of type `into`; `name` names
-/// the column for errors.
+/// `slot` into `column` (of type `into`), converted as the column type
+/// asks; `name` names the column for errors, `time` checks a time's
+/// range. A column the query does not read (`used` false) is converted
+/// only where the conversion can fail the record (a time out of range, a
+/// decimal that does not fit), as it would if read, and nothing is pushed.
 #[inline(always)]
-fn convert<'p>(
+#[allow(clippy::too_many_arguments)]
+fn put(
+    column: &mut Column,
+    used: bool,
     slot: Slot,
     into: DataType,
-    payload: &'p [u8],
-    enums: &'p [Vec<(i32, String)>],
+    payload: &[u8],
+    enums: &[Vec<(i32, String)>],
     name: impl Fn() -> String,
-) -> Result<Cell<'p>, String> {
+    time: impl Fn(i64) -> Result<i64, String>,
+) -> Result<(), String> {
     let text = |s: usize, e: usize| {
         std::str::from_utf8(&payload[s..e]).map_err(|_| format!("column `{}`: a string that is not UTF-8", name()))
     };
-    Ok(match (slot, into) {
+    let pushed = match (slot, into) {
+        (Slot::Unset | Slot::Seen, _) => {
+            return Err(format!("internal: column `{}` has no value to convert", name()));
+        }
+        (Slot::Int(x), DataType::Timestamp) => {
+            let x = time(x)?;
+            if !used {
+                return Ok(());
+            }
+            column.push_i64(x)
+        }
         (Slot::Text(s, e), DataType::Timestamp) => {
             let t = text(s, e)?;
-            Cell::Int(parse_timestamp_ms(t).ok_or_else(|| format!("column `{}`: `{t}` is not a timestamp", name()))?)
+            let ms = parse_timestamp_ms(t).ok_or_else(|| format!("column `{}`: `{t}` is not a timestamp", name()))?;
+            let x = time(ms)?;
+            if !used {
+                return Ok(());
+            }
+            column.push_i64(x)
         }
         (slot @ (Slot::Int(_) | Slot::Float(_) | Slot::Text(..)), DataType::Decimal(p, s)) => {
             let v = match slot {
@@ -49,36 +58,29 @@ fn convert<'p>(
                 Slot::Text(a, b) => decimal::parse(text(a, b)?, p, s),
                 _ => None,
             };
-            Cell::Decimal(v.ok_or_else(|| format!("column `{}`: a value that is no {into} value", name()))?)
+            let v = v.ok_or_else(|| format!("column `{}`: a value that is no {into} value", name()))?;
+            if !used {
+                return Ok(());
+            }
+            column.push_decimal(v)
         }
+        _ if !used => return Ok(()),
         #[allow(clippy::cast_precision_loss)]
-        (Slot::Int(x), DataType::Double) => Cell::Float(x as f64),
-        (Slot::Int(x), _) => Cell::Int(x),
-        (Slot::Float(x), _) => Cell::Float(x),
-        (Slot::Bool(x), _) => Cell::Bool(x),
-        (Slot::Text(s, e), _) => Cell::Str(text(s, e)?),
+        (Slot::Int(x), DataType::Double) => column.push_f64(x as f64),
+        (Slot::Int(x), _) => column.push_i64(x),
+        (Slot::Float(x), _) => column.push_f64(x),
+        (Slot::Bool(x), _) => column.push_bool(x),
+        (Slot::Text(s, e), _) => column.push_str(text(s, e)?),
         (Slot::Enum(e, number), _) => {
             let names = &enums[e];
             match names.binary_search_by_key(&number, |n| n.0) {
-                Ok(i) => Cell::Str(&names[i].1),
-                Err(_) => Cell::Number(number),
+                Ok(i) => column.push_str(&names[i].1),
+                // An unknown number (a newer writer's value): its number.
+                Err(_) => column.push_str(&number.to_string()),
             }
         }
-        (Slot::Unset | Slot::Seen, _) => return Err(format!("internal: column `{}` has no value to convert", name())),
-    })
-}
-
-#[inline(always)]
-fn put(column: &mut Column, cell: Cell<'_>) -> Result<(), String> {
-    match cell {
-        Cell::Int(x) => column.push_i64(x),
-        Cell::Float(x) => column.push_f64(x),
-        Cell::Bool(x) => column.push_bool(x),
-        Cell::Str(x) => column.push_str(x),
-        Cell::Number(x) => column.push_str(&x.to_string()),
-        Cell::Decimal(x) => column.push_decimal(x),
-    }
-    .map_err(|e| e.to_string())
+    };
+    pushed.map_err(|e| e.to_string())
 }
 
 /// The value the record set, into column `col`.
@@ -91,27 +93,19 @@ pub(super) fn push(
     payload: &[u8],
     enums: &[Vec<(i32, String)>],
 ) -> Result<(), String> {
-    let into = columns.types[col];
-    if slot == Slot::Unset {
+    if let Slot::Unset = slot {
         return push_null(columns, batch, col);
     }
-    // A column the query does not read is converted only where the
-    // conversion can fail the record (a time out of range, a decimal
-    // that does not fit), as it would if read.
-    let checked = matches!(into, DataType::Timestamp | DataType::Decimal(..));
-    if !columns.used[col] && !checked {
-        return Ok(());
-    }
-    let mut cell = convert(slot, into, payload, enums, || name(columns, col))?;
-    if into == DataType::Timestamp
-        && let Cell::Int(x) = cell
-    {
-        cell = Cell::Int(time(columns, col, Some(x))?);
-    }
-    if !columns.used[col] {
-        return Ok(());
-    }
-    put(&mut batch.columns[col], cell)
+    put(
+        &mut batch.columns[col],
+        columns.used[col],
+        slot,
+        columns.types[col],
+        payload,
+        enums,
+        || name(columns, col),
+        |x| time(columns, col, Some(x)),
+    )
 }
 
 /// The value of a field inside a nested column, into that column's
@@ -123,17 +117,19 @@ pub(super) fn push_into(
     enums: &[Vec<(i32, String)>],
     name: &dyn Fn() -> String,
 ) -> Result<(), String> {
-    if slot == Slot::Unset {
+    if let Slot::Unset = slot {
         column.push_null();
         return Ok(());
     }
-    let cell = convert(slot, column.data_type, payload, enums, name)?;
-    if let (Cell::Int(x), DataType::Timestamp) = (&cell, column.data_type)
-        && !(-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(x)
-    {
-        return Err(format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", name()));
-    }
-    put(column, cell)
+    let bounded = |x: i64| {
+        if (-MAX_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(&x) {
+            Ok(x)
+        } else {
+            Err(format!("column `{}`: a time outside ±{MAX_TIMESTAMP_MS} ms from the epoch", name()))
+        }
+    };
+    let into = column.data_type;
+    put(column, true, slot, into, payload, enums, name, bounded)
 }
 
 /// A column's default, for a field the record leaves out.
