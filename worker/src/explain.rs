@@ -15,8 +15,8 @@ use std::sync::Arc;
 use sluice_crds::{Delivery, LocalStateVolume, SinkSpec, SourceSpec, StartFrom, WorkerConfig};
 use sluice_engine::{Engine, EngineOptions};
 use sluice_plan::{
-    AggregateCall, Dataflow, EmitMode, JoinKind, OperatorPlan, PhysExpr, Plan, RowsFunctionKind, Scalar, StageOutput,
-    TableVersion, TimeWindow, expr_sql, interval_sql,
+    AggFunc, AggregateCall, Dataflow, EmitMode, JoinKind, OperatorPlan, PhysExpr, Plan, RowsFunctionKind, Scalar,
+    ScalarFunc, StageOutput, TableVersion, TimeWindow, expr_sql, interval_sql,
 };
 
 use crate::Error;
@@ -116,7 +116,7 @@ impl Names<'_> {
     fn merged(&self, call: &sluice_plan::MergeCall) -> String {
         let first = call.partials.first().map(|p| self.source(*p)).unwrap_or_default();
         match call.func {
-            sluice_plan::AggFunc::Avg => first.strip_prefix("SUM").map_or(first.clone(), |arg| format!("AVG{arg}")),
+            AggFunc::Avg => first.strip_prefix("SUM").map_or(first.clone(), |arg| format!("AVG{arg}")),
             _ => first,
         }
     }
@@ -143,6 +143,24 @@ impl Names<'_> {
     fn call(&self, call: &AggregateCall) -> String {
         match &call.arg {
             None => "COUNT(*)".to_owned(),
+            // ARRAY_AGG's and MAP_AGG's arguments are packed in one row:
+            // shown as written.
+            Some(PhysExpr::Func { func: ScalarFunc::MakeRow, args, .. })
+                if matches!(call.func, AggFunc::ArrayAgg | AggFunc::MapAgg) =>
+            {
+                let shown: Vec<String> = args.iter().map(|a| self.source_expr(a)).collect();
+                match (call.func, shown.split_first()) {
+                    (AggFunc::ArrayAgg, Some((x, keys))) if !keys.is_empty() => {
+                        let keys: Vec<String> = keys
+                            .iter()
+                            .zip(&call.order)
+                            .map(|(k, desc)| if *desc { format!("{k} DESC") } else { k.clone() })
+                            .collect();
+                        format!("ARRAY_AGG({x} ORDER BY {})", keys.join(", "))
+                    }
+                    _ => format!("{}({})", call.func.name(), shown.join(", ")),
+                }
+            }
             Some(arg) => {
                 format!(
                     "{}({}{})",
