@@ -56,7 +56,8 @@ enum Command {
     },
     /// Run a StreamJob manifest locally, on this machine's cores.
     Run {
-        /// The StreamJob manifest (YAML), as `kubectl apply -f` takes it.
+        /// The StreamJob manifest (YAML), as `kubectl apply -f` takes it;
+        /// `-` reads it from standard input.
         #[arg(short = 'f', long = "file")]
         file: String,
         /// Process what the sources hold now, close every window, exit.
@@ -116,7 +117,7 @@ enum Command {
     /// nothing; no sink, state, dead-letter or repartition topic written
     /// (stages exchange in process). Ctrl-C, or `--limit`, ends it.
     Preview {
-        /// The StreamJob manifest (YAML).
+        /// The StreamJob manifest (YAML); `-` reads it from standard input.
         #[arg(short = 'f', long = "file")]
         file: String,
         /// Stop after printing this many result rows.
@@ -208,9 +209,9 @@ fn main() -> ExitCode {
                 state_dir,
                 ..WorkerSettings::default()
             };
-            let text = match std::fs::read_to_string(&file) {
+            let (file, text) = match read_manifest(&file) {
                 Ok(t) => t,
-                Err(e) => return fail(&format!("cannot read {file}: {e}")),
+                Err(e) => return fail(&e),
             };
             let _telemetry = init_telemetry(false, None);
             match config::from_manifest(&text, cores, settings) {
@@ -223,7 +224,7 @@ fn main() -> ExitCode {
                     if c.spec.sources.iter().all(|s| s.schema.registry.is_none())
                         && let Err(e) = sluice_sql::plan_dataflow(&c.spec.sql, &c.spec.sources, most)
                     {
-                        return fail(&format!("{file}: {}", in_file(&file, &text, &e)));
+                        return fail(&format!("{file}: {}", in_file(file, &text, &e)));
                     }
                     execute(c, bounded, true, None)
                 }
@@ -535,9 +536,9 @@ fn preview(file: &str, limit: Option<u64>, from: Option<&str>, cores: Option<i32
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => return fail(&format!("--from: {e}")),
     };
-    let text = match std::fs::read_to_string(file) {
+    let (file, text) = match read_manifest(file) {
         Ok(t) => t,
-        Err(e) => return fail(&format!("cannot read {file}: {e}")),
+        Err(e) => return fail(&e),
     };
     let _telemetry = init_telemetry(false, None);
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());

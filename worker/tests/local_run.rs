@@ -195,6 +195,53 @@ fn every_example_manifest_validates() {
     assert!(checked >= 6, "the quickstart and the five seed scenarios: {checked} found");
 }
 
+/// `run -f -` and `preview -f -` read the manifest from standard input, as
+/// `validate` and `explain` do (a manifest piped from a template tool runs
+/// without a file); an error names `<stdin>`.
+#[test]
+fn run_and_preview_read_the_manifest_from_standard_input() {
+    use std::io::Write as _;
+    let dir = temp_dir("stdin-run");
+    let out = dir.join("out.jsonl");
+    let manifest = |sink: &str, sql: &str| {
+        format!(
+            "apiVersion: sluice.dev/v1alpha1\nkind: StreamJob\nmetadata:\n  name: from-stdin\nspec:\n  sql: {sql}\n  \
+             sources:\n    - name: trades\n      datagen: {{ scenario: Trades, records: 1000, partitions: 2 }}\n      \
+             schema:\n        columns:\n          - {{ name: trader_id, type: string, required: true }}\n          \
+             - {{ name: quantity, type: bigint, required: true }}\n  sink:\n    {sink}\n"
+        )
+    };
+    let piped = |args: &[&str], text: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+            .args(args)
+            .current_dir(repo())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let sink = format!("file: {{ path: {} }}", out.display());
+    let run = piped(
+        &["run", "-f", "-", "--bounded", "--http-port", "0"],
+        &manifest(&sink, "SELECT trader_id, quantity FROM trades"),
+    );
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1000);
+    let preview = piped(
+        &["preview", "-f", "-", "--limit", "3"],
+        &manifest("stdout: true", "SELECT trader_id, quantity FROM trades"),
+    );
+    assert!(preview.status.success(), "{}", String::from_utf8_lossy(&preview.stderr));
+    assert!(String::from_utf8_lossy(&preview.stdout).contains("trader_id"), "{preview:?}");
+    let bad = piped(&["run", "-f", "-", "--bounded"], &manifest(&sink, "SELECT trader FROM trades"));
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("<stdin>") && said.contains("trader"), "{said}");
+}
+
 /// `validate -f -` reads the manifest from standard input, and `--output
 /// json` gives CI one object: `ok` and the stages, or `ok: false` and the
 /// error with its place (exit status 1). A value a flag does not take is
