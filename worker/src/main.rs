@@ -228,7 +228,7 @@ fn main() -> ExitCode {
                     }
                     execute(c, bounded, true, None)
                 }
-                Err(e) => fail(&format!("{file}: {e}")),
+                Err(e) => fail(&format!("{file}: {}", in_manifest(file, e))),
             }
         }
         Command::Preview { file, limit, from, cores, secrets_dir } => {
@@ -275,6 +275,12 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A YAML error's frame, naming the manifest (`--> job.yaml:15:13`)
+/// where the parser names its `<input>`.
+fn in_manifest(file: &str, message: impl std::fmt::Display) -> String {
+    message.to_string().replace("--> <input>:", &format!("--> {file}:"))
 }
 
 fn fail(message: &str) -> ExitCode {
@@ -414,7 +420,7 @@ struct Checked {
 /// cluster).
 fn check(file: &str, text: &str, secrets_dir: &str, partitions: Option<i32>) -> Result<Checked, String> {
     let job: sluice_crds::StreamJob =
-        serde_saphyr::from_str(text).map_err(|e| format!("{file}: not a valid StreamJob: {e}"))?;
+        serde_saphyr::from_str(text).map_err(|e| format!("{file}: not a valid StreamJob: {}", in_manifest(file, e)))?;
     // The user's spec first (a registry subject's settings), then, with
     // the subject's columns derived, the spec as a worker runs it.
     job.spec.validate().map_err(|e| format!("{file}: {e}"))?;
@@ -552,7 +558,7 @@ fn preview(file: &str, limit: Option<u64>, from: Option<&str>, cores: Option<i32
     };
     let mut config = match config::from_manifest(&text, cores, settings) {
         Ok(c) => c,
-        Err(e) => return fail(&format!("{file}: {e}")),
+        Err(e) => return fail(&format!("{file}: {}", in_manifest(file, e))),
     };
     if let Some(start) = start {
         for k in config.spec.sources.iter_mut().filter_map(|s| s.kafka.as_mut()) {

@@ -240,6 +240,22 @@ fn run_and_preview_read_the_manifest_from_standard_input() {
     assert!(!bad.status.success());
     let said = String::from_utf8_lossy(&bad.stderr);
     assert!(said.contains("<stdin>") && said.contains("trader"), "{said}");
+    // A YAML error's frame names the manifest, read from a file or not.
+    let broken = manifest("stdout: {}", "SELECT 1");
+    let from_stdin = piped(&["run", "-f", "-", "--bounded"], &broken);
+    let said = String::from_utf8_lossy(&from_stdin.stderr);
+    assert!(said.contains("--> <stdin>:15:") && !said.contains("<input>"), "{said}");
+    let file = dir.join("broken.yaml");
+    std::fs::write(&file, &broken).unwrap();
+    for command in ["run", "validate", "explain"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice-worker"))
+            .args([command, "-f", file.to_str().unwrap()])
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(&format!("--> {}:15:", file.display())), "{command}: {said}");
+    }
 }
 
 /// `validate -f -` reads the manifest from standard input, and `--output
