@@ -120,7 +120,7 @@ fn line_items_unnest_exactly(written: Written) {
     );
     let mut expected: Vec<Line> = Vec::new();
     for i in 0..N {
-        let channel = (i % 2 == 0).then(|| if i % 4 == 0 { "web" } else { "app" }.to_owned());
+        let channel = channel_of(i).map(str::to_owned);
         for (j, (sku, qty, price)) in items_of(i).into_iter().enumerate() {
             let note = (j % 2 == 1).then(|| "gift".to_owned());
             expected.push((i, sku, qty * price, note, channel.clone(), i % 4));
@@ -204,12 +204,8 @@ fn nested_results_written_as_avro_are_read_back_by_confluent_kafkas_deserializer
         .output()
         .expect("run the Python consumer");
     assert!(read.status.success(), "avro_consume.py: {}", String::from_utf8_lossy(&read.stderr));
-    let mut seen = 0;
-    for line in String::from_utf8(read.stdout).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let v = &v["value"];
-        let i = v["id"].as_i64().unwrap();
-        let items: Vec<(String, i64, i64, Option<String>)> = v["items"]
+    read_back_as_written(&read.stdout, |v| {
+        let items = v["items"]
             .as_array()
             .unwrap()
             .iter()
@@ -223,17 +219,8 @@ fn nested_results_written_as_avro_are_read_back_by_confluent_kafkas_deserializer
                 )
             })
             .collect();
-        let want: Vec<(String, i64, i64, Option<String>)> = items_of(i)
-            .into_iter()
-            .enumerate()
-            .map(|(j, (sku, qty, price))| (sku, qty, price, (j % 2 == 1).then(|| "gift".to_owned())))
-            .collect();
-        assert_eq!(items, want, "order {i}");
-        let channel = (i % 2 == 0).then_some(if i % 4 == 0 { "web" } else { "app" });
-        assert_eq!(v["attrs"]["channel"].as_str(), channel, "order {i}: {v}");
-        seen += 1;
-    }
-    assert_eq!(seen, N);
+        (v["id"].as_i64().unwrap(), items)
+    });
 }
 
 /// Protobuf orders in, nested results out as Protobuf (the writer schema
@@ -257,12 +244,8 @@ fn nested_results_written_as_protobuf_are_read_back_by_confluent_kafkas_deserial
     // Protobuf's JSON mapping: an int64 as a string, a field left out
     // (NULL, an empty repeated field or map) missing.
     let int = |v: &serde_json::Value| v.as_str().and_then(|s| s.parse::<i64>().ok()).unwrap_or_else(|| panic!("{v}"));
-    let mut seen = 0;
-    for line in String::from_utf8(read.stdout).unwrap().lines() {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let v = &v["value"];
-        let i = int(&v["id"]);
-        let items: Vec<(String, i64, i64, Option<String>)> = v["items"]
+    read_back_as_written(&read.stdout, |v| {
+        let items = v["items"]
             .as_array()
             .map(Vec::as_slice)
             .unwrap_or_default()
@@ -276,14 +259,34 @@ fn nested_results_written_as_protobuf_are_read_back_by_confluent_kafkas_deserial
                 )
             })
             .collect();
-        let want: Vec<(String, i64, i64, Option<String>)> = items_of(i)
+        (int(&v["id"]), items)
+    });
+}
+
+/// An item as a result row holds it: SKU, quantity, price in cents, note.
+type Item = (String, i64, i64, Option<String>);
+
+/// Order `i`'s channel attribute, as the producers write it.
+fn channel_of(i: i64) -> Option<&'static str> {
+    (i % 2 == 0).then_some(if i % 4 == 0 { "web" } else { "app" })
+}
+
+/// Checks a consumer's JSON lines (`{"value": …}`), one per order, each
+/// read by `read` into its id and items: every order's items and channel
+/// as the producer wrote them, and every order once.
+fn read_back_as_written(stdout: &[u8], read: impl Fn(&serde_json::Value) -> (i64, Vec<Item>)) {
+    let mut seen = 0;
+    for line in std::str::from_utf8(stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let v = &v["value"];
+        let (i, items) = read(v);
+        let want: Vec<Item> = items_of(i)
             .into_iter()
             .enumerate()
             .map(|(j, (sku, qty, price))| (sku, qty, price, (j % 2 == 1).then(|| "gift".to_owned())))
             .collect();
         assert_eq!(items, want, "order {i}");
-        let channel = (i % 2 == 0).then_some(if i % 4 == 0 { "web" } else { "app" });
-        assert_eq!(v["attrs"]["channel"].as_str(), channel, "order {i}: {v}");
+        assert_eq!(v["attrs"]["channel"].as_str(), channel_of(i), "order {i}: {v}");
         seen += 1;
     }
     assert_eq!(seen, N);

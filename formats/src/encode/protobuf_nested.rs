@@ -134,6 +134,19 @@ impl View<'_> {
         View::Owned(n.to_scalar())
     }
 
+    /// Whether an array or map has no element.
+    fn is_empty(&self) -> bool {
+        match self {
+            View::Cell(c, i) => match &c.data {
+                ColumnData::List(list) => list.range(*i).is_empty(),
+                _ => true,
+            },
+            View::Owned(Scalar::List(v)) => v.is_empty(),
+            View::Owned(Scalar::Map(v)) => v.is_empty(),
+            View::Owned(_) => true,
+        }
+    }
+
     /// Calls `f` with each element (an array) or each key and value (a map).
     fn each(&self, mut f: impl FnMut(ScalarRef<'_>, ScalarRef<'_>)) {
         match self {
@@ -224,13 +237,11 @@ fn packed(value: ScalarRef<'_>, t: DataType, out: &mut Vec<u8>) {
 fn nested(key: u32, view: &View<'_>, t: DataType, out: &mut Vec<u8>) {
     match t {
         DataType::Array(_) => match t.element().unwrap_or(DataType::Null) {
-            e @ (DataType::Bigint | DataType::Double | DataType::Boolean) => {
-                let mut any = false;
-                view.each(|_, _| any = true);
-                if any {
-                    delimited(key, out, |out| view.each(|v, _| packed(v, e, out)));
-                }
+            // An empty packed run is no field at all.
+            e @ (DataType::Bigint | DataType::Double | DataType::Boolean) if !view.is_empty() => {
+                delimited(key, out, |out| view.each(|v, _| packed(v, e, out)));
             }
+            DataType::Bigint | DataType::Double | DataType::Boolean => {}
             e => view.each(|v, _| element(key, v, e, out)),
         },
         DataType::Map(_) => {

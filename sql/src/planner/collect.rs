@@ -5,11 +5,13 @@
 //! and signed inputs, checkpoints) carries one argument column as for any
 //! other aggregate.
 
-use sqlparser::ast::{Expr, OrderBySort};
+use sqlparser::ast::Expr;
 
 use crate::compile::{CallArgs, Scope, compile};
 use crate::diagnostic::Located;
 use crate::nested_values::make_row;
+
+use super::top_n::descending;
 use sluice_plan::{AggFunc, AggregateCall, DataType, SqlError};
 
 /// The call of ARRAY_AGG or MAP_AGG (`func`, written `name`) with `args`.
@@ -42,26 +44,7 @@ pub(super) fn collect_call(
     }
     for o in args.order_by {
         let key = compile(&o.expr, scope)?;
-        if key.data_type().is_nested() {
-            return Err(SqlError::at_node(
-                &o.expr,
-                format!("{} values have no order: ORDER BY a field or an element", key.data_type()),
-            ));
-        }
-        order.push(match o.options.sort {
-            None | Some(OrderBySort::Asc) => false,
-            Some(OrderBySort::Desc) => true,
-            Some(OrderBySort::Using(_)) => {
-                return Err(SqlError::at_node(&o.expr, "ORDER BY … USING is not supported"));
-            }
-        });
-        if o.options.nulls_first.is_some() {
-            return Err(SqlError::at_node(
-                &o.expr,
-                "NULLS FIRST / LAST is not supported: NULL sorts last ascending and first descending, as in \
-                 PostgreSQL",
-            ));
-        }
+        order.push(descending(o, &key)?);
         packed.push(key);
     }
     let arg = make_row(packed, node)?;

@@ -3,7 +3,7 @@
 //! the operator's row-number column, and the outer SELECT's choice of the
 //! subquery's columns.
 
-use sqlparser::ast::{Expr, Function, Ident, OrderBySort, SelectItem, WindowType};
+use sqlparser::ast::{Expr, Function, Ident, OrderByExpr, OrderBySort, SelectItem, WindowType};
 
 use crate::compile::{Scope, call_args, compile};
 use crate::diagnostic::Located;
@@ -168,26 +168,7 @@ impl TopNScope<'_> {
             if matches!(expr.data_type(), DataType::Null) {
                 return Err(SqlError::at_node(&o.expr, "ORDER BY needs a typed expression, not NULL"));
             }
-            if expr.data_type().is_nested() {
-                return Err(SqlError::at_node(
-                    &o.expr,
-                    format!("{} values have no order: ORDER BY a field or an element", expr.data_type()),
-                ));
-            }
-            let descending = match o.options.sort {
-                None | Some(OrderBySort::Asc) => false,
-                Some(OrderBySort::Desc) => true,
-                Some(OrderBySort::Using(_)) => {
-                    return Err(SqlError::at_node(&o.expr, "ORDER BY … USING is not supported"));
-                }
-            };
-            if o.options.nulls_first.is_some() {
-                return Err(SqlError::at_node(
-                    &o.expr,
-                    "NULLS FIRST / LAST is not supported: NULL sorts last ascending and first descending, as in \
-                     PostgreSQL",
-                ));
-            }
+            let descending = descending(o, &expr)?;
             keys.push(SortKey { expr, descending });
         }
         let mut keys = keys.into_iter();
@@ -197,4 +178,29 @@ impl TopNScope<'_> {
         *self.ranking = Some((partition_by, order_by, descending, keys.collect()));
         Ok(PhysExpr::Column { index: self.row_number, data_type: DataType::Bigint })
     }
+}
+
+/// Whether ORDER BY key `o`, compiled as `expr`, is descending; a key with
+/// no order (a nested value), `USING` or `NULLS FIRST / LAST` is refused.
+pub(super) fn descending(o: &OrderByExpr, expr: &PhysExpr) -> Result<bool, SqlError> {
+    if expr.data_type().is_nested() {
+        return Err(SqlError::at_node(
+            &o.expr,
+            format!("{} values have no order: ORDER BY a field or an element", expr.data_type()),
+        ));
+    }
+    let descending = match o.options.sort {
+        None | Some(OrderBySort::Asc) => false,
+        Some(OrderBySort::Desc) => true,
+        Some(OrderBySort::Using(_)) => {
+            return Err(SqlError::at_node(&o.expr, "ORDER BY … USING is not supported"));
+        }
+    };
+    if o.options.nulls_first.is_some() {
+        return Err(SqlError::at_node(
+            &o.expr,
+            "NULLS FIRST / LAST is not supported: NULL sorts last ascending and first descending, as in PostgreSQL",
+        ));
+    }
+    Ok(descending)
 }

@@ -66,15 +66,14 @@ fn encoded() -> EncodedRows {
         (0..5).map(|c| column(outputs()[c].1, &rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>())).collect();
     columns.push(Value::Scalar(Scalar::String("const".into()), DataType::String));
     columns.push(Value::Scalar(Scalar::Null, DataType::Null));
+    encode(42, &columns, rows.len())
+}
+
+/// `rows` rows of `columns` written under schema id `id`.
+fn encode(id: u32, columns: &[Value<'_>], rows: usize) -> EncodedRows {
     let mut out = EncodedRows::default();
-    let rows = EmittedRows {
-        columns: &columns,
-        keys: &[],
-        selection: Selection::All(rows.len()),
-        from_input: false,
-        delete: false,
-    };
-    ProtobufEncoder::new(42, &[]).encode(&rows, &mut out);
+    let rows = EmittedRows { columns, keys: &[], selection: Selection::All(rows), from_input: false, delete: false };
+    ProtobufEncoder::new(id, &[]).encode(&rows, &mut out);
     out
 }
 
@@ -242,16 +241,7 @@ fn nested_encoded() -> EncodedRows {
         .map(|c| column(ty(NESTED[c].1), &rows.iter().map(|r| r[c].clone()).collect::<Vec<_>>()))
         .collect();
     columns.push(Value::Scalar(Scalar::List(vec![Scalar::Bigint(4)]), ty("array<bigint>")));
-    let mut out = EncodedRows::default();
-    let rows = EmittedRows {
-        columns: &columns,
-        keys: &[],
-        selection: Selection::All(rows.len()),
-        from_input: false,
-        delete: false,
-    };
-    ProtobufEncoder::new(5, &[]).encode(&rows, &mut out);
-    out
+    encode(5, &columns, rows.len())
 }
 
 fn nested_outputs() -> Vec<(String, DataType)> {
